@@ -1,0 +1,68 @@
+# One entry point per job. Every target installs what it needs (a fresh machine has only the
+# toolchains: cargo, python3, node, cc), so `make test` on a new clone is the same as CI.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+CARGO ?= cargo
+FUZZ_SECONDS ?= 60
+
+.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check lint venv clean
+
+help:
+	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
+	@echo "make test    every test of every language"
+	@echo "make bench   end-to-end benchmarks (quick mode); bench-full for the full matrix"
+	@echo "make fuzz    the decoders' fuzz targets, FUZZ_SECONDS each"
+
+demo:
+	cd rust && $(CARGO) run --release -q -p wirepool --example demo
+
+# A venv of our own, so a green run never depends on packages installed by hand.
+$(VPY): python/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e "./python[test]"
+	touch $(VPY)
+
+venv: $(VPY)
+
+test: test-spec test-rust test-python test-conformance test-bench
+
+test-spec: $(VPY)
+	$(VPY) spec/vectors/generate.py --check
+	$(VPY) -m pytest -q spec/tests
+
+test-rust:
+	cd rust && $(CARGO) test --workspace --all-targets -q
+	cd rust && $(CARGO) test --workspace --doc -q
+
+test-python: $(VPY)
+	$(VPY) -m pytest -q python/tests
+
+test-conformance: $(VPY)
+	@if [ -d conformance ]; then $(VPY) -m pytest -q conformance; else echo "conformance: not yet present"; fi
+
+test-bench: $(VPY)
+	$(VPY) -m pytest -q bench/tests
+
+lint:
+	cd rust && $(CARGO) clippy --workspace --all-targets -q -- -D warnings
+
+fuzz:
+	bash rust/wirepool-proto/fuzz/run.sh $(FUZZ_SECONDS)
+
+bench:
+	$(PYTHON) bench/run.py --quick
+
+bench-full:
+	$(PYTHON) bench/run.py --full
+
+bench-check:
+	$(PYTHON) bench/run.py check
+
+clean:
+	rm -rf $(VENV) rust/target bench/results
