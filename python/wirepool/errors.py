@@ -1,0 +1,258 @@
+"""Error codes (PROTOCOL.md section 3) and the exceptions that carry them.
+
+Every failure in wirepool is a :class:`WirepoolError` with a stable numeric ``code``, its ``name``,
+the request ``id`` it concerns (0 for the connection) and a human ``message``. Catch a subclass to
+handle one kind of failure, or :class:`WirepoolError` for all of them::
+
+    try:
+        pool.call("add", {"a": 1})
+    except wirepool.WorkerExited as e:
+        print(e.code, e.exit_status, e.signal, e.stderr_tail)
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class ErrorCode(enum.IntEnum):
+    # 100-199: protocol violations, the connection is closed.
+    PROTOCOL = 100
+    TRUNCATED = 101
+    FRAME_TOO_LARGE = 102
+    UNKNOWN_FRAME_TYPE = 103
+    BAD_FLAGS = 104
+    RESERVED_NONZERO = 105
+    BAD_PAYLOAD = 106
+    BAD_UTF8 = 107
+    ROW_BOUNDS = 108
+    UNEXPECTED_FRAME = 109
+    BAD_ID = 110
+    DUPLICATE_ID = 111
+    UNKNOWN_ID = 112
+    CREDIT_OVERFLOW = 113
+    FLOW_CONTROL = 114
+    MESSAGE_TOO_LARGE = 115
+    CONTINUATION = 116
+    BAD_MAGIC = 117
+    VERSION_MISMATCH = 118
+    BAD_HANDSHAKE = 119
+    CODEC_MISMATCH = 120
+    ROW_COUNT_MISMATCH = 121
+    KIND_MISMATCH = 122
+    # 200-299: request errors, the connection survives.
+    UNKNOWN_METHOD = 200
+    CODEC_UNSUPPORTED = 201
+    BAD_REQUEST = 202
+    HANDLER_ERROR = 203
+    HANDLER_PANIC = 204
+    CANCELLED = 205
+    DEADLINE_EXCEEDED = 206
+    OVERLOADED = 207
+    DRAINING = 208
+    ROW_TOO_LARGE = 209
+    # 300-399: local outcomes, raised by SDKs and never sent.
+    WORKER_EXITED = 300
+    WORKER_HUNG = 301
+    STARTUP_TIMEOUT = 302
+    SPAWN_FAILED = 303
+    POOL_CLOSED = 304
+    LEASE_LOST = 305
+    DECODE_FAILED = 306
+    PROTOCOL_VIOLATION = 307
+
+
+def code_name(code: int) -> str:
+    """The stable name of ``code``; unknown codes are named by their range (section 3)."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        pass
+    if 100 <= code < 200:
+        return "PROTOCOL"
+    if 200 <= code < 300:
+        return "REQUEST_ERROR"
+    if 300 <= code < 400:
+        return "LOCAL_ERROR"
+    if code >= 1000:
+        return "APPLICATION"
+    return "UNKNOWN"
+
+
+class WirepoolError(Exception):
+    """Base of every wirepool error: ``code``, ``name``, ``id``, ``message``, ``details``.
+
+    ``details`` is the decoded JSON ``details`` of an ERROR frame (or None).
+    """
+
+    code: int
+    name: str
+    id: int
+    message: str
+    details: Any
+
+    def __init__(self, code: int, message: str = "", *, id: int = 0, details: Any = None) -> None:
+        self.code = int(code)
+        self.name = code_name(self.code)
+        self.id = id
+        self.message = message
+        self.details = details
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        where = f" (request {self.id})" if self.id else ""
+        return f"{self.name} [{self.code}]{where}: {self.message}"
+
+    def __reduce__(self) -> Any:  # keep pickling (e.g. across threads/processes) faithful
+        return (_rebuild, (type(self), self.code, self.message, self.id, self.details, self.__dict__))
+
+
+def _rebuild(cls: type, code: int, message: str, id: int, details: Any, state: dict) -> Any:
+    obj = WirepoolError.__new__(cls)
+    WirepoolError.__init__(obj, code, message, id=id, details=details)
+    obj.__dict__.update(state)
+    return obj
+
+
+class ProtocolError(WirepoolError):
+    """A 1xx protocol violation detected locally by the protocol core; the connection is dead."""
+
+
+class RequestError(WirepoolError):
+    """A 2xx error the worker sent for one request; the worker keeps serving."""
+
+
+class UnknownMethod(RequestError):
+    pass
+
+
+class CodecUnsupported(RequestError):
+    pass
+
+
+class BadRequest(RequestError):
+    pass
+
+
+class HandlerError(RequestError):
+    pass
+
+
+class HandlerPanic(RequestError):
+    pass
+
+
+class Cancelled(RequestError):
+    pass
+
+
+class DeadlineExceeded(RequestError):
+    pass
+
+
+class Overloaded(RequestError):
+    pass
+
+
+class Draining(RequestError):
+    pass
+
+
+class RowTooLarge(RequestError):
+    pass
+
+
+class LocalError(WirepoolError):
+    """A 3xx outcome decided by the local SDK (never on the wire)."""
+
+
+class WorkerExited(LocalError):
+    """The worker died or closed its connection while the request was in flight.
+
+    ``exit_status`` is the exit code (None if killed by a signal or unknown), ``signal`` the signal
+    number that killed it (or None), ``stderr_tail`` the last lines it wrote to stderr.
+    """
+
+    exit_status: int | None = None
+    signal: int | None = None
+    stderr_tail: str = ""
+
+
+class WorkerHung(LocalError):
+    pass
+
+
+class StartupTimeout(LocalError):
+    pass
+
+
+class SpawnFailed(LocalError):
+    pass
+
+
+class PoolClosed(LocalError):
+    pass
+
+
+class LeaseLost(LocalError):
+    pass
+
+
+class DecodeFailed(LocalError):
+    pass
+
+
+class ProtocolViolation(LocalError):
+    """The connection broke with a 1xx code; ``details["protocol_code"]`` holds it."""
+
+
+class WorkerError(WirepoolError):
+    """An application error (code >= 1000).
+
+    Raise it in a handler to end the request with your own code; the parent raises it with the
+    same code, message and details::
+
+        raise wirepool.WorkerError(1001, "no such user", {"user": 42})
+    """
+
+    def __init__(self, code: int, message: str = "", details: Any = None, *, id: int = 0) -> None:
+        super().__init__(code, message, id=id, details=details)
+
+
+_BY_CODE: dict[int, type[WirepoolError]] = {
+    ErrorCode.UNKNOWN_METHOD: UnknownMethod,
+    ErrorCode.CODEC_UNSUPPORTED: CodecUnsupported,
+    ErrorCode.BAD_REQUEST: BadRequest,
+    ErrorCode.HANDLER_ERROR: HandlerError,
+    ErrorCode.HANDLER_PANIC: HandlerPanic,
+    ErrorCode.CANCELLED: Cancelled,
+    ErrorCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+    ErrorCode.OVERLOADED: Overloaded,
+    ErrorCode.DRAINING: Draining,
+    ErrorCode.ROW_TOO_LARGE: RowTooLarge,
+    ErrorCode.WORKER_EXITED: WorkerExited,
+    ErrorCode.WORKER_HUNG: WorkerHung,
+    ErrorCode.STARTUP_TIMEOUT: StartupTimeout,
+    ErrorCode.SPAWN_FAILED: SpawnFailed,
+    ErrorCode.POOL_CLOSED: PoolClosed,
+    ErrorCode.LEASE_LOST: LeaseLost,
+    ErrorCode.DECODE_FAILED: DecodeFailed,
+    ErrorCode.PROTOCOL_VIOLATION: ProtocolViolation,
+}
+
+
+def error_from_code(code: int, message: str = "", *, id: int = 0, details: Any = None) -> WirepoolError:
+    """Build the most specific exception for ``code`` (unknown codes are classified by range)."""
+    cls = _BY_CODE.get(code)
+    if cls is not None:
+        return cls(code, message, id=id, details=details)
+    if code >= 1000:
+        return WorkerError(code, message, details, id=id)
+    if 100 <= code < 200:
+        return ProtocolError(code, message, id=id, details=details)
+    if 200 <= code < 300:
+        return RequestError(code, message, id=id, details=details)
+    if 300 <= code < 400:
+        return LocalError(code, message, id=id, details=details)
+    return WirepoolError(code, message, id=id, details=details)
