@@ -1,0 +1,303 @@
+//! Codecs of the wirepool protocol, shared by workers and parents.
+//!
+//! The protocol carries a codec id (PROTOCOL.md section 7) and opaque bytes; this crate turns
+//! typed values into those bytes and back. Every codec encodes **into the caller's buffer**, so a
+//! worker serialises a row straight into the `ROWS` frame it is building, and decodes from a
+//! borrowed `&[u8]` (or from a [`Bytes`] without copying, for the opaque codecs).
+//!
+//! | [`Codec`] | id | values | cargo feature |
+//! |---|---:|---|---|
+//! | [`Codec::Raw`] | 0 | byte-like values, carried verbatim | always |
+//! | [`Codec::Json`] | 1 | any serde type | `json` (default) |
+//! | [`Codec::MsgPack`] | 2 | any serde type (structs as maps) | `msgpack` (default) |
+//! | [`Codec::Cbor`] | 3 | any serde type | `cbor` (default) |
+//! | [`Codec::ArrowIpc`] | 4 | byte-like values holding an Arrow IPC stream; see [`arrow`] | `arrow` for the helpers |
+//! | [`Codec::Protobuf`] | 5 | byte-like values holding an encoded message | always (opaque) |
+//! | [`Codec::Private`] | 128-255 | byte-like values, by agreement | always (opaque) |
+//!
+//! "Byte-like" means a type that serialises through serde's bytes or string model:
+//! [`bytes::Bytes`], `serde_bytes::ByteBuf`, `&[u8]`, `Vec<u8>`, `String`, `&str`, `()`.
+//! Decoding a [`Bytes`] from a [`Bytes`] body with [`Codec::decode_bytes`] shares the buffer
+//! (no copy).
+//!
+//! ```
+//! use wirepool_codec::Codec;
+//! #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+//! struct Decl { i: u64, name: String }
+//!
+//! let mut frame = Vec::new();
+//! Codec::Json.encode(&Decl { i: 7, name: "decl_7".into() }, &mut frame).unwrap();
+//! assert_eq!(frame, br#"{"i":7,"name":"decl_7"}"#);
+//! let back: Decl = Codec::Json.decode(&frame).unwrap();
+//! assert_eq!(back, Decl { i: 7, name: "decl_7".into() });
+//!
+//! let body = bytes::Bytes::from_static(b"\x00\x01payload");
+//! let same: bytes::Bytes = Codec::Raw.decode_bytes(body.clone()).unwrap();
+//! assert_eq!(same.as_ptr(), body.as_ptr()); // zero-copy
+//! ```
+
+#![warn(missing_docs)]
+
+use std::fmt;
+
+use bytes::{BufMut, Bytes};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+mod raw;
+
+#[cfg(feature = "arrow")]
+pub mod arrow;
+
+/// A codec of the protocol, identified on the wire by its [`id`](Codec::id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// Id 0: the value's bytes, verbatim.
+    Raw,
+    /// Id 1: JSON text (UTF-8).
+    Json,
+    /// Id 2: MessagePack; structs are written as maps so every language reads field names.
+    MsgPack,
+    /// Id 3: CBOR.
+    Cbor,
+    /// Id 4: an Arrow IPC stream, carried opaquely (see the [`arrow`](crate#arrow) helpers).
+    ArrowIpc,
+    /// Id 5: an encoded Protocol Buffers message, carried opaquely.
+    Protobuf,
+    /// Ids 128-255: private codecs agreed between a parent and its workers, carried opaquely.
+    Private(u8),
+}
+
+impl Codec {
+    /// Every codec this build can encode and decode with serde types, in id order.
+    pub fn available() -> Vec<Codec> {
+        [
+            Codec::Raw,
+            Codec::Json,
+            Codec::MsgPack,
+            Codec::Cbor,
+            Codec::ArrowIpc,
+            Codec::Protobuf,
+        ]
+        .into_iter()
+        .filter(|c| c.is_available())
+        .collect()
+    }
+
+    /// The codec's protocol id (PROTOCOL.md section 7).
+    pub const fn id(self) -> u8 {
+        match self {
+            Codec::Raw => 0,
+            Codec::Json => 1,
+            Codec::MsgPack => 2,
+            Codec::Cbor => 3,
+            Codec::ArrowIpc => 4,
+            Codec::Protobuf => 5,
+            Codec::Private(id) => id,
+        }
+    }
+
+    /// The codec with protocol id `id`; `None` for ids reserved for later versions (6-127).
+    pub const fn from_id(id: u8) -> Option<Codec> {
+        Some(match id {
+            0 => Codec::Raw,
+            1 => Codec::Json,
+            2 => Codec::MsgPack,
+            3 => Codec::Cbor,
+            4 => Codec::ArrowIpc,
+            5 => Codec::Protobuf,
+            128..=255 => Codec::Private(id),
+            _ => return None,
+        })
+    }
+
+    /// The codec's name as used in docs and logs (`raw`, `json`, `msgpack`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Codec::Raw => "raw",
+            Codec::Json => "json",
+            Codec::MsgPack => "msgpack",
+            Codec::Cbor => "cbor",
+            Codec::ArrowIpc => "arrow",
+            Codec::Protobuf => "protobuf",
+            Codec::Private(_) => "private",
+        }
+    }
+
+    /// Whether this build carries the codec (its cargo feature is on; opaque codecs always are).
+    pub const fn is_available(self) -> bool {
+        match self {
+            Codec::Json => cfg!(feature = "json"),
+            Codec::MsgPack => cfg!(feature = "msgpack"),
+            Codec::Cbor => cfg!(feature = "cbor"),
+            Codec::Raw | Codec::ArrowIpc | Codec::Protobuf | Codec::Private(_) => true,
+        }
+    }
+
+    /// Whether values travel as their own bytes (raw, Arrow IPC, protobuf, private ids).
+    pub const fn is_opaque(self) -> bool {
+        matches!(
+            self,
+            Codec::Raw | Codec::ArrowIpc | Codec::Protobuf | Codec::Private(_)
+        )
+    }
+
+    /// Appends the encoding of `value` to `out`.
+    ///
+    /// On error `out` may hold a partial encoding past its original length; callers that build a
+    /// frame truncate back to where they started.
+    pub fn encode<T, B>(self, value: &T, out: &mut B) -> Result<(), CodecError>
+    where
+        T: Serialize + ?Sized,
+        B: BufMut,
+    {
+        match self {
+            Codec::Raw | Codec::ArrowIpc | Codec::Protobuf | Codec::Private(_) => {
+                raw::encode(value, out).map_err(|e| CodecError::encode(self, e))
+            }
+            #[cfg(feature = "json")]
+            Codec::Json => serde_json::to_writer(out.writer(), value)
+                .map_err(|e| CodecError::encode(self, e)),
+            #[cfg(feature = "msgpack")]
+            Codec::MsgPack => rmp_serde::encode::write_named(&mut out.writer(), value)
+                .map_err(|e| CodecError::encode(self, e)),
+            #[cfg(feature = "cbor")]
+            Codec::Cbor => ciborium::into_writer(value, out.writer())
+                .map_err(|e| CodecError::encode(self, e)),
+            #[allow(unreachable_patterns)]
+            _ => Err(CodecError::unavailable(self)),
+        }
+    }
+
+    /// Encodes `value` into a new vector.
+    pub fn to_vec<T: Serialize + ?Sized>(self, value: &T) -> Result<Vec<u8>, CodecError> {
+        let mut out = Vec::new();
+        self.encode(value, &mut out)?;
+        Ok(out)
+    }
+
+    /// Decodes a value from `body`. The whole body must be consumed.
+    pub fn decode<T: DeserializeOwned>(self, body: &[u8]) -> Result<T, CodecError> {
+        match self {
+            Codec::Raw | Codec::ArrowIpc | Codec::Protobuf | Codec::Private(_) => {
+                raw::decode(body).map_err(|e| CodecError::decode(self, e))
+            }
+            #[cfg(feature = "json")]
+            Codec::Json => serde_json::from_slice(body).map_err(|e| CodecError::decode(self, e)),
+            #[cfg(feature = "msgpack")]
+            Codec::MsgPack => {
+                let mut reader = body;
+                let value = T::deserialize(&mut rmp_serde::Deserializer::new(&mut reader))
+                    .map_err(|e| CodecError::decode(self, e))?;
+                let rest = reader.len();
+                if rest != 0 {
+                    return Err(CodecError::decode(
+                        self,
+                        format!("{rest} bytes left after the value"),
+                    ));
+                }
+                Ok(value)
+            }
+            #[cfg(feature = "cbor")]
+            Codec::Cbor => {
+                let mut reader = body;
+                let value: T = ciborium::from_reader(&mut reader)
+                    .map_err(|e| CodecError::decode(self, e))?;
+                if !reader.is_empty() {
+                    return Err(CodecError::decode(
+                        self,
+                        format!("{} bytes left after the value", reader.len()),
+                    ));
+                }
+                Ok(value)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(CodecError::unavailable(self)),
+        }
+    }
+
+    /// Decodes a value from a shared buffer. For the opaque codecs, when `T` is [`Bytes`] the
+    /// result shares `body` without copying; otherwise this is [`decode`](Codec::decode).
+    pub fn decode_bytes<T: DeserializeOwned + 'static>(self, body: Bytes) -> Result<T, CodecError> {
+        if self.is_opaque() {
+            let mut slot = Some(body);
+            if let Some(same) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<T>>() {
+                return Ok(same.take().expect("slot was just filled"));
+            }
+            return self.decode(slot.as_deref().unwrap_or_default());
+        }
+        self.decode(&body)
+    }
+}
+
+impl fmt::Display for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Codec::Private(id) => write!(f, "private({id})"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// Why a value could not be encoded or decoded.
+///
+/// A worker reports a decode failure of a request body as `BAD_REQUEST` (202); a parent reports
+/// a decode failure of a result, row or summary as `DECODE_FAILED` (306).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodecError {
+    codec: Codec,
+    kind: CodecErrorKind,
+    message: String,
+}
+
+/// What went wrong in a [`CodecError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodecErrorKind {
+    /// The value could not be serialised (e.g. a struct given to the raw codec).
+    Encode,
+    /// The bytes are not a valid encoding of the expected type.
+    Decode,
+    /// The codec's cargo feature is off in this build.
+    Unavailable,
+}
+
+impl CodecError {
+    fn encode(codec: Codec, e: impl fmt::Display) -> Self {
+        Self { codec, kind: CodecErrorKind::Encode, message: e.to_string() }
+    }
+    fn decode(codec: Codec, e: impl fmt::Display) -> Self {
+        Self { codec, kind: CodecErrorKind::Decode, message: e.to_string() }
+    }
+    fn unavailable(codec: Codec) -> Self {
+        Self {
+            codec,
+            kind: CodecErrorKind::Unavailable,
+            message: "codec not compiled in (enable its cargo feature)".into(),
+        }
+    }
+    /// The codec that failed.
+    pub fn codec(&self) -> Codec {
+        self.codec
+    }
+    /// Whether encoding or decoding failed, or the codec is missing.
+    pub fn kind(&self) -> CodecErrorKind {
+        self.kind
+    }
+    /// The underlying library's explanation.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            CodecErrorKind::Encode => "encode",
+            CodecErrorKind::Decode => "decode",
+            CodecErrorKind::Unavailable => "use",
+        };
+        write!(f, "cannot {what} with codec {}: {}", self.codec, self.message)
+    }
+}
+
+impl std::error::Error for CodecError {}

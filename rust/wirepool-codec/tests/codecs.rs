@@ -1,0 +1,174 @@
+use bytes::Bytes;
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+use wirepool_codec::{Codec, CodecErrorKind};
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Decl {
+    i: u64,
+    name: String,
+    kind: String,
+}
+
+/// The serde codecs compiled into this build (tests run with and without default features).
+fn typed() -> Vec<Codec> {
+    Codec::available().into_iter().filter(|c| !c.is_opaque()).collect()
+}
+
+#[test]
+fn ids_round_trip_and_reserved_ids_are_unknown() {
+    for id in 0..=255u8 {
+        match Codec::from_id(id) {
+            Some(c) => assert_eq!(c.id(), id),
+            None => assert!((6..128).contains(&id), "id {id} should be known"),
+        }
+    }
+    assert_eq!(Codec::from_id(1), Some(Codec::Json));
+    assert_eq!(Codec::from_id(200), Some(Codec::Private(200)));
+}
+
+#[cfg(feature = "json")]
+#[test]
+fn json_rows_match_the_shape_every_language_reads() {
+    let row = Decl { i: 3, name: "decl_3".into(), kind: "theorem".into() };
+    assert_eq!(
+        Codec::Json.to_vec(&row).unwrap(),
+        br#"{"i":3,"name":"decl_3","kind":"theorem"}"#
+    );
+}
+
+#[cfg(feature = "msgpack")]
+#[test]
+fn msgpack_writes_structs_as_maps() {
+    let row = Decl { i: 1, name: "a".into(), kind: "b".into() };
+    let body = Codec::MsgPack.to_vec(&row).unwrap();
+    assert_eq!(body[0], 0x83, "fixmap of 3 entries");
+}
+
+#[test]
+fn encode_appends_to_the_callers_buffer() {
+    let mut frame = b"HEADER".to_vec();
+    Codec::Raw.encode("42", &mut frame).unwrap();
+    assert_eq!(frame, b"HEADER42");
+    let mut frame = bytes::BytesMut::from(&b"H"[..]);
+    Codec::Raw.encode(&Bytes::from_static(b"xyz"), &mut frame).unwrap();
+    assert_eq!(&frame[..], b"Hxyz");
+}
+
+#[test]
+fn raw_decode_of_bytes_shares_the_buffer() {
+    let body = Bytes::from(vec![1u8, 2, 3, 4]);
+    for codec in [Codec::Raw, Codec::ArrowIpc, Codec::Protobuf, Codec::Private(130)] {
+        let out: Bytes = codec.decode_bytes(body.clone()).unwrap();
+        assert_eq!(out.as_ptr(), body.as_ptr());
+    }
+}
+
+#[test]
+fn raw_carries_every_byte_like_type() {
+    let payload = vec![0u8, 255, 7];
+    for body in [
+        Codec::Raw.to_vec(&payload).unwrap(),
+        Codec::Raw.to_vec(&serde_bytes::ByteBuf::from(payload.clone())).unwrap(),
+        Codec::Raw.to_vec(&Bytes::from(payload.clone())).unwrap(),
+        Codec::Raw.to_vec(payload.as_slice()).unwrap(),
+    ] {
+        assert_eq!(body, payload);
+    }
+    let v: Vec<u8> = Codec::Raw.decode(&payload).unwrap();
+    assert_eq!(v, payload);
+    let b: serde_bytes::ByteBuf = Codec::Raw.decode(&payload).unwrap();
+    assert_eq!(b.into_vec(), payload);
+    let s: String = Codec::Raw.decode(b"hello").unwrap();
+    assert_eq!(s, "hello");
+    let () = Codec::Raw.decode(b"").unwrap();
+}
+
+#[test]
+fn missing_codecs_say_so() {
+    for codec in [Codec::Json, Codec::MsgPack, Codec::Cbor] {
+        let result = codec.to_vec(&1u8);
+        if codec.is_available() {
+            assert!(result.is_ok());
+        } else {
+            assert_eq!(result.unwrap_err().kind(), CodecErrorKind::Unavailable);
+        }
+    }
+}
+
+#[test]
+fn raw_refuses_structured_values_with_a_clear_error() {
+    let row = Decl { i: 1, name: "a".into(), kind: "b".into() };
+    let err = Codec::Raw.to_vec(&row).unwrap_err();
+    assert_eq!(err.kind(), CodecErrorKind::Encode);
+    assert!(err.message().contains("bytes only"), "{err}");
+    let err = Codec::Raw.decode::<Decl>(b"xx").unwrap_err();
+    assert_eq!(err.kind(), CodecErrorKind::Decode);
+    assert!(Codec::Raw.decode::<String>(&[0xff, 0xfe]).is_err());
+    assert!(Codec::Raw.decode::<()>(b"x").is_err());
+}
+
+#[test]
+fn trailing_bytes_after_a_value_are_a_decode_error() {
+    for codec in typed() {
+        let mut body = codec.to_vec("five").unwrap();
+        body.extend_from_slice(&codec.to_vec("six").unwrap());
+        let err = codec.decode::<String>(&body).unwrap_err();
+        assert_eq!(err.kind(), CodecErrorKind::Decode, "{codec}");
+    }
+}
+
+#[test]
+fn garbage_is_a_decode_error_not_a_panic() {
+    for codec in typed() {
+        assert!(codec.decode::<Decl>(&[0xc1, 0xff, 0x00]).is_err(), "{codec}");
+        assert!(codec.decode::<Decl>(&[]).is_err(), "{codec}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn typed_codecs_round_trip(i in any::<u64>(), name in ".{0,40}", kind in ".{0,10}") {
+        let row = Decl { i, name, kind };
+        for codec in typed() {
+            let body = codec.to_vec(&row).unwrap();
+            let back: Decl = codec.decode(&body).unwrap();
+            prop_assert_eq!(&back, &row);
+            let back: Decl = codec.decode_bytes(Bytes::from(body)).unwrap();
+            prop_assert_eq!(&back, &row);
+        }
+    }
+
+    #[test]
+    fn raw_round_trips_any_bytes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let body = Codec::Raw.to_vec(&Bytes::from(data.clone())).unwrap();
+        prop_assert_eq!(&body, &data);
+        let back: Vec<u8> = Codec::Raw.decode(&body).unwrap();
+        prop_assert_eq!(back, data);
+    }
+
+    #[test]
+    fn decoders_never_panic(data in proptest::collection::vec(any::<u8>(), 0..256)) {
+        for codec in typed() {
+            let _ = codec.decode::<Decl>(&data);
+            let _ = codec.decode::<serde_json::Value>(&data);
+        }
+    }
+}
+
+#[cfg(feature = "arrow")]
+#[test]
+fn arrow_batches_round_trip_and_garbage_fails() {
+    use std::sync::Arc;
+    use arrow_array::{Int64Array, RecordBatch, StringArray};
+    let batch = RecordBatch::try_from_iter([
+        ("i", Arc::new(Int64Array::from(vec![1, 2, 3])) as _),
+        ("name", Arc::new(StringArray::from(vec!["a", "b", "c"])) as _),
+    ])
+    .unwrap();
+    let mut body = Vec::new();
+    wirepool_codec::arrow::encode_batches(&[batch.clone(), batch.clone()], &mut body).unwrap();
+    assert_eq!(wirepool_codec::arrow::decode_batches(&body).unwrap(), vec![batch.clone(), batch]);
+    assert!(wirepool_codec::arrow::decode_batches(b"not arrow").is_err());
+    assert!(wirepool_codec::arrow::encode_batches(&[], &mut body).is_err());
+}

@@ -1,0 +1,1 @@
+pub use wirepool_codec::Codec;
