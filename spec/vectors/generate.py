@@ -1428,26 +1428,115 @@ def doc_error_codes() -> dict[str, int]:
             re.findall(r"^\|\s*(\d{3})\s*\|\s*([A-Z_0-9]+)\s*\|", text, re.M)}
 
 
-def annotate(name: str) -> str:
-    """An annotated dump of a frames case, to paste into PROTOCOL.md."""
+def annotate_payload(tname: str, field, s16) -> None:
+    if tname == "HELLO":
+        field(8, 'magic "WIREPOOL"')
+        field(2, "min_version = {}", "H")
+        field(2, "max_version = {}", "H")
+        field(4, "pid = {}", "I")
+        field(4, "max_concurrency = {}", "I")
+        field(4, "max_frame_size = {}", "I")
+        s16("sdk_name")
+        s16("sdk_version")
+        for _ in range(field(2, "method_count = {}", "H")):
+            field(1, "kind = {} (1 unary, 2 stream)", "B")
+            n = field(1, "codec_count = {}", "B")
+            field(n, "codec ids")
+            s16("name")
+    elif tname == "WELCOME":
+        for n, label, fmt in [(2, "version", "H"), (2, "reserved", "H"),
+                              (4, "worker_id", "I"), (4, "max_frame_size", "I"),
+                              (4, "initial_credit", "I"), (4, "heartbeat_ms", "I"),
+                              (4, "max_in_flight", "I"), (8, "max_message_size", "Q")]:
+            field(n, label + " = {}", fmt)
+    elif tname == "REQUEST":
+        field(2, "method = {}", "H")
+        field(1, "codec = {}", "B")
+        field(1, "reserved = {}", "B")
+        field(8, "timeout_us = {}", "Q")
+    elif tname == "ERROR":
+        field(4, "code = {}", "I")
+        s16("message")
+    elif tname == "ROWS":
+        for i in range(field(4, "count = {}", "I")):
+            n = field(4, f"row {i} length = {{}}", "I")
+            if n:
+                field(n, f"row {i}")
+    elif tname == "END":
+        field(8, "row_count = {}", "Q")
+    elif tname == "CREDIT":
+        field(4, "bytes = {}", "I")
+    elif tname == "EVENT":
+        s16("topic")
+    elif tname in ("PING", "PONG"):
+        field(8, "nonce")
+    elif tname == "DRAIN":
+        field(4, "grace_ms = {}", "I")
+    elif tname == "GOODBYE":
+        field(4, "reason = {}", "I")
+
+
+def annotate(name: str, compact: bool = False) -> str:
+    """An annotated dump of a frames case (field by field), to paste into PROTOCOL.md."""
     case = next(c for c in FRAME_CASES if c["name"] == name)
     data = bytes.fromhex(case["hex"])
-    lines, pos = [], 0
+    lines: list[str] = []
+
+    def put(chunk: bytes, note: str) -> None:
+        for i in range(0, max(len(chunk), 1), 8):
+            part = chunk[i:i + 8]
+            if part or not chunk:
+                lines.append(f"{part.hex(' '):<24}# {note if i == 0 else '  (cont.)'}")
+
+    def text(b: bytes) -> str:
+        return '"' + b.decode("utf-8", "replace") + '"'
+
+    pos = 0
     while pos + 16 <= len(data):
         length, tb, flags, res, ident = HEADER.unpack_from(data, pos)
         tname = TYPE_NAMES.get(tb, "?")
-        lines.append(f"{data[pos:pos+4].hex(' '):<24}# length = {length}")
-        lines.append(f"{data[pos+4:pos+5].hex():<24}# type = 0x{tb:02x} {tname}")
-        lines.append(f"{data[pos+5:pos+6].hex():<24}# flags = 0x{flags:02x}"
-                     + (" (MORE)" if flags & 1 else ""))
-        lines.append(f"{data[pos+6:pos+8].hex(' '):<24}# reserved = {res}")
-        lines.append(f"{data[pos+8:pos+16].hex(' '):<24}# id = {ident}")
-        body = data[pos + 16:pos + 16 + length]
-        for i in range(0, len(body), 8):
-            lines.append(f"{body[i:i+8].hex(' '):<24}# payload")
+        more = " (MORE)" if flags & 1 else ""
+        if compact:
+            lines.append(f"{data[pos:pos + 8].hex(' ')}  {data[pos + 8:pos + 16].hex(' ')}"
+                         f"  # header: length {length}, {tname}, flags 0x{flags:02x}{more}, "
+                         f"id {ident}")
+        else:
+            put(data[pos:pos + 4], f"length = {length}")
+            put(data[pos + 4:pos + 5], f"type = 0x{tb:02x} {tname}")
+            put(data[pos + 5:pos + 6], f"flags = 0x{flags:02x}{more}")
+            put(data[pos + 6:pos + 8], f"reserved = {res}")
+            put(data[pos + 8:pos + 16], f"id = {ident}")
+        p = data[pos + 16:pos + 16 + length]
+        q = 0
+
+        def field(n: int, note: str, fmt: str | None = None) -> int | bytes:
+            nonlocal q
+            chunk = p[q:q + n]
+            if len(chunk) < n:
+                raise ProtoError("PROTOCOL")  # malformed: the rest is dumped raw
+            q += n
+            value = struct.unpack("<" + fmt, chunk)[0] if fmt else chunk
+            put(chunk, note.format(value))
+            return value
+
+        def s16(label: str) -> None:
+            n = field(2, label + " length = {}", "H")
+            field(n, label + " = " + text(p[q:q + n]).replace("{", "{{").replace("}", "}}"))
+
+        try:
+            annotate_payload(tname, field, s16)
+        except ProtoError:
+            pass
+        rest = p[q:]
+        if rest:
+            label = {"ERROR": "details", "END": "summary", "EVENT": "data"}.get(tname, "body")
+            if tname == "HELLO" or tname == "WELCOME":
+                label = "trailing (ignored)"
+            printable = rest.isascii() and rest.decode().isprintable()
+            put(rest, f"{label} {rest.decode() if printable else ''}".rstrip())
         pos += 16 + length
     if pos < len(data):
-        lines.append(f"{data[pos:].hex(' '):<24}# (incomplete)")
+        put(data[pos:], "(incomplete)")
     return f"```hex name={name}\n" + "\n".join(lines) + "\n```"
 
 
@@ -1456,6 +1545,7 @@ def main() -> int:
     ap.add_argument("--check", action="store_true",
                     help="verify the committed JSON and PROTOCOL.md examples; write nothing")
     ap.add_argument("--annotate", metavar="CASE", help="print an annotated hex block of a case")
+    ap.add_argument("--compact", action="store_true", help="with --annotate: one-line headers")
     args = ap.parse_args()
     build_frame_cases()
     build_session_cases()
@@ -1463,7 +1553,7 @@ def main() -> int:
         names = [c["name"] for c in cases]
         assert len(names) == len(set(names)), "duplicate case names"
     if args.annotate:
-        print(annotate(args.annotate))
+        print(annotate(args.annotate, args.compact))
         return 0
     outputs = {HERE / "frames.json": dump(FRAME_CASES), HERE / "sessions.json": dump(SESSION_CASES)}
     if not args.check:
