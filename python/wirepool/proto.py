@@ -677,20 +677,22 @@ def _check_header(length: int, ftype: int, flags: int, reserved: int, id: int,
         raise _fail(ErrorCode.BAD_ID, f"{_TYPE_NAMES[ftype]} must carry a non-zero id")
 
 
-def _read_str16(p: memoryview, off: int, what: str) -> tuple[str, int]:
+def _str16(p: memoryview, off: int, lo: int, hi: int, range_code: ErrorCode,
+           what: str) -> tuple[str, int]:
+    """str16 at ``off``: does it fit, then is its length in range, then is it UTF-8."""
     if off + 2 > len(p):
         raise _fail(ErrorCode.BAD_PAYLOAD, f"payload too short for {what}")
     (n,) = _U16.unpack_from(p, off)
     off += 2
     if off + n > len(p):
         raise _fail(ErrorCode.BAD_PAYLOAD, f"{what} runs past the payload")
+    if not lo <= n <= hi:
+        raise _fail(range_code, f"{what} must be {lo}-{hi} bytes, got {n}")
     return _utf8(p[off:off + n], what), off + n
 
 
 def _parse_hello(id: int, more: bool, p: memoryview) -> Hello:
-    if len(p) < 8:
-        raise _fail(ErrorCode.BAD_PAYLOAD, "HELLO too short for its magic")
-    if bytes(p[:8]) != MAGIC:
+    if bytes(p[:8]) != MAGIC:  # a HELLO shorter than the magic is BAD_MAGIC too
         raise _fail(ErrorCode.BAD_MAGIC, "HELLO does not start with WIREPOOL")
     if len(p) < _HELLO_FIXED.size:
         raise _fail(ErrorCode.BAD_PAYLOAD, "HELLO too short for its fixed fields")
@@ -703,12 +705,8 @@ def _parse_hello(id: int, more: bool, p: memoryview) -> Hello:
     if not MIN_FRAME_SIZE_LIMIT <= mfs <= MAX_FRAME_SIZE_LIMIT:
         raise _fail(bad, f"max_frame_size {mfs} out of range")
     off = _HELLO_FIXED.size
-    name, off = _read_str16(p, off, "sdk_name")
-    if not 1 <= len(name.encode()) <= 64:
-        raise _fail(bad, "sdk_name must be 1-64 bytes")
-    version, off = _read_str16(p, off, "sdk_version")
-    if len(version.encode()) > 64:
-        raise _fail(bad, "sdk_version must be at most 64 bytes")
+    name, off = _str16(p, off, 1, 64, bad, "sdk_name")
+    version, off = _str16(p, off, 0, 64, bad, "sdk_version")
     if off + 2 > len(p):
         raise _fail(ErrorCode.BAD_PAYLOAD, "HELLO too short for method_count")
     (count,) = _U16.unpack_from(p, off)
@@ -718,12 +716,15 @@ def _parse_hello(id: int, more: bool, p: memoryview) -> Hello:
     methods: list[MethodInfo] = []
     seen: set[str] = set()
     for _ in range(count):
-        if off + 2 > len(p):
+        if off + 1 > len(p):
             raise _fail(ErrorCode.BAD_PAYLOAD, "method entry runs past the payload")
-        kind, ncodecs = p[off], p[off + 1]
-        off += 2
+        kind = p[off]
         if kind not in (1, 2):
             raise _fail(bad, f"method kind {kind} is neither unary nor stream")
+        if off + 2 > len(p):
+            raise _fail(ErrorCode.BAD_PAYLOAD, "method entry runs past the payload")
+        ncodecs = p[off + 1]
+        off += 2
         if not 1 <= ncodecs <= 16:
             raise _fail(bad, f"codec_count {ncodecs} out of 1-16")
         if off + ncodecs > len(p):
@@ -732,9 +733,7 @@ def _parse_hello(id: int, more: bool, p: memoryview) -> Hello:
         off += ncodecs
         if len(set(codecs)) != ncodecs:
             raise _fail(bad, "duplicate codec id in a method entry")
-        mname, off = _read_str16(p, off, "method name")
-        if not 1 <= len(mname.encode()) <= 255:
-            raise _fail(bad, "method name must be 1-255 bytes")
+        mname, off = _str16(p, off, 1, 255, bad, "method name")
         if mname in seen:
             raise _fail(bad, f"duplicate method name {mname!r}")
         seen.add(mname)
@@ -750,12 +749,10 @@ def _parse_welcome(id: int, more: bool, p: memoryview) -> Welcome:
     if reserved:
         raise _fail(ErrorCode.RESERVED_NONZERO, "WELCOME reserved field is not zero")
     bad = ErrorCode.BAD_HANDSHAKE
-    if ver < 1:
-        raise _fail(bad, "WELCOME version 0")
     if not MIN_FRAME_SIZE_LIMIT <= mfs <= MAX_FRAME_SIZE_LIMIT:
         raise _fail(bad, f"max_frame_size {mfs} out of range")
-    if credit < 1:
-        raise _fail(bad, "initial_credit must be >= 1")
+    if not 1 <= credit <= MAX_CREDIT:
+        raise _fail(bad, "initial_credit must be 1..2^31-1")
     if mif < 1:
         raise _fail(bad, "max_in_flight must be >= 1")
     if mms < mfs:
@@ -790,7 +787,7 @@ def _parse_error(id: int, more: bool, p: memoryview) -> ErrorFrame:
     if 6 + n > len(p):
         raise _fail(ErrorCode.BAD_PAYLOAD, "ERROR message runs past the payload", id)
     message = _utf8(p[6:6 + n], "ERROR message")
-    details = _utf8(p[6 + n:], "ERROR details")
+    details = _utf8(p[6 + n:], "ERROR details") if len(p) > 6 + n else ""
     return ErrorFrame(id, code, message, details)
 
 
@@ -1021,13 +1018,12 @@ class _Stream:
 class _Assembly:
     """An incoming message split by MORE, being reassembled."""
 
-    __slots__ = ("first", "chunks", "size", "discard")
+    __slots__ = ("first", "chunks", "size")
 
-    def __init__(self, first: Frame, chunk: Buffer, size: int, discard: bool = False) -> None:
+    def __init__(self, first: Frame, chunk: Buffer, size: int) -> None:
         self.first = first
-        self.chunks: list[Buffer] = [] if discard else [chunk]
+        self.chunks: list[Buffer] = [chunk]
         self.size = size
-        self.discard = discard
 
 
 _START, _HELLO_DONE, _OPEN = 0, 1, 2
@@ -1043,8 +1039,9 @@ class Connection:
 
     Decisions the spec leaves to the reader, made here:
     - A request is in flight from its first REQUEST frame to the first frame of its terminal.
-    - The worker decides REJECT on the first REQUEST frame; the rest of a rejected continued
-      request is read and dropped, never buffered.
+    - The worker decides REJECT when a REQUEST is complete (after reassembly), as the reference
+      model in spec/vectors/generate.py does; CANCEL of a half-received request is REJECT
+      CANCELLED, so the driver still answers it with a terminal.
     """
 
     def __init__(self, role: str, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
@@ -1096,32 +1093,18 @@ class Connection:
             if event is not None:
                 return event
 
-    def _check_direction(self, f: Frame) -> None:
-        if f.TYPE not in self._receives:
-            raise _fail(ErrorCode.UNEXPECTED_FRAME,
-                        f"{f.NAME} cannot be sent to the {self.role}", f.id)
-        if self.goodbye_received:
-            raise _fail(ErrorCode.UNEXPECTED_FRAME, f"{f.NAME} after GOODBYE", f.id)
-
     def _continue(self, f: Frame, asm: _Assembly) -> Frame | None:
-        """A frame for an id with a message in progress."""
-        t = f.TYPE
-        if t != FrameType.CONTINUATION:
-            raise _fail(ErrorCode.CONTINUATION,
-                        f"{f.NAME} for request {f.id} while its message is still arriving", f.id)
+        """A CONTINUATION for an id with a message in progress."""
         body = f.body  # type: ignore[attr-defined]
         asm.size += len(body)
         if asm.size > self.max_message_size:
             raise _fail(ErrorCode.MESSAGE_TOO_LARGE,
                         f"message for request {f.id} exceeds max_message_size "
                         f"{self.max_message_size}", f.id)
-        if not asm.discard:
-            asm.chunks.append(body)
+        asm.chunks.append(body)
         if f.more:
             return None
         del self._incoming[f.id]
-        if asm.discard:
-            return None
         whole = b"".join(asm.chunks)
         first = asm.first
         if first.TYPE == FrameType.REQUEST:
@@ -1130,28 +1113,39 @@ class Connection:
             return Result(first.id, whole)
         return End(first.id, first.row_count, whole)  # type: ignore[attr-defined]
 
-    def _start_assembly(self, f: Frame, chunk: Buffer, discard: bool = False) -> None:
-        size = len(chunk) + _PREFIX_SIZE[f.TYPE]
-        if size > self.max_message_size:
-            raise _fail(ErrorCode.MESSAGE_TOO_LARGE, "message exceeds max_message_size", f.id)
-        self._incoming[f.id] = _Assembly(f, chunk, size, discard)
+    def _start_assembly(self, f: Frame, chunk: Buffer) -> None:
+        self._incoming[f.id] = _Assembly(f, chunk, len(chunk) + _PREFIX_SIZE[f.TYPE])
+
+    def _unexpected(self, f: Frame, why: str) -> ProtocolError:
+        return _fail(ErrorCode.UNEXPECTED_FRAME, f"{f.NAME} {why}", f.id)
+
+    # The checks run in the order of PROTOCOL.md section 10.2 (and spec/vectors/generate.py):
+    # handshake and direction, id, continuation, late, kind, counters.
 
     def _on_parent_frame(self, f: Frame) -> Frame | None:
-        self._check_direction(f)
         t = f.TYPE
-        if self.state != _OPEN:
-            if self.state == _START and t == FrameType.HELLO:
-                self.hello = f  # type: ignore[assignment]
-                self.state = _HELLO_DONE
-                return f
-            if t == FrameType.ERROR and f.id == 0:
-                return f
-            raise _fail(ErrorCode.UNEXPECTED_FRAME,
-                        f"{f.NAME} before the handshake completed", f.id)
-        if t == FrameType.HELLO:
-            raise _fail(ErrorCode.UNEXPECTED_FRAME, "second HELLO")
         id = f.id
-        if id == 0:  # PING, PONG, GOODBYE, ERROR/EVENT for the connection
+        if t == FrameType.ERROR and id == 0:
+            return f  # a refusal or a fatal report: allowed at any time
+        if self.hello is None:
+            if t != FrameType.HELLO:
+                raise self._unexpected(f, "before HELLO")
+            if not f.min_version <= PROTOCOL_VERSION <= f.max_version:  # type: ignore[attr-defined]
+                raise _fail(ErrorCode.VERSION_MISMATCH,
+                            f"worker speaks versions {f.min_version}..{f.max_version}, "  # type: ignore[attr-defined]
+                            f"this parent speaks {PROTOCOL_VERSION}")
+            self.hello = f  # type: ignore[assignment]
+            self.state = _HELLO_DONE
+            return f
+        if self.state != _OPEN:
+            raise self._unexpected(f, "before WELCOME was sent")
+        if t not in _PARENT_RECEIVES:
+            raise self._unexpected(f, "cannot be sent to the parent")
+        if t == FrameType.HELLO:
+            raise self._unexpected(f, "a second time")
+        if self.goodbye_received:
+            raise self._unexpected(f, "after GOODBYE")
+        if id == 0:  # PING, PONG, GOODBYE, EVENT for the connection
             if t == FrameType.GOODBYE:
                 self.goodbye_received = True
             return f
@@ -1159,14 +1153,19 @@ class Connection:
             raise _fail(ErrorCode.UNKNOWN_ID, f"{f.NAME} for request {id}, never sent", id)
         asm = self._incoming.get(id)
         if asm is not None:
+            if t == FrameType.CONTINUATION:
+                event = self._continue(f, asm)
+                if event is not None:
+                    self.in_flight.pop(id, None)
+                return event
             if t == FrameType.ERROR:  # the worker abandons the result/summary it was sending
                 del self._incoming[id]
                 self.in_flight.pop(id, None)
                 return f
-            event = self._continue(f, asm)
-            if event is not None:
-                self.in_flight.pop(id, None)
-            return event
+            raise _fail(ErrorCode.CONTINUATION,
+                        f"{f.NAME} for request {id} while its message is still arriving", id)
+        if t == FrameType.CONTINUATION:
+            raise _fail(ErrorCode.CONTINUATION, f"CONTINUATION for request {id} with no message", id)
         req = self.in_flight.get(id)
         if req is None:
             return Late(id, f.NAME)
@@ -1177,11 +1176,6 @@ class Connection:
                 raise _fail(ErrorCode.FLOW_CONTROL, f"ROWS on request {id} without credit", id)
             req.credit -= len(f._payload)  # type: ignore[attr-defined,arg-type]
             req.rows += f.count  # type: ignore[attr-defined]
-            return f
-        if t == FrameType.EVENT:
-            return f
-        if t == FrameType.ERROR:
-            del self.in_flight[id]
             return f
         if t == FrameType.RESULT:
             if req.kind != MethodKind.UNARY:
@@ -1202,54 +1196,50 @@ class Connection:
                 return None
             del self.in_flight[id]
             return f
-        # CONTINUATION for an in-flight request with no message in progress.
-        raise _fail(ErrorCode.CONTINUATION, f"CONTINUATION for request {id} with no message", id)
+        if t == FrameType.ERROR:
+            del self.in_flight[id]
+        return f  # ERROR, EVENT
 
     def _on_worker_frame(self, f: Frame) -> Frame | None:
-        self._check_direction(f)
         t = f.TYPE
-        if self.state != _OPEN:
-            if self.state == _HELLO_DONE and t == FrameType.WELCOME:
-                self._accept_welcome(f)  # type: ignore[arg-type]
-                return f
-            if self.state == _HELLO_DONE and t == FrameType.ERROR and f.id == 0:
-                return f
-            raise _fail(ErrorCode.UNEXPECTED_FRAME,
-                        f"{f.NAME} before the handshake completed", f.id)
-        if t == FrameType.WELCOME:
-            raise _fail(ErrorCode.UNEXPECTED_FRAME, "second WELCOME")
         id = f.id
-        if id == 0:  # PING, PONG, DRAIN, ERROR for the connection
+        if t == FrameType.ERROR and id == 0:
+            return f  # a refusal or a fatal report: allowed at any time
+        if self.state != _OPEN:
+            if self.state != _HELLO_DONE or t != FrameType.WELCOME:
+                raise self._unexpected(f, "before the handshake completed")
+            self._accept_welcome(f)  # type: ignore[arg-type]
+            return f
+        if t not in _WORKER_RECEIVES or t == FrameType.WELCOME or t == FrameType.ERROR:
+            # The parent sends ERROR with id 0 only; a request is stopped with CANCEL.
+            raise self._unexpected(f, "cannot be sent to the worker now")
+        if id == 0:  # PING, PONG, DRAIN
             if t == FrameType.DRAIN:
                 self.draining = True
             return f
-        asm = self._incoming.get(id)
-        if asm is not None:
-            if t == FrameType.CANCEL:  # the parent abandons the request it was sending
-                del self._incoming[id]
-                if asm.discard:
-                    return Late(id, f.NAME)
-                return f
-            event = self._continue(f, asm)
-            return event
         if t == FrameType.REQUEST:
             if id <= self.last_id:
                 raise _fail(ErrorCode.DUPLICATE_ID,
                             f"REQUEST id {id} not above the last id {self.last_id}", id)
             self.last_id = id
-            code = self._reject_code(f)  # type: ignore[arg-type]
-            if code is not None:
-                if f.more:
-                    self._start_assembly(f, f.body, discard=True)  # type: ignore[attr-defined]
-                return Reject(id, code)
-            kind = self.hello.methods[f.method].kind  # type: ignore[union-attr,attr-defined]
-            self.in_flight[id] = _Stream(kind, self.initial_credit)
             if f.more:
                 self._start_assembly(f, f.body)  # type: ignore[attr-defined]
                 return None
-            return f
+            return self._admit(f)  # type: ignore[arg-type]
         if id > self.last_id:
             raise _fail(ErrorCode.UNKNOWN_ID, f"{f.NAME} for request {id}, never received", id)
+        asm = self._incoming.get(id)
+        if asm is not None:
+            if t == FrameType.CONTINUATION:
+                event = self._continue(f, asm)
+                return None if event is None else self._admit(event)  # type: ignore[arg-type]
+            if t == FrameType.CANCEL:  # the parent abandons the request it was sending
+                del self._incoming[id]
+                return Reject(id, ErrorCode.CANCELLED)
+            raise _fail(ErrorCode.CONTINUATION,
+                        f"{f.NAME} for request {id} while its message is still arriving", id)
+        if t == FrameType.CONTINUATION:
+            raise _fail(ErrorCode.CONTINUATION, f"CONTINUATION for request {id} with no message", id)
         req = self.in_flight.get(id)
         if req is None:
             return Late(id, f.NAME)
@@ -1260,10 +1250,16 @@ class Connection:
             if credit > MAX_CREDIT:
                 raise _fail(ErrorCode.CREDIT_OVERFLOW, f"credit of request {id} above 2^31-1", id)
             req.credit = credit
-            return f
-        if t == FrameType.CONTINUATION:
-            raise _fail(ErrorCode.CONTINUATION, f"CONTINUATION for request {id} with no message", id)
-        return f  # CANCEL, ERROR for an in-flight request
+        return f  # CANCEL, CREDIT
+
+    def _admit(self, f: Request) -> Frame:
+        """A complete REQUEST: accept it (in flight) or REJECT it (counts as ended)."""
+        code = self._reject_code(f)
+        if code is not None:
+            return Reject(f.id, code)
+        kind = self.hello.methods[f.method].kind  # type: ignore[union-attr]
+        self.in_flight[f.id] = _Stream(kind, self.initial_credit)
+        return f
 
     def _reject_code(self, f: Request) -> int | None:
         if self.draining:
@@ -1406,6 +1402,7 @@ class Connection:
                 raise ValueError(f"no message in progress for request {id}")
             if not f.more:
                 self._outgoing.discard(id)
+                self.in_flight.pop(id, None)
             return
         if id in self._outgoing and t != FrameType.ERROR:
             raise ValueError(f"request {id} result is still being sent")
@@ -1429,9 +1426,10 @@ class Connection:
             req.rows += f.count  # type: ignore[attr-defined]
             return
         if t == FrameType.RESULT or t == FrameType.END:
-            del self.in_flight[id]
-            if f.more:
+            if f.more:  # still in flight (and counted) until its last CONTINUATION
                 self._outgoing.add(id)
+            else:
+                del self.in_flight[id]
             return
         raise ValueError(f"the worker cannot send {f.NAME}")
 

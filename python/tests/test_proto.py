@@ -1,0 +1,288 @@
+"""Literal-bytes and property tests of wirepool.proto (frames, decoder, connection)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vectors import to_json
+from wirepool import proto
+from wirepool.errors import ErrorCode, ProtocolError
+
+
+def decode(data: bytes, max_frame_size: int = proto.DEFAULT_MAX_FRAME_SIZE) -> list[proto.Frame]:
+    return proto.decode_all(data, max_frame_size)
+
+
+def header(length: int, ftype: int, flags: int = 0, reserved: int = 0, id: int = 0) -> bytes:
+    return struct.pack("<IBBHQ", length, ftype, flags, reserved, id)
+
+
+def test_ping_literal_bytes() -> None:
+    wire = bytes.fromhex("08000000" "31" "00" "0000" "0000000000000000" "0102030405060708")
+    assert proto.encode_frame(proto.Ping(bytes(range(1, 9)))) == wire
+    (f,) = decode(wire)
+    assert isinstance(f, proto.Ping) and f.nonce == bytes(range(1, 9))
+
+
+def test_rows_literal_bytes_and_zero_copy_slices() -> None:
+    wire = bytes.fromhex("11000000" "20" "00" "0000" "0500000000000000"
+                         "02000000" "03000000616263" "020000006465")
+    (f,) = decode(wire)
+    assert isinstance(f, proto.Rows) and f.id == 5 and len(f) == 2
+    rows = f.rows
+    assert [bytes(r) for r in rows] == [b"abc", b"de"]
+    assert all(isinstance(r, memoryview) for r in rows)
+    assert proto.encode_frame(proto.Rows(5, [b"abc", b"de"])) == wire
+
+
+@pytest.mark.parametrize("payload,code", [
+    (struct.pack("<I", 0), ErrorCode.ROW_BOUNDS),                       # count 0
+    (struct.pack("<II", 1, 5) + b"abc", ErrorCode.ROW_BOUNDS),          # row past the end
+    (struct.pack("<II", 1, 1) + b"ab", ErrorCode.ROW_BOUNDS),           # bytes left over
+    (struct.pack("<I", 1000), ErrorCode.ROW_BOUNDS),                    # count above (len-4)/4
+    (b"\x01\x00", ErrorCode.BAD_PAYLOAD),                               # too short for count
+])
+def test_rows_bounds(payload: bytes, code: int) -> None:
+    with pytest.raises(ProtocolError) as e:
+        decode(header(len(payload), 0x20, id=1) + payload)
+    assert e.value.code == code
+
+
+def test_frame_too_large_is_raised_on_the_header_alone() -> None:
+    dec = proto.FrameDecoder(65536)
+    dec.feed(header(65537, 0x12, id=1))  # no payload byte ever arrives
+    with pytest.raises(ProtocolError) as e:
+        dec.next_frame()
+    assert e.value.code == ErrorCode.FRAME_TOO_LARGE
+    with pytest.raises(ProtocolError):  # the decoder stays dead
+        dec.next_frame()
+
+
+@pytest.mark.parametrize("hdr,code", [
+    (header(0, 0x55), ErrorCode.UNKNOWN_FRAME_TYPE),
+    (header(0, 0x11, flags=0x02, id=1), ErrorCode.BAD_FLAGS),
+    (header(8, 0x31, flags=0x01), ErrorCode.BAD_FLAGS),                # MORE on PING
+    (header(0, 0x11, reserved=1, id=1), ErrorCode.RESERVED_NONZERO),
+    (header(0, 0x11, id=0), ErrorCode.BAD_ID),                          # CANCEL id 0
+    (header(8, 0x31, id=3), ErrorCode.BAD_ID),                          # PING id 3
+])
+def test_header_rules_checked_before_payload(hdr: bytes, code: int) -> None:
+    dec = proto.FrameDecoder()
+    dec.feed(hdr)
+    with pytest.raises(ProtocolError) as e:
+        dec.next_frame()
+    assert e.value.code == code
+
+
+def test_truncated_on_eof_mid_frame() -> None:
+    wire = proto.encode_frame(proto.Result(1, b"hello"))
+    for cut in range(1, len(wire)):
+        dec = proto.FrameDecoder()
+        dec.feed(wire[:cut])
+        assert dec.next_frame() is None
+        with pytest.raises(ProtocolError) as e:
+            dec.eof()
+        assert e.value.code == ErrorCode.TRUNCATED
+
+
+def test_bad_utf8_in_error_message() -> None:
+    payload = struct.pack("<IH", 203, 2) + b"\xff\xfe"
+    with pytest.raises(ProtocolError) as e:
+        decode(header(len(payload), 0x13, id=1) + payload)
+    assert e.value.code == ErrorCode.BAD_UTF8
+
+
+def test_split_message_uses_more_and_continuations() -> None:
+    body = bytes(range(256)) * 1000  # 256,000 bytes
+    frames = proto.split_message(proto.Result(7, body), 65536)
+    assert [type(f).__name__ for f in frames] == ["Result", "Continuation", "Continuation",
+                                                  "Continuation"]
+    assert [f.more for f in frames] == [True, True, True, False]
+    wire = b"".join(proto.encode_frame(f) for f in frames)
+    decoded = decode(wire, 65536)
+    assert b"".join(bytes(f.body) for f in decoded) == body  # type: ignore[attr-defined]
+
+
+def test_rows_builder_respects_the_frame_limit() -> None:
+    b = proto.RowsBuilder(100)
+    n = 0
+    while b.append(b"x" * 10):
+        n += 1
+    assert n == 6  # 4 + 6 * 14 = 88; a 7th row would need 102 bytes
+    (f,) = decode(bytes(b.take(9)))
+    assert isinstance(f, proto.Rows) and f.id == 9 and [bytes(r) for r in f] == [b"x" * 10] * 6
+
+
+# -- property tests ----------------------------------------------------------------------------
+
+ids = st.integers(min_value=1, max_value=2**64 - 1)
+blobs = st.binary(max_size=300)
+text = st.text(max_size=40)
+frames = st.one_of(
+    st.builds(proto.Request, ids, st.integers(0, 0xFFFF), st.integers(0, 255), blobs,
+              st.integers(0, 2**64 - 1)),
+    st.builds(proto.Cancel, ids),
+    st.builds(proto.Result, ids, blobs),
+    st.builds(proto.ErrorFrame, st.integers(0, 2**64 - 1).map(lambda _: 0) | ids,
+              st.integers(0, 2**32 - 1), text, text),
+    st.builds(proto.Rows, ids, st.lists(blobs, min_size=1, max_size=20)),
+    st.builds(proto.End, ids, st.integers(0, 2**64 - 1), blobs),
+    st.builds(proto.Credit, ids, st.integers(1, 2**32 - 1)),
+    st.builds(proto.Event, ids, st.text(min_size=1, max_size=20).filter(
+        lambda t: len(t.encode()) <= 255), text),
+    st.builds(proto.Ping, st.binary(min_size=8, max_size=8)),
+    st.builds(proto.Pong, st.binary(min_size=8, max_size=8)),
+    st.builds(proto.Drain, st.integers(0, 2**32 - 1)),
+    st.builds(proto.Goodbye, st.integers(0, 2**32 - 1)),
+    st.builds(proto.Continuation, ids, blobs, st.booleans()),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(frames, min_size=1, max_size=8), st.lists(st.integers(1, 64), max_size=50))
+def test_round_trip_any_chunking(fs: list[proto.Frame], cuts: list[int]) -> None:
+    wire = b"".join(proto.encode_frame(f) for f in fs)
+    dec = proto.FrameDecoder(proto.DEFAULT_MAX_FRAME_SIZE)
+    out: list[proto.Frame] = []
+    pos = 0
+    for c in cuts + [len(wire)]:
+        dec.feed(wire[pos:pos + c])
+        pos += c
+        while (f := dec.next_frame()) is not None:
+            out.append(f)
+        if pos >= len(wire):
+            break
+    dec.eof()
+    assert [to_json(f) for f in out] == [to_json(f) for f in fs]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=0, max_size=200_000), st.integers(1, 70_000))
+def test_split_message_round_trip(body: bytes, extra: int) -> None:
+    mfs = 65536
+    frames_ = proto.split_message(proto.End(3, 11, body), mfs)
+    assert all(len(b"".join(bytes(p) for p in proto.encode_frame_parts(f))) - 16 <= mfs
+               for f in frames_)
+    decoded = decode(b"".join(proto.encode_frame(f) for f in frames_), mfs)
+    got = bytes(decoded[0].summary) + b"".join(bytes(f.body) for f in decoded[1:])  # type: ignore[attr-defined]
+    assert got == body
+
+
+# -- connection ---------------------------------------------------------------------------------
+
+HELLO = proto.Hello(pid=42, max_concurrency=4, methods=[
+    proto.MethodInfo("add", proto.MethodKind.UNARY, [1, 2]),
+    proto.MethodInfo("rows", proto.MethodKind.STREAM, [1]),
+])
+WELCOME = proto.Welcome(worker_id=1, max_frame_size=65536, initial_credit=100, max_in_flight=2,
+                        max_message_size=200_000)
+
+
+def enc(*fs: proto.Frame) -> bytes:
+    return b"".join(proto.encode_frame(f) for f in fs)
+
+
+def events(conn: proto.Connection, data: bytes) -> list[proto.Frame]:
+    conn.feed(data)
+    out = []
+    while (e := conn.next_event()) is not None:
+        out.append(e)
+    return out
+
+
+def open_parent() -> proto.Connection:
+    c = proto.Connection("parent")
+    assert [e.NAME for e in events(c, enc(HELLO))] == ["HELLO"]
+    c.send(WELCOME)
+    return c
+
+
+def open_worker() -> proto.Connection:
+    c = proto.Connection("worker")
+    c.send(HELLO)
+    assert [e.NAME for e in events(c, enc(WELCOME))] == ["WELCOME"]
+    return c
+
+
+def test_parent_stream_credit_and_row_count() -> None:
+    c = open_parent()
+    c.send(proto.Request(1, 1, 1, b"{}"))
+    evs = events(c, enc(proto.Rows(1, [b"x" * 100])))  # payload 108 > credit 100: allowed once
+    assert evs[0].NAME == "ROWS" and c.credit(1) == -8
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Rows(1, [b"y"])))
+    assert e.value.code == ErrorCode.FLOW_CONTROL
+
+
+def test_parent_late_vs_unknown_id() -> None:
+    c = open_parent()
+    c.send(proto.Request(1, 0, 1, b"{}"))
+    assert [e.NAME for e in events(c, enc(proto.Result(1, b"3")))] == ["RESULT"]
+    (late,) = events(c, enc(proto.Result(1, b"3")))
+    assert isinstance(late, proto.Late) and late.frame == "RESULT"
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Result(2, b"3")))
+    assert e.value.code == ErrorCode.UNKNOWN_ID
+
+
+def test_parent_reassembles_and_limits_message_size() -> None:
+    c = open_parent()
+    c.send(proto.Request(1, 0, 1, b"{}"))
+    body = b"z" * 150_000
+    (ev,) = events(c, enc(*proto.split_message(proto.Result(1, body), 65536)))
+    assert isinstance(ev, proto.Result) and bytes(ev.body) == body
+    c.send(proto.Request(2, 0, 1, b"{}"))
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(*proto.split_message(proto.Result(2, b"q" * 250_000), 65536)))
+    assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_worker_rejects_overload_draining_unknown_codec() -> None:
+    c = open_worker()
+    evs = events(c, enc(proto.Request(1, 0, 1), proto.Request(2, 0, 1), proto.Request(3, 0, 1),
+                        proto.Request(4, 9, 1), proto.Request(5, 1, 2)))
+    assert [(e.NAME, getattr(e, "code", None)) for e in evs] == [
+        ("REQUEST", None), ("REQUEST", None), ("REJECT", ErrorCode.OVERLOADED),
+        ("REJECT", ErrorCode.UNKNOWN_METHOD), ("REJECT", ErrorCode.CODEC_UNSUPPORTED)]
+    c.send(proto.Result(1, b"1"))
+    evs = events(c, enc(proto.Drain(100), proto.Request(6, 0, 1)))
+    assert [e.NAME for e in evs] == ["DRAIN", "REJECT"] and evs[1].code == ErrorCode.DRAINING
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Request(6, 0, 1)))
+    assert e.value.code == ErrorCode.DUPLICATE_ID
+
+
+def test_worker_credit_overflow_and_kind_mismatch() -> None:
+    c = open_worker()
+    events(c, enc(proto.Request(1, 1, 1), proto.Request(2, 0, 1)))
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Credit(2, 5)))
+    assert e.value.code == ErrorCode.KIND_MISMATCH
+    c = open_worker()
+    events(c, enc(proto.Request(1, 1, 1)))
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Credit(1, 2**31 - 100)))
+    assert e.value.code == ErrorCode.CREDIT_OVERFLOW
+
+
+def test_frames_before_handshake_are_unexpected() -> None:
+    c = proto.Connection("parent")
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Ping()))
+    assert e.value.code == ErrorCode.UNEXPECTED_FRAME
+    c = proto.Connection("worker")
+    c.send(HELLO)
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Request(1, 0, 1)))
+    assert e.value.code == ErrorCode.UNEXPECTED_FRAME
+
+
+def test_wrong_direction_is_unexpected() -> None:
+    c = open_parent()
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(proto.Request(1, 0, 1)))
+    assert e.value.code == ErrorCode.UNEXPECTED_FRAME
