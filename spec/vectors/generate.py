@@ -447,6 +447,7 @@ class Core:
                 if fr["more"]:
                     self.out_partial[ident] = t
                 else:
+                    self.out_partial.pop(ident, None)  # an ERROR abandons a partial result
                     self._end(ident)
             elif t == "CONTINUATION" and not fr["more"]:
                 self.out_partial.pop(ident)
@@ -830,11 +831,11 @@ def build_frame_cases() -> None:
           hello(min_version=1, max_version=3, max_concurrency=64, max_frame_size=MAX_FRAME_LIMIT,
                 methods=[method("m", "unary", [1])]))
     trailing = hello(methods=[method("echo", "unary", [1])])
-    bad_free = encode_payload(trailing) + b"\x09future"
+    with_trailing = encode_payload(trailing) + b"\x09future"
     frame_case("hello_trailing_bytes_ignored",
                "bytes after the method list are ignored by a v1 reader (room for later versions); "
                "decode only: the re-encoding has no trailing bytes",
-               raw("HELLO", 0, bad_free), [trailing], decode_only=True)
+               raw("HELLO", 0, with_trailing), [trailing], decode_only=True)
     valid("welcome_defaults", "WELCOME with the defaults a parent SHOULD use", welcome())
     valid("welcome_small_limits", "WELCOME at the lowest legal limits",
           welcome(worker_id=0, max_frame_size=65536, initial_credit=1, heartbeat_ms=0,
@@ -1377,6 +1378,36 @@ def build_session_cases() -> None:
                 send(req(1, ECHO, 0, b"x")),
                 recv(result(1, bytes(65536), more=True), []),
                 recv(cont(1, b"!", more=True), [], "MESSAGE_TOO_LARGE")])
+
+    session("parent_stream_ends_with_error", "a stream may end with ERROR after some rows", P,
+            parent_open() + [send(req(1, COUNT, 1, J)), recv(rows(1, b"a")),
+                             recv(error(1, "HANDLER_ERROR", "disk full")),
+                             recv(rows(1, b"b"), [late(1, "ROWS")])])
+    session("parent_connection_event_and_fatal_report",
+            "an EVENT with id 0, then the worker reports a fatal error with ERROR id 0", P,
+            parent_open() + [recv([event(0, "log", '{"level":"warn"}'),
+                                   error(0, "PROTOCOL", "worker state corrupted")]), eof()])
+    session("worker_parent_reports_fatal_error", "ERROR id 0 from the parent after the handshake "
+            "is reported (the parent closes next)", W,
+            worker_open() + [recv(error(0, "BAD_UTF8", "event topic")), eof()])
+    session("parent_row_count_checked_on_first_end_frame",
+            "END with MORE is checked against the rows received when its first frame arrives", P,
+            parent_open() + [send(req(1, COUNT, 1, J)), recv(rows(1, b"a")),
+                             recv(end(1, 2, b"{", more=True), [], "ROW_COUNT_MISMATCH")])
+    session("worker_partial_request_not_in_flight",
+            "max_in_flight 1: a half-received request does not count; it is checked when "
+            "complete, by which time request 2 is running, so it is OVERLOADED", W,
+            worker_open(w=welcome(max_in_flight=1)) + [
+                recv(req(1, ECHO, 1, b"[1,", more=True), []),
+                recv(req(2, ECHO, 1, J)),
+                recv(cont(1, b"2]"), [reject(1, "OVERLOADED")])])
+    session("worker_duplicate_id_of_partial_request", "a REQUEST reusing the id of a request "
+            "still being received", W,
+            worker_open() + [recv(req(4, ECHO, 1, b"[", more=True), []),
+                             recv(req(4, ECHO, 1, J), [], "DUPLICATE_ID")])
+    session("worker_ids_may_skip", "ids only need to increase, not to be consecutive", W,
+            worker_open() + [recv(req(1, ECHO, 1, J)), recv(req(1000, ECHO, 1, J)),
+                             recv(cancel(999), [late(999, "CANCEL")])])
 
     # --- frame size and EOF
     session("parent_frame_too_large_before_handshake",
