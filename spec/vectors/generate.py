@@ -14,7 +14,8 @@ write a case the reference decoder/core disagrees with, so each expectation is c
     python3 spec/vectors/generate.py            # rewrite the JSON files
     python3 spec/vectors/generate.py --check    # exit 1 if the committed files (or a ```hex
                                                 # example in PROTOCOL.md) differ from the generator
-    python3 spec/vectors/generate.py --annotate CASE   # print an annotated hex dump of a frames case
+    python3 spec/vectors/generate.py --annotate CASE [--compact]  # annotated hex of a frames case
+    python3 spec/vectors/generate.py --refresh-doc      # rewrite PROTOCOL.md's ```hex blocks
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ ERROR_CODES = {
     "POOL_CLOSED": 304, "LEASE_LOST": 305, "DECODE_FAILED": 306, "PROTOCOL_VIOLATION": 307,
 }
 KINDS = {"unary": 1, "stream": 2}
+CODEC_NAMES = {0: "raw", 1: "JSON", 2: "MessagePack", 3: "CBOR", 4: "Arrow IPC", 5: "Protobuf"}
 KIND_NAMES = {v: k for k, v in KINDS.items()}
 
 # Field order of each frame object (vectors README); also the JSON key order.
@@ -1472,7 +1474,7 @@ def annotate_payload(tname: str, field, s16) -> None:
         for _ in range(field(2, "method_count = {}", "H")):
             field(1, "kind = {} (1 unary, 2 stream)", "B")
             n = field(1, "codec_count = {}", "B")
-            field(n, "codec ids")
+            field(n, lambda b: "codec ids: " + ", ".join(CODEC_NAMES.get(c, str(c)) for c in b))
             s16("name")
     elif tname == "WELCOME":
         for n, label, fmt in [(2, "version", "H"), (2, "reserved", "H"),
@@ -1482,7 +1484,7 @@ def annotate_payload(tname: str, field, s16) -> None:
             field(n, label + " = {}", fmt)
     elif tname == "REQUEST":
         field(2, "method = {}", "H")
-        field(1, "codec = {}", "B")
+        field(1, lambda b: f"codec = {b[0]} ({CODEC_NAMES.get(b[0], '?')})")
         field(1, "reserved = {}", "B")
         field(8, "timeout_us = {}", "Q")
     elif tname == "ERROR":
@@ -1547,7 +1549,7 @@ def annotate(name: str, compact: bool = False) -> str:
                 raise ProtoError("PROTOCOL")  # malformed: the rest is dumped raw
             q += n
             value = struct.unpack("<" + fmt, chunk)[0] if fmt else chunk
-            put(chunk, note.format(value))
+            put(chunk, note(chunk) if callable(note) else note.format(value))
             return value
 
         def s16(label: str) -> None:
@@ -1577,6 +1579,8 @@ def main() -> int:
                     help="verify the committed JSON and PROTOCOL.md examples; write nothing")
     ap.add_argument("--annotate", metavar="CASE", help="print an annotated hex block of a case")
     ap.add_argument("--compact", action="store_true", help="with --annotate: one-line headers")
+    ap.add_argument("--refresh-doc", action="store_true",
+                    help="rewrite every ```hex block of PROTOCOL.md from the generator")
     args = ap.parse_args()
     build_frame_cases()
     build_session_cases()
@@ -1585,6 +1589,14 @@ def main() -> int:
         assert len(names) == len(set(names)), "duplicate case names"
     if args.annotate:
         print(annotate(args.annotate, args.compact))
+        return 0
+    if args.refresh_doc:
+        def fresh(m: re.Match) -> str:
+            return annotate(m.group(1), compact="# header:" in m.group(2))
+        text = PROTOCOL_MD.read_text(encoding="utf-8")
+        text = re.sub(r"^```hex name=(\S+)\n(.*?)^```", fresh, text, flags=re.S | re.M)
+        PROTOCOL_MD.write_text(text, encoding="utf-8")
+        print("refreshed the hex examples of PROTOCOL.md")
         return 0
     outputs = {HERE / "frames.json": dump(FRAME_CASES), HERE / "sessions.json": dump(SESSION_CASES)}
     if not args.check:
