@@ -1,0 +1,111 @@
+//! Pool configuration: size, limits, timeouts, restart and recycle policies.
+
+use std::time::Duration;
+
+use wirepool_codec::Codec;
+
+use crate::spawn::WorkerCommand;
+
+pub use wirepool_proto::MethodKind;
+
+/// A method the pool will call, checked against every worker's HELLO at start-up: a worker that
+/// lacks it, offers the other kind, or does not accept the codec is refused with
+/// `CODEC_MISMATCH` before any call is made.
+#[derive(Clone, Debug)]
+pub struct MethodSpec {
+    /// The method's name as the worker lists it.
+    pub name: String,
+    /// Unary or stream.
+    pub kind: MethodKind,
+    /// The codec the pool will call it with; `None` means the pool's default codec.
+    pub codec: Option<Codec>,
+}
+
+/// Crash restarts: exponential backoff and a restart-intensity limit.
+///
+/// With the defaults a crashing slot waits 10 ms, 20 ms, 40 ms ... up to 5 s before each
+/// respawn; if the pool sees more than `max_restarts` crash restarts within `within`, it gives
+/// up and closes (calls then fail with `POOL_CLOSED`). Recycling is not counted as a crash.
+#[derive(Clone, Debug)]
+pub struct RestartPolicy {
+    /// First backoff delay.
+    pub initial_backoff: Duration,
+    /// Backoff ceiling.
+    pub max_backoff: Duration,
+    /// Crash restarts allowed within `within` before the pool gives up.
+    pub max_restarts: u32,
+    /// The sliding window of the intensity limit.
+    pub within: Duration,
+    /// A worker that stays up this long resets its slot's backoff.
+    pub reset_after: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(5),
+            max_restarts: 100,
+            within: Duration::from_secs(60),
+            reset_after: Duration::from_secs(30),
+        }
+    }
+}
+
+/// When to replace a healthy worker. It is drained first (no new requests, in-flight ones
+/// finish), and a replacement is started at once, so recycling never fails a request.
+#[derive(Clone, Debug, Default)]
+pub struct RecyclePolicy {
+    /// Replace after this many requests.
+    pub max_requests: Option<u64>,
+    /// Replace when the worker's resident set size goes above this many bytes.
+    pub max_rss_bytes: Option<u64>,
+    /// Replace after this long without a request.
+    pub max_idle: Option<Duration>,
+}
+
+/// Everything a pool needs to start; built with [`PoolBuilder`](crate::PoolBuilder).
+#[derive(Clone, Debug)]
+pub(crate) struct PoolConfig {
+    pub command: WorkerCommand,
+    pub workers: usize,
+    pub max_in_flight: u32,
+    pub startup_timeout: Duration,
+    pub codec: Codec,
+    pub methods: Vec<MethodSpec>,
+    pub heartbeat: Duration,
+    pub cancel_grace: Duration,
+    pub deadline_grace: Duration,
+    pub drain_grace: Duration,
+    pub restart: RestartPolicy,
+    pub recycle: RecyclePolicy,
+    pub max_frame_size: u32,
+    pub initial_credit: u32,
+    pub max_message_size: u64,
+    pub stderr_tail_lines: usize,
+    pub housekeeping_interval: Duration,
+}
+
+impl PoolConfig {
+    pub fn new(command: WorkerCommand) -> Self {
+        PoolConfig {
+            command,
+            workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            max_in_flight: 256,
+            startup_timeout: Duration::from_secs(10),
+            codec: Codec::Json,
+            methods: Vec::new(),
+            heartbeat: Duration::from_secs(1),
+            cancel_grace: Duration::from_secs(2),
+            deadline_grace: Duration::from_millis(500),
+            drain_grace: Duration::from_secs(10),
+            restart: RestartPolicy::default(),
+            recycle: RecyclePolicy::default(),
+            max_frame_size: 1 << 20,
+            initial_credit: 1 << 20,
+            max_message_size: 1 << 30,
+            stderr_tail_lines: 20,
+            housekeeping_interval: Duration::from_millis(50),
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Typed errors with the stable codes of PROTOCOL.md section 3.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Stable numeric error codes (PROTOCOL.md section 3), the same in every SDK.
+pub mod codes {
+    /// A protocol violation not covered by a more precise code.
+    pub const PROTOCOL: u32 = 100;
+    /// The worker lacks a method or codec the parent requires.
+    pub const CODEC_MISMATCH: u32 = 120;
+    /// Method index not in the worker's HELLO list.
+    pub const UNKNOWN_METHOD: u32 = 200;
+    /// The method does not accept this codec.
+    pub const CODEC_UNSUPPORTED: u32 = 201;
+    /// The request body could not be decoded by the worker.
+    pub const BAD_REQUEST: u32 = 202;
+    /// The handler returned or raised an error.
+    pub const HANDLER_ERROR: u32 = 203;
+    /// The handler panicked.
+    pub const HANDLER_PANIC: u32 = 204;
+    /// The request was cancelled.
+    pub const CANCELLED: u32 = 205;
+    /// The request's time budget ran out.
+    pub const DEADLINE_EXCEEDED: u32 = 206;
+    /// More requests in flight than the worker accepts.
+    pub const OVERLOADED: u32 = 207;
+    /// A request arrived after DRAIN.
+    pub const DRAINING: u32 = 208;
+    /// A row does not fit in one frame.
+    pub const ROW_TOO_LARGE: u32 = 209;
+    /// The worker died or closed the connection.
+    pub const WORKER_EXITED: u32 = 300;
+    /// The worker missed heartbeats and was killed.
+    pub const WORKER_HUNG: u32 = 301;
+    /// No valid HELLO in time.
+    pub const STARTUP_TIMEOUT: u32 = 302;
+    /// The program could not be started.
+    pub const SPAWN_FAILED: u32 = 303;
+    /// The pool is shut down (or gave up restarting workers).
+    pub const POOL_CLOSED: u32 = 304;
+    /// The leased worker is gone.
+    pub const LEASE_LOST: u32 = 305;
+    /// The parent could not decode a result, row or summary.
+    pub const DECODE_FAILED: u32 = 306;
+    /// The connection broke with a 1xx code.
+    pub const PROTOCOL_VIOLATION: u32 = 307;
+}
+
+/// Why a worker process ended, as seen by the parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ExitCause {
+    /// It exited or crashed on its own.
+    Crashed,
+    /// It missed heartbeats and was killed.
+    Hung,
+    /// It broke the protocol and was disconnected.
+    ProtocolViolation,
+    /// It did not finish a cancelled request within the grace period and was killed.
+    CancelTimeout,
+    /// It was drained and replaced after serving its request quota.
+    RecycledRequests,
+    /// It was drained and replaced because its RSS went above the ceiling.
+    RecycledRss,
+    /// It was drained and replaced after being idle.
+    RecycledIdle,
+    /// It left by itself (GOODBYE reason 2).
+    LeftByItself,
+    /// The pool shut down.
+    Shutdown,
+}
+
+impl ExitCause {
+    /// A short stable name, used in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitCause::Crashed => "crashed",
+            ExitCause::Hung => "hung",
+            ExitCause::ProtocolViolation => "protocol_violation",
+            ExitCause::CancelTimeout => "cancel_timeout",
+            ExitCause::RecycledRequests => "recycled_requests",
+            ExitCause::RecycledRss => "recycled_rss",
+            ExitCause::RecycledIdle => "recycled_idle",
+            ExitCause::LeftByItself => "left_by_itself",
+            ExitCause::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl fmt::Display for ExitCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a worker process ended: exit status or signal, and the last lines of its stderr.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// The pool's name for the worker (its slot's incarnation id).
+    pub worker_id: u32,
+    /// The worker's process id.
+    pub pid: u32,
+    /// The exit code, if it exited normally.
+    pub code: Option<i32>,
+    /// The signal that ended it, if any.
+    pub signal: Option<i32>,
+    /// Why the parent thinks it ended.
+    pub cause: ExitCause,
+    /// The last lines the worker wrote to stderr, oldest first.
+    pub stderr_tail: Vec<String>,
+}
+
+impl fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "worker {} (pid {}) ", self.worker_id, self.pid)?;
+        match (self.code, self.signal) {
+            (Some(c), _) => write!(f, "exited with status {c}")?,
+            (None, Some(s)) => write!(f, "killed by signal {s}")?,
+            (None, None) => write!(f, "ended")?,
+        }
+        write!(f, " [{}]", self.cause)?;
+        if let Some(last) = self.stderr_tail.last() {
+            write!(f, "; last stderr line: {last:?}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every way a call, a stream or the pool itself can fail.
+///
+/// Each variant has a stable numeric [`code`](Error::code) from PROTOCOL.md section 3, so a
+/// program can match on either.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The worker ended the request with an error (codes 200-299, or an application code >= 1000).
+    #[error("worker error {code}: {message}")]
+    Remote {
+        /// The stable code the worker sent.
+        code: u32,
+        /// Human-readable message.
+        message: String,
+        /// JSON details, or empty.
+        details: String,
+    },
+    /// The parent's own deadline for the call passed (the worker was told to stop).
+    #[error("deadline of {0:?} exceeded")]
+    DeadlineExceeded(Duration),
+    /// The worker serving the request died or closed the connection (code 300).
+    #[error("{0}")]
+    WorkerExited(Arc<ExitInfo>),
+    /// The worker missed heartbeats and was killed (code 301).
+    #[error("hung: {0}")]
+    WorkerHung(Arc<ExitInfo>),
+    /// A worker did not complete its handshake in time (code 302).
+    #[error("no valid HELLO within {after:?}; stderr tail: {stderr_tail:?}")]
+    StartupTimeout {
+        /// The start-up timeout.
+        after: Duration,
+        /// The last lines the worker wrote to stderr.
+        stderr_tail: Vec<String>,
+    },
+    /// The program could not be started (code 303).
+    #[error("cannot start {program:?}: {source}")]
+    SpawnFailed {
+        /// The program that failed to start.
+        program: String,
+        /// The operating system's error.
+        source: Arc<std::io::Error>,
+    },
+    /// The pool is shut down, or gave up restarting workers (code 304).
+    #[error("pool closed: {0}")]
+    PoolClosed(&'static str),
+    /// The leased worker is gone (code 305); `None` when it was retired by the pool.
+    #[error("lease lost: {}", .0.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "worker retired".into()))]
+    LeaseLost(Option<Arc<ExitInfo>>),
+    /// The parent could not decode a result, row or summary (code 306).
+    #[error("cannot decode {what}: {message}")]
+    Decode {
+        /// What was being decoded: `result`, `row`, `summary`, `error details`.
+        what: &'static str,
+        /// The codec's message.
+        message: String,
+    },
+    /// The connection broke with a protocol error (code 307; the 1xx code is in `code`).
+    #[error("protocol violation {code} on worker {worker_id}: {message}")]
+    ProtocolViolation {
+        /// The 1xx code.
+        code: u32,
+        /// What went wrong.
+        message: String,
+        /// The worker concerned.
+        worker_id: u32,
+    },
+    /// The worker lacks a method or codec the pool is configured to call (code 120, at start-up).
+    #[error("codec mismatch: {0}")]
+    CodecMismatch(String),
+    /// The called method is not offered by the workers, or has the other kind (code 200).
+    #[error("unknown method {0:?}")]
+    UnknownMethod(String),
+    /// The request could not be encoded with the chosen codec (code 202).
+    #[error("cannot encode request: {0}")]
+    Encode(String),
+}
+
+impl Error {
+    /// The stable numeric code of PROTOCOL.md section 3.
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::Remote { code, .. } => *code,
+            Error::DeadlineExceeded(_) => codes::DEADLINE_EXCEEDED,
+            Error::WorkerExited(_) => codes::WORKER_EXITED,
+            Error::WorkerHung(_) => codes::WORKER_HUNG,
+            Error::StartupTimeout { .. } => codes::STARTUP_TIMEOUT,
+            Error::SpawnFailed { .. } => codes::SPAWN_FAILED,
+            Error::PoolClosed(_) => codes::POOL_CLOSED,
+            Error::LeaseLost(_) => codes::LEASE_LOST,
+            Error::Decode { .. } => codes::DECODE_FAILED,
+            Error::ProtocolViolation { .. } => codes::PROTOCOL_VIOLATION,
+            Error::CodecMismatch(_) => codes::CODEC_MISMATCH,
+            Error::UnknownMethod(_) => codes::UNKNOWN_METHOD,
+            Error::Encode(_) => codes::BAD_REQUEST,
+        }
+    }
+
+    /// How the worker ended, for errors caused by a worker's death.
+    pub fn exit_info(&self) -> Option<&ExitInfo> {
+        match self {
+            Error::WorkerExited(e) | Error::WorkerHung(e) => Some(e),
+            Error::LeaseLost(Some(e)) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

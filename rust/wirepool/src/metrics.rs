@@ -1,0 +1,212 @@
+//! Metrics: per-worker counters and per-method latency histograms, read as a snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// A lock-free latency histogram with log-linear buckets (4 per power of two, so any
+/// percentile is within ~19% of the true value), from 1 ns to ~584 years.
+pub(crate) struct LatencyHistogram {
+    buckets: Box<[AtomicU64; BUCKETS]>,
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+const SUB_BITS: u32 = 2;
+const BUCKETS: usize = (64 << SUB_BITS) as usize;
+
+fn bucket_of(ns: u64) -> usize {
+    let ns = ns.max(1);
+    let exp = 63 - ns.leading_zeros();
+    let sub = if exp >= SUB_BITS { (ns >> (exp - SUB_BITS)) & ((1 << SUB_BITS) - 1) } else { 0 };
+    ((exp << SUB_BITS) as u64 + sub) as usize
+}
+
+/// The upper bound (inclusive) of a bucket, in nanoseconds.
+fn bucket_high(b: usize) -> u64 {
+    let exp = (b >> SUB_BITS) as u32;
+    let sub = (b & ((1 << SUB_BITS) - 1)) as u64;
+    if exp < SUB_BITS {
+        return (1u64 << exp) * 2 - 1;
+    }
+    let base = 1u64 << exp;
+    let step = base >> SUB_BITS;
+    base.saturating_add(step.saturating_mul(sub + 1)).saturating_sub(1)
+}
+
+impl LatencyHistogram {
+    pub fn new() -> Self {
+        LatencyHistogram {
+            buckets: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn record(&self, d: Duration) {
+        let ns = d.as_nanos().min(u64::MAX as u128) as u64;
+        self.buckets[bucket_of(ns)].fetch_add(1, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+        self.max_ns.fetch_max(ns, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> LatencySnapshot {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let count: u64 = counts.iter().sum();
+        let pct = |q: f64| -> Duration {
+            if count == 0 {
+                return Duration::ZERO;
+            }
+            let rank = ((count as f64) * q).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    return Duration::from_nanos(bucket_high(i));
+                }
+            }
+            Duration::from_nanos(self.max_ns.load(Relaxed))
+        };
+        let sum = self.sum_ns.load(Relaxed);
+        LatencySnapshot {
+            count,
+            mean: if count == 0 { Duration::ZERO } else { Duration::from_nanos(sum / count) },
+            p50: pct(0.50),
+            p90: pct(0.90),
+            p99: pct(0.99),
+            max: Duration::from_nanos(self.max_ns.load(Relaxed)),
+        }
+    }
+}
+
+/// Latency percentiles of one method (bucket upper bounds, so slightly pessimistic).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LatencySnapshot {
+    /// Number of completed calls or streams.
+    pub count: u64,
+    /// Mean latency.
+    pub mean: Duration,
+    /// Median.
+    pub p50: Duration,
+    /// 90th percentile.
+    pub p90: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Largest latency seen.
+    pub max: Duration,
+}
+
+/// The state of a worker as reported in metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WorkerState {
+    /// Spawned, handshake not finished.
+    Starting,
+    /// Serving requests.
+    Ready,
+    /// Held by a lease.
+    Leased,
+    /// Taking no new requests; finishing its in-flight ones before it is replaced.
+    Draining,
+    /// Gone; the slot is waiting to respawn (backoff) or gave up.
+    Dead,
+}
+
+/// Counters of one worker slot.
+#[derive(Default)]
+pub(crate) struct SlotCounters {
+    pub requests: AtomicU64,
+    pub rows: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub restarts: AtomicU64,
+}
+
+/// A snapshot of one worker slot.
+#[derive(Clone, Debug)]
+pub struct WorkerMetrics {
+    /// Slot index in the pool (stable across restarts).
+    pub slot: usize,
+    /// The current incarnation's worker id (as sent in WELCOME), if any.
+    pub worker_id: Option<u32>,
+    /// The current process id, if a process is running.
+    pub pid: Option<u32>,
+    /// State of the current incarnation.
+    pub state: WorkerState,
+    /// Requests in flight right now.
+    pub in_flight: u64,
+    /// Requests sent over the slot's lifetime.
+    pub requests: u64,
+    /// Stream rows received.
+    pub rows: u64,
+    /// Bytes received from the worker (frames, headers included).
+    pub bytes_in: u64,
+    /// Bytes sent to the worker.
+    pub bytes_out: u64,
+    /// Times the slot's worker was replaced.
+    pub restarts: u64,
+    /// Replacements by cause.
+    pub restart_causes: BTreeMap<String, u64>,
+    /// Resident set size of the current process, in bytes (read now from /proc).
+    pub rss_bytes: Option<u64>,
+}
+
+/// A snapshot of the whole pool.
+#[derive(Clone, Debug)]
+pub struct PoolMetrics {
+    /// One entry per worker slot.
+    pub workers: Vec<WorkerMetrics>,
+    /// Latency of completed calls and streams, by method name.
+    pub methods: BTreeMap<String, LatencySnapshot>,
+}
+
+impl PoolMetrics {
+    /// Total replacements over all slots.
+    pub fn total_restarts(&self) -> u64 {
+        self.workers.iter().map(|w| w.restarts).sum()
+    }
+    /// Total rows received over all slots.
+    pub fn total_rows(&self) -> u64 {
+        self.workers.iter().map(|w| w.rows).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_cover_their_values() {
+        let mut last = 0;
+        for b in 0..BUCKETS - 1 {
+            let hi = bucket_high(b);
+            assert!(hi >= last, "bucket {b}");
+            last = hi;
+        }
+        for ns in [1u64, 2, 3, 4, 5, 7, 8, 100, 1000, 1023, 1024, 1025, 123_456_789, u64::MAX / 2] {
+            let b = bucket_of(ns);
+            assert!(bucket_high(b) >= ns, "{ns} in bucket {b} high {}", bucket_high(b));
+            if b > 0 {
+                assert!(bucket_high(b - 1) < ns, "{ns} also fits bucket {}", b - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn percentiles_land_within_a_bucket_of_the_truth() {
+        let h = LatencyHistogram::new();
+        for us in 1..=1000u64 {
+            h.record(Duration::from_micros(us));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 1000);
+        let p50 = s.p50.as_micros() as f64;
+        assert!((500.0..=500.0 * 1.25).contains(&p50), "p50 {p50}");
+        let p99 = s.p99.as_micros() as f64;
+        assert!((990.0..=990.0 * 1.25).contains(&p99), "p99 {p99}");
+        assert_eq!(s.max, Duration::from_micros(1000));
+    }
+}

@@ -1,0 +1,770 @@
+//! The pool: builder, least-loaded dispatch, unary calls, streams, leases, supervision of the
+//! worker slots (restart with backoff and intensity limit, recycling), shutdown, metrics.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::Notify;
+use wirepool_codec::Codec;
+
+use crate::config::{MethodKind, MethodSpec, PoolConfig, RecyclePolicy, RestartPolicy};
+use crate::error::{codes, Error, ExitCause, Result};
+use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
+use crate::spawn::{self, WorkerCommand};
+use crate::stream::{RowStream, StreamShared};
+use crate::worker::{self, Incarnation, PoolShared, Worker};
+
+/// Options of one call or stream.
+#[derive(Clone, Debug, Default)]
+pub struct CallOptions {
+    /// Time budget, sent to the worker (`timeout_us`) and enforced by the parent too (plus a
+    /// grace): the call then fails with `DEADLINE_EXCEEDED`.
+    pub timeout: Option<Duration>,
+    /// Codec for this call; default: the method's configured codec, else the pool's.
+    pub codec: Option<Codec>,
+}
+
+impl CallOptions {
+    /// Options with a time budget.
+    pub fn timeout(timeout: Duration) -> Self {
+        CallOptions { timeout: Some(timeout), codec: None }
+    }
+}
+
+/// Builds and starts a [`Pool`].
+///
+/// ```no_run
+/// # async fn demo() -> wirepool::Result<()> {
+/// use std::time::Duration;
+/// use wirepool::{MethodKind, Pool, WorkerCommand};
+///
+/// let pool = Pool::builder(WorkerCommand::new("./my_worker"))
+///     .workers(2)
+///     .max_in_flight(64)
+///     .startup_timeout(Duration::from_secs(5))
+///     .require_method("add", MethodKind::Unary)
+///     .start()
+///     .await?;
+/// let sum: i64 = pool.call("add", &(2, 3)).await?;
+/// assert_eq!(sum, 5);
+/// pool.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct PoolBuilder {
+    cfg: PoolConfig,
+}
+
+impl PoolBuilder {
+    /// Number of worker processes (default: the number of CPUs).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.cfg.workers = n.max(1);
+        self
+    }
+    /// Most requests in flight on one worker (default 256; capped by the worker's HELLO).
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.cfg.max_in_flight = n.max(1);
+        self
+    }
+    /// How long a worker may take to say HELLO (default 10 s).
+    pub fn startup_timeout(mut self, d: Duration) -> Self {
+        self.cfg.startup_timeout = d;
+        self
+    }
+    /// The default codec of calls (default JSON).
+    pub fn codec(mut self, codec: Codec) -> Self {
+        self.cfg.codec = codec;
+        self
+    }
+    /// Declares a method the pool will call with the default codec: workers lacking it are
+    /// refused at start-up with `CODEC_MISMATCH`.
+    pub fn require_method(mut self, name: impl Into<String>, kind: MethodKind) -> Self {
+        self.cfg.methods.push(MethodSpec { name: name.into(), kind, codec: None });
+        self
+    }
+    /// Declares a method with its own codec.
+    pub fn require_method_with_codec(mut self, name: impl Into<String>, kind: MethodKind, codec: Codec) -> Self {
+        self.cfg.methods.push(MethodSpec { name: name.into(), kind, codec: Some(codec) });
+        self
+    }
+    /// Heartbeat interval (default 1 s; zero disables). A worker silent for three intervals is
+    /// killed and its requests end with `WORKER_HUNG`.
+    pub fn heartbeat(mut self, d: Duration) -> Self {
+        self.cfg.heartbeat = d;
+        self
+    }
+    /// How long a cancelled request may take to end before its worker is killed (default 2 s).
+    pub fn cancel_grace(mut self, d: Duration) -> Self {
+        self.cfg.cancel_grace = d;
+        self
+    }
+    /// Extra time past a call's timeout before the parent gives up on the worker's answer
+    /// (default 500 ms).
+    pub fn deadline_grace(mut self, d: Duration) -> Self {
+        self.cfg.deadline_grace = d;
+        self
+    }
+    /// How long draining workers (recycling, shutdown) may finish in-flight work (default 10 s).
+    pub fn drain_grace(mut self, d: Duration) -> Self {
+        self.cfg.drain_grace = d;
+        self
+    }
+    /// Crash restart policy.
+    pub fn restart_policy(mut self, p: RestartPolicy) -> Self {
+        self.cfg.restart = p;
+        self
+    }
+    /// Recycling policy.
+    pub fn recycle_policy(mut self, p: RecyclePolicy) -> Self {
+        self.cfg.recycle = p;
+        self
+    }
+    /// Largest frame payload (default 1 MiB; 64 KiB - 16 MiB).
+    pub fn max_frame_size(mut self, bytes: u32) -> Self {
+        self.cfg.max_frame_size = bytes.clamp(65_536, 16_777_216);
+        self
+    }
+    /// Credit window of each stream in bytes (default 1 MiB): bounds the rows buffered per stream.
+    pub fn stream_window(mut self, bytes: u32) -> Self {
+        self.cfg.initial_credit = bytes.clamp(1, (1 << 31) - 1);
+        self
+    }
+    /// Lines of each worker's stderr kept for error reports (default 20).
+    pub fn stderr_tail_lines(mut self, n: usize) -> Self {
+        self.cfg.stderr_tail_lines = n;
+        self
+    }
+
+    /// Spawns every worker and completes their handshakes. Fails, with every spawned process
+    /// killed and reaped, if any worker cannot start (`SPAWN_FAILED`, `STARTUP_TIMEOUT`,
+    /// `CODEC_MISMATCH`, `WORKER_EXITED`, `PROTOCOL_VIOLATION`).
+    ///
+    /// Must be called within a tokio runtime (with the `time`, `net` and `process` drivers).
+    pub async fn start(self) -> Result<Pool> {
+        Pool::start(self.cfg).await
+    }
+}
+
+/// A supervised pool of worker processes. Cheap to clone; all clones share the workers.
+///
+/// Dropping the last clone kills the workers; call [`shutdown`](Pool::shutdown) to drain them.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+    _guard: Arc<DropGuard>,
+}
+
+struct DropGuard(Arc<PoolInner>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.closed.store(true, SeqCst);
+        self.0.shared.capacity.notify_waiters();
+        for w in self.0.live.lock().unwrap().values() {
+            w.kill_now();
+        }
+    }
+}
+
+struct Slot {
+    counters: Arc<SlotCounters>,
+    causes: Mutex<BTreeMap<String, u64>>,
+    current: Mutex<Option<Arc<Worker>>>,
+    state: Mutex<WorkerState>,
+}
+
+pub(crate) struct PoolInner {
+    shared: Arc<PoolShared>,
+    slots: Vec<Slot>,
+    /// The workers taking traffic, read by every dispatch; replaced as a whole on change.
+    ready: RwLock<Arc<Vec<Arc<Worker>>>>,
+    /// Every incarnation whose process is not yet reaped (including draining ones).
+    live: Mutex<HashMap<u32, Arc<Worker>>>,
+    live_changed: Notify,
+    closed: AtomicBool,
+    close_reason: OnceLock<&'static str>,
+    next_worker_id: AtomicU32,
+    crash_times: Mutex<VecDeque<Instant>>,
+    rotate: AtomicUsize,
+}
+
+impl Pool {
+    /// A builder for a pool running `command`.
+    pub fn builder(command: WorkerCommand) -> PoolBuilder {
+        PoolBuilder { cfg: PoolConfig::new(command) }
+    }
+
+    async fn start(cfg: PoolConfig) -> Result<Pool> {
+        let n = cfg.workers;
+        let shared = Arc::new(PoolShared { cfg, capacity: Notify::new(), epoch: Instant::now(), methods: OnceLock::new() });
+        let inner = Arc::new(PoolInner {
+            shared: shared.clone(),
+            slots: (0..n)
+                .map(|_| Slot {
+                    counters: Arc::new(SlotCounters::default()),
+                    causes: Mutex::new(BTreeMap::new()),
+                    current: Mutex::new(None),
+                    state: Mutex::new(WorkerState::Starting),
+                })
+                .collect(),
+            ready: RwLock::new(Arc::new(Vec::new())),
+            live: Mutex::new(HashMap::new()),
+            live_changed: Notify::new(),
+            closed: AtomicBool::new(false),
+            close_reason: OnceLock::new(),
+            next_worker_id: AtomicU32::new(1),
+            crash_times: Mutex::new(VecDeque::new()),
+            rotate: AtomicUsize::new(0),
+        });
+        // The first worker defines the method table; the others start together after it.
+        let mut first = Vec::with_capacity(n);
+        match inner.start_incarnation(0).await {
+            Ok(inc) => first.push(inc),
+            Err(e) => return Err(e),
+        }
+        let rest = futures_join_all((1..n).map(|slot| {
+            let inner = inner.clone();
+            async move { inner.start_incarnation(slot).await }
+        }))
+        .await;
+        let mut failure = None;
+        for r in rest {
+            match r {
+                Ok(inc) => first.push(inc),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            inner.closed.store(true, SeqCst);
+            for inc in first {
+                inc.worker.kill(ExitCause::Shutdown);
+                let _ = inc.lifecycle.await;
+            }
+            return Err(e);
+        }
+        for (slot, inc) in first.into_iter().enumerate() {
+            tokio::spawn(run_slot(inner.clone(), slot, Some(inc)));
+        }
+        Ok(Pool { _guard: Arc::new(DropGuard(inner.clone())), inner })
+    }
+
+    /// Calls a unary method on the least-loaded worker and decodes its result.
+    ///
+    /// Dropping the returned future before it completes cancels the request on the worker.
+    pub async fn call<Req, Resp>(&self, method: &str, req: &Req) -> Result<Resp>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + 'static,
+    {
+        self.call_with(method, req, CallOptions::default()).await
+    }
+
+    /// [`call`](Self::call) with a timeout or codec.
+    pub async fn call_with<Req, Resp>(&self, method: &str, req: &Req, opts: CallOptions) -> Result<Resp>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + 'static,
+    {
+        let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
+        let body = encode(codec, req)?;
+        let result = self.inner.unary(None, method_no, codec, opts.timeout, body).await?;
+        decode_result(codec, result)
+    }
+
+    /// Calls a unary method with raw bytes in and out (codec 0), without copying the result.
+    pub async fn call_raw(&self, method: &str, body: Bytes) -> Result<Bytes> {
+        let (method_no, _) = self.inner.resolve(method, Some(Codec::Raw))?;
+        self.inner.unary(None, method_no, Codec::Raw, None, body).await
+    }
+
+    /// Starts a stream on the least-loaded worker. Rows are decoded lazily as you read them,
+    /// and credit is granted as you read, so memory stays bounded by the stream window.
+    pub async fn stream<Req, Row>(&self, method: &str, req: &Req) -> Result<RowStream<Row>>
+    where
+        Req: Serialize + ?Sized,
+    {
+        self.stream_with(method, req, CallOptions::default()).await
+    }
+
+    /// [`stream`](Self::stream) with a timeout or codec.
+    pub async fn stream_with<Req, Row>(&self, method: &str, req: &Req, opts: CallOptions) -> Result<RowStream<Row>>
+    where
+        Req: Serialize + ?Sized,
+    {
+        let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
+        let body = encode(codec, req)?;
+        self.inner.open_stream(None, method_no, codec, opts.timeout, body).await
+    }
+
+    /// Takes a worker for exclusive use by a sequence of calls (its session state and caches
+    /// stay warm); the other workers keep serving the pool. If the worker dies, calls on the
+    /// lease fail with `LEASE_LOST`.
+    pub async fn lease(&self) -> Result<Lease> {
+        loop {
+            let notified = self.inner.shared.capacity.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            self.inner.check_open()?;
+            let ready = self.inner.ready.read().unwrap().clone();
+            let mut best: Option<&Arc<Worker>> = None;
+            for w in ready.iter() {
+                if w.state() == WorkerState::Ready && best.map_or(true, |b| w.in_flight() < b.in_flight()) {
+                    best = Some(w);
+                }
+            }
+            if let Some(w) = best {
+                if w.try_lease() {
+                    return Ok(Lease { pool: self.clone(), worker: w.clone() });
+                }
+                continue;
+            }
+            notified.await;
+        }
+    }
+
+    /// Drains every worker (in-flight requests finish within the drain grace, new calls fail
+    /// with `POOL_CLOSED`), then stops them and kills whatever is left. Every process is reaped
+    /// when this returns.
+    pub async fn shutdown(&self) {
+        self.inner.close("shut down");
+        let grace = self.inner.shared.cfg.drain_grace;
+        let deadline = Instant::now() + grace + Duration::from_secs(2);
+        loop {
+            let notified = self.inner.live_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.live.lock().unwrap().is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for w in self.inner.live.lock().unwrap().values() {
+                    w.kill(ExitCause::Shutdown);
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+    }
+
+    /// A snapshot of every worker's counters and the per-method latencies.
+    pub fn metrics(&self) -> PoolMetrics {
+        self.inner.metrics()
+    }
+
+    /// Process ids of the workers currently running (including draining ones).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.inner.live.lock().unwrap().values().map(|w| w.pid).collect()
+    }
+
+    /// Waits until every slot has a ready worker (e.g. after a crash), up to `timeout`.
+    /// Returns whether they all are.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.inner.shared.capacity.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let ready = self.inner.ready.read().unwrap().len();
+            if ready == self.inner.slots.len() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left.min(Duration::from_millis(50)), notified).await.is_err() && Instant::now() >= deadline {
+                return self.inner.ready.read().unwrap().len() == self.inner.slots.len();
+            }
+        }
+    }
+}
+
+/// A worker held for a sequence of calls. Dropping the lease returns the worker to the pool.
+///
+/// ```no_run
+/// # async fn demo(pool: wirepool::Pool) -> wirepool::Result<()> {
+/// let lease = pool.lease().await?;
+/// let _: () = lease.call("load", &"model.bin").await?;   // warms the worker's cache
+/// let score: f64 = lease.call("score", &[1.0, 2.0]).await?; // same worker, same cache
+/// # Ok(()) }
+/// ```
+pub struct Lease {
+    pool: Pool,
+    worker: Arc<Worker>,
+}
+
+impl Lease {
+    /// The leased worker's process id.
+    pub fn pid(&self) -> u32 {
+        self.worker.pid
+    }
+
+    /// A unary call on the leased worker.
+    pub async fn call<Req, Resp>(&self, method: &str, req: &Req) -> Result<Resp>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + 'static,
+    {
+        self.call_with(method, req, CallOptions::default()).await
+    }
+
+    /// A unary call on the leased worker, with options.
+    pub async fn call_with<Req, Resp>(&self, method: &str, req: &Req, opts: CallOptions) -> Result<Resp>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + 'static,
+    {
+        let (method_no, codec) = self.pool.inner.resolve(method, opts.codec)?;
+        let body = encode(codec, req)?;
+        let result = self.pool.inner.unary(Some(&self.worker), method_no, codec, opts.timeout, body).await?;
+        decode_result(codec, result)
+    }
+
+    /// A stream on the leased worker.
+    pub async fn stream<Req, Row>(&self, method: &str, req: &Req) -> Result<RowStream<Row>>
+    where
+        Req: Serialize + ?Sized,
+    {
+        let (method_no, codec) = self.pool.inner.resolve(method, None)?;
+        let body = encode(codec, req)?;
+        self.pool.inner.open_stream(Some(&self.worker), method_no, codec, None, body).await
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.worker.end_lease();
+    }
+}
+
+fn encode<T: Serialize + ?Sized>(codec: Codec, value: &T) -> Result<Bytes> {
+    let mut buf = BytesMut::new();
+    codec.encode(value, &mut buf).map_err(|e| Error::Encode(e.to_string()))?;
+    Ok(buf.freeze())
+}
+
+fn decode_result<T: DeserializeOwned + 'static>(codec: Codec, body: Bytes) -> Result<T> {
+    codec.decode_bytes(body).map_err(|e| Error::Decode { what: "result", message: e.to_string() })
+}
+
+/// Cancels a request whose caller went away before its outcome.
+struct CancelOnDrop<'a> {
+    worker: &'a Worker,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.worker.cancel(self.id);
+        }
+    }
+}
+
+impl PoolInner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Acquire) {
+            return Err(Error::PoolClosed(self.close_reason.get().copied().unwrap_or("shut down")));
+        }
+        Ok(())
+    }
+
+    fn close(&self, reason: &'static str) {
+        let _ = self.close_reason.set(reason);
+        self.closed.store(true, SeqCst);
+        *self.ready.write().unwrap() = Arc::new(Vec::new());
+        for w in self.live.lock().unwrap().values() {
+            w.begin_drain(ExitCause::Shutdown, self.shared.cfg.drain_grace);
+        }
+        self.shared.capacity.notify_waiters();
+        self.live_changed.notify_waiters();
+    }
+
+    fn resolve(&self, method: &str, codec: Option<Codec>) -> Result<(usize, Codec)> {
+        let table = self.shared.methods.get().ok_or(Error::PoolClosed("not started"))?;
+        let no = *table.by_name.get(method).ok_or_else(|| Error::UnknownMethod(method.to_string()))?;
+        let codec = codec
+            .or_else(|| self.shared.cfg.methods.iter().find(|m| m.name == method).and_then(|m| m.codec))
+            .unwrap_or(self.shared.cfg.codec);
+        Ok((no, codec))
+    }
+
+    /// Waits for a slot on the least-loaded ready worker (or on the leased one).
+    async fn acquire(&self, leased: Option<&Arc<Worker>>) -> Result<Arc<Worker>> {
+        loop {
+            let notified = self.shared.capacity.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(w) = leased {
+                if w.state() == WorkerState::Dead || w.state() == WorkerState::Draining {
+                    return Err(Error::LeaseLost(w.exit_info()));
+                }
+                if w.try_reserve(true) {
+                    return Ok(w.clone());
+                }
+            } else {
+                self.check_open()?;
+                if let Some(w) = self.pick() {
+                    return Ok(w);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    fn pick(&self) -> Option<Arc<Worker>> {
+        let ready = self.ready.read().unwrap().clone();
+        let n = ready.len();
+        if n == 0 {
+            return None;
+        }
+        // Rotate the starting point so equally loaded workers share the traffic.
+        let start = if n > 1 { self.rotate.fetch_add(1, Relaxed) % n } else { 0 };
+        for _attempt in 0..4 {
+            let mut best: Option<&Arc<Worker>> = None;
+            for i in 0..n {
+                let w = &ready[(start + i) % n];
+                if w.state() != WorkerState::Ready {
+                    continue;
+                }
+                if best.map_or(true, |b| w.in_flight() < b.in_flight()) {
+                    best = Some(w);
+                }
+            }
+            let best = best?;
+            if best.try_reserve(false) {
+                return Some(best.clone());
+            }
+        }
+        None
+    }
+
+    async fn unary(
+        &self,
+        leased: Option<&Arc<Worker>>,
+        method_no: usize,
+        codec: Codec,
+        timeout: Option<Duration>,
+        body: Bytes,
+    ) -> Result<Bytes> {
+        // A worker that started draining between dispatch and receipt answers DRAINING without
+        // running the request: that is safe to send elsewhere.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let worker = self.acquire(leased).await?;
+            let (req, rx) = worker.submit(method_no, codec, timeout, body.clone(), None)?;
+            let rx = rx.expect("unary has a receiver");
+            let mut guard = CancelOnDrop { worker: &worker, id: req.id, armed: true };
+            let outcome = rx.await;
+            guard.armed = false;
+            let outcome = match outcome {
+                Ok(o) => o,
+                // The route was dropped without an outcome: only when the worker is gone.
+                Err(_) => Err(worker.exit_info().map(Error::WorkerExited).unwrap_or(Error::PoolClosed("worker gone"))),
+            };
+            worker.record_latency(method_no, req.started.elapsed());
+            match outcome {
+                Err(Error::Remote { code: codes::DRAINING, .. }) if leased.is_none() && attempts < 4 => continue,
+                Err(Error::WorkerExited(_) | Error::WorkerHung(_)) if leased.is_some() => {
+                    return outcome;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn open_stream<Row>(
+        &self,
+        leased: Option<&Arc<Worker>>,
+        method_no: usize,
+        codec: Codec,
+        timeout: Option<Duration>,
+        body: Bytes,
+    ) -> Result<RowStream<Row>> {
+        let worker = self.acquire(leased).await?;
+        let shared = StreamShared::new();
+        let (req, _) = worker.submit(method_no, codec, timeout, body, Some(shared.clone()))?;
+        Ok(RowStream::new(req, shared, codec))
+    }
+
+    async fn start_incarnation(self: &Arc<Self>, slot: usize) -> Result<Incarnation> {
+        *self.slots[slot].state.lock().unwrap() = WorkerState::Starting;
+        let id = self.next_worker_id.fetch_add(1, Relaxed);
+        let inc = worker::start(&self.shared, slot, id, self.slots[slot].counters.clone()).await?;
+        self.live.lock().unwrap().insert(id, inc.worker.clone());
+        Ok(inc)
+    }
+
+    fn publish(&self, slot: usize, worker: Option<Arc<Worker>>) {
+        let s = &self.slots[slot];
+        let old = std::mem::replace(&mut *s.current.lock().unwrap(), worker.clone());
+        *s.state.lock().unwrap() = if worker.is_some() { WorkerState::Ready } else { WorkerState::Dead };
+        let mut ready = self.ready.write().unwrap();
+        let mut list: Vec<Arc<Worker>> =
+            ready.iter().filter(|w| !old.as_ref().is_some_and(|o| Arc::ptr_eq(o, w))).cloned().collect();
+        if let Some(w) = worker {
+            if !self.closed.load(Acquire) {
+                list.push(w);
+            }
+        }
+        *ready = Arc::new(list);
+        drop(ready);
+        self.shared.capacity.notify_waiters();
+    }
+
+    fn forget(&self, worker: &Worker) {
+        self.live.lock().unwrap().remove(&worker.id);
+        self.live_changed.notify_waiters();
+    }
+
+    fn record_cause(&self, slot: usize, cause: ExitCause) {
+        self.slots[slot].counters.restarts.fetch_add(1, Relaxed);
+        *self.slots[slot].causes.lock().unwrap().entry(cause.as_str().to_string()).or_default() += 1;
+    }
+
+    /// Counts a crash against the restart-intensity limit; `false` means the pool gives up.
+    fn allow_crash_restart(&self) -> bool {
+        let p = &self.shared.cfg.restart;
+        let now = Instant::now();
+        let mut times = self.crash_times.lock().unwrap();
+        while times.front().is_some_and(|t| now.duration_since(*t) > p.within) {
+            times.pop_front();
+        }
+        times.push_back(now);
+        times.len() as u32 <= p.max_restarts
+    }
+
+    fn metrics(&self) -> PoolMetrics {
+        let workers = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let cur = s.current.lock().unwrap().clone();
+                let state = match &cur {
+                    Some(w) => w.state(),
+                    None => *s.state.lock().unwrap(),
+                };
+                WorkerMetrics {
+                    slot: i,
+                    worker_id: cur.as_ref().map(|w| w.id),
+                    pid: cur.as_ref().map(|w| w.pid),
+                    state,
+                    in_flight: cur.as_ref().map(|w| w.in_flight() as u64).unwrap_or(0),
+                    requests: s.counters.requests.load(Relaxed),
+                    rows: s.counters.rows.load(Relaxed),
+                    bytes_in: s.counters.bytes_in.load(Relaxed),
+                    bytes_out: s.counters.bytes_out.load(Relaxed),
+                    restarts: s.counters.restarts.load(Relaxed),
+                    restart_causes: s.causes.lock().unwrap().clone(),
+                    rss_bytes: cur.as_ref().and_then(|w| spawn::rss_bytes(w.pid)),
+                }
+            })
+            .collect();
+        let methods = match self.shared.methods.get() {
+            Some(t) => t.names.iter().cloned().zip(t.latency.iter().map(|h| h.snapshot())).filter(|(_, s)| s.count > 0).collect(),
+            None => BTreeMap::new(),
+        };
+        PoolMetrics { workers, methods }
+    }
+}
+
+/// Supervises one slot for the pool's lifetime: serves the incarnation, replaces it when it
+/// retires (at once) or dies (after backoff), and stops when the pool closes.
+async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnation>) {
+    let policy: RestartPolicy = inner.shared.cfg.restart.clone();
+    let mut backoff = policy.initial_backoff;
+    loop {
+        if inner.closed.load(Acquire) {
+            if let Some(inc) = first.take() {
+                inc.worker.begin_drain(ExitCause::Shutdown, inner.shared.cfg.drain_grace);
+                let _ = inc.lifecycle.await;
+                inner.forget(&inc.worker);
+            }
+            inner.publish(slot, None);
+            return;
+        }
+        let inc = match first.take() {
+            Some(inc) => inc,
+            None => match inner.start_incarnation(slot).await {
+                Ok(inc) => inc,
+                Err(e) => {
+                    tracing::warn!(slot, error = %e, "worker failed to start");
+                    inner.record_cause(slot, ExitCause::Crashed);
+                    if !inner.allow_crash_restart() {
+                        tracing::error!(slot, "restart intensity exceeded, closing the pool");
+                        inner.close("restart intensity exceeded");
+                        continue;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(policy.max_backoff);
+                    continue;
+                }
+            },
+        };
+        if inner.closed.load(Acquire) {
+            first = Some(inc);
+            continue;
+        }
+        let started = Instant::now();
+        let worker = inc.worker.clone();
+        inner.publish(slot, Some(worker.clone()));
+        let mut lifecycle = inc.lifecycle;
+        tokio::select! {
+            cause = inc.retiring => {
+                // Recycling (or shutdown): the old worker drains in the background, a fresh
+                // one takes the slot now.
+                let cause = cause.unwrap_or(ExitCause::Shutdown);
+                inner.publish(slot, None);
+                if cause != ExitCause::Shutdown {
+                    inner.record_cause(slot, cause);
+                }
+                let inner2 = inner.clone();
+                tokio::spawn(async move {
+                    let _ = lifecycle.await;
+                    inner2.forget(&worker);
+                });
+                backoff = policy.initial_backoff;
+            }
+            info = &mut lifecycle => {
+                inner.publish(slot, None);
+                inner.forget(&worker);
+                let cause = info.map(|i| i.cause).unwrap_or(ExitCause::Crashed);
+                if inner.closed.load(Acquire) {
+                    continue;
+                }
+                inner.record_cause(slot, cause);
+                if started.elapsed() >= policy.reset_after {
+                    backoff = policy.initial_backoff;
+                }
+                if matches!(cause, ExitCause::Crashed | ExitCause::Hung | ExitCause::ProtocolViolation | ExitCause::CancelTimeout) {
+                    if !inner.allow_crash_restart() {
+                        tracing::error!(slot, "restart intensity exceeded, closing the pool");
+                        inner.close("restart intensity exceeded");
+                        continue;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(policy.max_backoff);
+                }
+            }
+        }
+    }
+}
+
+/// Runs futures concurrently and collects their outputs in order (avoids a `futures` dependency).
+async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("start-up task panicked"));
+    }
+    out
+}

@@ -1,0 +1,289 @@
+//! Streams of rows: whole ROWS frames handed from the reader task to the consumer, rows decoded
+//! lazily from the frame bytes, credit granted as the consumer reads.
+
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use wirepool_codec::Codec;
+use wirepool_proto::RowsPayload;
+
+use crate::error::{Error, Result};
+use crate::worker::{Worker, WorkerRequest};
+
+/// What the reader task shares with one stream's consumer.
+///
+/// The queue is bounded by the protocol, not by a capacity here: the worker may only send ROWS
+/// while the stream's credit is positive, and the credit only grows when the consumer pops
+/// frames, so at most `initial_credit + max_frame_size` bytes ever wait here (the connection
+/// closes the worker with `FLOW_CONTROL` otherwise).
+pub(crate) struct StreamShared {
+    state: Mutex<StreamState>,
+}
+
+struct StreamState {
+    frames: VecDeque<RowsPayload>,
+    /// Set once: the END summary or the error that ended the stream.
+    terminal: Option<Result<Bytes>>,
+    waker: Option<Waker>,
+    /// The consumer is gone: frames are dropped on arrival.
+    abandoned: bool,
+}
+
+impl StreamShared {
+    pub fn new() -> Arc<Self> {
+        Arc::new(StreamShared {
+            state: Mutex::new(StreamState { frames: VecDeque::new(), terminal: None, waker: None, abandoned: false }),
+        })
+    }
+
+    /// Called by the reader task for each ROWS frame.
+    pub fn push_rows(&self, rows: RowsPayload) {
+        let waker = {
+            let mut s = self.state.lock().unwrap();
+            if s.abandoned || s.terminal.is_some() {
+                return;
+            }
+            s.frames.push_back(rows);
+            s.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Called exactly once per stream, with the summary or the error that ended it.
+    pub fn finish(&self, outcome: Result<Bytes>) {
+        let waker = {
+            let mut s = self.state.lock().unwrap();
+            if s.terminal.is_some() {
+                return;
+            }
+            s.terminal = Some(outcome);
+            s.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn abandon(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.abandoned = true;
+        s.frames.clear();
+    }
+
+    /// The next frame, or the terminal outcome (handed out once) after the last frame.
+    fn poll_frame(&self, cx: &mut Context<'_>) -> Poll<std::result::Result<RowsPayload, Result<Bytes>>> {
+        let mut s = self.state.lock().unwrap();
+        if let Some(f) = s.frames.pop_front() {
+            return Poll::Ready(Ok(f));
+        }
+        match s.terminal.take() {
+            Some(t) => Poll::Ready(Err(t)),
+            None => {
+                match &s.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => s.waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A stream of typed rows from one worker, ending with an optional summary.
+///
+/// Implements [`futures_core::Stream`]; [`next`](RowStream::next) is the same without a
+/// `StreamExt` import. Rows are decoded one at a time from the frame they arrived in, so the
+/// memory held is bounded by the stream's credit window whatever the consumer's speed.
+/// Dropping the stream before its end cancels the request on the worker.
+///
+/// ```no_run
+/// # async fn demo(pool: wirepool::Pool) -> wirepool::Result<()> {
+/// #[derive(serde::Deserialize)]
+/// struct Decl { i: u64, name: String }
+/// let mut rows = pool.stream::<_, Decl>("decls", &10_000u64).await?;
+/// while let Some(row) = rows.next().await {
+///     let decl = row?;
+///     assert!(decl.name.len() > 0 || decl.i == 0);
+/// }
+/// let summary: Option<serde_json::Value> = rows.summary()?;
+/// # Ok(()) }
+/// ```
+pub struct RowStream<T> {
+    worker: Arc<Worker>,
+    id: u64,
+    shared: Arc<StreamShared>,
+    codec: Codec,
+    /// The frame being read, and where the next row starts in it.
+    current: Option<(RowsPayload, usize, u32)>,
+    rows: u64,
+    summary: Option<Bytes>,
+    done: bool,
+    started: Instant,
+    method_no: usize,
+    _row: PhantomData<fn() -> T>,
+}
+
+impl<T> RowStream<T> {
+    pub(crate) fn new(req: WorkerRequest, shared: Arc<StreamShared>, codec: Codec) -> Self {
+        RowStream {
+            worker: req.worker,
+            id: req.id,
+            shared,
+            codec,
+            current: None,
+            rows: 0,
+            summary: None,
+            done: false,
+            started: req.started,
+            method_no: req.method_no,
+            _row: PhantomData,
+        }
+    }
+
+    /// Rows read so far.
+    pub fn rows_read(&self) -> u64 {
+        self.rows
+    }
+
+    /// The END summary, decoded with the stream's codec: `Ok(None)` before the end or when the
+    /// worker sent none.
+    pub fn summary<S: DeserializeOwned + 'static>(&self) -> Result<Option<S>> {
+        match &self.summary {
+            Some(b) if !b.is_empty() => self
+                .codec
+                .decode_bytes(b.clone())
+                .map(Some)
+                .map_err(|e| Error::Decode { what: "summary", message: e.to_string() }),
+            _ => Ok(None),
+        }
+    }
+
+    /// The raw END summary bytes, once the stream has ended.
+    pub fn summary_bytes(&self) -> Option<&Bytes> {
+        self.summary.as_ref()
+    }
+
+    /// The next whole ROWS frame, for consumers that iterate rows themselves (the fastest path:
+    /// no per-row decode call). Must not be mixed with partially read rows.
+    pub async fn next_frame(&mut self) -> Option<Result<RowsPayload>> {
+        if let Some((frame, _, _)) = self.current.take() {
+            return Some(Ok(frame));
+        }
+        std::future::poll_fn(|cx| self.poll_next_frame(cx)).await
+    }
+
+    fn poll_next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<RowsPayload>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.shared.poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(frame)) => {
+                self.rows += frame.count() as u64;
+                // The core applies the grant policy (a CREDIT once half the window is read).
+                self.worker.consumed(self.id, frame.payload().len());
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Err(outcome)) => {
+                self.done = true;
+                self.worker.record_latency(self.method_no, self.started.elapsed());
+                match outcome {
+                    Ok(summary) => {
+                        self.summary = Some(summary);
+                        Poll::Ready(None)
+                    }
+                    Err(e) => Poll::Ready(Some(Err(e))),
+                }
+            }
+        }
+    }
+
+}
+
+/// The row starting at `start` in a checked ROWS payload, and where the next one starts.
+fn row_at(frame: &RowsPayload, start: usize) -> Option<(Bytes, usize)> {
+    {
+        let payload = frame.payload();
+        let len_bytes: [u8; 4] = payload.get(start..start + 4)?.try_into().ok()?;
+        let len = u32::from_le_bytes(len_bytes) as usize;
+        let end = start + 4 + len;
+        payload.get(start + 4..end)?;
+        Some((payload.slice(start + 4..end), end))
+    }
+}
+
+impl<T: DeserializeOwned + 'static> RowStream<T> {
+    /// The next row, `None` at the end of the stream (then [`summary`](Self::summary) is set).
+    pub async fn next(&mut self) -> Option<Result<T>> {
+        std::future::poll_fn(|cx| self.poll_row(cx)).await
+    }
+
+    /// Reads every remaining row into a vector.
+    pub async fn collect_rows(&mut self) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        while let Some(row) = self.next().await {
+            out.push(row?);
+        }
+        Ok(out)
+    }
+
+    fn poll_row(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
+        loop {
+            if let Some((frame, offset, left)) = &mut self.current {
+                if *left > 0 {
+                    let Some((row, next)) = row_at(frame, *offset) else {
+                        self.current = None;
+                        return Poll::Ready(Some(Err(Error::Decode { what: "row", message: "row out of bounds".into() })));
+                    };
+                    let (_, offset, left) = self.current.as_mut().expect("current frame");
+                    *offset = next;
+                    *left -= 1;
+                    let decoded = if self.codec.is_opaque() {
+                        self.codec.decode_bytes(row)
+                    } else {
+                        self.codec.decode(&row)
+                    };
+                    return Poll::Ready(Some(
+                        decoded.map_err(|e| Error::Decode { what: "row", message: e.to_string() }),
+                    ));
+                }
+                self.current = None;
+            }
+            match self.poll_next_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    let count = frame.count();
+                    self.current = Some((frame, 4, count));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<T: DeserializeOwned + 'static> futures_core::Stream for RowStream<T> {
+    type Item = Result<T>;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
+        self.get_mut().poll_row(cx)
+    }
+}
+
+impl<T> Unpin for RowStream<T> {}
+
+impl<T> Drop for RowStream<T> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.abandon();
+            self.worker.cancel(self.id);
+        }
+    }
+}

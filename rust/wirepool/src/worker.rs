@@ -1,0 +1,870 @@
+//! One worker incarnation: start-up and handshake, the reader and writer tasks, and the
+//! lifecycle task that owns the process (heartbeats, deadlines, cancel grace, recycling, exit).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::*};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use wirepool_codec::Codec;
+
+use wirepool_proto::{check_methods, Connection, ErrorClass, ErrorCode, Event, MethodKind, MethodRequirement, ProtocolError, Welcome};
+
+use crate::config::PoolConfig;
+use crate::error::{Error, ExitCause, ExitInfo, Result};
+use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
+use crate::spawn::{self, StderrTail};
+use crate::stream::StreamShared;
+
+/// What the pool shares with every worker incarnation.
+pub(crate) struct PoolShared {
+    pub cfg: PoolConfig,
+    /// Woken when a worker gains free capacity, becomes ready, or the pool closes.
+    pub capacity: Notify,
+    pub epoch: Instant,
+    /// Method names the pool can call, and their latency histograms, indexed by method number.
+    pub methods: OnceLock<MethodTable>,
+}
+
+pub(crate) struct MethodTable {
+    pub by_name: HashMap<String, usize>,
+    pub names: Vec<String>,
+    pub latency: Vec<LatencyHistogram>,
+}
+
+impl PoolShared {
+    pub fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+/// How one of a worker's methods is called on the wire.
+#[derive(Clone, Debug)]
+pub(crate) struct WireMethod {
+    pub index: u16,
+    pub kind: MethodKind,
+}
+
+const STATE_READY: u8 = 0;
+const STATE_LEASED: u8 = 1;
+const STATE_DRAINING: u8 = 2;
+const STATE_DEAD: u8 = 3;
+
+enum Sink {
+    Unary(oneshot::Sender<Result<Bytes>>),
+    Stream(Arc<StreamShared>),
+}
+
+struct Route {
+    /// `None` once the caller got its outcome early (deadline) and only the terminal is awaited.
+    sink: Option<Sink>,
+    /// When CANCEL was sent; the worker must end the request within the cancel grace.
+    cancelled_at: Option<Instant>,
+    /// Parent-side deadline: the request's timeout plus a grace.
+    deadline: Option<(Instant, Duration)>,
+}
+
+impl Route {
+    fn deliver(&mut self, outcome: Result<Bytes>) {
+        match self.sink.take() {
+            Some(Sink::Unary(tx)) => {
+                let _ = tx.send(outcome);
+            }
+            Some(Sink::Stream(s)) => s.finish(outcome),
+            None => {}
+        }
+    }
+}
+
+struct Core {
+    conn: Connection,
+    /// Encoded frames waiting for the writer task, which takes them all at once.
+    out: BytesMut,
+    routes: HashMap<u64, Route>,
+    /// Set when the connection is gone: new requests fail with this.
+    closed: Option<Error>,
+}
+
+/// Orders for the lifecycle task.
+enum Control {
+    Kill(ExitCause),
+}
+
+/// One running worker process and its connection.
+pub(crate) struct Worker {
+    pub id: u32,
+    pub slot: usize,
+    pub pid: u32,
+    pub wire: Vec<Option<WireMethod>>,
+    pub counters: Arc<SlotCounters>,
+    pool: Arc<PoolShared>,
+    state: AtomicU8,
+    in_flight: AtomicU32,
+    max_in_flight: u32,
+    core: Mutex<Core>,
+    writer_wake: Notify,
+    control: mpsc::Sender<Control>,
+    last_heard_ms: AtomicU64,
+    last_request_ms: AtomicU64,
+    requests: AtomicU64,
+    /// GOODBYE reason + 1, or 0 before any GOODBYE.
+    goodbye: AtomicU32,
+    retire: Mutex<Option<oneshot::Sender<ExitCause>>>,
+    drain_deadline: Mutex<Option<Instant>>,
+    exit: OnceLock<Arc<ExitInfo>>,
+    stderr_tail: Arc<StderrTail>,
+}
+
+/// A request accepted by a worker: its id and what the caller needs to follow it.
+pub(crate) struct WorkerRequest {
+    pub worker: Arc<Worker>,
+    pub id: u64,
+    pub method_no: usize,
+    pub started: Instant,
+}
+
+/// Handles the slot loop keeps on an incarnation.
+pub(crate) struct Incarnation {
+    pub worker: Arc<Worker>,
+    pub lifecycle: JoinHandle<Arc<ExitInfo>>,
+    pub retiring: oneshot::Receiver<ExitCause>,
+}
+
+impl Worker {
+    pub fn state(&self) -> WorkerState {
+        match self.state.load(Acquire) {
+            STATE_READY => WorkerState::Ready,
+            STATE_LEASED => WorkerState::Leased,
+            STATE_DRAINING => WorkerState::Draining,
+            _ => WorkerState::Dead,
+        }
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Relaxed)
+    }
+
+    pub fn exit_info(&self) -> Option<Arc<ExitInfo>> {
+        self.exit.get().cloned()
+    }
+
+    /// Reserves one in-flight slot if the worker takes general traffic (`leased == false`) or
+    /// is held by a lease (`leased == true`).
+    pub fn try_reserve(&self, leased: bool) -> bool {
+        let want = if leased { STATE_LEASED } else { STATE_READY };
+        if self.state.load(Acquire) != want {
+            return false;
+        }
+        let mut cur = self.in_flight.load(Relaxed);
+        loop {
+            if cur >= self.max_in_flight {
+                return false;
+            }
+            match self.in_flight.compare_exchange_weak(cur, cur + 1, AcqRel, Relaxed) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    fn release_slot(&self) {
+        self.in_flight.fetch_sub(1, AcqRel);
+        self.pool.capacity.notify_one();
+    }
+
+    /// Ready -> Leased. The caller then owns the worker until [`end_lease`](Self::end_lease).
+    pub fn try_lease(&self) -> bool {
+        self.state.compare_exchange(STATE_READY, STATE_LEASED, AcqRel, Relaxed).is_ok()
+    }
+
+    pub fn end_lease(&self) {
+        if self.state.compare_exchange(STATE_LEASED, STATE_READY, AcqRel, Relaxed).is_ok() {
+            self.pool.capacity.notify_waiters();
+            self.check_request_quota();
+        }
+    }
+
+    /// Sends a request on a reserved slot. The reservation is consumed (released when the
+    /// request ends, or now on error).
+    pub fn submit(
+        self: &Arc<Self>,
+        method_no: usize,
+        codec: Codec,
+        timeout: Option<Duration>,
+        body: Bytes,
+        sink_stream: Option<Arc<StreamShared>>,
+    ) -> Result<(WorkerRequest, Option<oneshot::Receiver<Result<Bytes>>>)> {
+        let Some(Some(wire)) = self.wire.get(method_no) else {
+            self.release_slot();
+            let name = self.pool.methods.get().and_then(|t| t.names.get(method_no)).cloned();
+            return Err(Error::UnknownMethod(name.unwrap_or_default()));
+        };
+        let want_kind = if sink_stream.is_some() { MethodKind::Stream } else { MethodKind::Unary };
+        if wire.kind != want_kind {
+            self.release_slot();
+            let name = self.pool.methods.get().map(|t| t.names[method_no].clone()).unwrap_or_default();
+            return Err(Error::UnknownMethod(format!("{name} (is {:?}, called as {:?})", wire.kind, want_kind)));
+        }
+        let timeout_us = timeout.map(|t| t.as_micros().clamp(1, u64::MAX as u128) as u64).unwrap_or(0);
+        let now = Instant::now();
+        let (sink, rx) = match sink_stream {
+            Some(s) => (Sink::Stream(s), None),
+            None => {
+                let (tx, rx) = oneshot::channel();
+                (Sink::Unary(tx), Some(rx))
+            }
+        };
+        let id = {
+            let mut core = self.core.lock().unwrap();
+            if let Some(e) = &core.closed {
+                let e = e.clone();
+                drop(core);
+                self.release_slot();
+                return Err(e);
+            }
+            let c = &mut *core;
+            let id = match c.conn.send_request(wire.index, codec.id(), timeout_us, &body, &mut c.out) {
+                Ok(id) => id,
+                Err(e) => {
+                    drop(core);
+                    self.release_slot();
+                    return Err(refusal(e, self.id));
+                }
+            };
+            let deadline = timeout.map(|t| (now + t + self.pool.cfg.deadline_grace, t));
+            core.routes.insert(id, Route { sink: Some(sink), cancelled_at: None, deadline });
+            id
+        };
+        self.writer_wake.notify_one();
+        self.counters.requests.fetch_add(1, Relaxed);
+        self.last_request_ms.store(self.pool.now_ms(), Relaxed);
+        self.requests.fetch_add(1, Relaxed);
+        self.check_request_quota();
+        Ok((WorkerRequest { worker: self.clone(), id, method_no, started: now }, rx))
+    }
+
+    fn check_request_quota(&self) {
+        if let Some(max) = self.pool.cfg.recycle.max_requests {
+            if self.requests.load(Relaxed) >= max && self.state.load(Acquire) == STATE_READY {
+                self.begin_drain(ExitCause::RecycledRequests, self.pool.cfg.drain_grace);
+            }
+        }
+    }
+
+    /// Asks the worker to stop a request. The request stays in flight until its terminal
+    /// arrives; if that takes longer than the cancel grace, the worker is killed.
+    pub fn cancel(&self, id: u64) {
+        let mut core = self.core.lock().unwrap();
+        if core.closed.is_some() {
+            return;
+        }
+        if let Some(route) = core.routes.get_mut(&id) {
+            if route.cancelled_at.is_none() {
+                route.cancelled_at = Some(Instant::now());
+                route.sink = None;
+                let c = &mut *core;
+                let _ = c.conn.send_cancel(id, &mut c.out);
+                drop(core);
+                self.writer_wake.notify_one();
+            }
+        }
+    }
+
+    /// The consumer of stream `id` has read `bytes` of ROWS payload; the core decides when
+    /// that is worth a CREDIT (half the window).
+    pub fn consumed(&self, id: u64, bytes: usize) {
+        let mut core = self.core.lock().unwrap();
+        if core.closed.is_some() {
+            return;
+        }
+        let c = &mut *core;
+        if let Ok(granted) = c.conn.consumed(id, bytes, &mut c.out) {
+            drop(core);
+            if granted > 0 {
+                self.writer_wake.notify_one();
+            }
+        }
+    }
+
+    pub fn record_latency(&self, method_no: usize, d: Duration) {
+        if let Some(h) = self.pool.methods.get().and_then(|t| t.latency.get(method_no)) {
+            h.record(d);
+        }
+    }
+
+    /// Stops sending new requests to this worker, tells it to drain, and hands the slot to a
+    /// replacement. In-flight requests finish normally within `grace`.
+    pub fn begin_drain(&self, cause: ExitCause, grace: Duration) {
+        let prev = self.state.swap(STATE_DRAINING, AcqRel);
+        if prev == STATE_DRAINING || prev == STATE_DEAD {
+            if prev == STATE_DEAD {
+                self.state.store(STATE_DEAD, Release);
+            }
+            return;
+        }
+        *self.drain_deadline.lock().unwrap() = Some(Instant::now() + grace + Duration::from_secs(1));
+        {
+            let mut core = self.core.lock().unwrap();
+            if core.closed.is_none() {
+                let c = &mut *core;
+                let _ = c.conn.send_drain(grace.as_millis().min(u32::MAX as u128) as u32, &mut c.out);
+            }
+        }
+        self.writer_wake.notify_one();
+        if let Some(tx) = self.retire.lock().unwrap().take() {
+            let _ = tx.send(cause);
+        }
+        tracing::debug!(worker = self.id, slot = self.slot, pid = self.pid, %cause, "draining worker");
+    }
+
+    /// Kills the worker's process group now (it is then reaped and replaced).
+    pub fn kill(&self, cause: ExitCause) {
+        let _ = self.control.try_send(Control::Kill(cause));
+    }
+
+    /// Kills without going through the lifecycle task (used when the pool is dropped).
+    pub fn kill_now(&self) {
+        if self.state.load(Acquire) != STATE_DEAD {
+            spawn::signal_group(self.pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Maps a send the core refused to the caller's error: request-level refusals (DRAINING,
+/// OVERLOADED, CODEC_UNSUPPORTED, ...) keep their code, anything else is a protocol failure.
+fn refusal(e: ProtocolError, worker_id: u32) -> Error {
+    match ErrorClass::of(e.code.code()) {
+        ErrorClass::Request => Error::Remote { code: e.code.code(), message: e.message, details: String::new() },
+        _ => Error::ProtocolViolation { code: e.code.code(), message: e.message, worker_id },
+    }
+}
+
+/// Starts one worker: spawn, handshake (bounded by the start-up timeout), then the reader,
+/// writer and lifecycle tasks.
+pub(crate) async fn start(
+    pool: &Arc<PoolShared>,
+    slot: usize,
+    worker_id: u32,
+    counters: Arc<SlotCounters>,
+) -> Result<Incarnation> {
+    let cfg = &pool.cfg;
+    let spawned = spawn::spawn_worker(&cfg.command, worker_id, cfg.stderr_tail_lines)?;
+    let spawn::Spawned { mut child, pid, socket, stderr_tail, logs_done } = spawned;
+    let (mut rd, mut wr) = socket.into_split();
+    let mut conn = Connection::new_parent();
+
+    let handshake = async {
+        loop {
+            match conn.poll_event() {
+                Ok(Some(Event::Hello(h))) => return Ok(h),
+                Ok(Some(Event::Error { code, message, .. })) => {
+                    return Err(HandshakeFail::Protocol(code, format!("worker reported: {message}")))
+                }
+                Ok(Some(other)) => {
+                    return Err(HandshakeFail::Protocol(
+                        ErrorCode::UnexpectedFrame.code(),
+                        format!("unexpected {other:?} before HELLO"),
+                    ))
+                }
+                Ok(None) => {}
+                Err(e) => return Err(HandshakeFail::Protocol(e.code.code(), e.message)),
+            }
+            match rd.read_buf(conn.read_buf()).await {
+                Ok(0) | Err(_) => {
+                    return Err(match conn.eof() {
+                        Err(e) if e.code != ErrorCode::Truncated => HandshakeFail::Protocol(e.code.code(), e.message),
+                        _ => HandshakeFail::Eof,
+                    })
+                }
+                Ok(_) => {}
+            }
+        }
+    };
+    let outcome = tokio::time::timeout(cfg.startup_timeout, handshake).await;
+    let mut out = BytesMut::new();
+    let hello = match outcome {
+        Ok(Ok(h)) => h,
+        Ok(Err(HandshakeFail::Eof)) => {
+            let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Crashed, &stderr_tail, logs_done).await;
+            return Err(Error::WorkerExited(exit));
+        }
+        Ok(Err(HandshakeFail::Protocol(code, message))) => {
+            let e = ProtocolError::new(ErrorCode::from_code(code).unwrap_or(ErrorCode::Protocol), 0, message.clone());
+            let _ = conn.encode_fatal(&e, &mut out);
+            let _ = write_now(&mut wr, &out).await;
+            let _ = reap_failed(&mut child, pid, worker_id, ExitCause::ProtocolViolation, &stderr_tail, logs_done).await;
+            return Err(Error::ProtocolViolation { code, message, worker_id });
+        }
+        Err(_) => {
+            let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Crashed, &stderr_tail, logs_done).await;
+            return Err(Error::StartupTimeout { after: cfg.startup_timeout, stderr_tail: exit.stderr_tail.clone() });
+        }
+    };
+
+    // Refuse, at start-up, a worker lacking a method or codec the pool is configured to call.
+    let required: Vec<MethodRequirement> = cfg
+        .methods
+        .iter()
+        .map(|m| MethodRequirement { name: m.name.clone(), kind: m.kind, codec: m.codec.unwrap_or(cfg.codec).id() })
+        .collect();
+    let welcome = check_methods(&hello, &required).and_then(|_| {
+        let mut w = Welcome::for_hello(&hello, worker_id)?;
+        w.max_frame_size = cfg.max_frame_size.min(hello.max_frame_size);
+        w.initial_credit = cfg.initial_credit;
+        w.heartbeat_ms = cfg.heartbeat.as_millis().min(u32::MAX as u128) as u32;
+        w.max_in_flight = cfg.max_in_flight.min(hello.max_concurrency).max(1);
+        w.max_message_size = cfg.max_message_size.max(w.max_frame_size as u64);
+        conn.send_welcome(&w, &mut out)?;
+        Ok(w)
+    });
+    let welcome = match welcome {
+        Ok(w) => w,
+        Err(e) => {
+            out.clear();
+            let _ = conn.refuse(e.code, &e.message, &mut out);
+            let _ = write_now(&mut wr, &out).await;
+            let _ = reap_failed(&mut child, pid, worker_id, ExitCause::ProtocolViolation, &stderr_tail, logs_done).await;
+            return Err(if e.code == ErrorCode::CodecMismatch {
+                Error::CodecMismatch(e.message)
+            } else {
+                Error::ProtocolViolation { code: e.code.code(), message: e.message, worker_id }
+            });
+        }
+    };
+    if write_now(&mut wr, &out).await.is_err() {
+        let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Crashed, &stderr_tail, logs_done).await;
+        return Err(Error::WorkerExited(exit));
+    }
+    out.clear();
+
+    // The pool's method table comes from the first worker that says HELLO; later workers are
+    // mapped onto it by name.
+    let table = pool.methods.get_or_init(|| {
+        let names: Vec<String> = hello.methods.iter().map(|m| m.name.clone()).collect();
+        MethodTable {
+            by_name: names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect(),
+            latency: names.iter().map(|_| LatencyHistogram::new()).collect(),
+            names,
+        }
+    });
+    let mut wire: Vec<Option<WireMethod>> = vec![None; table.names.len()];
+    for (index, m) in hello.methods.iter().enumerate() {
+        if let Some(&no) = table.by_name.get(&m.name) {
+            wire[no] = Some(WireMethod { index: index as u16, kind: m.kind });
+        }
+    }
+
+    let (control_tx, control_rx) = mpsc::channel(8);
+    let (retire_tx, retire_rx) = oneshot::channel();
+    let worker = Arc::new(Worker {
+        id: worker_id,
+        slot,
+        pid,
+        wire,
+        counters,
+        pool: pool.clone(),
+        state: AtomicU8::new(STATE_READY),
+        in_flight: AtomicU32::new(0),
+        max_in_flight: welcome.max_in_flight,
+        core: Mutex::new(Core { conn, out, routes: HashMap::new(), closed: None }),
+        writer_wake: Notify::new(),
+        control: control_tx,
+        last_heard_ms: AtomicU64::new(pool.now_ms()),
+        last_request_ms: AtomicU64::new(pool.now_ms()),
+        requests: AtomicU64::new(0),
+        goodbye: AtomicU32::new(0),
+        retire: Mutex::new(Some(retire_tx)),
+        drain_deadline: Mutex::new(None),
+        exit: OnceLock::new(),
+        stderr_tail,
+    });
+    let reader = tokio::spawn(reader_loop(worker.clone(), rd));
+    let writer = tokio::spawn(writer_loop(worker.clone(), wr));
+    let lifecycle = tokio::spawn(lifecycle(worker.clone(), child, reader, writer, logs_done, control_rx));
+    Ok(Incarnation { worker, lifecycle, retiring: retire_rx })
+}
+
+enum HandshakeFail {
+    Eof,
+    Protocol(u32, String),
+}
+
+async fn write_now(wr: &mut OwnedWriteHalf, bytes: &[u8]) -> std::io::Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    wr.write_all(bytes).await
+}
+
+/// Kills and reaps a worker that failed before it served anything.
+async fn reap_failed(
+    child: &mut tokio::process::Child,
+    pid: u32,
+    worker_id: u32,
+    cause: ExitCause,
+    tail: &Arc<StderrTail>,
+    logs_done: JoinHandle<()>,
+) -> Arc<ExitInfo> {
+    // A worker that already exited is reaped without a signal; otherwise kill its group.
+    let status = match child.try_wait() {
+        Ok(Some(s)) => Some(s),
+        _ => {
+            spawn::signal_group(pid, libc::SIGKILL);
+            child.wait().await.ok()
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
+    Arc::new(exit_info(worker_id, pid, status, cause, tail))
+}
+
+fn exit_info(
+    worker_id: u32,
+    pid: u32,
+    status: Option<std::process::ExitStatus>,
+    cause: ExitCause,
+    tail: &StderrTail,
+) -> ExitInfo {
+    use std::os::unix::process::ExitStatusExt;
+    ExitInfo {
+        worker_id,
+        pid,
+        code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        cause,
+        stderr_tail: tail.snapshot(),
+    }
+}
+
+/// Why the reader stopped.
+enum ReaderEnd {
+    Eof,
+    Protocol { code: u32, message: String },
+}
+
+/// Reads straight into the connection's receive buffer (a non-blocking read under the core's
+/// lock, so the bytes are never copied) and handles every complete frame of that read under the
+/// same lock: results, rows and errors go to their callers, PINGs are answered.
+async fn reader_loop(worker: Arc<Worker>, rd: OwnedReadHalf) -> ReaderEnd {
+    let mut completed: Vec<Route> = Vec::with_capacity(64);
+    loop {
+        if rd.readable().await.is_err() {
+            return ReaderEnd::Eof;
+        }
+        let mut wake_writer = false;
+        let end = {
+            let mut core = worker.core.lock().unwrap();
+            let c = &mut *core;
+            let n = match rd.try_read_buf(c.conn.read_buf()) {
+                Ok(0) => {
+                    drop(core);
+                    return reader_eof(&worker);
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => {
+                    drop(core);
+                    return reader_eof(&worker);
+                }
+            };
+            worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
+            worker.last_heard_ms.store(worker.pool.now_ms(), Relaxed);
+            loop {
+                let ev = match c.conn.poll_event() {
+                    Ok(Some(ev)) => ev,
+                    Ok(None) => break None,
+                    Err(e) => {
+                        let _ = c.conn.encode_fatal(&e, &mut c.out);
+                        wake_writer = true;
+                        break Some(ReaderEnd::Protocol { code: e.code.code(), message: e.message });
+                    }
+                };
+                match ev {
+                    Event::Result { id, body } => {
+                        if let Some(mut r) = c.routes.remove(&id) {
+                            r.deliver(Ok(body));
+                            completed.push(r);
+                        }
+                    }
+                    Event::Error { id: 0, code, message, .. } => {
+                        // The worker's fatal report; it closes next.
+                        break Some(ReaderEnd::Protocol { code, message: format!("worker reported: {message}") });
+                    }
+                    Event::Error { id, code, message, details } => {
+                        if let Some(mut r) = c.routes.remove(&id) {
+                            r.deliver(Err(Error::Remote { code, message, details }));
+                            completed.push(r);
+                        }
+                    }
+                    Event::Rows { id, rows } => {
+                        worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
+                        match c.routes.get(&id) {
+                            Some(Route { sink: Some(Sink::Stream(s)), .. }) => s.push_rows(rows),
+                            // Nobody reads this stream any more (cancelled): give the credit
+                            // back so a handler blocked on credit can see its cancellation.
+                            _ => {
+                                if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out) {
+                                    wake_writer |= g > 0;
+                                }
+                            }
+                        }
+                    }
+                    Event::End { id, summary, .. } => {
+                        if let Some(mut r) = c.routes.remove(&id) {
+                            r.deliver(Ok(summary));
+                            completed.push(r);
+                        }
+                    }
+                    Event::Notification { id, topic, data } => {
+                        tracing::debug!(target: "wirepool::event", worker = worker.id, id, %topic, %data);
+                    }
+                    Event::Ping { nonce } => {
+                        let _ = c.conn.send_pong(nonce, &mut c.out);
+                        wake_writer = true;
+                    }
+                    Event::Goodbye { reason } => {
+                        worker.goodbye.store(reason.saturating_add(1), Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+        };
+        for _ in completed.drain(..) {
+            worker.release_slot();
+        }
+        if wake_writer {
+            worker.writer_wake.notify_one();
+        }
+        if let Some(end) = end {
+            return end;
+        }
+    }
+}
+
+/// End of file. Stopping inside a frame (`TRUNCATED`) is what a crash looks like, so it is
+/// reported as the worker's exit (with its status), not as a protocol violation.
+fn reader_eof(worker: &Worker) -> ReaderEnd {
+    if let Err(e) = worker.core.lock().unwrap().conn.eof() {
+        tracing::debug!(worker = worker.id, error = %e, "connection ended inside a frame");
+    }
+    ReaderEnd::Eof
+}
+
+/// Writes every pending outgoing frame in one `write` per wake-up: callers only append to the
+/// core's output buffer under the lock and wake this task, so under load hundreds of requests
+/// share one syscall.
+async fn writer_loop(worker: Arc<Worker>, mut wr: OwnedWriteHalf) {
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    loop {
+        {
+            let mut core = worker.core.lock().unwrap();
+            std::mem::swap(&mut core.out, &mut out);
+        }
+        if out.is_empty() {
+            worker.writer_wake.notified().await;
+            continue;
+        }
+        if wr.write_all(&out).await.is_err() {
+            return;
+        }
+        worker.counters.bytes_out.fetch_add(out.len() as u64, Relaxed);
+        out.clear();
+        // A rare huge message should not pin its buffer for the worker's lifetime.
+        if out.capacity() > 8 << 20 {
+            out = BytesMut::with_capacity(64 * 1024);
+        }
+    }
+}
+
+/// Owns the process: reaps it, enforces heartbeats, deadlines, cancel grace and recycling, and
+/// when it ends, gives every request still in flight exactly one typed error.
+async fn lifecycle(
+    worker: Arc<Worker>,
+    mut child: tokio::process::Child,
+    mut reader: JoinHandle<ReaderEnd>,
+    writer: JoinHandle<()>,
+    logs_done: JoinHandle<()>,
+    mut control: mpsc::Receiver<Control>,
+) -> Arc<ExitInfo> {
+    let cfg = &worker.pool.cfg;
+    let mut cause: Option<ExitCause> = None;
+    let mut protocol_error: Option<(u32, String)> = None;
+    let mut reader_done = false;
+    let mut kill_at: Option<Instant> = None;
+    let mut tick = tokio::time::interval(cfg.housekeeping_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let heartbeat_ms = cfg.heartbeat.as_millis() as u64;
+    let mut next_ping_ms = worker.pool.now_ms() + heartbeat_ms;
+    let mut next_rss = Instant::now();
+    let mut nonce: u64 = 0;
+    let mut killed = false;
+    let kill = |cause_now: ExitCause, cause: &mut Option<ExitCause>, killed: &mut bool| {
+        cause.get_or_insert(cause_now);
+        if !*killed {
+            *killed = true;
+            spawn::signal_group(worker.pid, libc::SIGKILL);
+        }
+    };
+
+    let status = loop {
+        tokio::select! {
+            st = child.wait() => break st.ok(),
+            end = &mut reader, if !reader_done => {
+                reader_done = true;
+                close_core(&worker);
+                match end {
+                    Ok(ReaderEnd::Eof) => {
+                        if worker.goodbye.load(Relaxed) == 3 { cause.get_or_insert(ExitCause::LeftByItself); }
+                        // A worker that closed its end should exit promptly; give it a moment
+                        // to write its last stderr lines and exit status.
+                        kill_at.get_or_insert(Instant::now() + Duration::from_secs(1));
+                    }
+                    Ok(ReaderEnd::Protocol { code, message }) => {
+                        tracing::warn!(worker = worker.id, pid = worker.pid, code, %message, "protocol violation");
+                        protocol_error = Some((code, message));
+                        // Give the writer a moment to send the ERROR frame before the kill.
+                        cause.get_or_insert(ExitCause::ProtocolViolation);
+                        kill_at = Some(Instant::now() + Duration::from_millis(100));
+                    }
+                    Err(_) => { kill(ExitCause::Crashed, &mut cause, &mut killed); }
+                }
+            }
+            Some(ctl) = control.recv() => match ctl {
+                Control::Kill(c) => kill(c, &mut cause, &mut killed),
+            },
+            _ = tick.tick() => {
+                let now = Instant::now();
+                let now_ms = worker.pool.now_ms();
+                if let Some(at) = kill_at {
+                    if now >= at { kill(ExitCause::Crashed, &mut cause, &mut killed); }
+                }
+                if let Some(at) = *worker.drain_deadline.lock().unwrap() {
+                    if now >= at { kill(ExitCause::Shutdown, &mut cause, &mut killed); }
+                }
+                if heartbeat_ms > 0 && !reader_done {
+                    if now_ms.saturating_sub(worker.last_heard_ms.load(Relaxed)) > 3 * heartbeat_ms {
+                        tracing::warn!(worker = worker.id, pid = worker.pid, "missed heartbeats, killing");
+                        kill(ExitCause::Hung, &mut cause, &mut killed);
+                    } else if now_ms >= next_ping_ms {
+                        next_ping_ms = now_ms + heartbeat_ms;
+                        nonce += 1;
+                        let mut core = worker.core.lock().unwrap();
+                        let c = &mut *core;
+                        let _ = c.conn.send_ping(nonce.to_le_bytes(), &mut c.out);
+                        drop(core);
+                        worker.writer_wake.notify_one();
+                    }
+                }
+                if let Some(c) = housekeep_routes(&worker, now) {
+                    kill(c, &mut cause, &mut killed);
+                }
+                let state = worker.state.load(Acquire);
+                if state == STATE_READY {
+                    if let Some(max) = cfg.recycle.max_rss_bytes {
+                        if now >= next_rss {
+                            next_rss = now + Duration::from_millis(250);
+                            if spawn::rss_bytes(worker.pid).is_some_and(|rss| rss > max) {
+                                worker.begin_drain(ExitCause::RecycledRss, cfg.drain_grace);
+                            }
+                        }
+                    }
+                    if let Some(idle) = cfg.recycle.max_idle {
+                        let idle_ms = now_ms.saturating_sub(worker.last_request_ms.load(Relaxed));
+                        if worker.in_flight() == 0 && idle_ms >= idle.as_millis() as u64 {
+                            worker.begin_drain(ExitCause::RecycledIdle, cfg.drain_grace);
+                        }
+                    }
+                }
+            }
+        }
+    };
+    // Reaped. Let the reader consume what the worker wrote before it died (its last results),
+    // then stop it; the socket has no other writer, so end of file follows at once.
+    worker.state.store(STATE_DEAD, Release);
+    if !reader_done {
+        if let Ok(Ok(ReaderEnd::Protocol { code, message })) =
+            tokio::time::timeout(Duration::from_millis(500), &mut reader).await
+        {
+            protocol_error.get_or_insert((code, message));
+            cause.get_or_insert(ExitCause::ProtocolViolation);
+        }
+        reader.abort();
+    }
+    writer.abort();
+    let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
+    let drained = worker.retire.lock().unwrap().is_none();
+    let cause = cause.unwrap_or(if drained { ExitCause::Shutdown } else { ExitCause::Crashed });
+    let info = Arc::new(exit_info(worker.id, worker.pid, status, cause, &worker.stderr_tail));
+    let _ = worker.exit.set(info.clone());
+    let error = match (&protocol_error, cause) {
+        (Some((code, message)), _) => Error::ProtocolViolation { code: *code, message: message.clone(), worker_id: worker.id },
+        (None, ExitCause::Hung) => Error::WorkerHung(info.clone()),
+        _ => Error::WorkerExited(info.clone()),
+    };
+    let failed = {
+        let mut core = worker.core.lock().unwrap();
+        core.closed = Some(error.clone());
+        let routes: Vec<Route> = core.routes.drain().map(|(_, r)| r).collect();
+        routes
+    };
+    for mut r in failed.into_iter() {
+        r.deliver(Err(error.clone()));
+        worker.release_slot();
+    }
+    worker.pool.capacity.notify_waiters();
+    if info.cause == ExitCause::Crashed || info.cause == ExitCause::Hung {
+        tracing::warn!(worker = worker.id, "{info}");
+    } else {
+        tracing::debug!(worker = worker.id, "{info}");
+    }
+    info
+}
+
+/// Marks the connection closed so no new request is accepted while the process is reaped.
+fn close_core(worker: &Worker) {
+    let mut core = worker.core.lock().unwrap();
+    if core.closed.is_none() {
+        core.closed = Some(Error::PoolClosed("worker connection closed"));
+    }
+    drop(core);
+    let _ = worker.state.compare_exchange(STATE_READY, STATE_DRAINING, AcqRel, Relaxed);
+    let _ = worker.state.compare_exchange(STATE_LEASED, STATE_DRAINING, AcqRel, Relaxed);
+}
+
+/// Parent-side deadlines and cancel grace. Returns a cause when the worker must be killed.
+fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
+    let cancel_grace = worker.pool.cfg.cancel_grace;
+    let mut core = worker.core.lock().unwrap();
+    if core.closed.is_some() {
+        return None;
+    }
+    let mut overdue = false;
+    let mut to_cancel = Vec::new();
+    for (&id, r) in core.routes.iter_mut() {
+        if let Some(at) = r.cancelled_at {
+            if now.duration_since(at) > cancel_grace {
+                overdue = true;
+            }
+        } else if let Some((deadline, budget)) = r.deadline {
+            if now >= deadline {
+                // The worker ignored its time budget: answer the caller now, cancel on the wire.
+                r.deliver(Err(Error::DeadlineExceeded(budget)));
+                r.cancelled_at = Some(now);
+                to_cancel.push(id);
+            }
+        }
+    }
+    let c = &mut *core;
+    for id in &to_cancel {
+        let _ = c.conn.send_cancel(*id, &mut c.out);
+    }
+    drop(core);
+    if !to_cancel.is_empty() {
+        worker.writer_wake.notify_one();
+    }
+    overdue.then_some(ExitCause::CancelTimeout)
+}
