@@ -976,6 +976,8 @@ def build_frame_cases() -> None:
         "BAD_PAYLOAD")
     bad("end_too_short", "END needs its 8-byte row_count", raw("END", 1, bytes(7)),
         "BAD_PAYLOAD")
+    bad("end_more_first_frame_too_short", "a continued END's first frame still carries row_count",
+        raw("END", 1, bytes(3), flags=FLAG_MORE), "BAD_PAYLOAD")
     bad("error_too_short", "ERROR needs code and the message length (6 bytes)",
         raw("ERROR", 1, bytes(5)), "BAD_PAYLOAD")
     bad("error_str16_past_end", "message length 10, only 3 bytes follow",
@@ -1033,6 +1035,10 @@ def build_frame_cases() -> None:
         raw("HELLO", 0, hello_payload(sdk_name="")), "BAD_HANDSHAKE")
     bad("hello_sdk_name_65", "sdk_name must be 1-64 bytes",
         raw("HELLO", 0, hello_payload(sdk_name="n" * 65)), "BAD_HANDSHAKE")
+    bad("hello_sdk_version_65", "sdk_version must be 0-64 bytes",
+        raw("HELLO", 0, hello_payload(sdk_version="v" * 65)), "BAD_HANDSHAKE")
+    bad("hello_method_name_256", "method names are 1-255 bytes",
+        raw("HELLO", 0, hello_bytes_with(method_raw(1, [1], "m" * 256), 1)), "BAD_HANDSHAKE")
     fixed = MAGIC + struct.pack("<HHIII", 1, 1, 4242, 4, DEFAULT_FRAME_LIMIT)
     bad("hello_sdk_name_bad_utf8", "sdk_name is not UTF-8",
         raw("HELLO", 0, fixed + str16(b"py\xfe") + str16("") + struct.pack("<H", 0)), "BAD_UTF8")
