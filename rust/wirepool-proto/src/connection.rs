@@ -1,0 +1,1464 @@
+//! The connection state machine (PROTOCOL.md sections 4-8) for either side.
+
+use std::collections::HashMap;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::decode::FrameDecoder;
+use crate::encode::{
+    encode_error, encode_event, encode_message, put_header, FrameBuf, MessageHead, RowsBuilder,
+};
+use crate::error::{err, ErrorCode, ProtocolError};
+use crate::frame::{
+    Direction, Frame, FrameBody, FrameType, RowsPayload, HANDSHAKE_MAX_FRAME_SIZE, MAX_CREDIT,
+    PROTOCOL_VERSION,
+};
+use crate::handshake::{choose_version, Hello, MethodKind, Welcome};
+
+/// Which side of the connection this core runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The supervising process: receives HELLO, sends WELCOME and REQUESTs.
+    Parent,
+    /// The child process: sends HELLO, receives WELCOME and REQUESTs.
+    Worker,
+}
+
+impl Role {
+    fn receives(self, ty: FrameType) -> bool {
+        matches!(
+            (self, ty.direction()),
+            (_, Direction::Both)
+                | (Role::Parent, Direction::WorkerToParent)
+                | (Role::Worker, Direction::ParentToWorker)
+        )
+    }
+}
+
+/// What the core reports up to its driver: the EVENT objects of `spec/vectors/README.md`.
+///
+/// Continued messages arrive as one event with the whole body; CONTINUATION frames never
+/// appear. Byte fields share the receive buffer ([`Bytes`]), so events can move between tasks
+/// without copying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Parent: the worker's offer. Answer with [`Connection::send_welcome`] or [`Connection::refuse`].
+    Hello(Box<Hello>),
+    /// Worker: the handshake is complete; limits are in force.
+    Welcome(Welcome),
+    /// Worker: an accepted request; it is in flight until the worker sends its terminal.
+    Request {
+        /// Request id.
+        id: u64,
+        /// Index into the worker's HELLO method list (checked).
+        method: u16,
+        /// Codec id (checked against the method).
+        codec: u8,
+        /// Time budget in microseconds, 0 for none.
+        timeout_us: u64,
+        /// The whole (reassembled) body.
+        body: Bytes,
+    },
+    /// Worker: the parent cancels a running request; set the handler's flag. The request stays
+    /// in flight until its terminal (ERROR CANCELLED, or the normal one if it finished first).
+    Cancel {
+        /// Request id.
+        id: u64,
+    },
+    /// Parent: the unary terminal.
+    Result {
+        /// Request id.
+        id: u64,
+        /// The whole (reassembled) body.
+        body: Bytes,
+    },
+    /// An ERROR frame. With `id > 0` (parent side) it is a request's terminal; with `id == 0`
+    /// it is the peer's refusal or fatal report (the peer closes next).
+    Error {
+        /// Request id, or 0.
+        id: u64,
+        /// Numeric code, possibly unknown: classify with [`crate::ErrorClass::of`].
+        code: u32,
+        /// Human-readable text.
+        message: String,
+        /// JSON text, or empty.
+        details: String,
+    },
+    /// Parent: a batch of rows. When the consumer is done with it, report
+    /// `rows.payload().len()` to [`Connection::consumed`] so credit flows back.
+    Rows {
+        /// Request id.
+        id: u64,
+        /// The checked rows.
+        rows: RowsPayload,
+    },
+    /// Parent: the stream terminal; `row_count` was checked against the rows received.
+    End {
+        /// Request id.
+        id: u64,
+        /// Rows in the stream.
+        row_count: u64,
+        /// The whole (reassembled) summary.
+        summary: Bytes,
+    },
+    /// Worker: more stream credit; wake a stream waiting in [`Connection::can_send_rows`].
+    Credit {
+        /// Request id.
+        id: u64,
+        /// Bytes granted.
+        bytes: u32,
+    },
+    /// Parent: an EVENT frame (progress report or notification), for a request or id 0.
+    Notification {
+        /// Request id, or 0.
+        id: u64,
+        /// 1-255 bytes.
+        topic: String,
+        /// JSON text, may be empty.
+        data: String,
+    },
+    /// A heartbeat probe: answer at once with [`Connection::send_pong`] and the same nonce.
+    Ping {
+        /// Copy into the PONG.
+        nonce: [u8; 8],
+    },
+    /// A heartbeat answer (also unsolicited ones): the peer is alive.
+    Pong {
+        /// The nonce.
+        nonce: [u8; 8],
+    },
+    /// Worker: the parent drains; new requests are refused (REJECT DRAINING) from now on.
+    Drain {
+        /// Grace for in-flight requests.
+        grace_ms: u32,
+    },
+    /// Parent: the worker's last frame. In-flight requests end with `WORKER_EXITED`.
+    Goodbye {
+        /// 0 drained, 1 parent gone, 2 leaving by itself, 3 fatal error; others accepted.
+        reason: u32,
+    },
+    /// A frame for a request that already ended: ignored (the normal race with CANCEL).
+    Late {
+        /// Request id.
+        id: u64,
+        /// The frame's type.
+        frame: FrameType,
+    },
+    /// Worker: a request refused without running it (UNKNOWN_METHOD, CODEC_UNSUPPORTED,
+    /// OVERLOADED, DRAINING, or CANCELLED while it was still arriving). It counts as ended;
+    /// answer with [`Connection::send_error`] and this code.
+    Reject {
+        /// Request id.
+        id: u64,
+        /// Why.
+        code: ErrorCode,
+    },
+}
+
+/// Per-request state of a request in flight (on either side).
+#[derive(Debug, Clone)]
+pub(crate) struct StreamSendState {
+    kind: MethodKind,
+    /// Stream credit in bytes of ROWS payload; may go negative (section 6).
+    credit: i64,
+    /// Rows sent (worker) or received (parent).
+    rows: u64,
+    /// Parent: ROWS payload bytes the consumer has read but not yet granted back.
+    consumed: u64,
+    /// A message of this type is being sent in pieces (generic [`Connection::send`] only).
+    sending: Option<FrameType>,
+}
+
+impl StreamSendState {
+    fn new(kind: MethodKind, initial_credit: u32) -> Self {
+        let credit = if kind == MethodKind::Stream {
+            i64::from(initial_credit)
+        } else {
+            0
+        };
+        StreamSendState {
+            kind,
+            credit,
+            rows: 0,
+            consumed: 0,
+            sending: None,
+        }
+    }
+
+    pub(crate) fn charge_rows(&mut self, count: u32, payload_len: usize) {
+        self.credit -= payload_len as i64;
+        self.rows += u64::from(count);
+    }
+}
+
+/// An inbound message being reassembled from CONTINUATION frames.
+#[derive(Debug)]
+struct Partial {
+    /// The first frame, its body/summary holding the first chunk.
+    first: Frame,
+    /// Bytes after the first chunk; empty until the first CONTINUATION.
+    rest: BytesMut,
+    /// Payload bytes so far, fixed prefix included (bounded by `max_message_size`).
+    size: u64,
+}
+
+/// The sans-IO protocol core of one connection, for a parent or a worker.
+///
+/// Feed it received bytes ([`push`](Connection::push) or [`read_buf`](Connection::read_buf)),
+/// pull [`Event`]s with [`poll_event`](Connection::poll_event), and send through its methods,
+/// which check the state, record it, and encode into your buffer. It decides every size, id,
+/// credit and state rule; a driver only moves bytes, runs handlers, and keeps time (heartbeats,
+/// deadlines). Any `Err` from a receive method is fatal: send it with
+/// [`encode_fatal`](Connection::encode_fatal) and close. An `Err` from a send method is a
+/// refused send (nothing was written, the state is unchanged) and is fatal only if
+/// [`ProtocolError::is_fatal`] and you cannot avoid it.
+///
+/// A parent and a worker talking through memory:
+///
+/// ```
+/// use wirepool_proto::{Connection, Event, Hello, MethodInfo, MethodKind, Welcome};
+///
+/// let mut worker = Connection::new_worker();
+/// let mut parent = Connection::new_parent();
+/// let (mut to_parent, mut to_worker) = (Vec::new(), Vec::new());
+///
+/// let hello = Hello {
+///     methods: vec![MethodInfo { name: "count".into(), kind: MethodKind::Stream, codecs: vec![0] }],
+///     ..Hello::new("doc-sdk", "1")
+/// };
+/// worker.send_hello(&hello, &mut to_parent).unwrap();
+/// parent.push(&to_parent);
+/// to_parent.clear();
+/// let Some(Event::Hello(hello)) = parent.poll_event().unwrap() else { panic!() };
+/// parent.send_welcome(&Welcome::for_hello(&hello, 1).unwrap(), &mut to_worker).unwrap();
+/// let id = parent.send_request(0, 0, 0, b"3", &mut to_worker).unwrap();
+///
+/// worker.push(&to_worker);
+/// assert!(matches!(worker.poll_event().unwrap(), Some(Event::Welcome(_))));
+/// let Some(Event::Request { id: got, body, .. }) = worker.poll_event().unwrap() else { panic!() };
+/// assert_eq!((got, &body[..]), (id, &b"3"[..]));
+///
+/// let mut rows = worker.rows(id, &mut to_parent).unwrap();
+/// for row in [&b"a"[..], b"b", b"c"] {
+///     assert!(rows.push(row).unwrap());
+/// }
+/// rows.finish().unwrap();
+/// worker.send_end(id, b"", &mut to_parent).unwrap();
+///
+/// parent.push(&to_parent);
+/// let Some(Event::Rows { rows, .. }) = parent.poll_event().unwrap() else { panic!() };
+/// assert_eq!(rows.count(), 3);
+/// assert!(matches!(parent.poll_event().unwrap(), Some(Event::End { row_count: 3, .. })));
+/// assert_eq!(parent.in_flight(), 0);
+/// ```
+#[derive(Debug)]
+pub struct Connection {
+    role: Role,
+    decoder: FrameDecoder,
+    versions: (u16, u16),
+    /// Parent: the HELLO received. Worker: the HELLO sent.
+    hello: Option<Hello>,
+    welcome: Option<Welcome>,
+    /// Highest request id sent (parent) or received (worker).
+    highest_id: u64,
+    requests: HashMap<u64, StreamSendState>,
+    partials: HashMap<u64, Partial>,
+    /// Worker: DRAIN received. Parent: DRAIN sent.
+    draining: bool,
+    /// Parent: GOODBYE received. Worker: GOODBYE sent.
+    goodbye: bool,
+    /// This side sent a fatal ERROR (id 0) or GOODBYE: it sends nothing more.
+    send_closed: bool,
+    failed: Option<ProtocolError>,
+}
+
+impl Connection {
+    /// A core for `role`, speaking protocol version 1.
+    pub fn new(role: Role) -> Connection {
+        Connection {
+            role,
+            decoder: FrameDecoder::new(HANDSHAKE_MAX_FRAME_SIZE),
+            versions: (PROTOCOL_VERSION, PROTOCOL_VERSION),
+            hello: None,
+            welcome: None,
+            highest_id: 0,
+            requests: HashMap::new(),
+            partials: HashMap::new(),
+            draining: false,
+            goodbye: false,
+            send_closed: false,
+            failed: None,
+        }
+    }
+
+    /// `Connection::new(Role::Parent)`.
+    pub fn new_parent() -> Connection {
+        Connection::new(Role::Parent)
+    }
+
+    /// `Connection::new(Role::Worker)`.
+    pub fn new_worker() -> Connection {
+        Connection::new(Role::Worker)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // State queries
+
+    /// The side this core runs.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// True once the handshake is complete (WELCOME sent or received).
+    pub fn is_open(&self) -> bool {
+        self.welcome.is_some()
+    }
+
+    /// Parent: the HELLO received. Worker: the HELLO sent.
+    pub fn hello(&self) -> Option<&Hello> {
+        self.hello.as_ref()
+    }
+
+    /// The WELCOME in force, once the handshake is complete.
+    pub fn welcome(&self) -> Option<&Welcome> {
+        self.welcome.as_ref()
+    }
+
+    /// The frame payload limit in force for both directions (65,536 before the handshake).
+    pub fn max_frame_size(&self) -> u32 {
+        self.welcome
+            .map_or(HANDSHAKE_MAX_FRAME_SIZE, |w| w.max_frame_size)
+    }
+
+    /// Requests in flight (sent and not ended on the parent; accepted and not answered on the
+    /// worker).
+    pub fn in_flight(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Ids of the requests in flight, in no particular order: on EOF, GOODBYE or a fatal
+    /// error the driver ends each with one local error (`WORKER_EXITED` /
+    /// `PROTOCOL_VIOLATION`).
+    pub fn in_flight_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.requests.keys().copied()
+    }
+
+    /// True if `id` is in flight.
+    pub fn is_in_flight(&self, id: u64) -> bool {
+        self.requests.contains_key(&id)
+    }
+
+    /// Worker: DRAIN received. Parent: DRAIN sent.
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Parent: GOODBYE received. Worker: GOODBYE sent.
+    pub fn is_goodbye(&self) -> bool {
+        self.goodbye
+    }
+
+    /// The first fatal receive error, if any (then every receive call returns it).
+    pub fn failure(&self) -> Option<&ProtocolError> {
+        self.failed.as_ref()
+    }
+
+    /// A stream's credit in bytes (may be negative), or `None` if `id` is not a stream in
+    /// flight.
+    pub fn credit(&self, id: u64) -> Option<i64> {
+        self.requests
+            .get(&id)
+            .filter(|r| r.kind == MethodKind::Stream)
+            .map(|r| r.credit)
+    }
+
+    /// Worker: true if stream `id` may send a ROWS frame now (credit positive). When false,
+    /// wait for an [`Event::Credit`] (or a CANCEL) for it.
+    pub fn can_send_rows(&self, id: u64) -> bool {
+        self.credit(id).is_some_and(|c| c > 0)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Receiving
+
+    /// Append received bytes (copies them; see [`read_buf`](Connection::read_buf)).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.decoder.push(bytes);
+    }
+
+    /// The receive buffer, with room for the rest of the current frame: read the socket
+    /// straight into it, then call [`poll_event`](Connection::poll_event) until `Ok(None)`.
+    pub fn read_buf(&mut self) -> &mut BytesMut {
+        self.decoder.read_buf()
+    }
+
+    /// The next event, `Ok(None)` when more bytes are needed, or a fatal error.
+    ///
+    /// Call it until `Ok(None)` after each read: one read may hold many frames.
+    pub fn poll_event(&mut self) -> Result<Option<Event>, ProtocolError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        loop {
+            let frame = match self.decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(self.fail(e)),
+            };
+            match self.on_frame(frame) {
+                Ok(Some(event)) => return Ok(Some(event)),
+                Ok(None) => continue,
+                Err(e) => return Err(self.fail(e)),
+            }
+        }
+    }
+
+    /// The peer closed the stream. `TRUNCATED` if it stopped inside a frame; otherwise `Ok`
+    /// and the driver ends what is still in flight ([`in_flight_ids`](Connection::in_flight_ids)).
+    pub fn eof(&mut self) -> Result<(), ProtocolError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.decoder.finish().map_err(|e| self.fail(e))
+    }
+
+    fn fail(&mut self, e: ProtocolError) -> ProtocolError {
+        self.failed = Some(e.clone());
+        e
+    }
+
+    fn on_frame(&mut self, frame: Frame) -> Result<Option<Event>, ProtocolError> {
+        let ty = frame.frame_type();
+        let id = frame.id;
+        let unexpected = |why: &str| {
+            err(
+                ErrorCode::UnexpectedFrame,
+                id,
+                format!("{} {why}", ty.name()),
+            )
+        };
+
+        // 1. Handshake phase and direction. ERROR id 0 (a refusal or a fatal report) is
+        //    allowed at any time.
+        if ty == FrameType::Error && id == 0 {
+            return Ok(Some(event_from_frame(frame)));
+        }
+        match self.role {
+            Role::Parent => {
+                if self.hello.is_none() {
+                    let FrameBody::Hello(hello) = frame.body else {
+                        return Err(unexpected("before HELLO"));
+                    };
+                    choose_version(&hello, self.versions.0, self.versions.1)?;
+                    self.hello = Some((*hello).clone());
+                    return Ok(Some(Event::Hello(hello)));
+                }
+                if !self.is_open() {
+                    return Err(unexpected("before WELCOME was sent"));
+                }
+                if !self.role.receives(ty) {
+                    return Err(unexpected("is never sent by a worker"));
+                }
+                if ty == FrameType::Hello {
+                    return Err(unexpected("a second time"));
+                }
+                if self.goodbye {
+                    return Err(unexpected("after GOODBYE"));
+                }
+            }
+            Role::Worker => {
+                if self.welcome.is_none() {
+                    let (Some(hello), FrameBody::Welcome(welcome)) = (&self.hello, &frame.body)
+                    else {
+                        return Err(unexpected(if self.hello.is_none() {
+                            "before the worker's HELLO"
+                        } else {
+                            "before WELCOME"
+                        }));
+                    };
+                    welcome.check_against(hello)?;
+                    let welcome = *welcome;
+                    self.open_with(welcome);
+                    return Ok(Some(Event::Welcome(welcome)));
+                }
+                if !self.role.receives(ty) {
+                    return Err(unexpected("is never sent by a parent"));
+                }
+                if ty == FrameType::Welcome {
+                    return Err(unexpected("a second time"));
+                }
+                if ty == FrameType::Error {
+                    return Err(unexpected(
+                        "with a request id: a parent stops a request with CANCEL",
+                    ));
+                }
+            }
+        }
+
+        // Connection-level frames.
+        if ty.id_rule() == crate::frame::IdRule::Zero || (ty == FrameType::Event && id == 0) {
+            match ty {
+                FrameType::Drain => self.draining = true,
+                FrameType::Goodbye => self.goodbye = true,
+                _ => {}
+            }
+            return Ok(Some(event_from_frame(frame)));
+        }
+
+        // 2. Ids.
+        if ty == FrameType::Request {
+            if id <= self.highest_id {
+                return Err(err(
+                    ErrorCode::DuplicateId,
+                    id,
+                    format!(
+                        "REQUEST id {id} is not above the previous {}",
+                        self.highest_id
+                    ),
+                ));
+            }
+            self.highest_id = id;
+            if frame.more {
+                let size = frame_payload_len(&frame);
+                self.start_partial(frame, size)?;
+                return Ok(None);
+            }
+            return Ok(Some(self.accept(frame)));
+        }
+        if id > self.highest_id {
+            return Err(err(
+                ErrorCode::UnknownId,
+                id,
+                format!(
+                    "{} for id {id}, above every request id ({})",
+                    ty.name(),
+                    self.highest_id
+                ),
+            ));
+        }
+
+        // 3. Continuation.
+        if self.partials.contains_key(&id) {
+            return self.on_frame_mid_message(frame);
+        }
+        if ty == FrameType::Continuation {
+            return Err(err(
+                ErrorCode::Continuation,
+                id,
+                "CONTINUATION with no message in progress",
+            ));
+        }
+
+        // 4. Late frames: ids at or below the highest that are not in flight.
+        let Some(req) = self.requests.get_mut(&id) else {
+            return Ok(Some(Event::Late { id, frame: ty }));
+        };
+
+        // 5. Kind, 6. counters.
+        let kind_mismatch = |what: &str| {
+            err(
+                ErrorCode::KindMismatch,
+                id,
+                format!("{} for a {what} request", ty.name()),
+            )
+        };
+        match (self.role, &frame.body) {
+            (Role::Worker, FrameBody::Cancel) => Ok(Some(Event::Cancel { id })),
+            (Role::Worker, FrameBody::Credit { bytes }) => {
+                if req.kind != MethodKind::Stream {
+                    return Err(kind_mismatch("unary"));
+                }
+                let credit = req.credit + i64::from(*bytes);
+                if credit > MAX_CREDIT {
+                    return Err(err(
+                        ErrorCode::CreditOverflow,
+                        id,
+                        format!("credit {} + grant {bytes} exceeds 2^31 - 1", req.credit),
+                    ));
+                }
+                req.credit = credit;
+                Ok(Some(Event::Credit { id, bytes: *bytes }))
+            }
+            (Role::Parent, FrameBody::Rows(rows)) => {
+                if req.kind != MethodKind::Stream {
+                    return Err(kind_mismatch("unary"));
+                }
+                if req.credit <= 0 {
+                    return Err(err(
+                        ErrorCode::FlowControl,
+                        id,
+                        format!("ROWS while the stream's credit is {}", req.credit),
+                    ));
+                }
+                req.charge_rows(rows.count(), rows.payload().len());
+                Ok(Some(event_from_frame(frame)))
+            }
+            (Role::Parent, FrameBody::End { row_count, .. }) => {
+                if req.kind != MethodKind::Stream {
+                    return Err(kind_mismatch("unary"));
+                }
+                if *row_count != req.rows {
+                    return Err(err(
+                        ErrorCode::RowCountMismatch,
+                        id,
+                        format!("END says {row_count} rows, {} were received", req.rows),
+                    ));
+                }
+                self.finish_or_start(frame)
+            }
+            (Role::Parent, FrameBody::Result { .. }) => {
+                if req.kind != MethodKind::Unary {
+                    return Err(kind_mismatch("stream"));
+                }
+                self.finish_or_start(frame)
+            }
+            (Role::Parent, FrameBody::Error { .. }) => {
+                self.requests.remove(&id);
+                Ok(Some(event_from_frame(frame)))
+            }
+            // EVENT for a request in flight.
+            _ => Ok(Some(event_from_frame(frame))),
+        }
+    }
+
+    /// Parent: a terminal RESULT/END, complete or the first frame of a continued one.
+    fn finish_or_start(&mut self, frame: Frame) -> Result<Option<Event>, ProtocolError> {
+        if frame.more {
+            let size = frame_payload_len(&frame);
+            self.start_partial(frame, size)?;
+            return Ok(None);
+        }
+        self.requests.remove(&frame.id);
+        Ok(Some(event_from_frame(frame)))
+    }
+
+    fn start_partial(&mut self, first: Frame, size: u64) -> Result<(), ProtocolError> {
+        self.check_message_size(first.id, size)?;
+        self.partials.insert(
+            first.id,
+            Partial {
+                first,
+                rest: BytesMut::new(),
+                size,
+            },
+        );
+        Ok(())
+    }
+
+    fn check_message_size(&self, id: u64, size: u64) -> Result<(), ProtocolError> {
+        let limit = self.welcome.map_or(u64::MAX, |w| w.max_message_size);
+        if size > limit {
+            return Err(err(
+                ErrorCode::MessageTooLarge,
+                id,
+                format!("message reached {size} bytes, above max_message_size {limit}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn on_frame_mid_message(&mut self, frame: Frame) -> Result<Option<Event>, ProtocolError> {
+        let id = frame.id;
+        match (self.role, frame.body) {
+            (_, FrameBody::Continuation { chunk }) => {
+                let size = self.partials.get(&id).map_or(0, |p| p.size) + chunk.len() as u64;
+                self.check_message_size(id, size)?;
+                let Some(partial) = self.partials.get_mut(&id) else {
+                    return Ok(None);
+                };
+                partial.size = size;
+                partial.rest.extend_from_slice(&chunk);
+                if frame.more {
+                    return Ok(None);
+                }
+                let Some(Partial {
+                    mut first, rest, ..
+                }) = self.partials.remove(&id)
+                else {
+                    return Ok(None);
+                };
+                first.more = false;
+                let tail = rest.freeze();
+                match &mut first.body {
+                    FrameBody::Request { body, .. }
+                    | FrameBody::Result { body }
+                    | FrameBody::End { summary: body, .. } => {
+                        *body = concat(std::mem::take(body), tail);
+                    }
+                    _ => {}
+                }
+                if first.frame_type() == FrameType::Request {
+                    Ok(Some(self.accept(first)))
+                } else {
+                    self.requests.remove(&id);
+                    Ok(Some(event_from_frame(first)))
+                }
+            }
+            // CANCEL abandons a request still arriving; it still needs a terminal.
+            (Role::Worker, FrameBody::Cancel) => {
+                self.partials.remove(&id);
+                Ok(Some(Event::Reject {
+                    id,
+                    code: ErrorCode::Cancelled,
+                }))
+            }
+            // ERROR abandons a result or summary still arriving; it is the terminal.
+            (Role::Parent, body @ FrameBody::Error { .. }) => {
+                self.partials.remove(&id);
+                self.requests.remove(&id);
+                Ok(Some(event_from_frame(Frame::new(id, body))))
+            }
+            (_, body) => Err(err(
+                ErrorCode::Continuation,
+                id,
+                format!(
+                    "{} for id {id} while a continued message is in progress",
+                    body.frame_type().name()
+                ),
+            )),
+        }
+    }
+
+    /// Worker: accept a complete REQUEST or reject it.
+    fn accept(&mut self, frame: Frame) -> Event {
+        let id = frame.id;
+        let FrameBody::Request {
+            method,
+            codec,
+            timeout_us,
+            body,
+        } = frame.body
+        else {
+            return Event::Late {
+                id,
+                frame: frame.body.frame_type(),
+            };
+        };
+        let reject = |code| Event::Reject { id, code };
+        if self.draining {
+            return reject(ErrorCode::Draining);
+        }
+        let Some(info) = self
+            .hello
+            .as_ref()
+            .and_then(|h| h.methods.get(method as usize))
+        else {
+            return reject(ErrorCode::UnknownMethod);
+        };
+        if !info.codecs.contains(&codec) {
+            return reject(ErrorCode::CodecUnsupported);
+        }
+        let kind = info.kind;
+        let Some(welcome) = self.welcome else {
+            return reject(ErrorCode::Overloaded);
+        };
+        if self.requests.len() >= welcome.max_in_flight as usize {
+            return reject(ErrorCode::Overloaded);
+        }
+        self.requests
+            .insert(id, StreamSendState::new(kind, welcome.initial_credit));
+        Event::Request {
+            id,
+            method,
+            codec,
+            timeout_us,
+            body,
+        }
+    }
+
+    fn open_with(&mut self, welcome: Welcome) {
+        self.welcome = Some(welcome);
+        self.decoder.set_max_frame_size(welcome.max_frame_size);
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sending: checks common to every frame
+
+    fn check_can_send(&self, ty: FrameType, id: u64) -> Result<(), ProtocolError> {
+        let refuse = |why: &str| {
+            Err(err(
+                ErrorCode::UnexpectedFrame,
+                id,
+                format!("cannot send {}: {why}", ty.name()),
+            ))
+        };
+        if self.send_closed {
+            return refuse("this side already sent GOODBYE or a fatal ERROR");
+        }
+        let peer = match self.role {
+            Role::Parent => Role::Worker,
+            Role::Worker => Role::Parent,
+        };
+        if !peer.receives(ty) {
+            return refuse("wrong direction");
+        }
+        if ty == FrameType::Error && id == 0 {
+            return Ok(());
+        }
+        match self.role {
+            Role::Worker if ty == FrameType::Hello => {
+                return if self.hello.is_some() {
+                    refuse("HELLO was already sent")
+                } else {
+                    Ok(())
+                };
+            }
+            Role::Worker if !self.is_open() => return refuse("the handshake is not complete"),
+            Role::Parent if ty == FrameType::Welcome => {
+                return if self.hello.is_none() || self.is_open() {
+                    refuse("WELCOME answers one HELLO, once")
+                } else {
+                    Ok(())
+                };
+            }
+            Role::Parent if !self.is_open() => return refuse("the handshake is not complete"),
+            Role::Parent if ty == FrameType::Error => {
+                return refuse("a parent sends ERROR with id 0 only")
+            }
+            _ => {}
+        }
+        if self.role == Role::Parent && self.goodbye && ty != FrameType::Error {
+            return refuse("the worker said GOODBYE");
+        }
+        Ok(())
+    }
+
+    fn check_frame_size(&self, id: u64, payload_len: usize) -> Result<(), ProtocolError> {
+        if payload_len > self.max_frame_size() as usize {
+            return Err(err(
+                ErrorCode::FrameTooLarge,
+                id,
+                format!(
+                    "payload of {payload_len} bytes above max_frame_size {}",
+                    self.max_frame_size()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn in_flight_state(
+        &mut self,
+        id: u64,
+        ty: FrameType,
+    ) -> Result<&mut StreamSendState, ProtocolError> {
+        self.requests.get_mut(&id).ok_or_else(|| {
+            err(
+                ErrorCode::UnknownId,
+                id,
+                format!("cannot send {}: request {id} is not in flight", ty.name()),
+            )
+        })
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sending: handshake
+
+    /// Worker: send the HELLO (first frame of the connection; it must fit 65,536 bytes).
+    pub fn send_hello(
+        &mut self,
+        hello: &Hello,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Hello, 0)?;
+        hello.validate()?;
+        self.check_frame_size(0, hello.payload_len())?;
+        Frame::new(0, FrameBody::Hello(Box::new(hello.clone()))).encode(out)?;
+        self.hello = Some(hello.clone());
+        Ok(())
+    }
+
+    /// Parent: answer the HELLO and open the connection; the WELCOME's limits apply from now
+    /// on. Checked against the HELLO first ([`Welcome::check_against`]).
+    pub fn send_welcome(
+        &mut self,
+        welcome: &Welcome,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Welcome, 0)?;
+        if let Some(hello) = &self.hello {
+            welcome.check_against(hello)?;
+        }
+        Frame::new(0, FrameBody::Welcome(*welcome)).encode(out)?;
+        self.open_with(*welcome);
+        Ok(())
+    }
+
+    /// Parent: refuse the HELLO (ERROR id 0 with `code`, for example `CODEC_MISMATCH` from
+    /// [`crate::check_methods`]); then close the connection.
+    pub fn refuse(
+        &mut self,
+        code: ErrorCode,
+        message: &str,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.send_error(0, code.code(), message, "", out)
+    }
+
+    /// Either side: report a fatal error to the peer (ERROR id 0 with its code and message);
+    /// then close the connection. Nothing can be sent after it.
+    pub fn encode_fatal(
+        &mut self,
+        error: &ProtocolError,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        let message = truncate_utf8(&error.message, 1024);
+        self.send_error(0, error.code.code(), message, "", out)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sending: parent
+
+    /// Parent: start a call. The core picks the id (the next after every earlier one), checks
+    /// the method and codec against the HELLO, `max_in_flight`, drain state and
+    /// `max_message_size`, and splits a large body into CONTINUATION frames.
+    /// Returns the request id.
+    ///
+    /// Refusals: `UNKNOWN_METHOD`, `CODEC_UNSUPPORTED`, `OVERLOADED` (wait for a terminal),
+    /// `DRAINING`, `MESSAGE_TOO_LARGE`, `UNEXPECTED_FRAME` (not open, or GOODBYE received).
+    pub fn send_request(
+        &mut self,
+        method: u16,
+        codec: u8,
+        timeout_us: u64,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<u64, ProtocolError> {
+        let id = self.highest_id + 1;
+        let head = MessageHead::Request {
+            method,
+            codec,
+            timeout_us,
+        };
+        let kind = self.check_request(id, method, codec, head.message_len(body.len()))?;
+        if self.requests.len() >= self.welcome.map_or(0, |w| w.max_in_flight as usize) {
+            return Err(err(
+                ErrorCode::Overloaded,
+                id,
+                "max_in_flight requests are already in flight",
+            ));
+        }
+        encode_message(out, id, head, body, self.max_frame_size())?;
+        self.record_request(id, kind);
+        Ok(id)
+    }
+
+    fn check_request(
+        &self,
+        id: u64,
+        method: u16,
+        codec: u8,
+        size: u64,
+    ) -> Result<MethodKind, ProtocolError> {
+        self.check_can_send(FrameType::Request, id)?;
+        if id <= self.highest_id {
+            return Err(err(
+                ErrorCode::DuplicateId,
+                id,
+                format!("request id {id} is not above {}", self.highest_id),
+            ));
+        }
+        if self.draining {
+            return Err(err(
+                ErrorCode::Draining,
+                id,
+                "DRAIN was sent: no new requests",
+            ));
+        }
+        let info = self
+            .hello
+            .as_ref()
+            .and_then(|h| h.methods.get(method as usize))
+            .ok_or_else(|| {
+                err(
+                    ErrorCode::UnknownMethod,
+                    id,
+                    format!("method {method} is not in the worker's HELLO"),
+                )
+            })?;
+        if !info.codecs.contains(&codec) {
+            return Err(err(
+                ErrorCode::CodecUnsupported,
+                id,
+                format!("method {:?} does not accept codec {codec}", info.name),
+            ));
+        }
+        self.check_message_size(id, size)?;
+        Ok(info.kind)
+    }
+
+    fn record_request(&mut self, id: u64, kind: MethodKind) {
+        self.highest_id = id;
+        let initial = self.welcome.map_or(0, |w| w.initial_credit);
+        self.requests
+            .insert(id, StreamSendState::new(kind, initial));
+    }
+
+    /// Parent: cancel a request in flight. It stays in flight until its terminal arrives.
+    pub fn send_cancel(&mut self, id: u64, out: &mut impl FrameBuf) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Cancel, id)?;
+        let req = self.in_flight_state(id, FrameType::Cancel)?;
+        // CANCEL abandons a request still being sent.
+        req.sending = None;
+        put_header(out, FrameType::Cancel, false, id, 0)
+    }
+
+    /// Parent: grant `bytes` of credit to stream `id` (`CREDIT_OVERFLOW` if it would exceed
+    /// 2^31 - 1). Prefer [`consumed`](Connection::consumed), which applies the grant policy.
+    pub fn send_credit(
+        &mut self,
+        id: u64,
+        bytes: u32,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Credit, id)?;
+        let req = self.in_flight_state(id, FrameType::Credit)?;
+        if req.kind != MethodKind::Stream {
+            return Err(err(
+                ErrorCode::KindMismatch,
+                id,
+                "CREDIT for a unary request",
+            ));
+        }
+        if bytes == 0 {
+            return Err(err(ErrorCode::BadPayload, id, "CREDIT of 0 bytes"));
+        }
+        let credit = req.credit + i64::from(bytes);
+        if credit > MAX_CREDIT {
+            return Err(err(
+                ErrorCode::CreditOverflow,
+                id,
+                format!("credit {} + {bytes} exceeds 2^31 - 1", req.credit),
+            ));
+        }
+        req.credit = credit;
+        req.consumed = req.consumed.saturating_sub(u64::from(bytes));
+        put_header(out, FrameType::Credit, false, id, 4)?;
+        out.put_u32_le(bytes);
+        Ok(())
+    }
+
+    /// Parent: the consumer has read `bytes` of ROWS payload of stream `id`
+    /// (`rows.payload().len()` of each [`Event::Rows`]). Applies the grant policy
+    /// ([`grant_due`]): once half the window is consumed, a CREDIT for it is encoded into
+    /// `out`. Returns the bytes granted (0: none yet, or the stream already ended).
+    pub fn consumed(
+        &mut self,
+        id: u64,
+        bytes: usize,
+        out: &mut impl FrameBuf,
+    ) -> Result<u32, ProtocolError> {
+        let initial = self.welcome.map_or(0, |w| w.initial_credit);
+        let Some(req) = self.requests.get_mut(&id) else {
+            return Ok(0);
+        };
+        if req.kind != MethodKind::Stream || self.goodbye || self.send_closed {
+            return Ok(0);
+        }
+        req.consumed += bytes as u64;
+        let headroom = (MAX_CREDIT - req.credit).max(0) as u64;
+        let Some(grant) = grant_due(initial, req.consumed.min(headroom)) else {
+            return Ok(0);
+        };
+        self.send_credit(id, grant, out)?;
+        Ok(grant)
+    }
+
+    /// Parent: stop giving work; the worker finishes, says GOODBYE and closes. No REQUEST can
+    /// be sent after it.
+    pub fn send_drain(
+        &mut self,
+        grace_ms: u32,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Drain, 0)?;
+        put_header(out, FrameType::Drain, false, 0, 4)?;
+        out.put_u32_le(grace_ms);
+        self.draining = true;
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sending: worker
+
+    /// Worker: the unary terminal. Large bodies are split into CONTINUATION frames.
+    /// Ends the request.
+    pub fn send_result(
+        &mut self,
+        id: u64,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.send_terminal(id, MessageHead::Result, body, out)
+    }
+
+    /// Worker: the stream terminal, with the row count the core has counted and an optional
+    /// summary (split if large). Ends the request.
+    pub fn send_end(
+        &mut self,
+        id: u64,
+        summary: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        let row_count = self.requests.get(&id).map_or(0, |r| r.rows);
+        self.send_terminal(id, MessageHead::End { row_count }, summary, out)
+    }
+
+    fn send_terminal(
+        &mut self,
+        id: u64,
+        head: MessageHead,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        let ty = head.frame_type();
+        self.check_can_send(ty, id)?;
+        let size = head.message_len(body.len());
+        self.check_message_size(id, size)?;
+        let max_frame_size = self.max_frame_size();
+        let req = self.in_flight_state(id, ty)?;
+        check_kind_for_send(req, ty, id)?;
+        if req.sending.is_some() {
+            return Err(err(
+                ErrorCode::Continuation,
+                id,
+                "a message for this id is already being sent",
+            ));
+        }
+        encode_message(out, id, head, body, max_frame_size)?;
+        self.requests.remove(&id);
+        Ok(())
+    }
+
+    /// Worker: start a ROWS frame for stream `id`: checks that the stream is in flight and its
+    /// credit positive (`FLOW_CONTROL` otherwise: wait for [`Event::Credit`]). The frame may
+    /// hold up to `max_frame_size` bytes; [`RowsBuilder::finish`] charges its credit.
+    pub fn rows<'a, B: FrameBuf>(
+        &'a mut self,
+        id: u64,
+        out: &'a mut B,
+    ) -> Result<RowsBuilder<'a, B>, ProtocolError> {
+        self.check_can_send(FrameType::Rows, id)?;
+        let max_frame_size = self.max_frame_size();
+        let req = self.in_flight_state(id, FrameType::Rows)?;
+        check_kind_for_send(req, FrameType::Rows, id)?;
+        if req.sending.is_some() {
+            return Err(err(
+                ErrorCode::Continuation,
+                id,
+                "END is being sent for this stream",
+            ));
+        }
+        if req.credit <= 0 {
+            return Err(err(
+                ErrorCode::FlowControl,
+                id,
+                format!("stream credit is {}: wait for CREDIT", req.credit),
+            ));
+        }
+        Ok(RowsBuilder::start(out, id, max_frame_size, Some(req)))
+    }
+
+    /// Worker: end request `id` with an error (a terminal; abandons a result being sent). Also
+    /// the answer to [`Event::Reject`], whose request is no longer in flight.
+    /// With `id == 0` it is a fatal report: nothing can be sent after it.
+    pub fn send_error(
+        &mut self,
+        id: u64,
+        code: u32,
+        message: &str,
+        details: &str,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Error, id)?;
+        if id > self.highest_id {
+            return Err(err(
+                ErrorCode::UnknownId,
+                id,
+                format!("no request {id} was received"),
+            ));
+        }
+        self.check_frame_size(id, 6 + message.len() + details.len())?;
+        encode_error(out, id, code, message, details)?;
+        if id == 0 {
+            self.send_closed = true;
+        } else {
+            self.requests.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Worker: a progress report or notification for request `id` (in flight) or the
+    /// connection (`id == 0`). Not flow controlled: coalesce them (about one per 10 ms).
+    pub fn send_event(
+        &mut self,
+        id: u64,
+        topic: &str,
+        data: &str,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Event, id)?;
+        if id != 0 {
+            let req = self.in_flight_state(id, FrameType::Event)?;
+            if req.sending.is_some() {
+                return Err(err(
+                    ErrorCode::Continuation,
+                    id,
+                    "a message for this id is being sent",
+                ));
+            }
+        }
+        self.check_frame_size(id, 2 + topic.len() + data.len())?;
+        encode_event(out, id, topic, data)
+    }
+
+    /// Worker: the last frame; nothing can be sent after it.
+    pub fn send_goodbye(
+        &mut self,
+        reason: u32,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Goodbye, 0)?;
+        put_header(out, FrameType::Goodbye, false, 0, 4)?;
+        out.put_u32_le(reason);
+        self.goodbye = true;
+        self.send_closed = true;
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sending: both
+
+    /// Send a heartbeat probe.
+    pub fn send_ping(
+        &mut self,
+        nonce: [u8; 8],
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Ping, 0)?;
+        put_header(out, FrameType::Ping, false, 0, 8)?;
+        out.put_slice(&nonce);
+        Ok(())
+    }
+
+    /// Answer a [`Event::Ping`] with its nonce.
+    pub fn send_pong(
+        &mut self,
+        nonce: [u8; 8],
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send(FrameType::Pong, 0)?;
+        put_header(out, FrameType::Pong, false, 0, 8)?;
+        out.put_slice(&nonce);
+        Ok(())
+    }
+
+    /// Send any single frame, with every check and state change of the typed methods; for
+    /// tests, fuzzing, and drivers that interleave continued messages frame by frame. The
+    /// typed methods are the fast, simple path.
+    pub fn send(&mut self, frame: &Frame, out: &mut impl FrameBuf) -> Result<(), ProtocolError> {
+        let id = frame.id;
+        let ty = frame.frame_type();
+        let payload_len = frame.encoded_len() - crate::frame::HEADER_LEN;
+        match &frame.body {
+            FrameBody::Hello(hello) => return self.send_hello(hello, out),
+            FrameBody::Welcome(welcome) => return self.send_welcome(welcome, out),
+            FrameBody::Cancel => return self.send_cancel(id, out),
+            FrameBody::Credit { bytes } => return self.send_credit(id, *bytes, out),
+            FrameBody::Drain { grace_ms } => return self.send_drain(*grace_ms, out),
+            FrameBody::Goodbye { reason } => return self.send_goodbye(*reason, out),
+            FrameBody::Ping { nonce } => return self.send_ping(*nonce, out),
+            FrameBody::Pong { nonce } => return self.send_pong(*nonce, out),
+            FrameBody::Error {
+                code,
+                message,
+                details,
+            } => return self.send_error(id, *code, message, details, out),
+            FrameBody::Event { topic, data } => return self.send_event(id, topic, data, out),
+            FrameBody::Rows(rows) => {
+                let mut builder = self.rows(id, out)?;
+                for row in rows {
+                    if !builder.push(row)? {
+                        return Err(err(
+                            ErrorCode::FrameTooLarge,
+                            id,
+                            "ROWS payload above max_frame_size",
+                        ));
+                    }
+                }
+                builder.finish()?;
+                return Ok(());
+            }
+            FrameBody::Request { .. }
+            | FrameBody::Result { .. }
+            | FrameBody::End { .. }
+            | FrameBody::Continuation { .. } => {}
+        }
+        self.check_can_send(ty, id)?;
+        self.check_frame_size(id, payload_len)?;
+        match &frame.body {
+            FrameBody::Request { method, codec, .. } => {
+                let kind = self.check_request(id, *method, *codec, payload_len as u64)?;
+                frame.encode(out)?;
+                self.record_request(id, kind);
+                if frame.more {
+                    if let Some(req) = self.requests.get_mut(&id) {
+                        req.sending = Some(FrameType::Request);
+                    }
+                }
+            }
+            FrameBody::Result { .. } | FrameBody::End { .. } => {
+                let req = self.in_flight_state(id, ty)?;
+                check_kind_for_send(req, ty, id)?;
+                if req.sending.is_some() {
+                    return Err(err(
+                        ErrorCode::Continuation,
+                        id,
+                        "a message for this id is already being sent",
+                    ));
+                }
+                if let FrameBody::End { row_count, .. } = &frame.body {
+                    if *row_count != req.rows {
+                        return Err(err(
+                            ErrorCode::RowCountMismatch,
+                            id,
+                            format!("END says {row_count} rows, {} were sent", req.rows),
+                        ));
+                    }
+                }
+                frame.encode(out)?;
+                if frame.more {
+                    req.sending = Some(ty);
+                } else {
+                    self.requests.remove(&id);
+                }
+            }
+            _ => {
+                let req = self.in_flight_state(id, ty)?;
+                let Some(message) = req.sending else {
+                    return Err(err(
+                        ErrorCode::Continuation,
+                        id,
+                        "CONTINUATION with no message being sent",
+                    ));
+                };
+                frame.encode(out)?;
+                if !frame.more {
+                    req.sending = None;
+                    if message != FrameType::Request {
+                        self.requests.remove(&id);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The grant policy of section 6: grant what the consumer has read once it reaches half the
+/// window (`initial_credit / 2`, at least 1 byte), so the worker never idles and never holds
+/// more than `initial_credit + max_frame_size` unread bytes.
+///
+/// ```
+/// use wirepool_proto::grant_due;
+/// assert_eq!(grant_due(1_048_576, 100_000), None);
+/// assert_eq!(grant_due(1_048_576, 600_000), Some(600_000));
+/// ```
+pub fn grant_due(initial_credit: u32, consumed_not_granted: u64) -> Option<u32> {
+    let threshold = u64::from(initial_credit / 2).max(1);
+    if consumed_not_granted >= threshold {
+        Some(consumed_not_granted.min(MAX_CREDIT as u64) as u32)
+    } else {
+        None
+    }
+}
+
+fn check_kind_for_send(req: &StreamSendState, ty: FrameType, id: u64) -> Result<(), ProtocolError> {
+    let wanted = match ty {
+        FrameType::Result => MethodKind::Unary,
+        _ => MethodKind::Stream,
+    };
+    if req.kind != wanted {
+        return Err(err(
+            ErrorCode::KindMismatch,
+            id,
+            format!("cannot send {} for a {:?} request", ty.name(), req.kind),
+        ));
+    }
+    Ok(())
+}
+
+fn frame_payload_len(frame: &Frame) -> u64 {
+    (frame.encoded_len() - crate::frame::HEADER_LEN) as u64
+}
+
+/// First chunk + the rest; copies only when there is a rest.
+fn concat(first: Bytes, rest: Bytes) -> Bytes {
+    if rest.is_empty() {
+        return first;
+    }
+    let mut whole = BytesMut::with_capacity(first.len() + rest.len());
+    whole.extend_from_slice(&first);
+    whole.extend_from_slice(&rest);
+    whole.freeze()
+}
+
+fn truncate_utf8(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn event_from_frame(frame: Frame) -> Event {
+    let id = frame.id;
+    match frame.body {
+        FrameBody::Hello(hello) => Event::Hello(hello),
+        FrameBody::Welcome(welcome) => Event::Welcome(welcome),
+        FrameBody::Request {
+            method,
+            codec,
+            timeout_us,
+            body,
+        } => Event::Request {
+            id,
+            method,
+            codec,
+            timeout_us,
+            body,
+        },
+        FrameBody::Cancel => Event::Cancel { id },
+        FrameBody::Result { body } => Event::Result { id, body },
+        FrameBody::Error {
+            code,
+            message,
+            details,
+        } => Event::Error {
+            id,
+            code,
+            message,
+            details,
+        },
+        FrameBody::Rows(rows) => Event::Rows { id, rows },
+        FrameBody::End { row_count, summary } => Event::End {
+            id,
+            row_count,
+            summary,
+        },
+        FrameBody::Credit { bytes } => Event::Credit { id, bytes },
+        FrameBody::Event { topic, data } => Event::Notification { id, topic, data },
+        FrameBody::Ping { nonce } => Event::Ping { nonce },
+        FrameBody::Pong { nonce } => Event::Pong { nonce },
+        FrameBody::Drain { grace_ms } => Event::Drain { grace_ms },
+        FrameBody::Goodbye { reason } => Event::Goodbye { reason },
+        // Never reached: continuation frames are folded into their message.
+        FrameBody::Continuation { .. } => Event::Late {
+            id,
+            frame: FrameType::Continuation,
+        },
+    }
+}

@@ -1,0 +1,266 @@
+//! The stateless frame decoder: bytes in (any chunking), checked [`Frame`]s out.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::error::{err, ErrorCode, ProtocolError};
+use crate::frame::{Frame, FrameBody, FrameType, Header, RowsPayload, HEADER_LEN};
+use crate::handshake::{Hello, Welcome};
+use crate::wire::{utf8, Reader};
+
+/// Smallest free space [`FrameDecoder::read_buf`] offers, so small frames arrive in few reads.
+const MIN_READ_SPACE: usize = 64 * 1024;
+
+/// Splits a byte stream into checked frames.
+///
+/// It checks everything decidable from one frame (PROTOCOL.md section 2 and section 4 ranges);
+/// direction, ids, credit and continuation are [`crate::Connection`]'s job. The frame length is
+/// checked against `max_frame_size` as soon as the 16 header bytes are in, before anything is
+/// reserved for the payload. Errors are sticky: after one, every call returns it again.
+///
+/// Two ways to feed it: [`push`](FrameDecoder::push) copies a slice in; [`read_buf`](FrameDecoder::read_buf)
+/// hands out the internal buffer so a socket read lands in it directly (the only copy a frame
+/// ever gets: payloads are then sliced out as [`Bytes`] without copying).
+///
+/// ```
+/// use wirepool_proto::{ErrorCode, Frame, FrameBody, FrameDecoder};
+/// let mut wire = Vec::new();
+/// Frame::new(0, FrameBody::Ping { nonce: *b"12345678" }).encode(&mut wire).unwrap();
+///
+/// let mut dec = FrameDecoder::new(65_536);
+/// dec.push(&wire[..5]); // any chunking
+/// assert!(dec.next_frame().unwrap().is_none());
+/// dec.push(&wire[5..]);
+/// let frame = dec.next_frame().unwrap().unwrap();
+/// assert_eq!(frame.body, FrameBody::Ping { nonce: *b"12345678" });
+/// assert!(dec.finish().is_ok());
+///
+/// dec.push(&wire[..3]);
+/// assert_eq!(dec.finish().unwrap_err().code, ErrorCode::Truncated);
+/// ```
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: BytesMut,
+    max_frame_size: u32,
+    /// Header of the frame whose payload is still arriving (already checked and consumed).
+    pending: Option<Header>,
+    failed: Option<ProtocolError>,
+}
+
+impl FrameDecoder {
+    /// A decoder accepting payloads up to `max_frame_size` bytes.
+    pub fn new(max_frame_size: u32) -> FrameDecoder {
+        FrameDecoder {
+            buf: BytesMut::new(),
+            max_frame_size,
+            pending: None,
+            failed: None,
+        }
+    }
+
+    /// The current payload limit.
+    pub fn max_frame_size(&self) -> u32 {
+        self.max_frame_size
+    }
+
+    /// Change the payload limit (after the handshake). It applies to headers not yet parsed.
+    pub fn set_max_frame_size(&mut self, max_frame_size: u32) {
+        self.max_frame_size = max_frame_size;
+    }
+
+    /// Append received bytes (copies them).
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The receive buffer, with free capacity for at least the rest of the current frame (the
+    /// checked length) or 64 KiB: read from the socket straight into it (for example with
+    /// tokio's `AsyncReadExt::read_buf`), then call [`next_frame`](FrameDecoder::next_frame).
+    pub fn read_buf(&mut self) -> &mut BytesMut {
+        let need = match self.pending {
+            Some(h) => (h.length as usize).saturating_sub(self.buf.len()),
+            None => HEADER_LEN.saturating_sub(self.buf.len()),
+        };
+        self.buf.reserve(need.max(MIN_READ_SPACE));
+        &mut self.buf
+    }
+
+    /// Bytes received but not yet returned as frames (header of a pending frame excluded).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True if the stream is between frames: nothing buffered, no payload pending.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_none() && self.buf.is_empty()
+    }
+
+    /// The next complete frame, `Ok(None)` if more bytes are needed, or the first error.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, ProtocolError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.next_inner() {
+            Ok(frame) => Ok(frame),
+            Err(e) => {
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    fn next_inner(&mut self) -> Result<Option<Frame>, ProtocolError> {
+        let header = match self.pending {
+            Some(h) => h,
+            None => {
+                let Some(raw) = self.buf.first_chunk::<HEADER_LEN>() else {
+                    return Ok(None);
+                };
+                let h = Header::parse(raw, self.max_frame_size)?;
+                self.buf.advance(HEADER_LEN);
+                // The length is checked: reserving the whole payload now saves regrowing the
+                // buffer a few times for a large frame.
+                self.buf.reserve(h.length as usize);
+                self.pending = Some(h);
+                h
+            }
+        };
+        let len = header.length as usize;
+        if self.buf.len() < len {
+            return Ok(None);
+        }
+        self.pending = None;
+        let payload = self.buf.split_to(len).freeze();
+        let body = parse_body(header.frame_type, payload).map_err(|mut e| {
+            e.id = header.id;
+            e
+        })?;
+        Ok(Some(Frame {
+            id: header.id,
+            more: header.more,
+            body,
+        }))
+    }
+
+    /// The peer closed the stream: `TRUNCATED` if it stopped inside a frame, else `Ok`.
+    pub fn finish(&self) -> Result<(), ProtocolError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.is_idle() {
+            Ok(())
+        } else {
+            let id = self.pending.map_or(0, |h| h.id);
+            Err(err(
+                ErrorCode::Truncated,
+                id,
+                format!(
+                    "end of stream inside a frame ({} bytes buffered)",
+                    self.buf.len()
+                ),
+            ))
+        }
+    }
+}
+
+/// Decode one complete frame from `bytes` (which must hold exactly one frame).
+///
+/// ```
+/// use wirepool_proto::{decode_frame, Frame, FrameBody};
+/// let mut wire = Vec::new();
+/// Frame::new(0, FrameBody::Drain { grace_ms: 500 }).encode(&mut wire).unwrap();
+/// assert_eq!(decode_frame(&wire, 65_536).unwrap().body, FrameBody::Drain { grace_ms: 500 });
+/// ```
+pub fn decode_frame(bytes: &[u8], max_frame_size: u32) -> Result<Frame, ProtocolError> {
+    let mut dec = FrameDecoder::new(max_frame_size);
+    dec.push(bytes);
+    let frame = dec.next_frame()?;
+    dec.finish()?;
+    frame.ok_or_else(|| err(ErrorCode::Truncated, 0, "no complete frame"))
+}
+
+/// Parse the payload of one frame of a known type. A first frame with MORE has the same layout
+/// (its fixed prefix is required), so the flag plays no part here.
+pub(crate) fn parse_body(ty: FrameType, payload: Bytes) -> Result<FrameBody, ProtocolError> {
+    let mut r = Reader::new(&payload, ErrorCode::BadPayload);
+    let body = match ty {
+        FrameType::Hello => FrameBody::Hello(Box::new(Hello::parse(&payload)?)),
+        FrameType::Welcome => FrameBody::Welcome(Welcome::parse(&payload)?),
+        FrameType::Request => {
+            let method = r.u16()?;
+            let codec = r.u8()?;
+            if r.u8()? != 0 {
+                return Err(err(
+                    ErrorCode::ReservedNonzero,
+                    0,
+                    "REQUEST reserved byte is not zero",
+                ));
+            }
+            let timeout_us = r.u64()?;
+            FrameBody::Request {
+                method,
+                codec,
+                timeout_us,
+                body: payload.slice(12..),
+            }
+        }
+        FrameType::Cancel => {
+            r.finish("CANCEL")?;
+            FrameBody::Cancel
+        }
+        FrameType::Result => FrameBody::Result { body: payload },
+        FrameType::Error => {
+            let code = r.u32()?;
+            let message = r.str16()?.to_owned();
+            let details = utf8(r.rest(), "ERROR details")?;
+            FrameBody::Error {
+                code,
+                message,
+                details,
+            }
+        }
+        FrameType::Rows => FrameBody::Rows(RowsPayload::parse(payload)?),
+        FrameType::End => {
+            let row_count = r.u64()?;
+            FrameBody::End {
+                row_count,
+                summary: payload.slice(8..),
+            }
+        }
+        FrameType::Credit => {
+            let bytes = r.u32()?;
+            r.finish("CREDIT")?;
+            if bytes == 0 {
+                return Err(err(ErrorCode::BadPayload, 0, "CREDIT of 0 bytes"));
+            }
+            FrameBody::Credit { bytes }
+        }
+        FrameType::Event => {
+            let topic = r
+                .str16_in(1, 255, ErrorCode::BadPayload, "EVENT topic")?
+                .to_owned();
+            let data = utf8(r.rest(), "EVENT data")?;
+            FrameBody::Event { topic, data }
+        }
+        FrameType::Ping | FrameType::Pong => {
+            let nonce = r.nonce()?;
+            r.finish(ty.name())?;
+            if ty == FrameType::Ping {
+                FrameBody::Ping { nonce }
+            } else {
+                FrameBody::Pong { nonce }
+            }
+        }
+        FrameType::Drain => {
+            let grace_ms = r.u32()?;
+            r.finish("DRAIN")?;
+            FrameBody::Drain { grace_ms }
+        }
+        FrameType::Goodbye => {
+            let reason = r.u32()?;
+            r.finish("GOODBYE")?;
+            FrameBody::Goodbye { reason }
+        }
+        FrameType::Continuation => FrameBody::Continuation { chunk: payload },
+    };
+    Ok(body)
+}
