@@ -183,7 +183,8 @@ def header(length: int, type_byte: int, flags: int, ident: int, reserved: int = 
 
 def encode(fr: dict) -> bytes:
     payload = encode_payload(fr)
-    return header(len(payload), TYPES[fr["type"]], FLAG_MORE if fr["more"] else 0, fr["id"]) + payload
+    flags = FLAG_MORE if fr["more"] else 0
+    return header(len(payload), TYPES[fr["type"]], flags, fr["id"]) + payload
 
 
 def raw(type_byte: int | str, ident: int, payload: bytes = b"", *, flags: int = 0,
@@ -393,16 +394,39 @@ class Decoder:
             raise ProtoError("TRUNCATED")
 
 
-def decode_stream(data: bytes, limit: int) -> tuple[list[dict], str | None]:
+def decode_stream(data: bytes | list[bytes], limit: int) -> tuple[list[dict], str | None]:
+    """Decode `data` (or a list of chunks fed one after another), then signal end of input."""
     dec, frames = Decoder(limit), []
-    dec.buf = data
     try:
-        while (got := dec.next_frame()) is not None:
-            frames.append(got[0])
+        for chunk in [data] if isinstance(data, bytes) else data:
+            dec.buf += chunk
+            while (got := dec.next_frame()) is not None:
+                frames.append(got[0])
         dec.eof()
     except ProtoError as e:
         return frames, e.name
     return frames, None
+
+
+def chunkings(data: bytes) -> list[list[bytes]]:
+    """The split rule of PROTOCOL.md section 16: two chunks at every position (sampled for large
+    inputs) and one byte at a time (small inputs only: it is quadratic here)."""
+    if len(data) <= 4096:
+        cuts = range(1, len(data))
+        out = [[data[i:i + 1] for i in range(len(data))]]
+    else:
+        cuts = sorted({i for b in frame_boundaries(data) for i in range(b - 32, b + 33)
+                       if 0 < i < len(data)} | set(range(1, len(data), 997)))
+        out = []
+    return out + [[data[:i], data[i:]] for i in cuts]
+
+
+def frame_boundaries(data: bytes) -> list[int]:
+    pos, out = 0, [0]
+    while pos + 16 <= len(data):
+        pos += 16 + HEADER.unpack_from(data, pos)[0]
+        out.append(min(pos, len(data)))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -651,6 +675,10 @@ def frame_case(name: str, doc: str, data: bytes, frames: list[dict], error: str 
                          f"{len(got_frames)} frames, case says {error} after {len(frames)}")
     if error is None and not decode_only and encode_all(frames) != data:
         raise SystemExit(f"frames case {name}: re-encoding differs")
+    for chunks in chunkings(data):
+        if decode_stream(chunks, max_frame_size) != (got_frames, got_error):
+            raise SystemExit(f"frames case {name}: outcome depends on chunking "
+                             f"{[len(c) for c in chunks][:4]}")
     FRAME_CASES.append({"name": name, "doc": doc, "max_frame_size": max_frame_size,
                         "decode_only": decode_only, "hex": data.hex(), "frames": frames,
                         "error": err(error) if error else None})
@@ -695,6 +723,14 @@ def reject(ident: int, name: str) -> dict:
 
 
 def session(name: str, doc: str, role: str, steps: list[dict]) -> None:
+    for mode in ("whole", "halves", "bytes"):
+        run_session(name, role, steps, mode)
+    SESSION_CASES.append({"name": name, "doc": doc, "role": role, "steps": steps})
+
+
+def run_session(name: str, role: str, steps: list[dict], mode: str) -> None:
+    """Replay a session on the reference core: each recv step whole, cut in two halves, or
+    byte by byte (the latter for steps up to 4096 bytes)."""
     core = Core(role)
     for i, step in enumerate(steps):
         if "send" in step:
@@ -704,19 +740,26 @@ def session(name: str, doc: str, role: str, steps: list[dict]) -> None:
         got_error = None
         try:
             if "recv" in step:
-                core.recv(bytes.fromhex(step["recv"]))
+                data = bytes.fromhex(step["recv"])
+                if mode == "halves":
+                    chunks = [data[:len(data) // 2], data[len(data) // 2:]]
+                elif mode == "bytes" and len(data) <= 4096:
+                    chunks = [data[j:j + 1] for j in range(len(data))]
+                else:
+                    chunks = [data]
+                for chunk in chunks:
+                    core.recv(chunk)
             else:
                 core.eof()
         except ProtoError as e:
             got_error = e.name
         want_error = step["error"]["name"] if step["error"] else None
         if core.events != step["events"] or got_error != want_error:
-            raise SystemExit(f"session {name} step {i}: reference core gives {got_error} and "
-                             f"{json.dumps(core.events)}; case says {want_error} and "
-                             f"{json.dumps(step['events'])}")
+            raise SystemExit(f"session {name} step {i} ({mode}): reference core gives "
+                             f"{got_error} and {json.dumps(core.events)}; case says "
+                             f"{want_error} and {json.dumps(step['events'])}")
         if got_error:
             assert i == len(steps) - 1, f"session {name}: steps after an error"
-    SESSION_CASES.append({"name": name, "doc": doc, "role": role, "steps": steps})
 
 
 # Standard handshake used by most sessions.
