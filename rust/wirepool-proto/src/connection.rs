@@ -343,6 +343,18 @@ impl Connection {
         self.requests.keys().copied()
     }
 
+    /// Parent: true if a REQUEST may be sent now (open, no GOODBYE, not draining, fewer than
+    /// `max_in_flight` requests in flight).
+    pub fn can_send_request(&self) -> bool {
+        self.role == Role::Parent
+            && self
+                .welcome
+                .is_some_and(|w| self.requests.len() < w.max_in_flight as usize)
+            && !self.draining
+            && !self.goodbye
+            && !self.send_closed
+    }
+
     /// True if `id` is in flight.
     pub fn is_in_flight(&self, id: u64) -> bool {
         self.requests.contains_key(&id)
@@ -910,11 +922,13 @@ impl Connection {
     // Sending: parent
 
     /// Parent: start a call. The core picks the id (the next after every earlier one), checks
-    /// the method and codec against the HELLO, `max_in_flight`, drain state and
+    /// the method against the HELLO (the codec is the worker's to refuse), `max_in_flight`,
+    /// drain state and
     /// `max_message_size`, and splits a large body into CONTINUATION frames.
     /// Returns the request id.
     ///
-    /// Refusals: `UNKNOWN_METHOD`, `CODEC_UNSUPPORTED`, `OVERLOADED` (wait for a terminal),
+    /// Refusals: `UNKNOWN_METHOD`, `OVERLOADED` (wait for a terminal; see
+    /// [`can_send_request`](Connection::can_send_request)),
     /// `DRAINING`, `MESSAGE_TOO_LARGE`, `UNEXPECTED_FRAME` (not open, or GOODBYE received).
     pub fn send_request(
         &mut self,
@@ -930,7 +944,7 @@ impl Connection {
             codec,
             timeout_us,
         };
-        let kind = self.check_request(id, method, codec, head.message_len(body.len()))?;
+        let kind = self.check_request(id, method, head.message_len(body.len()))?;
         if self.requests.len() >= self.welcome.map_or(0, |w| w.max_in_flight as usize) {
             return Err(err(
                 ErrorCode::Overloaded,
@@ -943,13 +957,7 @@ impl Connection {
         Ok(id)
     }
 
-    fn check_request(
-        &self,
-        id: u64,
-        method: u16,
-        codec: u8,
-        size: u64,
-    ) -> Result<MethodKind, ProtocolError> {
+    fn check_request(&self, id: u64, method: u16, size: u64) -> Result<MethodKind, ProtocolError> {
         self.check_can_send(FrameType::Request, id)?;
         if id <= self.highest_id {
             return Err(err(
@@ -976,13 +984,8 @@ impl Connection {
                     format!("method {method} is not in the worker's HELLO"),
                 )
             })?;
-        if !info.codecs.contains(&codec) {
-            return Err(err(
-                ErrorCode::CodecUnsupported,
-                id,
-                format!("method {:?} does not accept codec {codec}", info.name),
-            ));
-        }
+        // The codec is not checked: an unaccepted codec is the worker's CODEC_UNSUPPORTED
+        // answer (section 7); the parent's start-up check is `check_methods`.
         self.check_message_size(id, size)?;
         Ok(info.kind)
     }
@@ -1297,8 +1300,8 @@ impl Connection {
         self.check_can_send(ty, id)?;
         self.check_frame_size(id, payload_len)?;
         match &frame.body {
-            FrameBody::Request { method, codec, .. } => {
-                let kind = self.check_request(id, *method, *codec, payload_len as u64)?;
+            FrameBody::Request { method, .. } => {
+                let kind = self.check_request(id, *method, payload_len as u64)?;
                 frame.encode(out)?;
                 self.record_request(id, kind);
                 if frame.more {

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{chunkings, event_to_json, frame_from_json, frame_to_json, hex, load, unhex};
+use common::{
+    chunkings, event_to_json, frame_from_json, frame_to_json, hex, load, split_positions, unhex,
+};
 use serde_json::{json, Value};
 use wirepool_proto::{Connection, FrameBody, FrameDecoder, ProtocolError, Role};
 
@@ -45,7 +47,7 @@ fn frames_json_every_case_every_chunking() {
         let max = case["max_frame_size"].as_u64().unwrap_or(1_048_576) as u32;
         let want_frames = case["frames"].as_array().expect("frames").clone();
         let want_error = case["error"].clone();
-        for chunks in chunkings(data.len()) {
+        for chunks in chunkings(&data) {
             let (frames, error) = decode_chunked(&data, &chunks, max);
             assert_eq!(
                 frames,
@@ -159,23 +161,26 @@ fn sessions_json_one_byte_at_a_time() {
 #[test]
 fn sessions_json_split_at_every_position() {
     for case in sessions() {
-        // Each recv step is split in two at every position (sampled past 8 KiB).
-        let longest = case["steps"]
-            .as_array()
-            .expect("steps")
+        // One run per (recv step, position): that step is split in two there, the others are
+        // fed whole. Past 4 KiB the positions follow the sampling of PROTOCOL.md section 16.
+        let steps = case["steps"].as_array().expect("steps");
+        let recvs: Vec<Vec<u8>> = steps
             .iter()
-            .filter_map(|s| s.get("recv").and_then(Value::as_str).map(|h| h.len() / 2))
-            .max()
-            .unwrap_or(0);
-        for chunks in chunkings(longest).into_iter().filter(|c| c.len() == 2) {
-            let split = chunks[0];
-            run_session(&case, &move |len| {
-                if split < len {
-                    vec![split, len - split]
-                } else {
-                    vec![len]
-                }
-            });
+            .filter_map(|s| s.get("recv").and_then(Value::as_str))
+            .map(unhex)
+            .collect();
+        for (target, data) in recvs.iter().enumerate() {
+            for split in split_positions(data) {
+                let seen = std::cell::Cell::new(0usize);
+                run_session(&case, &|len| {
+                    let k = seen.replace(seen.get() + 1);
+                    if k == target {
+                        vec![split, len - split]
+                    } else {
+                        vec![len]
+                    }
+                });
+            }
         }
     }
 }

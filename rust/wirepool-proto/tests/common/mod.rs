@@ -314,18 +314,43 @@ pub fn event_to_json(e: &Event) -> Value {
     }
 }
 
-/// The chunkings every vector is fed with: at once, split in two at every position (sampled
-/// past 8 KiB: the first and last 512 positions and every 257th), and one byte at a time.
-pub fn chunkings(len: usize) -> Vec<Vec<usize>> {
+/// Where frames start in `data`, and where their payloads start (walking the length fields).
+fn frame_boundaries(data: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos + 16 <= data.len() {
+        out.push(pos);
+        out.push(pos + 16);
+        let len = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        pos = pos.saturating_add(16).saturating_add(len);
+    }
+    out.push(pos.min(data.len()));
+    out
+}
+
+/// The chunkings every vector is fed with: at once, split in two at every position, and one
+/// byte at a time.
+pub fn chunkings(data: &[u8]) -> Vec<Vec<usize>> {
+    let len = data.len();
     let mut out = vec![vec![len]];
-    let positions: Vec<usize> = if len <= 8192 {
-        (1..len).collect()
-    } else {
-        (1..len)
-            .filter(|&p| p <= 512 || p >= len - 512 || p % 257 == 0)
-            .collect()
-    };
-    out.extend(positions.into_iter().map(|p| vec![p, len - p]));
+    out.extend(split_positions(data).into_iter().map(|p| vec![p, len - p]));
     out.push(vec![1; len]);
     out
+}
+
+/// The positions (1..len) of the two-chunk splits. Past 4,096 bytes they follow the split rule
+/// of PROTOCOL.md section 16: every position within 32 bytes of a frame (or payload) boundary,
+/// plus every 251st position.
+pub fn split_positions(data: &[u8]) -> Vec<usize> {
+    let len = data.len();
+    if len <= 4096 {
+        return (1..len).collect();
+    }
+    let mut keep = vec![false; len];
+    for b in frame_boundaries(data) {
+        for p in b.saturating_sub(32)..=(b + 32).min(len - 1) {
+            keep[p] = true;
+        }
+    }
+    (1..len).filter(|&p| keep[p] || p % 251 == 0).collect()
 }
