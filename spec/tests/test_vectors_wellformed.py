@@ -172,3 +172,11 @@ def test_generator_check_passes():
     proc = subprocess.run([sys.executable, str(VECTORS / "generate.py"), "--check"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_protocol_has_a_checked_hex_example_of_every_frame_type():
+    by_name = {c["name"]: c for c in FRAMES["cases"]}
+    names = re.findall(r"^```hex name=(\S+)$", PROTOCOL, re.M)
+    assert names and all(n in by_name for n in names), set(names) - set(by_name)
+    shown = {f["type"] for n in names for f in by_name[n]["frames"]}
+    assert shown == FRAME_TYPES, FRAME_TYPES - shown
