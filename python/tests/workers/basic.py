@@ -1,0 +1,132 @@
+"""Test worker: echo, add, streams, errors, cancellation, slowness, crashes."""
+
+import asyncio
+import os
+import signal
+import sys
+import time
+
+import wirepool
+
+
+@wirepool.method(codecs=["json", "msgpack", "raw"])
+def echo(req):
+    return req
+
+
+@wirepool.method
+def add(req: dict) -> dict:
+    return {"sum": req["a"] + req["b"]}
+
+
+@wirepool.method
+async def add_async(req: dict) -> dict:
+    await asyncio.sleep(0)
+    return {"sum": req["a"] + req["b"]}
+
+
+@wirepool.method
+def pid(req):
+    return os.getpid()
+
+
+@wirepool.stream
+def rows(req: dict, ctx: wirepool.Context):
+    for i in range(req["n"]):
+        if ctx.cancelled:
+            break
+        yield {"i": i, "name": f"decl_{i}", "kind": "theorem"}
+
+
+@wirepool.stream
+async def rows_async(req: dict, ctx: wirepool.Context):
+    for i in range(req["n"]):
+        yield {"i": i}
+        if i % 100 == 0:
+            await asyncio.sleep(0)
+
+
+@wirepool.stream
+def rows_with_summary(req: dict, ctx: wirepool.Context):
+    total = 0
+    for i in range(req["n"]):
+        total += i
+        ctx.progress("count", {"done": i + 1})
+        yield {"i": i}
+    return {"total": total}
+
+
+@wirepool.method
+def fail(req):
+    raise wirepool.WorkerError(1042, "no such thing", {"thing": req.get("thing")})
+
+
+@wirepool.method
+def boom(req):
+    raise ValueError("bad value")
+
+
+@wirepool.method
+def sleep(req, ctx: wirepool.Context):
+    """Sleeps cooperatively: returns early when cancelled or past its deadline."""
+    end = time.monotonic() + req["seconds"]
+    while time.monotonic() < end:
+        if ctx.cancelled:
+            return {"cancelled": True}
+        time.sleep(0.005)
+    return {"slept": req["seconds"]}
+
+
+@wirepool.method
+def sleep_stubborn(req):
+    time.sleep(req["seconds"])  # ignores cancellation
+    return {"slept": req["seconds"]}
+
+
+@wirepool.stream
+def endless(req, ctx: wirepool.Context):
+    i = 0
+    while not ctx.cancelled:
+        yield {"i": i}
+        i += 1
+
+
+@wirepool.stream
+def crash_after(req, ctx: wirepool.Context):
+    for i in range(req["n"]):
+        yield {"i": i}
+    sys.stderr.write("about to die\n")
+    sys.stderr.flush()
+    time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)
+    yield {"never": True}
+
+
+@wirepool.method
+def die(req):
+    sys.stderr.write("dying on purpose\n")
+    sys.stderr.flush()
+    os._exit(req.get("status", 3))
+
+
+@wirepool.method
+def chatter(req):
+    """Writes req['mb'] megabytes to stdout and stderr, then answers."""
+    line = "x" * 1023 + "\n"
+    for _ in range(req["mb"] * 1024):
+        sys.stdout.write(line)
+        sys.stderr.write(line)
+    sys.stdout.flush()
+    return {"ok": True}
+
+
+@wirepool.method
+def progress(req, ctx: wirepool.Context):
+    for i in range(req["n"]):
+        ctx.progress("step", {"i": i})
+        time.sleep(0.001)
+    return {"done": req["n"]}
+
+
+if __name__ == "__main__":
+    wirepool.serve(max_concurrency=int(os.environ.get("MAX_CONCURRENCY", "16")))

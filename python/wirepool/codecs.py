@@ -1,0 +1,176 @@
+"""Codecs: how request bodies, results, rows and summaries become bytes (PROTOCOL.md section 7).
+
+The protocol carries codec ids; this module maps them to encoders. Every codec is optional
+except ``raw`` and ``json`` (orjson when installed, the standard library otherwise)::
+
+    codec = wirepool.codecs.get("msgpack")     # CodecUnavailable if msgpack is not installed
+    data = codec.encode({"a": 1})
+    assert codec.decode(data) == {"a": 1}
+
+``decode`` accepts any bytes-like object (memoryview slices of a frame included) so rows are
+decoded straight from the received buffer.
+"""
+
+from __future__ import annotations
+
+import json as _stdjson
+from typing import Any, Callable, Union
+
+from .proto import Codec as CodecId
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+__all__ = ["Codec", "CodecUnavailable", "get", "by_id", "available", "default_names", "CodecId"]
+
+
+class CodecUnavailable(LookupError):
+    """The codec's library is not installed (install the matching extra, e.g. wirepool[msgpack])."""
+
+
+class Codec:
+    """A codec: ``id`` on the wire, ``name`` for humans, ``encode`` and ``decode`` functions."""
+
+    __slots__ = ("id", "name", "encode", "decode")
+
+    def __init__(self, id: int, name: str, encode: Callable[[Any], Buffer],
+                 decode: Callable[[Buffer], Any]) -> None:
+        self.id = id
+        self.name = name
+        self.encode = encode
+        self.decode = decode
+
+    def __repr__(self) -> str:
+        return f"Codec({self.name!r}, id={self.id})"
+
+
+def _raw_encode(obj: Any) -> Buffer:
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return obj
+    raise TypeError(f"the raw codec carries bytes-like objects, not {type(obj).__name__}")
+
+
+def _raw_decode(buf: Buffer) -> Buffer:
+    return buf  # zero copy: the caller gets the memoryview slice itself
+
+
+def _make_json() -> Codec:
+    try:
+        import orjson
+
+        loads = orjson.loads
+        dumps = orjson.dumps
+        opt = orjson.OPT_SERIALIZE_NUMPY if hasattr(orjson, "OPT_SERIALIZE_NUMPY") else 0
+
+        def encode(obj: Any) -> bytes:
+            return dumps(obj, option=opt)
+
+        def decode(buf: Buffer) -> Any:
+            return loads(buf)  # orjson reads bytes, bytearray and memoryview directly
+
+        return Codec(CodecId.JSON, "json", encode, decode)
+    except ImportError:
+        encoder = _stdjson.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+        def encode_std(obj: Any) -> bytes:
+            return encoder.encode(obj).encode()
+
+        def decode_std(buf: Buffer) -> Any:
+            return _stdjson.loads(bytes(buf) if isinstance(buf, memoryview) else buf)
+
+        return Codec(CodecId.JSON, "json", encode_std, decode_std)
+
+
+def _make_msgpack() -> Codec | None:
+    try:
+        import ormsgpack
+
+        return Codec(CodecId.MSGPACK, "msgpack", ormsgpack.packb, ormsgpack.unpackb)
+    except ImportError:
+        pass
+    try:
+        import msgpack
+    except ImportError:
+        return None
+    packb = msgpack.packb  # not a shared Packer: handlers encode from several threads
+    unpackb = msgpack.unpackb
+
+    def decode(buf: Buffer) -> Any:
+        return unpackb(buf, raw=False)
+
+    return Codec(CodecId.MSGPACK, "msgpack", packb, decode)
+
+
+def _make_cbor() -> Codec | None:
+    try:
+        import cbor2
+    except ImportError:
+        return None
+
+    def decode(buf: Buffer) -> Any:
+        return cbor2.loads(bytes(buf) if isinstance(buf, memoryview) else buf)
+
+    return Codec(CodecId.CBOR, "cbor", cbor2.dumps, decode)
+
+
+def _make_arrow() -> Codec | None:
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return None
+
+    def encode(obj: Any) -> bytes:
+        table = obj if isinstance(obj, (pa.Table, pa.RecordBatch)) else pa.table(obj)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write(table)
+        return sink.getvalue().to_pybytes()
+
+    def decode(buf: Buffer) -> Any:
+        return pa.ipc.open_stream(pa.py_buffer(buf)).read_all()
+
+    return Codec(CodecId.ARROW, "arrow", encode, decode)
+
+
+_FACTORIES: dict[str, Callable[[], Codec | None]] = {
+    "json": _make_json, "msgpack": _make_msgpack, "cbor": _make_cbor, "arrow": _make_arrow,
+}
+_NAMES = {"raw": 0, "json": 1, "msgpack": 2, "cbor": 3, "arrow": 4}
+_cache: dict[str, Codec | None] = {"raw": Codec(CodecId.RAW, "raw", _raw_encode, _raw_decode)}
+
+
+def _load(name: str) -> Codec | None:
+    if name not in _cache:
+        factory = _FACTORIES.get(name)
+        _cache[name] = factory() if factory else None
+    return _cache[name]
+
+
+def get(name: str | int | Codec) -> Codec:
+    """The codec called ``name`` (or with that id); raises CodecUnavailable if not installed."""
+    if isinstance(name, Codec):
+        return name
+    if isinstance(name, int):
+        return by_id(name)
+    if name not in _NAMES:
+        raise CodecUnavailable(f"unknown codec {name!r}; known: {sorted(_NAMES)}")
+    codec = _load(name)
+    if codec is None:
+        raise CodecUnavailable(f"codec {name!r} needs its library: pip install 'wirepool[{name}]'")
+    return codec
+
+
+def by_id(codec_id: int) -> Codec:
+    for name, cid in _NAMES.items():
+        if cid == codec_id:
+            return get(name)
+    raise CodecUnavailable(f"no codec with id {codec_id} in this SDK")
+
+
+def available() -> list[str]:
+    """Names of the codecs usable in this environment."""
+    return [n for n in _NAMES if _load(n) is not None]
+
+
+def default_names() -> list[str]:
+    """A method's codecs when it declares none: json, msgpack if installed, raw for bytes."""
+    return [n for n in ("json", "msgpack", "raw") if _load(n) is not None]

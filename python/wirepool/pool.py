@@ -1,0 +1,1234 @@
+"""The parent side: a supervised pool of worker processes.
+
+Asyncio::
+
+    async with wirepool.AsyncPool([sys.executable, "worker.py"], workers=4) as pool:
+        print(await pool.call("add", {"a": 1, "b": 2}, timeout=5))
+        async for row in pool.stream("rows", {"n": 10}):
+            ...
+
+Blocking (runs the same pool on a background event-loop thread)::
+
+    with wirepool.Pool([sys.executable, "worker.py"], workers=4) as pool:
+        pool.call("add", {"a": 1, "b": 2})
+        for row in pool.stream("rows", {"n": 10}):
+            ...
+
+Each worker gets one end of a Unix socketpair as ``WIREPOOL_FD``; it runs in its own process group,
+never through a shell; its stdout and stderr are read continuously into ``logging`` (logger
+``wirepool.worker``). Every request ends with exactly one outcome: its result, or one typed
+exception (:class:`~wirepool.WorkerExited`, :class:`~wirepool.WorkerHung`,
+:class:`~wirepool.DeadlineExceeded`, a :class:`~wirepool.WorkerError` from the handler, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+
+from . import codecs as _codecs
+from . import proto
+from .errors import (DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
+                     SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
+                     error_from_code)
+from .proto import FrameType, MethodKind
+
+__all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics"]
+
+log = logging.getLogger("wirepool.pool")
+worker_log = logging.getLogger("wirepool.worker")
+
+EventCallback = Callable[[str, Any], None]
+
+_STDERR_TAIL_LINES = 20
+_LOG_LINE_MAX = 8192
+
+
+class PoolMetrics(dict):
+    """A snapshot: ``workers`` (list of per-worker dicts) and pool-wide counters."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests in flight
+# ---------------------------------------------------------------------------------------------
+
+
+class _Request:
+    __slots__ = ("id", "worker", "kind", "codec", "future", "frames", "waiter", "end", "error",
+                 "deadline_handle", "cancel_handle", "on_event", "method", "abandoned",
+                 "consumed", "rows")
+
+    def __init__(self, id: int, worker: "_Worker", kind: int, codec: _codecs.Codec, method: str,
+                 on_event: EventCallback | None) -> None:
+        self.id = id
+        self.worker = worker
+        self.kind = kind
+        self.codec = codec
+        self.method = method
+        self.on_event = on_event
+        loop = worker.pool.loop
+        self.future: asyncio.Future[Any] = loop.create_future()  # unary result / stream end
+        self.frames: collections.deque[proto.Rows] = collections.deque()  # bounded by credit
+        self.waiter: asyncio.Future[None] | None = None
+        self.end: proto.End | None = None
+        self.error: BaseException | None = None
+        self.deadline_handle: asyncio.TimerHandle | None = None
+        self.cancel_handle: asyncio.TimerHandle | None = None
+        self.abandoned = False  # the caller has its outcome already (deadline, cancel)
+        self.consumed = 0  # ROWS payload bytes read by the consumer since the last grant
+        self.rows = 0
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Deliver the terminal outcome exactly once."""
+        for h in (self.deadline_handle, self.cancel_handle):
+            if h is not None:
+                h.cancel()
+        if self.future.done():
+            return
+        if error is not None:
+            self.error = error
+            self.future.set_exception(error)
+            self.future.exception()  # mark retrieved: an abandoned request must not warn
+        else:
+            self.future.set_result(result)
+        self._wake()
+
+
+# ---------------------------------------------------------------------------------------------
+# One worker process
+# ---------------------------------------------------------------------------------------------
+
+
+class _Worker(asyncio.Protocol):
+    _ids = itertools.count(1)
+
+    def __init__(self, pool: "AsyncPool") -> None:
+        self.pool = pool
+        self.worker_id = next(self._ids)
+        self.conn = proto.Connection("parent")
+        self.proc: asyncio.subprocess.Process | None = None
+        self.pid = 0
+        self.transport: asyncio.Transport | None = None
+        self.requests: dict[int, _Request] = {}
+        self.next_id = 1
+        self.methods: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+        self.ready: asyncio.Future[None] = pool.loop.create_future()
+        self.exited: asyncio.Future[None] = pool.loop.create_future()
+        self.alive = True  # false once it is dying or dead: nothing new is sent
+        self.accepting = False  # true while the dispatcher may choose it
+        self.leased = False
+        self.retiring = False
+        self.served = 0
+        self.started_at = time.monotonic()
+        self.last_heard = time.monotonic()
+        self.last_busy = time.monotonic()
+        self.max_in_flight = 1
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
+        self.failure: WirepoolError | None = None  # why it died, for requests in flight
+        self.exit_status: int | None = None
+        self.exit_signal: int | None = None
+        self._out: list[Any] = []
+        self._out_scheduled = False
+        self._tasks: list[asyncio.Task] = []
+        self.heartbeat_task: asyncio.Task | None = None
+
+    # -- start ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        pool = self.pool
+        loop = pool.loop
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            for s in (parent_sock, child_sock):  # room for whole frames in flight
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            env = dict(os.environ if pool.env is None else pool.env)
+            env["WIREPOOL_FD"] = str(child_sock.fileno())
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *pool.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, env=env, cwd=pool.cwd,
+                    pass_fds=(child_sock.fileno(),), start_new_session=True)
+            except OSError as e:
+                raise SpawnFailed(ErrorCode.SPAWN_FAILED,
+                                  f"cannot start {pool.argv[0]!r}: {e.strerror or e}") from e
+        finally:
+            child_sock.close()  # the child has its copy; holding ours would hide its EOF
+        self.pid = self.proc.pid
+        self._tasks.append(loop.create_task(self._pump(self.proc.stdout, "stdout")))
+        self._tasks.append(loop.create_task(self._pump(self.proc.stderr, "stderr")))
+        self._tasks.append(loop.create_task(self._wait_exit()))
+        parent_sock.setblocking(False)
+        await loop.create_unix_connection(lambda: self, sock=parent_sock)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.ready), pool.startup_timeout)
+        except asyncio.TimeoutError:
+            err = StartupTimeout(ErrorCode.STARTUP_TIMEOUT,
+                                 f"worker pid {self.pid} sent no valid HELLO within "
+                                 f"{pool.startup_timeout}s" + self._tail_suffix())
+            self.kill(err)
+            raise err from None
+        except BaseException:
+            self.kill(WorkerExited(ErrorCode.WORKER_EXITED, "start-up interrupted"))
+            raise
+        if pool.heartbeat_ms:
+            self.heartbeat_task = loop.create_task(self._heartbeat())
+
+    def _tail_suffix(self) -> str:
+        return ("; stderr tail:\n" + "\n".join(self.stderr_tail)) if self.stderr_tail else ""
+
+    def _on_hello(self, hello: proto.Hello) -> None:
+        pool = self.pool
+        for m in hello.methods:
+            self.methods[m.name] = (len(self.methods), m.kind, m.codecs)
+        problem = pool._check_methods(self.methods)
+        if problem is not None:
+            self._refuse(ErrorCode.CODEC_MISMATCH, problem)
+            return
+        mfs = min(pool.max_frame_size, hello.max_frame_size)
+        self.max_in_flight = min(pool.max_in_flight, hello.max_concurrency)
+        welcome = proto.Welcome(version=proto.PROTOCOL_VERSION, worker_id=self.worker_id,
+                                max_frame_size=mfs, initial_credit=pool.initial_credit,
+                                heartbeat_ms=pool.heartbeat_ms, max_in_flight=self.max_in_flight,
+                                max_message_size=max(pool.max_message_size, mfs))
+        self._send(welcome)
+        self.accepting = True
+        if not self.ready.done():
+            self.ready.set_result(None)
+
+    def _refuse(self, code: int, message: str) -> None:
+        err = ProtocolError(code, f"worker pid {self.pid} refused: {message}")
+        self._write(proto.encode_frame_parts(proto.ErrorFrame(0, code, message)))
+        self._flush_out()
+        if not self.ready.done():
+            self.ready.set_exception(err)
+        self.kill(err, signal.SIGTERM)
+
+    # -- I/O ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def _write(self, parts: list[Any]) -> None:
+        self._out.extend(parts)
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            self.pool.loop.call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        # Small frames produced during one loop pass leave in one write (one syscall).
+        self._out_scheduled = False
+        out, self._out = self._out, []
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        small = bytearray()
+        for p in out:
+            if len(p) < 65536:
+                small += p
+            else:
+                if small:
+                    t.write(small)
+                    small = bytearray()
+                t.write(p)
+        if small:
+            t.write(small)
+
+    def _send(self, frame: proto.Frame) -> None:
+        self._write(self.conn.send(frame))
+
+    def data_received(self, data: bytes) -> None:
+        self.last_heard = time.monotonic()
+        conn = self.conn
+        try:
+            conn.feed(data)
+            while (ev := conn.next_event()) is not None:
+                self._on_event(ev)
+        except ProtocolError as e:
+            log.error("worker %d (pid %d): protocol violation %s", self.worker_id, self.pid, e)
+            self._write(proto.encode_frame_parts(proto.ErrorFrame(0, e.code, e.message)))
+            self._flush_out()
+            self.kill(error_from_code(ErrorCode.PROTOCOL_VIOLATION,
+                                      f"worker pid {self.pid} broke the protocol: {e}",
+                                      details={"protocol_code": e.code, "name": e.name}))
+
+    def eof_received(self) -> bool:
+        try:
+            self.conn.eof()
+        except ProtocolError as e:
+            self.failure = self.failure or error_from_code(
+                ErrorCode.PROTOCOL_VIOLATION, f"worker pid {self.pid}: {e}",
+                details={"protocol_code": e.code, "name": e.name})
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.alive = False
+        self.accepting = False
+        if not self.ready.done():
+            self.ready.set_exception(WorkerExited(ErrorCode.WORKER_EXITED,
+                                                  f"worker pid {self.pid} closed before HELLO"))
+            self.ready.exception()
+        # Requests in flight end once the exit status is known (it goes into their error).
+        self.pool.loop.create_task(self._fail_after_exit())
+        self.pool._worker_lost(self)
+
+    async def _fail_after_exit(self) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(self.exited), 2.0)
+        except asyncio.TimeoutError:
+            self.kill(None)  # closed its socket but does not exit: do not wait forever
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), 2.0)
+        self._fail_all()
+
+    def _fail_all(self) -> None:
+        requests = list(self.requests.values())
+        self.requests.clear()
+        for req in requests:
+            req.finish(error=self._failure_for(req))
+        if requests:
+            self.pool._capacity_changed()
+
+    def _failure_for(self, req: _Request) -> WirepoolError:
+        f = self.failure
+        if isinstance(f, (WorkerHung, WirepoolError)) and not isinstance(f, WorkerExited):
+            err = error_from_code(f.code, f.message, id=req.id, details=f.details)
+        else:
+            what = (f"killed by signal {self.exit_signal}" if self.exit_signal is not None
+                    else f"exited with status {self.exit_status}")
+            err = WorkerExited(ErrorCode.WORKER_EXITED,
+                               f"worker pid {self.pid} {what} while {req.method!r} was in flight"
+                               + self._tail_suffix(), id=req.id)
+        if isinstance(err, WorkerExited):
+            err.exit_status = self.exit_status
+            err.signal = self.exit_signal
+            err.stderr_tail = "\n".join(self.stderr_tail)
+        return err
+
+    async def _wait_exit(self) -> None:
+        assert self.proc is not None
+        # Drain the pipes first so the exit status comes with the complete stderr tail.
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._tasks[:2])
+        rc = await self.proc.wait()
+        if rc < 0:
+            self.exit_signal = -rc
+        else:
+            self.exit_status = rc
+        self.alive = False
+        self.accepting = False
+        if not self.exited.done():
+            self.exited.set_result(None)
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _pump(self, stream: asyncio.StreamReader | None, name: str) -> None:
+        """Read a child's output continuously into logging: a chatty worker never blocks."""
+        if stream is None:
+            return
+        partial = b""
+        is_err = name == "stderr"
+        while True:
+            chunk = await stream.read(65536)
+            if not chunk:
+                break
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            if len(partial) > _LOG_LINE_MAX:  # a line with no end: log it in pieces
+                lines.append(partial)
+                partial = b""
+            for raw in lines:
+                self._log_line(raw, is_err)
+        if partial:
+            self._log_line(partial, is_err)
+
+    def _log_line(self, raw: bytes, is_err: bool) -> None:
+        line = raw[:_LOG_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
+        if is_err:
+            self.stderr_tail.append(line[:1000])
+        if worker_log.isEnabledFor(logging.INFO):
+            worker_log.info("[worker %d pid %d %s] %s", self.worker_id, self.pid,
+                            "stderr" if is_err else "stdout", line)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _on_event(self, ev: proto.Frame) -> None:
+        t = ev.TYPE
+        if t == FrameType.ROWS:
+            req = self.requests.get(ev.id)
+            if req is not None:
+                req.frames.append(ev)  # type: ignore[arg-type]
+                req._wake()
+            return
+        if t == FrameType.RESULT:
+            req = self.requests.pop(ev.id, None)
+            if req is not None:
+                self._ended(req)
+                try:
+                    value = req.codec.decode(ev.body)  # type: ignore[attr-defined]
+                except Exception as e:
+                    req.finish(error=error_from_code(
+                        ErrorCode.DECODE_FAILED, f"cannot decode the result as {req.codec.name}: "
+                        f"{e}", id=req.id))
+                else:
+                    req.finish(value)
+            return
+        if t == FrameType.END:
+            req = self.requests.pop(ev.id, None)
+            if req is not None:
+                self._ended(req)
+                req.end = ev  # type: ignore[assignment]
+                req.finish(ev)
+            return
+        if t == FrameType.ERROR:
+            if ev.id == 0:
+                log.error("worker %d (pid %d) reports a fatal error: %s %s", self.worker_id,
+                          self.pid, ev.code, ev.message)  # type: ignore[attr-defined]
+                self.failure = error_from_code(
+                    ErrorCode.PROTOCOL_VIOLATION, f"worker pid {self.pid} closed the connection: "
+                    f"{ev.message}", details={"protocol_code": ev.code})  # type: ignore[attr-defined]
+                if not self.ready.done():
+                    self.ready.set_exception(error_from_code(ev.code, ev.message))  # type: ignore[attr-defined]
+                    self.ready.exception()
+                return
+            req = self.requests.pop(ev.id, None)
+            if req is not None:
+                self._ended(req)
+                details: Any = None
+                if ev.details:  # type: ignore[attr-defined]
+                    try:
+                        details = json.loads(ev.details)  # type: ignore[attr-defined]
+                    except ValueError:
+                        details = ev.details  # type: ignore[attr-defined]
+                req.finish(error=error_from_code(ev.code, ev.message, id=req.id,  # type: ignore[attr-defined]
+                                                 details=details))
+            return
+        if t == FrameType.EVENT:
+            req = self.requests.get(ev.id)
+            cb = req.on_event if req is not None else self.pool.on_event
+            if cb is not None:
+                try:
+                    data = json.loads(ev.data) if ev.data else None  # type: ignore[attr-defined]
+                except ValueError:
+                    data = ev.data  # type: ignore[attr-defined]
+                try:
+                    cb(ev.topic, data)  # type: ignore[attr-defined]
+                except Exception:
+                    log.exception("on_event callback failed")
+            return
+        if t == FrameType.PING:
+            self._send(proto.Pong(ev.nonce))  # type: ignore[attr-defined]
+            return
+        if t == FrameType.HELLO:
+            self._on_hello(ev)  # type: ignore[arg-type]
+            return
+        if t == FrameType.GOODBYE:
+            self.accepting = False
+            self.alive = False
+            return
+        # PONG: last_heard is already updated; LATE: nothing to do.
+
+    def _ended(self, req: _Request) -> None:
+        self.served += 1
+        self.last_busy = time.monotonic()
+        self.pool._request_ended(self, req)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def submit(self, method: str, body: Any, codec: _codecs.Codec, timeout: float | None,
+               on_event: EventCallback | None, expect_kind: int) -> _Request:
+        info = self.methods.get(method)
+        id = self.next_id
+        self.next_id += 1
+        if info is None:
+            # Unknown to this worker: index 0xFFFF is never in HELLO; the worker answers
+            # UNKNOWN_METHOD, which keeps one code path and one outcome per request.
+            index, kind = 0xFFFF, expect_kind
+        else:
+            index, kind, _ = info
+        req = _Request(id, self, kind, codec, method, on_event)
+        timeout_us = 0
+        if timeout is not None:
+            timeout_us = max(1, int(timeout * 1e6))
+            req.deadline_handle = self.pool.loop.call_later(
+                timeout + self.pool.deadline_grace, self._deadline_passed, req, timeout)
+        self.requests[id] = req
+        if index == 0xFFFF:
+            # The core refuses to send an index not in HELLO; end the request locally.
+            self.requests.pop(id)
+            req.finish(error=error_from_code(ErrorCode.UNKNOWN_METHOD,
+                                             f"the worker has no method {method!r}", id=id))
+            return req
+        if kind != expect_kind:
+            self.requests.pop(id)
+            right, wrong = ("stream", "call") if kind == MethodKind.STREAM else ("call", "stream")
+            req.finish(error=error_from_code(
+                ErrorCode.UNKNOWN_METHOD,
+                f"{method!r} is a {'stream' if kind == MethodKind.STREAM else 'unary'} method: "
+                f"use pool.{right}(), not pool.{wrong}()", id=id))
+            return req
+        if not self.alive or self.transport is None:
+            self.requests.pop(id)
+            req.finish(error=self._failure_for(req))
+            return req
+        self._write(self.conn.send_message(proto.Request(id, index, codec.id, body, timeout_us)))
+        return req
+
+    def cancel(self, req: _Request, outcome: WirepoolError | None = None) -> None:
+        """The caller gave up (cancelled, deadline, closed iterator): send CANCEL, and kill the
+        worker if the terminal does not come within the cancel grace."""
+        req.abandoned = True
+        if outcome is not None:
+            req.finish(error=outcome)
+        if req.id not in self.requests or not self.alive or self.transport is None:
+            return
+        if req.cancel_handle is None:
+            self._send(proto.Cancel(req.id))
+            req.cancel_handle = self.pool.loop.call_later(self.pool.cancel_grace,
+                                                          self._cancel_grace_passed, req)
+
+    def _deadline_passed(self, req: _Request, timeout: float) -> None:
+        if req.future.done() and req.kind == MethodKind.UNARY:
+            return
+        self.cancel(req, DeadlineExceeded(ErrorCode.DEADLINE_EXCEEDED,
+                                          f"{req.method!r} did not finish within {timeout}s",
+                                          id=req.id))
+
+    def _cancel_grace_passed(self, req: _Request) -> None:
+        if req.id in self.requests:
+            log.warning("worker %d (pid %d) ignored CANCEL of request %d for %.1fs: killing it",
+                        self.worker_id, self.pid, req.id, self.pool.cancel_grace)
+            self.kill(WorkerExited(ErrorCode.WORKER_EXITED,
+                                   f"worker pid {self.pid} killed: request {req.id} ignored "
+                                   f"CANCEL for {self.pool.cancel_grace}s"))
+
+    def grant(self, req: _Request, nbytes: int) -> None:
+        """The consumer read ``nbytes`` of rows: give credit back at half the window."""
+        req.consumed += nbytes
+        if req.consumed >= self.pool.initial_credit // 2 and req.id in self.requests and self.alive:
+            grant = req.consumed
+            room = proto.MAX_CREDIT - self.conn.credit(req.id)
+            if grant > room:
+                grant = room
+            if grant > 0:
+                req.consumed -= grant
+                self._send(proto.Credit(req.id, grant))
+
+    # -- supervision ----------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        pool = self.pool
+        period = pool.heartbeat_ms / 1000
+        nonce = itertools.count(1)
+        while self.alive:
+            await asyncio.sleep(period)
+            if not self.alive:
+                return
+            silent = time.monotonic() - self.last_heard
+            if silent > 3 * period:
+                err = WorkerHung(ErrorCode.WORKER_HUNG,
+                                 f"worker pid {self.pid} silent for {silent:.1f}s "
+                                 f"(heartbeat {pool.heartbeat_ms} ms): killed")
+                log.error("%s", err)
+                self.kill(err)
+                return
+            self._send(proto.Ping(next(nonce).to_bytes(8, "little")))
+            pool._check_recycle(self)
+
+    def kill(self, reason: WirepoolError | None, sig: int = signal.SIGKILL) -> None:
+        """Stop the worker now (its whole process group); requests fail with ``reason``."""
+        if reason is not None and self.failure is None:
+            self.failure = reason
+        self.alive = False
+        self.accepting = False
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+        if self.transport is not None:
+            self.transport.abort()
+        if self.heartbeat_task is not None:
+            self.heartbeat_task.cancel()
+
+    def drain(self, grace_ms: int) -> None:
+        self.accepting = False
+        if self.alive and self.transport is not None and not self.conn.draining:
+            self._send(proto.Drain(grace_ms))
+
+    def rss_bytes(self) -> int | None:
+        try:
+            with open(f"/proc/{self.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams
+# ---------------------------------------------------------------------------------------------
+
+
+class Stream:
+    """An async iterator over a stream's rows (decoded with the call's codec).
+
+    After the iteration ends, ``summary`` holds the decoded END summary (or None) and
+    ``row_count`` the number of rows. Leaving early (``break``, ``aclose()``) cancels the request.
+    """
+
+    def __init__(self, pool: "AsyncPool", req_factory: Callable[[], Any]) -> None:
+        self._pool = pool
+        self._factory = req_factory
+        self._req: _Request | None = None
+        self._rows: Iterator[memoryview] = iter(())
+        self._decode: Callable[[Any], Any] | None = None
+        self.summary: Any = None
+        self.row_count = 0
+        self._done = False
+
+    def __aiter__(self) -> "Stream":
+        return self
+
+    async def _ensure(self) -> _Request:
+        if self._req is None:
+            self._req = await self._factory()
+            self._decode = self._req.codec.decode
+        return self._req
+
+    async def __anext__(self) -> Any:
+        for raw in self._rows:
+            return self._decode(raw)  # type: ignore[misc]
+        batch = await self.next_batch()
+        if batch is None:
+            raise StopAsyncIteration
+        self._rows = iter(batch)
+        return await self.__anext__()
+
+    async def next_batch(self) -> proto.Rows | None:
+        """The next ROWS frame (undecoded rows), or None at the end. Raises the request's error."""
+        req = await self._ensure()
+        while True:
+            if req.frames:
+                frame = req.frames.popleft()
+                self.row_count += frame.count
+                req.worker.grant(req, frame.payload_size)
+                return frame
+            if req.future.done():
+                if req.error is not None:
+                    self._done = True
+                    raise req.error
+                end = req.end
+                self._done = True
+                if end is not None and len(end.summary):
+                    try:
+                        self.summary = req.codec.decode(end.summary)
+                    except Exception as e:
+                        raise error_from_code(ErrorCode.DECODE_FAILED,
+                                              f"cannot decode the summary: {e}", id=req.id) from e
+                return None
+            req.waiter = self._pool.loop.create_future()
+            try:
+                await req.waiter
+            except asyncio.CancelledError:
+                self._abandon()
+                raise
+            finally:
+                req.waiter = None
+
+    def decode_row(self, raw: Any) -> Any:
+        return self._decode(raw)  # type: ignore[misc]
+
+    def _abandon(self) -> None:
+        req = self._req
+        if req is not None and not self._done:
+            self._done = True
+            if not req.future.done() or req.id in req.worker.requests:
+                req.worker.cancel(req, error_from_code(ErrorCode.CANCELLED,
+                                                       "the stream was closed early", id=req.id))
+
+    async def aclose(self) -> None:
+        """Stop reading: cancels the request if it has not ended."""
+        self._abandon()
+
+    async def __aenter__(self) -> "Stream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pool
+# ---------------------------------------------------------------------------------------------
+
+
+class Lease:
+    """Exclusive use of one worker (``async with pool.lease() as w``); nothing else is sent to it.
+    Calls through a lease whose worker died raise :class:`~wirepool.LeaseLost`."""
+
+    def __init__(self, pool: "AsyncPool", worker: _Worker) -> None:
+        self._pool = pool
+        self._worker = worker
+        self.pid = worker.pid
+
+    def _check(self) -> _Worker:
+        w = self._worker
+        if not w.alive:
+            raise LeaseLost(ErrorCode.LEASE_LOST, f"the leased worker pid {w.pid} is gone")
+        return w
+
+    async def call(self, method: str, request: Any = None, *, codec: str | None = None,
+                   timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
+        w = self._check()
+        try:
+            return await self._pool._call_on(w, method, request, codec, timeout, on_event)
+        except WorkerExited as e:
+            raise LeaseLost(ErrorCode.LEASE_LOST, str(e), id=e.id) from e
+
+    def stream(self, method: str, request: Any = None, *, codec: str | None = None,
+               timeout: float | None = None, on_event: EventCallback | None = None) -> Stream:
+        w = self._check()
+        return self._pool._stream_on(w, method, request, codec, timeout, on_event)
+
+
+class AsyncPool:
+    """A pool of worker processes running ``argv``, driven by asyncio.
+
+    Parameters (all optional but ``argv``):
+    ``workers`` processes; ``codec`` default codec name; ``require`` method names (or a mapping
+    name -> "unary"/"stream") every worker must offer with ``codec``, else start-up fails with
+    CODEC_MISMATCH; ``max_in_flight`` per worker; ``startup_timeout`` seconds to HELLO;
+    ``heartbeat_ms`` (0 disables); ``cancel_grace`` seconds a worker gets to honour CANCEL;
+    ``deadline_grace`` seconds past a call's timeout before the parent gives up itself;
+    ``max_requests``/``max_rss_bytes``/``idle_timeout`` recycle a worker (drained first);
+    ``restart_backoff`` initial delay (doubles up to ``restart_backoff_max``);
+    ``max_restarts`` within ``restart_window`` seconds before the pool stops restarting.
+    """
+
+    def __init__(self, argv: Sequence[str], *, workers: int = 1, codec: str = "json",
+                 require: Iterable[str] | Mapping[str, str] | None = None,
+                 max_in_flight: int = 16, startup_timeout: float = 10.0,
+                 heartbeat_ms: int = proto.DEFAULT_HEARTBEAT_MS, cancel_grace: float = 2.0,
+                 deadline_grace: float = 0.25, max_requests: int | None = None,
+                 max_rss_bytes: int | None = None, idle_timeout: float | None = None,
+                 restart_backoff: float = 0.05, restart_backoff_max: float = 5.0,
+                 max_restarts: int = 10, restart_window: float = 60.0,
+                 max_frame_size: int = proto.DEFAULT_MAX_FRAME_SIZE,
+                 initial_credit: int = proto.DEFAULT_INITIAL_CREDIT,
+                 max_message_size: int = proto.DEFAULT_MAX_MESSAGE_SIZE,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None,
+                 on_event: EventCallback | None = None) -> None:
+        if not argv:
+            raise ValueError("argv must name a program")
+        if workers < 1 or max_in_flight < 1:
+            raise ValueError("workers and max_in_flight must be >= 1")
+        if not proto.MIN_FRAME_SIZE_LIMIT <= max_frame_size <= proto.MAX_FRAME_SIZE_LIMIT:
+            raise ValueError("max_frame_size must be 65,536 - 16,777,216")
+        if not 1 <= initial_credit <= proto.MAX_CREDIT:
+            raise ValueError("initial_credit must be 1..2^31-1")
+        self.argv = [os.fspath(a) for a in argv]
+        self.size = workers
+        self.codec = _codecs.get(codec)
+        if isinstance(require, Mapping):
+            self.require = {k: (MethodKind.STREAM if v == "stream" else MethodKind.UNARY)
+                            for k, v in require.items()}
+        else:
+            self.require = {k: None for k in (require or ())}
+        self.max_in_flight = max_in_flight
+        self.startup_timeout = startup_timeout
+        self.heartbeat_ms = heartbeat_ms
+        self.cancel_grace = cancel_grace
+        self.deadline_grace = deadline_grace
+        self.max_requests = max_requests
+        self.max_rss_bytes = max_rss_bytes
+        self.idle_timeout = idle_timeout
+        self.restart_backoff = restart_backoff
+        self.restart_backoff_max = restart_backoff_max
+        self.max_restarts = max_restarts
+        self.restart_window = restart_window
+        self.max_frame_size = max_frame_size
+        self.initial_credit = initial_credit
+        self.max_message_size = max_message_size
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.on_event = on_event
+        self.workers: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._closed = False
+        self._started = False
+        self._restart_times: collections.deque[float] = collections.deque()
+        self._backoff = restart_backoff
+        self._broken: WirepoolError | None = None
+        self._capacity: asyncio.Event | None = None
+        self._spawning = 0
+        self._rr = 0
+        self._counters = collections.Counter()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> "AsyncPool":
+        """Spawn every worker and complete their handshakes; raises the first start-up error."""
+        if self._started:
+            return self
+        self._started = True
+        self.loop = asyncio.get_running_loop()
+        self._capacity = asyncio.Event()
+        results = await asyncio.gather(*(self._spawn() for _ in range(self.size)),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self.close(grace=0)
+            raise errors[0]
+        return self
+
+    async def __aenter__(self) -> "AsyncPool":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _spawn(self) -> _Worker:
+        w = _Worker(self)
+        self._all.add(w)
+        self._spawning += 1
+        try:
+            await w.start()
+        except BaseException:
+            self._all.discard(w)
+            raise
+        finally:
+            self._spawning -= 1
+        if self._closed:
+            w.drain(0)
+            return w
+        self.workers.append(w)
+        self._counters["spawned"] += 1
+        self._capacity_changed()
+        return w
+
+    def _check_methods(self, methods: Mapping[str, tuple[int, int, tuple[int, ...]]]) -> str | None:
+        for name, kind in self.require.items():
+            info = methods.get(name)
+            if info is None:
+                return f"method {name!r} is missing"
+            if kind is not None and info[1] != kind:
+                return f"method {name!r} has the other kind"
+            if self.codec.id not in info[2]:
+                return f"method {name!r} does not accept codec {self.codec.name!r}"
+        return None
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Drain: no new requests; in-flight ones get ``grace`` seconds to finish (then the
+        workers cancel them), workers say GOODBYE and exit; stragglers are killed."""
+        if self._closed and not self._all:
+            return
+        self._closed = True
+        self._wake_waiters()
+        workers = list(self._all)
+        for w in workers:
+            w.drain(int(grace * 1000))
+        if workers:
+            done, pending = await asyncio.wait([asyncio.ensure_future(w.exited) for w in workers],
+                                               timeout=grace + 2.0)
+            for w in workers:
+                if not w.exited.done():
+                    w.kill(WorkerExited(ErrorCode.WORKER_EXITED, "killed at pool shutdown"))
+            await asyncio.wait([asyncio.ensure_future(w.exited) for w in workers], timeout=5.0)
+            tasks = []
+            for w in workers:
+                w._fail_all()
+                tasks.extend(t for t in w._tasks if not t.done())
+                if w.heartbeat_task is not None:
+                    tasks.append(w.heartbeat_task)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._all.clear()
+        self.workers.clear()
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def _capacity_changed(self) -> None:
+        if self._capacity is not None:
+            self._capacity.set()
+
+    def _wake_waiters(self) -> None:
+        self._capacity_changed()
+
+    async def _acquire(self) -> _Worker:
+        """The least-loaded accepting worker with room; waits while all are full."""
+        while True:
+            if self._closed:
+                raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed")
+            if self._broken is not None and not any(w.accepting for w in self.workers):
+                raise self._broken
+            best = None
+            best_load = None
+            workers = self.workers
+            n = len(workers)
+            # Start the scan at a rotating index so ties spread over the workers.
+            self._rr = start = (self._rr + 1) % n if n else 0
+            for k in range(n):
+                w = workers[(start + k) % n]
+                if w.accepting and not w.leased:
+                    load = len(w.requests)
+                    if load < w.max_in_flight and (best_load is None or load < best_load):
+                        best, best_load = w, load
+            if best is not None:
+                return best
+            assert self._capacity is not None
+            self._capacity.clear()
+            await self._capacity.wait()
+
+    def _request_ended(self, w: _Worker, req: _Request) -> None:
+        self._counters["completed"] += 1
+        self._capacity_changed()
+        if self.max_requests is not None and w.served >= self.max_requests:
+            self._recycle(w, "served max_requests")
+
+    def _check_recycle(self, w: _Worker) -> None:
+        if w.retiring or not w.accepting:
+            return
+        if self.max_rss_bytes is not None:
+            rss = w.rss_bytes()
+            if rss is not None and rss > self.max_rss_bytes:
+                self._recycle(w, f"RSS {rss} above max_rss_bytes")
+                return
+        if (self.idle_timeout is not None and not w.requests
+                and time.monotonic() - w.last_busy > self.idle_timeout):
+            self._recycle(w, "idle")
+
+    def _recycle(self, w: _Worker, why: str) -> None:
+        """Replace ``w`` without failing a request: stop dispatching to it, start its
+        replacement, and drain it (its in-flight requests finish first)."""
+        if w.retiring or self._closed:
+            return
+        log.info("recycling worker %d (pid %d): %s", w.worker_id, w.pid, why)
+        w.retiring = True
+        w.accepting = False
+        self._counters["recycled"] += 1
+        if w in self.workers:
+            self.workers.remove(w)
+        self.loop.create_task(self._replace(0.0))
+        w.drain(int(max(self.cancel_grace, 30.0) * 1000))
+
+    def _worker_lost(self, w: _Worker) -> None:
+        if w in self.workers:
+            self.workers.remove(w)
+        self.loop.create_task(self._forget_after_exit(w))
+        if self._closed or w.retiring:
+            return
+        # An unexpected death: restart with backoff, within the intensity limit.
+        now = time.monotonic()
+        self._restart_times.append(now)
+        while self._restart_times and now - self._restart_times[0] > self.restart_window:
+            self._restart_times.popleft()
+        if len(self._restart_times) > self.max_restarts:
+            self._broken = WorkerExited(
+                ErrorCode.WORKER_EXITED, f"restart intensity exceeded: more than "
+                f"{self.max_restarts} worker deaths within {self.restart_window}s; not restarting")
+            log.error("%s", self._broken)
+            self._capacity_changed()
+            return
+        delay = self._backoff
+        self._backoff = min(self._backoff * 2, self.restart_backoff_max)
+        self._counters["restarts"] += 1
+        self.loop.create_task(self._replace(delay))
+
+    async def _forget_after_exit(self, w: _Worker) -> None:
+        with contextlib.suppress(Exception):
+            await w.exited
+        await asyncio.sleep(0)
+        self._all.discard(w)
+
+    async def _replace(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self._closed:
+            return
+        try:
+            w = await self._spawn()
+        except WirepoolError as e:
+            log.error("could not start a replacement worker: %s", e)
+            self._worker_lost_start(e)
+            return
+        # Healthy long enough: reset the backoff.
+        await asyncio.sleep(min(self.restart_window, 10.0))
+        if w.alive:
+            self._backoff = self.restart_backoff
+
+    def _worker_lost_start(self, e: WirepoolError) -> None:
+        if self._closed:
+            return
+        now = time.monotonic()
+        self._restart_times.append(now)
+        if len(self._restart_times) > self.max_restarts:
+            self._broken = e
+            self._capacity_changed()
+            return
+        delay = self._backoff
+        self._backoff = min(self._backoff * 2, self.restart_backoff_max)
+        self.loop.create_task(self._replace(delay))
+
+    def _leased_by(self, w: _Worker) -> bool:
+        return w.leased
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def call(self, method: str, request: Any = None, *, codec: str | None = None,
+                   timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
+        """Call a unary method on the least-loaded worker; returns the decoded result.
+
+        ``timeout`` (seconds) is sent to the worker as the request's budget and enforced here
+        too. Cancelling the awaiting task sends CANCEL.
+        """
+        w = await self._acquire()
+        return await self._call_on(w, method, request, codec, timeout, on_event)
+
+    async def _call_on(self, w: _Worker, method: str, request: Any, codec: str | None,
+                       timeout: float | None, on_event: EventCallback | None) -> Any:
+        c = self.codec if codec is None else _codecs.get(codec)
+        body = c.encode(request)
+        req = w.submit(method, body, c, timeout, on_event, MethodKind.UNARY)
+        self._counters["calls"] += 1
+        try:
+            return await asyncio.shield(req.future)
+        except asyncio.CancelledError:
+            if not req.future.done():
+                w.cancel(req, error_from_code(ErrorCode.CANCELLED, "cancelled by the caller",
+                                              id=req.id))
+            raise
+        except WirepoolError:
+            self._counters["errors"] += 1
+            raise
+
+    def stream(self, method: str, request: Any = None, *, codec: str | None = None,
+               timeout: float | None = None, on_event: EventCallback | None = None) -> Stream:
+        """Start a streaming method; iterate the returned :class:`Stream` for decoded rows."""
+        async def factory() -> _Request:
+            w = await self._acquire()
+            return self._submit_stream(w, method, request, codec, timeout, on_event)
+        return Stream(self, factory)
+
+    def _stream_on(self, w: _Worker, method: str, request: Any, codec: str | None,
+                   timeout: float | None, on_event: EventCallback | None) -> Stream:
+        async def factory() -> _Request:
+            return self._submit_stream(w, method, request, codec, timeout, on_event)
+        return Stream(self, factory)
+
+    def _submit_stream(self, w: _Worker, method: str, request: Any, codec: str | None,
+                       timeout: float | None, on_event: EventCallback | None) -> _Request:
+        c = self.codec if codec is None else _codecs.get(codec)
+        self._counters["streams"] += 1
+        return w.submit(method, c.encode(request), c, timeout, on_event, MethodKind.STREAM)
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[Lease]:
+        """Reserve one worker for a sequence of calls (e.g. to keep state between them)."""
+        while True:
+            w = await self._acquire()
+            if not w.requests:
+                break
+            # Wait for an idle worker so the lease is truly exclusive.
+            assert self._capacity is not None
+            self._capacity.clear()
+            await self._capacity.wait()
+        w.leased = True
+        try:
+            yield Lease(self, w)
+        finally:
+            w.leased = False
+            self._capacity_changed()
+
+    def metrics(self) -> PoolMetrics:
+        """A snapshot of the pool's state and counters."""
+        workers = []
+        for w in list(self._all):
+            workers.append({"worker_id": w.worker_id, "pid": w.pid, "alive": w.alive,
+                            "accepting": w.accepting, "in_flight": len(w.requests),
+                            "served": w.served, "leased": w.leased, "retiring": w.retiring,
+                            "rss_bytes": w.rss_bytes() if w.alive else None})
+        m = PoolMetrics(self._counters)
+        m["workers"] = workers
+        m["size"] = self.size
+        m["closed"] = self._closed
+        return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocking facade
+# ---------------------------------------------------------------------------------------------
+
+
+class SyncStream:
+    """A blocking iterator over a stream's rows; ``close()`` (or leaving a ``with``) cancels it.
+    Rows are decoded in the calling thread, one frame fetched from the pool's loop at a time."""
+
+    def __init__(self, pool: "Pool", stream: Stream) -> None:
+        self._pool = pool
+        self._stream = stream
+        self._rows: Iterator[Any] = iter(())
+        self._finished = False
+
+    def __iter__(self) -> "SyncStream":
+        return self
+
+    def __next__(self) -> Any:
+        for raw in self._rows:
+            return self._stream.decode_row(raw)
+        if self._finished:
+            raise StopIteration
+        try:
+            batch = self._pool._run(self._stream.next_batch())
+        except BaseException:
+            self._finished = True
+            raise
+        if batch is None:
+            self._finished = True
+            raise StopIteration
+        self._rows = iter(batch)
+        return self.__next__()
+
+    @property
+    def summary(self) -> Any:
+        return self._stream.summary
+
+    @property
+    def row_count(self) -> int:
+        return self._stream.row_count
+
+    def close(self) -> None:
+        if not self._finished:
+            self._finished = True
+            with contextlib.suppress(Exception):
+                self._pool._run(self._stream.aclose())
+
+    def __enter__(self) -> "SyncStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not self._finished:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._stream.aclose(), self._pool._loop)
+
+
+class Pool:
+    """The blocking face of :class:`AsyncPool` (same parameters); safe to use from many threads.
+
+    ::
+
+        with wirepool.Pool([sys.executable, "worker.py"], workers=4) as pool:
+            print(pool.call("add", {"a": 1, "b": 2}))
+    """
+
+    def __init__(self, argv: Sequence[str], **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="wirepool-pool",
+                                        daemon=True)
+        self._thread.start()
+        self._apool = AsyncPool(argv, **options)
+        try:
+            self._run(self._apool.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _run(self, coro: Any) -> Any:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()  # e.g. KeyboardInterrupt: the task sends CANCEL
+            raise
+
+    def call(self, method: str, request: Any = None, *, codec: str | None = None,
+             timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
+        """Call a unary method and wait for its result (see :meth:`AsyncPool.call`)."""
+        return self._run(self._apool.call(method, request, codec=codec, timeout=timeout,
+                                          on_event=on_event))
+
+    def submit(self, method: str, request: Any = None, *, codec: str | None = None,
+               timeout: float | None = None) -> concurrent.futures.Future:
+        """Start a call without waiting; returns a ``concurrent.futures.Future``."""
+        return asyncio.run_coroutine_threadsafe(
+            self._apool.call(method, request, codec=codec, timeout=timeout), self._loop)
+
+    def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
+            timeout: float | None = None, window: int | None = None) -> Iterator[Any]:
+        """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
+        workers x max_in_flight); yields results in order."""
+        limit = window or self._apool.size * self._apool.max_in_flight
+        pending: collections.deque[concurrent.futures.Future] = collections.deque()
+        for r in requests:
+            pending.append(self.submit(method, r, codec=codec, timeout=timeout))
+            if len(pending) >= limit:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def stream(self, method: str, request: Any = None, *, codec: str | None = None,
+               timeout: float | None = None, on_event: EventCallback | None = None) -> SyncStream:
+        """Start a streaming method; iterate the result for decoded rows."""
+        return SyncStream(self, self._apool.stream(method, request, codec=codec, timeout=timeout,
+                                                   on_event=on_event))
+
+    def metrics(self) -> PoolMetrics:
+        return self._run(self._metrics())
+
+    async def _metrics(self) -> PoolMetrics:
+        return self._apool.metrics()
+
+    @property
+    def pids(self) -> list[int]:
+        return [w["pid"] for w in self.metrics()["workers"] if w["alive"]]
+
+    def close(self, grace: float = 5.0) -> None:
+        """Drain and stop every worker (see :meth:`AsyncPool.close`)."""
+        if self._loop.is_closed():
+            return
+        try:
+            self._run(self._apool.close(grace))
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._run(_cancel_other_tasks())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+async def _cancel_other_tasks() -> None:
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,687 @@
+"""The worker side: expose Python functions as wirepool methods.
+
+::
+
+    import wirepool
+
+    @wirepool.method
+    def add(req: dict) -> dict:
+        return {"sum": req["a"] + req["b"]}
+
+    @wirepool.stream
+    def rows(req: dict, ctx: wirepool.Context):
+        for i in range(req["n"]):
+            if ctx.cancelled:
+                break
+            yield {"i": i}
+
+    wirepool.serve()
+
+Handlers may be plain functions (run in a thread pool sized to the concurrency limit), coroutines,
+generators or async generators. The I/O loop (asyncio) answers PING while handlers run, batches rows
+into ROWS frames (flushed on size, every few milliseconds, and at the end) and honours stream
+credit: a generator producing faster than the parent reads simply waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ctypes
+import inspect
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable, Iterable, Sequence, TypeVar, overload
+
+from . import codecs as _codecs
+from . import proto
+from .errors import ErrorCode, ProtocolError, WorkerError
+from .proto import FrameType, MethodKind
+
+__all__ = ["method", "stream", "serve", "Context", "registered_methods"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SDK_NAME = "wirepool-python"
+SDK_VERSION = "0.1.0"
+ROWS_FLUSH_BYTES = 256 * 1024  # a ROWS frame is sent once this full (or max_frame_size)
+ROWS_FLUSH_INTERVAL = 0.005  # ... or once its first row is this old
+EVENT_INTERVAL = 0.010  # progress events are coalesced to at most one per topic per 10 ms
+DEFAULT_MAX_CONCURRENCY = 16
+
+
+class _Method:
+    __slots__ = ("name", "kind", "fn", "codecs", "wants_ctx", "is_async", "is_asyncgen", "is_gen")
+
+    def __init__(self, fn: Callable[..., Any], kind: int, name: str | None,
+                 codecs: Sequence[str] | None) -> None:
+        self.fn = fn
+        self.kind = kind
+        self.name = name or fn.__name__
+        names = list(codecs) if codecs is not None else _codecs.default_names()
+        self.codecs = {c.id: c for c in (_codecs.get(n) for n in names)}
+        if not self.codecs:
+            raise ValueError(f"method {self.name!r} declares no codec")
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        self.wants_ctx = len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.is_asyncgen = inspect.isasyncgenfunction(fn)
+        self.is_gen = inspect.isgeneratorfunction(fn)
+
+    def info(self) -> proto.MethodInfo:
+        return proto.MethodInfo(self.name, self.kind, sorted(self.codecs))
+
+
+_registry: dict[str, _Method] = {}
+
+
+def _register(fn: Callable[..., Any], kind: int, name: str | None,
+              codecs: Sequence[str] | None) -> None:
+    m = _Method(fn, kind, name, codecs)
+    if m.name in _registry:
+        raise ValueError(f"method {m.name!r} is registered twice")
+    _registry[m.name] = m
+
+
+@overload
+def method(fn: F) -> F: ...
+@overload
+def method(*, name: str | None = None, codecs: Sequence[str] | None = None) -> Callable[[F], F]: ...
+
+
+def method(fn: Any = None, *, name: str | None = None, codecs: Sequence[str] | None = None) -> Any:
+    """Register a unary method: ``f(req)`` or ``f(req, ctx)``, sync or async, returns the result.
+
+    ``codecs`` lists the codec names it accepts (default: json, msgpack if installed, raw).
+    """
+    def deco(f: F) -> F:
+        _register(f, MethodKind.UNARY, name, codecs)
+        return f
+    return deco(fn) if fn is not None else deco
+
+
+@overload
+def stream(fn: F) -> F: ...
+@overload
+def stream(*, name: str | None = None, codecs: Sequence[str] | None = None) -> Callable[[F], F]: ...
+
+
+def stream(fn: Any = None, *, name: str | None = None, codecs: Sequence[str] | None = None) -> Any:
+    """Register a streaming method: a (async) generator, or a function returning an iterable.
+
+    Each yielded item is one row. A summary for END comes from ``ctx.set_summary(obj)`` or the
+    generator's ``return`` value.
+    """
+    def deco(f: F) -> F:
+        _register(f, MethodKind.STREAM, name, codecs)
+        return f
+    return deco(fn) if fn is not None else deco
+
+
+def registered_methods() -> list[str]:
+    return list(_registry)
+
+
+class Context:
+    """What a handler knows about its request: cancellation, deadline, progress, summary."""
+
+    __slots__ = ("id", "method", "codec", "deadline", "worker_id", "_cancel_code", "_events",
+                 "_events_lock", "_on_event", "_summary", "_has_summary")
+
+    def __init__(self, id: int, method: str, codec: _codecs.Codec, deadline: float | None,
+                 worker_id: int, on_event: Callable[[Context], None]) -> None:
+        self.id = id
+        self.method = method
+        self.codec = codec
+        #: ``time.monotonic()`` value at which the request's budget runs out, or None.
+        self.deadline = deadline
+        self.worker_id = worker_id
+        self._cancel_code: int | None = None
+        self._events: dict[str, str] = {}
+        self._events_lock = threading.Lock()
+        self._on_event = on_event
+        self._summary: Any = None
+        self._has_summary = False
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the parent cancelled the request, its deadline passed, or the worker drains."""
+        return self._cancel_code is not None
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None without one)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def progress(self, topic: str, data: Any = None) -> None:
+        """Report progress (an EVENT frame). Coalesced: only the latest data per topic is sent,
+        at most once per ~10 ms. ``data`` must be JSON-serialisable."""
+        text = "" if data is None else json.dumps(data, separators=(",", ":"))
+        with self._events_lock:
+            first = not self._events
+            self._events[topic] = text
+        if first:
+            self._on_event(self)
+
+    def set_summary(self, summary: Any) -> None:
+        """The summary sent with END (encoded with the request's codec)."""
+        self._summary = summary
+        self._has_summary = True
+
+    def _take_events(self) -> dict[str, str]:
+        with self._events_lock:
+            events, self._events = self._events, {}
+        return events
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _Call:
+    """One running request at the worker."""
+
+    __slots__ = ("id", "method", "ctx", "task", "credit_changed", "lock", "builder", "pending",
+                 "timer", "deadline_handle", "event_handle", "last_event", "max_row")
+
+    def __init__(self, id: int, method: _Method, ctx: Context) -> None:
+        self.id = id
+        self.method = method
+        self.ctx = ctx
+        self.task: asyncio.Task | None = None
+        self.credit_changed = asyncio.Event()
+        self.lock = threading.Lock()
+        self.builder: proto.RowsBuilder | None = None
+        self.pending = 0  # row batches handed to the loop and not yet written
+        self.timer: asyncio.TimerHandle | None = None
+        self.deadline_handle: asyncio.TimerHandle | None = None
+        self.event_handle: asyncio.Handle | None = None
+        self.last_event = 0.0
+        self.max_row = 0
+
+
+class _Runtime(asyncio.Protocol):
+    def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.methods = methods
+        self.loop = loop
+        self.conn = proto.Connection("worker")
+        self.hello = proto.Hello(pid=os.getpid(), max_concurrency=max_concurrency,
+                                 max_frame_size=max_frame_size, sdk_name=SDK_NAME,
+                                 sdk_version=SDK_VERSION, methods=[m.info() for m in methods])
+        self.transport: asyncio.Transport | None = None
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.calls: dict[int, _Call] = {}
+        self.worker_id = 0
+        self.done: asyncio.Future[int] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()
+        self._out: list[Any] = []
+        self._out_scheduled = False
+        self.draining = False
+        self.flush_bytes = ROWS_FLUSH_BYTES
+
+    # -- transport ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._send(self.hello)
+
+    def _write(self, parts: list[Any]) -> None:
+        self._out.extend(parts)
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            self.loop.call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        # Small frames queued during one loop pass go out in one write (one syscall).
+        self._out_scheduled = False
+        out, self._out = self._out, []
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        small = bytearray()
+        for p in out:
+            if len(p) < 65536:
+                small += p
+            else:
+                if small:
+                    t.write(small)
+                    small = bytearray()
+                t.write(p)
+        if small:
+            t.write(small)
+
+    def _send(self, frame: proto.Frame) -> None:
+        self._write(self.conn.send(frame))
+
+    def _send_message(self, frame: proto.Frame) -> None:
+        self._write(self.conn.send_message(frame))
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        try:
+            conn.feed(data)
+            while (ev := conn.next_event()) is not None:
+                self._on_event(ev)
+        except ProtocolError as e:
+            self._fatal(e)
+
+    def eof_received(self) -> bool:
+        try:
+            self.conn.eof()
+        except ProtocolError as e:
+            self._fatal(e)
+            return False
+        self._stop(0)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._stop(0)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def _fatal(self, e: ProtocolError) -> None:
+        print(f"wirepool worker: protocol violation: {e}", file=sys.stderr)
+        try:
+            self._write(proto.encode_frame_parts(proto.ErrorFrame(0, e.code, e.message)))
+            self._flush_out()
+        except Exception:
+            pass
+        self._stop(1)
+
+    def _stop(self, status: int) -> None:
+        for call in list(self.calls.values()):
+            self._cancel(call, ErrorCode.CANCELLED)
+        if self.transport is not None:
+            self._flush_out()
+            self.transport.close()
+        if not self.done.done():
+            self.done.set_result(status)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _on_event(self, ev: proto.Frame) -> None:
+        t = ev.TYPE
+        if t == FrameType.REQUEST:
+            self._start(ev)  # type: ignore[arg-type]
+        elif t == FrameType.CREDIT:
+            call = self.calls.get(ev.id)
+            if call is not None:
+                call.credit_changed.set()
+        elif t == FrameType.PING:
+            self._send(proto.Pong(ev.nonce))  # type: ignore[attr-defined]
+        elif t == FrameType.CANCEL:
+            call = self.calls.get(ev.id)
+            if call is not None:
+                self._cancel(call, ErrorCode.CANCELLED)
+        elif isinstance(ev, proto.Reject):
+            self._send(proto.ErrorFrame(ev.id, ev.code, _REJECT_MESSAGES.get(ev.code, ev.name)))
+        elif t == FrameType.WELCOME:
+            w: proto.Welcome = ev  # type: ignore[assignment]
+            self.worker_id = w.worker_id
+            self.flush_bytes = min(ROWS_FLUSH_BYTES, w.max_frame_size)
+            self.executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=w.max_in_flight, thread_name_prefix="wirepool-handler")
+        elif t == FrameType.DRAIN:
+            self._drain(ev.grace_ms)  # type: ignore[attr-defined]
+        elif t == FrameType.ERROR:  # id 0: the parent refused us or hit a fatal error
+            print(f"wirepool worker: parent closed the connection: "
+                  f"{ev.code} {ev.message}", file=sys.stderr)  # type: ignore[attr-defined]
+            self._stop(1)
+        # PONG and LATE need nothing.
+
+    def _drain(self, grace_ms: int) -> None:
+        self.draining = True
+        if grace_ms == 0:
+            for call in list(self.calls.values()):
+                self._cancel(call, ErrorCode.CANCELLED)
+        else:
+            self.loop.call_later(grace_ms / 1000, self._drain_expired)
+        self._maybe_goodbye()
+
+    def _drain_expired(self) -> None:
+        for call in list(self.calls.values()):
+            self._cancel(call, ErrorCode.CANCELLED)
+
+    def _maybe_goodbye(self) -> None:
+        if self.draining and not self.calls and not self.conn.goodbye_sent:
+            self._send(proto.Goodbye(0))
+            self._flush_out()
+            if self.transport is not None:
+                self.transport.close()
+            if not self.done.done():
+                self.done.set_result(0)
+
+    def _cancel(self, call: _Call, code: int) -> None:
+        if call.ctx._cancel_code is not None:
+            return
+        call.ctx._cancel_code = code
+        call.credit_changed.set()
+        m = call.method
+        if (m.is_async or m.is_asyncgen) and call.task is not None:
+            call.task.cancel()
+
+    # -- running a request ----------------------------------------------------------------
+
+    def _start(self, req: proto.Request) -> None:
+        m = self.methods[req.method]
+        codec = m.codecs[req.codec]
+        deadline = None
+        if req.timeout_us:
+            deadline = time.monotonic() + req.timeout_us / 1e6
+        ctx = Context(req.id, m.name, codec, deadline, self.worker_id, self._event_requested)
+        call = _Call(req.id, m, ctx)
+        self.calls[req.id] = call
+        if req.timeout_us:
+            call.deadline_handle = self.loop.call_later(
+                req.timeout_us / 1e6, self._cancel, call, ErrorCode.DEADLINE_EXCEEDED)
+        call.task = self.loop.create_task(self._run(call, req.body))
+
+    async def _run(self, call: _Call, body: Any) -> None:
+        m = call.method
+        ctx = call.ctx
+        terminal: proto.Frame
+        try:
+            try:
+                arg = ctx.codec.decode(body)
+            except Exception as e:
+                terminal = proto.ErrorFrame(call.id, ErrorCode.BAD_REQUEST,
+                                            f"cannot decode the request body as {ctx.codec.name}: {e}")
+            else:
+                if m.kind == MethodKind.UNARY:
+                    terminal = await self._run_unary(call, arg)
+                else:
+                    terminal = await self._run_stream(call, arg)
+        except (asyncio.CancelledError, _Cancelled):
+            terminal = proto.ErrorFrame(call.id, ctx._cancel_code or ErrorCode.CANCELLED,
+                                        _cancel_message(ctx._cancel_code))
+        except WorkerError as e:
+            terminal = proto.ErrorFrame(call.id, e.code, e.message, _json_details(e.details))
+        except _RowTooLarge as e:
+            terminal = proto.ErrorFrame(call.id, ErrorCode.ROW_TOO_LARGE, str(e))
+        except Exception as e:
+            terminal = proto.ErrorFrame(call.id, ErrorCode.HANDLER_ERROR, f"{type(e).__name__}: {e}",
+                                        _json_details({"type": type(e).__name__,
+                                                       "traceback": traceback.format_exc(limit=20)}))
+        except BaseException as e:  # SystemExit/KeyboardInterrupt inside a handler
+            terminal = proto.ErrorFrame(call.id, ErrorCode.HANDLER_PANIC, f"{type(e).__name__}: {e}")
+        self._finish(call, terminal)
+
+    def _finish(self, call: _Call, terminal: proto.Frame) -> None:
+        if self.calls.pop(call.id, None) is None:
+            return
+        for h in (call.timer, call.deadline_handle, call.event_handle):
+            if h is not None:
+                h.cancel()
+        self._flush_events(call, force=True)
+        if self.transport is not None and not self.conn.closed:
+            try:
+                self._send_message(terminal)
+            except ValueError as e:  # e.g. END with more rows than sent: a driver bug, say so
+                self._send(proto.ErrorFrame(call.id, ErrorCode.HANDLER_PANIC, str(e)))
+        self._maybe_goodbye()
+
+    async def _run_unary(self, call: _Call, arg: Any) -> proto.Frame:
+        m = call.method
+        ctx = call.ctx
+        args = (arg, ctx) if m.wants_ctx else (arg,)
+        if m.is_async:
+            body = ctx.codec.encode(await m.fn(*args))
+        else:
+            body = await self.loop.run_in_executor(self.executor, _call_and_encode, m.fn, args,
+                                                   ctx.codec.encode)
+        if ctx._cancel_code is not None:
+            raise _Cancelled()
+        return proto.Result(call.id, body)
+
+    async def _run_stream(self, call: _Call, arg: Any) -> proto.Frame:
+        m = call.method
+        ctx = call.ctx
+        args = (arg, ctx) if m.wants_ctx else (arg,)
+        mfs = self.conn.max_frame_size
+        call.builder = proto.RowsBuilder(mfs)
+        call.max_row = mfs - 8
+        call.timer = self.loop.call_later(ROWS_FLUSH_INTERVAL, self._tick, call)
+        returned: Any = None
+        if m.is_asyncgen or m.is_async:
+            it = m.fn(*args)
+            if m.is_async:
+                it = await it
+            if hasattr(it, "__aiter__"):
+                encode = ctx.codec.encode
+                async for item in it:
+                    if ctx._cancel_code is not None:
+                        break
+                    full = self._append_row(call, encode(item))
+                    if full is not None:
+                        await self._deliver(call, full)
+            else:
+                returned = await self.loop.run_in_executor(self.executor, self._produce_sync, call,
+                                                           it)
+        else:
+            returned = await self.loop.run_in_executor(self.executor, self._produce_sync, call,
+                                                       m.fn, args)
+        if ctx._cancel_code is not None:
+            raise _Cancelled()
+        with call.lock:
+            last = call.builder if call.builder.count else None
+            call.builder = proto.RowsBuilder(mfs)
+            if last is not None:
+                call.pending += 1
+        if last is not None:
+            await self._deliver(call, last)
+        if ctx._cancel_code is not None:
+            raise _Cancelled()
+        summary = ctx._summary if ctx._has_summary else returned
+        body = b"" if summary is None else ctx.codec.encode(summary)
+        return proto.End(call.id, self.conn.in_flight[call.id].rows, body)
+
+    def _append_row(self, call: _Call, row: Any) -> proto.RowsBuilder | None:
+        """Append an encoded row; returns a full builder to deliver (its ``pending`` counted)."""
+        if len(row) > call.max_row:
+            raise _RowTooLarge(f"a row of {len(row)} bytes does not fit in one frame "
+                               f"(max_frame_size {self.conn.max_frame_size})")
+        with call.lock:
+            b = call.builder
+            if b.payload_size + 4 + len(row) > self.flush_bytes and b.count:  # type: ignore[union-attr]
+                call.builder = nb = proto.RowsBuilder(b.max_payload)  # type: ignore[union-attr]
+                nb.append(row)
+                call.pending += 1
+                return b
+            b.append(row)  # type: ignore[union-attr]
+        return None
+
+    def _produce_sync(self, call: _Call, fn: Any, args: tuple = ()) -> Any:
+        """Runs in a handler thread: iterate the generator, hand full batches to the loop."""
+        ctx = call.ctx
+        it: Iterable[Any] = fn(*args) if args else fn
+        encode = ctx.codec.encode
+        append = self._append_row
+        loop = self.loop
+        prev: concurrent.futures.Future | None = None
+        iterator = iter(it)
+        returned = None
+        try:
+            while True:
+                try:
+                    item = next(iterator)
+                except StopIteration as stop:
+                    returned = stop.value
+                    break
+                if ctx._cancel_code is not None:
+                    break
+                full = append(call, encode(item))
+                if full is not None:
+                    # One batch may be in delivery while the next fills: wait for the older one
+                    # (this is where a fast generator waits for credit).
+                    if prev is not None:
+                        prev.result()
+                    prev = asyncio.run_coroutine_threadsafe(self._deliver(call, full), loop)
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None and ctx._cancel_code is not None:
+                close()
+            if prev is not None:
+                prev.result()
+        return returned
+
+    async def _deliver(self, call: _Call, builder: proto.RowsBuilder) -> None:
+        """Send one batch once the stream has credit (on the loop). ``pending`` was counted."""
+        try:
+            while self.conn.credit(call.id) <= 0 and call.ctx._cancel_code is None:
+                call.credit_changed.clear()
+                await call.credit_changed.wait()
+            if call.ctx._cancel_code is None and call.id in self.calls:
+                self._send_rows(call, builder)
+        finally:
+            call.pending -= 1
+
+    def _send_rows(self, call: _Call, builder: proto.RowsBuilder) -> None:
+        size, count = builder.payload_size, builder.count
+        self.conn.record_rows_sent(call.id, size, count)
+        self._write([builder.take(call.id)])
+
+    def _tick(self, call: _Call) -> None:
+        """Every few ms: send a partly filled batch so slow producers' rows are not held back."""
+        if call.id not in self.calls:
+            return
+        with call.lock:
+            b = call.builder
+            if (b is not None and b.count and call.pending == 0
+                    and self.conn.credit(call.id) > 0 and call.ctx._cancel_code is None):
+                call.builder = proto.RowsBuilder(b.max_payload)
+                self._send_rows(call, b)
+        call.timer = self.loop.call_later(ROWS_FLUSH_INTERVAL, self._tick, call)
+
+    # -- progress events ------------------------------------------------------------------
+
+    def _event_requested(self, ctx: Context) -> None:
+        # May run in a handler thread.
+        try:
+            self.loop.call_soon_threadsafe(self._schedule_events, ctx.id)
+        except RuntimeError:  # loop closed: the worker is exiting
+            pass
+
+    def _schedule_events(self, id: int) -> None:
+        call = self.calls.get(id)
+        if call is None or call.event_handle is not None:
+            return
+        wait = call.last_event + EVENT_INTERVAL - time.monotonic()
+        if wait <= 0:
+            self._flush_events(call)
+        else:
+            call.event_handle = self.loop.call_later(wait, self._flush_events, call)
+
+    def _flush_events(self, call: _Call, force: bool = False) -> None:
+        call.event_handle = None
+        events = call.ctx._take_events()
+        if not events:
+            return
+        if self.transport is None or self.conn.closed:
+            return
+        for topic, data in events.items():
+            self._send(proto.Event(call.id, topic[:255] or "progress", data))
+        call.last_event = time.monotonic()
+
+
+class _RowTooLarge(Exception):
+    pass
+
+
+_REJECT_MESSAGES = {
+    ErrorCode.UNKNOWN_METHOD: "method index not in this worker's HELLO",
+    ErrorCode.CODEC_UNSUPPORTED: "the method does not accept this codec",
+    ErrorCode.OVERLOADED: "more requests in flight than max_in_flight",
+    ErrorCode.DRAINING: "the worker is draining",
+    ErrorCode.CANCELLED: "cancelled while the request was being sent",
+}
+
+
+def _cancel_message(code: int | None) -> str:
+    if code == ErrorCode.DEADLINE_EXCEEDED:
+        return "the request's time budget ran out"
+    return "the request was cancelled"
+
+
+def _call_and_encode(fn: Callable[..., Any], args: tuple, encode: Callable[[Any], Any]) -> Any:
+    return encode(fn(*args))
+
+
+def _json_details(details: Any) -> str:
+    if details is None:
+        return ""
+    try:
+        return json.dumps(details, separators=(",", ":"), default=repr)
+    except (TypeError, ValueError):
+        return json.dumps({"repr": repr(details)})
+
+
+def _take_fd() -> int:
+    raw = os.environ.pop("WIREPOOL_FD", None)
+    if raw is None:
+        raise RuntimeError("WIREPOOL_FD is not set: this program must be started by a wirepool "
+                           "parent (e.g. wirepool.Pool([sys.executable, 'worker.py']))")
+    try:
+        fd = int(raw)
+    except ValueError:
+        raise RuntimeError(f"WIREPOOL_FD={raw!r} is not a file descriptor number") from None
+    os.set_inheritable(fd, False)  # our own children must not hold the connection
+    return fd
+
+
+def _die_with_parent() -> None:
+    """Linux: ask for SIGTERM when the parent dies, so a worker never outlives it."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+          max_frame_size: int = proto.MAX_FRAME_SIZE_LIMIT) -> None:
+    """Serve the registered methods on the connection in ``WIREPOOL_FD`` until the parent drains,
+    closes, or dies; then exit the process.
+
+    ``max_concurrency`` bounds the requests run at once (and the handler thread pool).
+    """
+    if max_concurrency < 1:
+        raise ValueError("max_concurrency must be >= 1")
+    fd = _take_fd()
+    _die_with_parent()
+    methods = list(_registry.values())
+    status = asyncio.run(_serve_async(fd, methods, max_concurrency, max_frame_size))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Handler threads cannot be interrupted; do not let a stuck one keep the process alive.
+    os._exit(status)
+
+
+async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
+                       max_frame_size: int) -> int:
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(False)
+    runtime = _Runtime(methods, max_concurrency, max_frame_size, loop)
+    await loop.create_unix_connection(lambda: runtime, sock=sock)
+    status = await runtime.done
+    try:  # let the transport write what is buffered (GOODBYE, a last ERROR) before exiting
+        await asyncio.wait_for(asyncio.shield(runtime.lost), 2.0)
+    except asyncio.TimeoutError:
+        pass
+    if runtime.executor is not None:
+        runtime.executor.shutdown(wait=False, cancel_futures=True)
+    return status
