@@ -176,6 +176,24 @@ impl Codec {
         Ok(out)
     }
 
+    /// Encodes `value` into a shared buffer. For the opaque codecs, when `T` is [`Bytes`] the
+    /// value itself is returned without copying (a large result goes to the socket as is); an
+    /// [`Encoded`] is returned as is for every codec.
+    pub fn encode_bytes<T: Serialize + 'static>(self, value: T) -> Result<Bytes, CodecError> {
+        let mut slot = Some(value);
+        if let Some(encoded) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Encoded>>() {
+            return Ok(encoded.take().expect("slot was just filled").0);
+        }
+        if self.is_opaque() {
+            if let Some(bytes) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Bytes>>() {
+                return Ok(bytes.take().expect("slot was just filled"));
+            }
+        }
+        let mut out = bytes::BytesMut::new();
+        self.encode(slot.as_ref().expect("slot was just filled"), &mut out)?;
+        Ok(out.freeze())
+    }
+
     /// Decodes a value from `body`. The whole body must be consumed.
     pub fn decode<T: DeserializeOwned>(self, body: &[u8]) -> Result<T, CodecError> {
         match self {
@@ -217,8 +235,14 @@ impl Codec {
     }
 
     /// Decodes a value from a shared buffer. For the opaque codecs, when `T` is [`Bytes`] the
-    /// result shares `body` without copying; otherwise this is [`decode`](Codec::decode).
+    /// result shares `body` without copying; an [`Encoded`] takes the body as is for every
+    /// codec; otherwise this is [`decode`](Codec::decode).
     pub fn decode_bytes<T: DeserializeOwned + 'static>(self, body: Bytes) -> Result<T, CodecError> {
+        let mut encoded = Some(Encoded(body));
+        if let Some(same) = (&mut encoded as &mut dyn std::any::Any).downcast_mut::<Option<T>>() {
+            return Ok(same.take().expect("slot was just filled"));
+        }
+        let body = encoded.take().expect("slot was just filled").0;
         if self.is_opaque() {
             let mut slot = Some(body);
             if let Some(same) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<T>>() {
@@ -229,6 +253,22 @@ impl Codec {
         self.decode(&body)
     }
 }
+
+/// A value already in its wire form, whatever the codec: [`Codec::decode_bytes`] and
+/// [`Codec::encode_bytes`] pass it through untouched (no parse, no copy). For proxies, caches
+/// and echo servers that forward what they receive.
+///
+/// ```
+/// use wirepool_codec::{Codec, Encoded};
+/// let body = bytes::Bytes::from_static(br#"{"any":"json"}"#);
+/// let value: Encoded = Codec::Json.decode_bytes(body.clone()).unwrap();
+/// assert_eq!(Codec::Json.encode_bytes(value).unwrap(), body);
+/// ```
+///
+/// Through serde (e.g. nested inside another type) it is a byte string.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Encoded(pub Bytes);
 
 impl fmt::Display for Codec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

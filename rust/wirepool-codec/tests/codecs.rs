@@ -65,6 +65,26 @@ fn raw_decode_of_bytes_shares_the_buffer() {
 }
 
 #[test]
+fn encode_bytes_passes_bytes_through_opaque_codecs() {
+    let body = Bytes::from(vec![9u8; 10_000]);
+    let out = Codec::Raw.encode_bytes(body.clone()).unwrap();
+    assert_eq!(out.as_ptr(), body.as_ptr());
+    let out = Codec::Raw.encode_bytes(String::from("abc")).unwrap();
+    assert_eq!(&out[..], b"abc");
+}
+
+#[test]
+fn encoded_passes_through_every_codec() {
+    let body = Bytes::from_static(b"\x93\x01\x02\x03");
+    for codec in Codec::available() {
+        let value: wirepool_codec::Encoded = codec.decode_bytes(body.clone()).unwrap();
+        assert_eq!(value.0.as_ptr(), body.as_ptr());
+        let out = codec.encode_bytes(value).unwrap();
+        assert_eq!(out.as_ptr(), body.as_ptr());
+    }
+}
+
+#[test]
 fn raw_carries_every_byte_like_type() {
     let payload = vec![0u8, 255, 7];
     for body in [

@@ -1,1 +1,71 @@
-pub use wirepool_codec::Codec;
+//! Worker SDK of wirepool: serve typed unary and streaming methods to a wirepool parent.
+//!
+//! A worker is a few lines: register methods with serde request, response and row types,
+//! say which codecs each accepts, call [`Worker::run`]. The SDK does the rest:
+//!
+//! - **Handshake** (HELLO/WELCOME) on the socket inherited through `WIREPOOL_FD`; the variable is
+//!   removed and the descriptor made close-on-exec; on Linux the worker gets `SIGKILL` when its
+//!   parent dies, and it exits on end-of-file of its socket.
+//! - **Batching**: rows are serialised straight into the `ROWS` frame being built; a frame goes
+//!   out when full (64 KiB by default), a few ms after its first row, and at the end. All output
+//!   frames are coalesced and written with one vectored syscall whenever the socket is free.
+//! - **Flow control**: a stream sends only while it has credit; a handler producing rows faster
+//!   than the parent reads simply waits in [`RowSink::send`].
+//! - **Cancellation and deadlines**: `CANCEL`, the request's `timeout_us`, and a drain's grace
+//!   set the [`Context`]'s flag; async handlers are dropped at their next `.await`. The parent
+//!   always gets exactly one terminal per request.
+//! - **Isolation**: a panicking handler fails its own request with `HANDLER_PANIC`; blocking
+//!   handlers run on handler threads, so `PING` is answered even while they spin on the CPU.
+//! - **Limits**: at most `max_concurrency` requests run at once; more end with `OVERLOADED`.
+//!
+//! ```no_run
+//! use wirepool_worker::{Codec, Context, HandlerError, RowSink, Worker};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct AddReq { a: i64, b: i64 }
+//! #[derive(serde::Serialize)]
+//! struct AddResp { sum: i64 }
+//! #[derive(serde::Deserialize)]
+//! struct DeclsReq { n: u64 }
+//! #[derive(serde::Serialize)]
+//! struct Decl { i: u64, name: String, kind: &'static str }
+//!
+//! fn main() -> std::io::Result<()> {
+//!     Worker::new("demo")
+//!         .unary("add", |req: AddReq, _ctx: &Context| Ok(AddResp { sum: req.a + req.b }))
+//!         .stream("decls", |req: DeclsReq, ctx: Context, rows: RowSink<Decl>| async move {
+//!             for i in 0..req.n {
+//!                 ctx.event("progress", &serde_json::json!({ "done": i }));
+//!                 rows.send(Decl { i, name: format!("decl_{i}"), kind: "theorem" }).await?;
+//!             }
+//!             Ok::<_, HandlerError>(Some(req.n)) // the summary; `Ok(())` for none
+//!         })
+//!         .codecs(&[Codec::Json, Codec::MsgPack])
+//!         .max_concurrency(64)
+//!         .run()
+//! }
+//! ```
+//!
+//! Which kind of handler to use: [`Worker::unary`] and [`Worker::stream_blocking`] run plain
+//! functions on handler threads (CPU-bound or blocking work); [`Worker::unary_async`] and
+//! [`Worker::stream`] run futures on the I/O thread (work that mostly waits). An async
+//! handler that computes for long without awaiting delays every other request of the worker.
+
+#![warn(missing_docs)]
+
+mod context;
+mod core;
+mod driver;
+mod error;
+mod outbox;
+mod pool;
+mod sink;
+mod worker;
+
+pub use context::Context;
+pub use driver::FD_ENV;
+pub use error::{HandlerError, StreamClosed};
+pub use sink::{BlockingRowSink, RowSink};
+pub use wirepool_codec::{Codec, Encoded};
+pub use wirepool_proto::ErrorCode;
+pub use worker::{Summary, Worker};

@@ -1,0 +1,172 @@
+//! The reference test worker: every behaviour the parent SDKs, the conformance tests and the
+//! benchmarks need, under stable method names.
+//!
+//! | method | kind | codecs | request -> answer |
+//! |---|---|---|---|
+//! | `echo` | unary | raw, json, msgpack | any body -> the same bytes (no decode, no copy) |
+//! | `add` | unary | json | `{"a": i64, "b": i64}` -> `{"sum": a + b}` |
+//! | `decls` | stream | json, msgpack, cbor | `{"n": N}` -> rows `{"i":i,"name":"decl_i","kind":"theorem"}`, summary `{"rows": N}` |
+//! | `decls_blocking` | stream | json, msgpack, cbor | same, from a blocking handler |
+//! | `raw_rows` | stream | raw | `"N SIZE"` (text) -> N rows of SIZE bytes (first 8 = i LE), no summary |
+//! | `sleep` | unary (async) | json | `ms` -> `ms` after sleeping; dropped at cancellation |
+//! | `sleep_blocking` | unary | json | `ms` -> `ms`; polls cancellation every millisecond |
+//! | `spin` | unary | json | `us` -> busy-loops `us` microseconds on a handler thread (stops if cancelled) |
+//! | `crash` | unary | json | aborts the whole process |
+//! | `panic` | unary | json | panics (-> `HANDLER_PANIC`) |
+//! | `fail` | unary | json | any -> `HANDLER_ERROR` with details `{"request": <it>}` |
+//! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes there, returns N |
+//! | `progress` | unary | json | `n` -> sends n `progress` events (coalesced), returns n |
+//!
+//! Run it from a wirepool parent (it needs `WIREPOOL_FD`); `--max-concurrency N` changes the
+//! limit it declares.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
+use wirepool_worker::{BlockingRowSink, Codec, Context, Encoded, HandlerError, RowSink, Worker};
+
+#[derive(Deserialize)]
+struct AddReq {
+    a: i64,
+    b: i64,
+}
+
+#[derive(Serialize)]
+struct AddResp {
+    sum: i64,
+}
+
+#[derive(Deserialize)]
+struct DeclsReq {
+    n: u64,
+}
+
+#[derive(Serialize)]
+struct Decl {
+    i: u64,
+    name: String,
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct DeclsSummary {
+    rows: u64,
+}
+
+#[derive(Deserialize)]
+struct PrintReq {
+    stream: String,
+    n: usize,
+}
+
+impl Decl {
+    /// Rewrite this row in place for index `i` (no allocation per row).
+    fn set(&mut self, i: u64) {
+        self.i = i;
+        self.name.clear();
+        let _ = write!(self.name, "decl_{i}");
+    }
+}
+
+fn parse_raw_rows(req: &str) -> Result<(u64, usize), HandlerError> {
+    let mut parts = req.split_whitespace();
+    let n = parts.next().unwrap_or("0").parse()?;
+    let size = parts.next().unwrap_or("16").parse()?;
+    Ok((n, size))
+}
+
+fn main() -> std::io::Result<()> {
+    let mut max_concurrency = 64;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--max-concurrency" {
+            max_concurrency = args.next().and_then(|v| v.parse().ok()).unwrap_or(64);
+        }
+    }
+    Worker::new("wirepool-rust-echo")
+        .unary("echo", |body: Encoded, _ctx: &Context| Ok(body))
+        .codecs(&[Codec::Raw, Codec::Json, Codec::MsgPack])
+        .unary("add", |req: AddReq, _ctx: &Context| Ok(AddResp { sum: req.a + req.b }))
+        .codecs(&[Codec::Json])
+        .stream("decls", |req: DeclsReq, _ctx: Context, rows: RowSink<Decl>| async move {
+            let mut row = Decl { i: 0, name: String::with_capacity(32), kind: "theorem" };
+            for i in 0..req.n {
+                row.set(i);
+                rows.send_ref(&row).await?;
+            }
+            Ok(Some(DeclsSummary { rows: req.n }))
+        })
+        .stream_blocking("decls_blocking", |req: DeclsReq, _ctx: &Context, rows: &BlockingRowSink<Decl>| {
+            let mut row = Decl { i: 0, name: String::with_capacity(32), kind: "theorem" };
+            for i in 0..req.n {
+                row.set(i);
+                rows.send_ref(&row)?;
+            }
+            Ok(Some(DeclsSummary { rows: req.n }))
+        })
+        .stream("raw_rows", |req: String, _ctx: Context, rows: RowSink<ByteBuf>| async move {
+            let (n, size) = parse_raw_rows(&req)?;
+            let mut row = ByteBuf::from(vec![0xAB; size]);
+            for i in 0..n {
+                let prefix = size.min(8);
+                row[..prefix].copy_from_slice(&i.to_le_bytes()[..prefix]);
+                rows.send_ref(&row).await?;
+            }
+            Ok(())
+        })
+        .codecs(&[Codec::Raw])
+        .unary_async("sleep", |ms: u64, _ctx: Context| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(ms)
+        })
+        .codecs(&[Codec::Json])
+        .unary("sleep_blocking", |ms: u64, ctx: &Context| {
+            let end = Instant::now() + Duration::from_millis(ms);
+            while Instant::now() < end && !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(ms)
+        })
+        .codecs(&[Codec::Json])
+        .unary("spin", |us: u64, ctx: &Context| {
+            let end = Instant::now() + Duration::from_micros(us);
+            let mut turns = 0u64;
+            while Instant::now() < end && !ctx.is_cancelled() {
+                turns = std::hint::black_box(turns + 1);
+            }
+            Ok(turns)
+        })
+        .codecs(&[Codec::Json])
+        .unary("crash", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> { std::process::abort() })
+        .codecs(&[Codec::Json])
+        .unary("panic", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+            panic!("the panic method was called")
+        })
+        .codecs(&[Codec::Json])
+        .unary("fail", |req: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+            Err(HandlerError::new("the fail method was called").with_details(&serde_json::json!({ "request": req })))
+        })
+        .codecs(&[Codec::Json])
+        .unary("print", |req: PrintReq, _ctx: &Context| {
+            let text = vec![b'x'; req.n];
+            match req.stream.as_str() {
+                "stdout" => std::io::stdout().write_all(&text)?,
+                "stderr" => std::io::stderr().write_all(&text)?,
+                other => return Err(HandlerError::new(format!("no stream named {other:?}"))),
+            }
+            Ok(req.n)
+        })
+        .codecs(&[Codec::Json])
+        .unary("progress", |n: u64, ctx: &Context| {
+            for i in 0..n {
+                ctx.event("progress", &serde_json::json!({ "i": i, "of": n }));
+            }
+            Ok(n)
+        })
+        .codecs(&[Codec::Json])
+        .max_concurrency(max_concurrency)
+        .run()
+}

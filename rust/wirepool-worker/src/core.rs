@@ -1,0 +1,224 @@
+//! State shared by the I/O loop, handler threads and row sinks, behind one short lock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use wirepool_codec::Codec;
+use wirepool_proto::{Connection, ErrorCode};
+
+use crate::error::HandlerError;
+use crate::outbox::Outbox;
+use crate::sink::StreamShared;
+
+/// Minimum spacing of EVENT frames per request (PROTOCOL.md 2: events are not flow controlled,
+/// so SDKs coalesce them).
+pub(crate) const EVENT_SPACING: Duration = Duration::from_millis(10);
+
+pub(crate) struct Shared {
+    core: Mutex<Core>,
+    /// Something was queued in the outbox.
+    pub(crate) wake_writer: Notify,
+    /// The writer took everything queued (reader back-pressure).
+    pub(crate) out_drained: Notify,
+    /// A request ended (drain waits for the last one).
+    pub(crate) request_ended: Notify,
+}
+
+pub(crate) struct Core {
+    pub(crate) conn: Connection,
+    pub(crate) out: Outbox,
+    pub(crate) requests: HashMap<u64, Arc<RequestShared>>,
+    pub(crate) streams: HashMap<u64, Arc<StreamShared>>,
+    /// GOODBYE or a fatal ERROR went out: nothing more may be sent.
+    pub(crate) closed: bool,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            core: Mutex::new(Core {
+                conn: Connection::new_worker(),
+                out: Outbox::default(),
+                requests: HashMap::new(),
+                streams: HashMap::new(),
+                closed: false,
+            }),
+            wake_writer: Notify::new(),
+            out_drained: Notify::new(),
+            request_ended: Notify::new(),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock can only come from this crate's own code (handlers never
+        // run under it); the state is still consistent frame-wise, so keep going.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// End request `req` with `terminal`, exactly once: later calls for the same request are
+    /// ignored (a handler finishing after its cancellation was already answered).
+    pub(crate) fn finish(&self, req: &RequestShared, terminal: Terminal) {
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        if core.requests.remove(&req.id).is_none() {
+            return;
+        }
+        core.streams.remove(&req.id);
+        if core.closed {
+            return;
+        }
+        if let Some((topic, data)) = req.take_pending_event() {
+            let _ = core.conn.send_event(req.id, &topic, &data, core.out.tail());
+        }
+        let sent = match &terminal {
+            Terminal::Result(body) => core.conn.send_result(req.id, body, core.out.tail()),
+            Terminal::End { summary } => core.conn.send_end(req.id, summary, core.out.tail()),
+            Terminal::Error(e) => send_error(core, req.id, e),
+        };
+        if let Err(e) = sent {
+            // A result or summary the parent's limits refuse (above max_message_size): the
+            // request still needs its one terminal.
+            let e = HandlerError::new(format!("the handler's value could not be sent: {e}"));
+            let _ = send_error(core, req.id, &e);
+        }
+        drop(guard);
+        self.wake_writer.notify_one();
+        self.request_ended.notify_waiters();
+    }
+}
+
+/// Send an ERROR for request `id`, cutting message and details to fit one frame (ERROR cannot
+/// continue).
+pub(crate) fn send_error(core: &mut Core, id: u64, e: &HandlerError) -> Result<(), wirepool_proto::ProtocolError> {
+    let max_frame = core.conn.max_frame_size() as usize;
+    let mut message = e.message();
+    let limit = (u16::MAX as usize).min(max_frame - 6);
+    if message.len() > limit {
+        let mut cut = limit;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message = &message[..cut];
+    }
+    let details = if 6 + message.len() + e.details().len() <= max_frame { e.details() } else { "" };
+    core.conn.send_error(id, e.code(), message, details, core.out.tail())
+}
+
+pub(crate) enum Terminal {
+    Result(Bytes),
+    /// The row count is the core's own.
+    End { summary: Bytes },
+    Error(HandlerError),
+}
+
+const NOT_CANCELLED: u8 = 0;
+const BY_PARENT: u8 = 1;
+const BY_DEADLINE: u8 = 2;
+
+/// Why a request was cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CancelReason {
+    /// CANCEL from the parent, or a drain whose grace ran out.
+    Parent,
+    /// `timeout_us` ran out.
+    Deadline,
+}
+
+/// One request in flight, shared by its handler's [`Context`](crate::Context), its sink and the
+/// I/O loop.
+pub(crate) struct RequestShared {
+    pub(crate) id: u64,
+    pub(crate) codec: Codec,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) token: CancellationToken,
+    reason: AtomicU8,
+    pub(crate) shared: Arc<Shared>,
+    events: Mutex<EventGate>,
+    pub(crate) stream: Option<Arc<StreamShared>>,
+}
+
+#[derive(Default)]
+struct EventGate {
+    last_sent: Option<Instant>,
+    pending: Option<(String, String)>,
+}
+
+impl RequestShared {
+    pub(crate) fn new(
+        id: u64,
+        codec: Codec,
+        deadline: Option<Instant>,
+        shared: Arc<Shared>,
+        stream: Option<Arc<StreamShared>>,
+    ) -> RequestShared {
+        RequestShared {
+            id,
+            codec,
+            deadline,
+            token: CancellationToken::new(),
+            reason: AtomicU8::new(NOT_CANCELLED),
+            shared,
+            events: Mutex::new(EventGate::default()),
+            stream,
+        }
+    }
+
+    /// Set the cancellation flag (first reason wins) and wake a sink waiting for credit.
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        let code = match reason {
+            CancelReason::Parent => BY_PARENT,
+            CancelReason::Deadline => BY_DEADLINE,
+        };
+        let _ = self.reason.compare_exchange(NOT_CANCELLED, code, Ordering::AcqRel, Ordering::Acquire);
+        self.token.cancel();
+        if let Some(stream) = &self.stream {
+            stream.wake();
+        }
+    }
+
+    /// The terminal error a cancelled request ends with, or `None` if it was not cancelled.
+    pub(crate) fn cancel_error(&self) -> Option<HandlerError> {
+        match self.reason.load(Ordering::Acquire) {
+            BY_PARENT => Some(HandlerError::protocol(ErrorCode::Cancelled, "cancelled by the parent")),
+            BY_DEADLINE => Some(HandlerError::protocol(ErrorCode::DeadlineExceeded, "the request's time budget ran out")),
+            _ => None,
+        }
+    }
+
+    /// Send a progress event now, or keep it (replacing an older one) until the spacing allows.
+    pub(crate) fn event(&self, topic: &str, data: String) {
+        if topic.is_empty() || topic.len() > 255 {
+            return;
+        }
+        let now = Instant::now();
+        let send = {
+            let mut gate = self.events.lock().unwrap_or_else(|p| p.into_inner());
+            if gate.last_sent.is_some_and(|t| now.duration_since(t) < EVENT_SPACING) {
+                gate.pending = Some((topic.to_owned(), data));
+                None
+            } else {
+                gate.last_sent = Some(now);
+                gate.pending = None;
+                Some((topic.to_owned(), data))
+            }
+        };
+        if let Some((topic, data)) = send {
+            let mut guard = self.shared.lock();
+            let core = &mut *guard;
+            if core.closed || core.conn.send_event(self.id, &topic, &data, core.out.tail()).is_err() {
+                return;
+            }
+            drop(guard);
+            self.shared.wake_writer.notify_one();
+        }
+    }
+
+    fn take_pending_event(&self) -> Option<(String, String)> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).pending.take()
+    }
+}

@@ -1,0 +1,419 @@
+//! The I/O loop: handshake, one reader that decodes and dispatches, one writer that coalesces.
+
+use std::io;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::Notify;
+use wirepool_codec::Codec;
+use wirepool_proto::{ErrorCode, Event, Hello, MethodInfo, MethodKind, ProtocolError, Welcome};
+
+use crate::core::{send_error, CancelReason, RequestShared, Shared, Terminal};
+use crate::error::HandlerError;
+use crate::outbox::WriteQueue;
+use crate::pool::{Pool, Task};
+use crate::sink::StreamShared;
+use crate::worker::{Handler, Method, Worker};
+
+/// The environment variable holding the inherited socket's descriptor number.
+pub const FD_ENV: &str = "WIREPOOL_FD";
+
+/// Stop reading new frames while this much output waits for the socket (a parent that stops
+/// reading cannot make the worker buffer without bound, e.g. with PINGs).
+const OUT_HIGH_WATER: usize = 8 << 20;
+/// After a drain's grace ran out and handlers were cancelled, how long blocking handlers get to
+/// notice before their requests are ended for them.
+const CANCEL_GRACE: Duration = Duration::from_millis(200);
+/// How long the last frames (GOODBYE, a fatal ERROR) may take to reach a parent that is slow
+/// to read before the worker gives up and exits anyway.
+const FINAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+const GOODBYE_DRAINED: u32 = 0;
+
+pub(crate) fn take_inherited_socket() -> io::Result<StdUnixStream> {
+    let value = std::env::var(FD_ENV).map_err(|_| {
+        io::Error::new(io::ErrorKind::NotFound, format!("{FD_ENV} is not set: start this worker from a wirepool parent"))
+    })?;
+    let fd: RawFd = value
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{FD_ENV}={value:?} is not a descriptor number")))?;
+    std::env::remove_var(FD_ENV);
+    // SAFETY: fcntl on an arbitrary integer is safe; it fails with EBADF if fd is not open.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; only the close-on-exec bit changes.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the parent handed this descriptor to this process alone; nothing else owns it.
+    Ok(unsafe { StdUnixStream::from_raw_fd(fd) })
+}
+
+pub(crate) fn set_parent_death_signal() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only records a signal number for this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+fn hello_for(worker: &Worker) -> Hello {
+    Hello {
+        pid: std::process::id(),
+        max_concurrency: worker.max_concurrency,
+        max_frame_size: worker.max_frame_size,
+        methods: worker
+            .methods
+            .iter()
+            .map(|m| MethodInfo { name: m.name.clone(), kind: m.kind, codecs: m.codecs.iter().map(|c| c.id()).collect() })
+            .collect(),
+        ..Hello::new(worker.sdk_name.clone(), env!("CARGO_PKG_VERSION"))
+    }
+}
+
+fn protocol_io_error(e: ProtocolError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<()> {
+    socket.set_nonblocking(true)?;
+    let socket = UnixStream::from_std(socket)?;
+    let (mut rd, wr) = socket.into_split();
+    let hello = hello_for(&worker);
+    let shared = Shared::new();
+    {
+        let mut guard = shared.lock();
+        let core = &mut *guard;
+        core.conn.send_hello(&hello, core.out.tail()).map_err(protocol_io_error)?;
+    }
+    let writer = tokio::spawn(write_loop(Arc::clone(&shared), wr));
+    let mut driver = Driver {
+        pool: Pool::new(worker.max_concurrency as usize),
+        methods: worker.methods.into_iter().map(Arc::new).collect(),
+        batch_bytes: worker.batch_bytes,
+        flush_interval: worker.flush_interval,
+        welcome: None,
+        shared: Arc::clone(&shared),
+        draining: false,
+        goodbye: Arc::new(Notify::new()),
+        tasks: Vec::new(),
+    };
+    let outcome = driver.read_loop(&mut rd).await;
+    match &outcome {
+        Ok(Exit::Goodbye) => {
+            // GOODBYE is queued and the outbox closed: the writer ends once it is written.
+            let _ = tokio::time::timeout(FINAL_WRITE_TIMEOUT, writer).await;
+        }
+        Ok(Exit::Eof) => {
+            driver.cancel_all();
+            writer.abort();
+        }
+        Err(e) => {
+            driver.cancel_all();
+            let fatal = e.get_ref().and_then(|inner| inner.downcast_ref::<ProtocolError>()).cloned();
+            let sent = fatal.is_some_and(|fatal| {
+                let mut guard = shared.lock();
+                let core = &mut *guard;
+                let ok = !core.closed && core.conn.encode_fatal(&fatal, core.out.tail()).is_ok();
+                core.closed = true;
+                ok
+            });
+            if sent {
+                shared.wake_writer.notify_one();
+                let _ = tokio::time::timeout(FINAL_WRITE_TIMEOUT, writer).await;
+            } else {
+                writer.abort();
+            }
+        }
+    }
+    outcome.map(|_| ())
+}
+
+enum Exit {
+    Goodbye,
+    Eof,
+}
+
+struct Driver {
+    pool: Pool,
+    methods: Vec<Arc<Method>>,
+    batch_bytes: usize,
+    flush_interval: Duration,
+    /// Set once the handshake completes.
+    welcome: Option<Welcome>,
+    shared: Arc<Shared>,
+    draining: bool,
+    /// Set by the drain task once GOODBYE is queued.
+    goodbye: Arc<Notify>,
+    /// Blocking handlers of the current read, handed to the pool together.
+    tasks: Vec<Task>,
+}
+
+impl Driver {
+    async fn read_loop(&mut self, rd: &mut OwnedReadHalf) -> io::Result<Exit> {
+        let mut events = Vec::new();
+        loop {
+            loop {
+                let drained = self.shared.out_drained.notified();
+                tokio::pin!(drained);
+                drained.as_mut().enable();
+                if self.shared.lock().out.len() <= OUT_HIGH_WATER {
+                    break;
+                }
+                tokio::select! {
+                    _ = drained => {}
+                    _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
+                }
+            }
+            // The core owns the receive buffer; borrow it for the read so the lock is not held
+            // across the await (handler threads keep sending meanwhile).
+            // TODO(proto): an accessor that lends the buffer without reserving would save the
+            // 64 KiB placeholder `read_buf` reserves when it is put back.
+            let mut buf = std::mem::take(self.shared.lock().conn.read_buf());
+            let read = tokio::select! {
+                read = rd.read_buf(&mut buf) => read,
+                _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
+            };
+            let eof = {
+                let mut core = self.shared.lock();
+                std::mem::swap(core.conn.read_buf(), &mut buf);
+                match read {
+                    Ok(0) => true,
+                    Ok(_) => false,
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionReset => true,
+                    Err(e) => return Err(e),
+                }
+            };
+            if eof {
+                // A parent that died mid-frame leaves a truncated frame: it is gone either way.
+                let _ = self.shared.lock().conn.eof();
+                return Ok(Exit::Eof);
+            }
+            {
+                let mut core = self.shared.lock();
+                loop {
+                    match core.conn.poll_event() {
+                        Ok(Some(event)) => events.push(event),
+                        Ok(None) => break,
+                        Err(e) => {
+                            drop(core);
+                            // Act on what arrived before the violation, then report it.
+                            for event in events.drain(..) {
+                                self.on_event(event)?;
+                            }
+                            return Err(protocol_io_error(e));
+                        }
+                    }
+                }
+            }
+            for event in events.drain(..) {
+                self.on_event(event)?;
+            }
+            self.pool.submit(&mut self.tasks);
+        }
+    }
+
+    fn on_event(&mut self, event: Event) -> io::Result<()> {
+        match event {
+            Event::Welcome(welcome) => self.welcome = Some(welcome),
+            Event::Request { id, method, codec, timeout_us, body } => self.admit(id, method, codec, timeout_us, body),
+            Event::Reject { id, code } => {
+                let message = match code {
+                    ErrorCode::UnknownMethod => "no method with this index".to_owned(),
+                    ErrorCode::CodecUnsupported => "the method does not accept this codec".to_owned(),
+                    ErrorCode::Overloaded => format!(
+                        "{} requests already in flight",
+                        self.welcome.map_or(0, |w| w.max_in_flight)
+                    ),
+                    ErrorCode::Draining => "the worker is draining".to_owned(),
+                    other => other.name().to_lowercase().replace('_', " "),
+                };
+                self.reject(id, code, message);
+            }
+            Event::Cancel { id } => {
+                let req = self.shared.lock().requests.get(&id).cloned();
+                if let Some(req) = req {
+                    req.cancel(CancelReason::Parent);
+                }
+            }
+            Event::Credit { id, .. } => {
+                let stream = self.shared.lock().streams.get(&id).cloned();
+                if let Some(stream) = stream {
+                    stream.wake();
+                }
+            }
+            Event::Ping { nonce } => {
+                let mut guard = self.shared.lock();
+                let core = &mut *guard;
+                if !core.closed && core.conn.send_pong(nonce, core.out.tail()).is_ok() {
+                    drop(guard);
+                    self.shared.wake_writer.notify_one();
+                }
+            }
+            Event::Drain { grace_ms } => self.start_drain(Duration::from_millis(grace_ms.into())),
+            Event::Error { code, message, .. } => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    format!("the parent closed the connection with error {code}: {message}"),
+                ));
+            }
+            // PONG (we never ping), late frames for finished requests, and parent-only events.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Answer a request that will not run.
+    fn reject(&self, id: u64, code: ErrorCode, message: String) {
+        let mut core = self.shared.lock();
+        if core.closed {
+            return;
+        }
+        let _ = send_error(&mut core, id, &HandlerError::protocol(code, message));
+        drop(core);
+        self.shared.wake_writer.notify_one();
+    }
+
+    fn admit(&mut self, id: u64, method: u16, codec: u8, timeout_us: u64, body: Bytes) {
+        // The core checked the method index, codec, drain and in-flight limit.
+        let Some(m) = self.methods.get(usize::from(method)).cloned() else { return };
+        let Some(codec) = Codec::from_id(codec) else { return };
+        let max_frame_size = self.welcome.map_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE, |w| w.max_frame_size);
+        let received = Instant::now();
+        let deadline = (timeout_us > 0).then(|| received + Duration::from_micros(timeout_us));
+        let stream = (m.kind == MethodKind::Stream).then(|| {
+            Arc::new(StreamShared::new(id, codec, max_frame_size, self.batch_bytes, Arc::clone(&self.shared)))
+        });
+        let req = Arc::new(RequestShared::new(id, codec, deadline, Arc::clone(&self.shared), stream.clone()));
+        {
+            let mut core = self.shared.lock();
+            core.requests.insert(id, Arc::clone(&req));
+            if let Some(stream) = &stream {
+                core.streams.insert(id, Arc::clone(stream));
+            }
+        }
+        if let Some(deadline) = deadline {
+            let req = Arc::clone(&req);
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline.into()) => req.cancel(CancelReason::Deadline),
+                    _ = req.token.cancelled() => {}
+                }
+            });
+        }
+        if let Some(stream) = stream {
+            tokio::spawn(stream.run_flush_timer(Arc::clone(&req), self.flush_interval));
+        }
+        match &m.handler {
+            Handler::Blocking(run) => {
+                let run = Arc::clone(run);
+                self.tasks.push(Box::new(move || run(req, body)));
+            }
+            Handler::Async(run) => {
+                tokio::spawn(run(req, body));
+            }
+        }
+    }
+
+    fn start_drain(&mut self, grace: Duration) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        let shared = Arc::clone(&self.shared);
+        let goodbye = Arc::clone(&self.goodbye);
+        tokio::spawn(async move {
+            let all_ended = |shared: &Shared| shared.lock().requests.is_empty();
+            let grace_end = tokio::time::Instant::now() + grace;
+            if !wait_until(&shared, grace_end, all_ended).await {
+                cancel_requests(&shared);
+                let cancel_end = tokio::time::Instant::now() + CANCEL_GRACE;
+                if !wait_until(&shared, cancel_end, all_ended).await {
+                    // Blocking handlers that ignore cancellation: their requests end here; the
+                    // threads stop when the process exits.
+                    let left: Vec<_> = shared.lock().requests.values().cloned().collect();
+                    for req in left {
+                        shared.finish(&req, Terminal::Error(req.cancel_error().unwrap_or_else(|| {
+                            HandlerError::protocol(ErrorCode::Cancelled, "cancelled by drain")
+                        })));
+                    }
+                }
+            }
+            {
+                let mut guard = shared.lock();
+                let core = &mut *guard;
+                let _ = core.conn.send_goodbye(GOODBYE_DRAINED, core.out.tail());
+                core.closed = true;
+            }
+            shared.wake_writer.notify_one();
+            goodbye.notify_one();
+        });
+    }
+
+    fn cancel_all(&self) {
+        cancel_requests(&self.shared);
+    }
+}
+
+fn cancel_requests(shared: &Shared) {
+    let reqs: Vec<Arc<RequestShared>> = shared.lock().requests.values().cloned().collect();
+    for req in reqs {
+        req.cancel(CancelReason::Parent);
+    }
+}
+
+/// Wait until `done` holds or `until` passes; returns whether `done` held.
+async fn wait_until(shared: &Shared, until: tokio::time::Instant, done: impl Fn(&Shared) -> bool) -> bool {
+    loop {
+        let ended = shared.request_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if done(shared) {
+            return true;
+        }
+        tokio::select! {
+            _ = ended => {}
+            _ = tokio::time::sleep_until(until) => return done(shared),
+        }
+    }
+}
+
+async fn write_loop(shared: Arc<Shared>, mut wr: OwnedWriteHalf) -> io::Result<()> {
+    let mut queue = WriteQueue::default();
+    loop {
+        let closed = {
+            let mut core = shared.lock();
+            core.out.take_into(&mut queue);
+            core.closed
+        };
+        if queue.is_empty() {
+            if closed {
+                let _ = wr.shutdown().await;
+                return Ok(());
+            }
+            shared.out_drained.notify_waiters();
+            shared.wake_writer.notified().await;
+            continue;
+        }
+        while !queue.is_empty() {
+            let written = {
+                let mut slices = Vec::new();
+                queue.slices(&mut slices);
+                wr.write_vectored(&slices).await?
+            };
+            if written == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            queue.advance(written);
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! The `Worker` builder and the type erasure of handlers.
+
+use std::future::Future;
+use std::io;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use wirepool_codec::{Codec, CodecError};
+use wirepool_proto::{ErrorCode, MethodKind};
+
+use crate::context::Context;
+use crate::core::{RequestShared, Terminal};
+use crate::error::HandlerError;
+use crate::sink::{BlockingRowSink, RowSink};
+
+pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A handler with its types erased: it decodes the body, runs, encodes, and ends the request.
+pub(crate) enum Handler {
+    /// Runs on a handler thread.
+    Blocking(Arc<dyn Fn(Arc<RequestShared>, Bytes) + Send + Sync>),
+    /// Runs as a task on the I/O thread.
+    Async(Arc<dyn Fn(Arc<RequestShared>, Bytes) -> BoxFuture + Send + Sync>),
+}
+
+pub(crate) struct Method {
+    pub(crate) name: String,
+    pub(crate) kind: MethodKind,
+    pub(crate) codecs: Vec<Codec>,
+    pub(crate) handler: Handler,
+}
+
+/// What a streaming handler may return besides its rows: `()` for no summary, or
+/// `Option<S>` (`None`: no summary) encoded with the request's codec.
+pub trait Summary: Send + 'static {
+    /// Encode the summary (empty means none).
+    fn encode_summary(self, codec: Codec) -> Result<Bytes, CodecError>;
+}
+
+impl Summary for () {
+    fn encode_summary(self, _codec: Codec) -> Result<Bytes, CodecError> {
+        Ok(Bytes::new())
+    }
+}
+
+impl<S: Serialize + Send + 'static> Summary for Option<S> {
+    fn encode_summary(self, codec: Codec) -> Result<Bytes, CodecError> {
+        match self {
+            None => Ok(Bytes::new()),
+            Some(s) => codec.encode_bytes(s),
+        }
+    }
+}
+
+/// A worker process: its methods, limits, and the loop that serves them.
+///
+/// ```no_run
+/// use wirepool_worker::{Codec, Context, HandlerError, RowSink, Worker};
+///
+/// #[derive(serde::Deserialize)]
+/// struct AddReq { a: i64, b: i64 }
+/// #[derive(serde::Serialize)]
+/// struct AddResp { sum: i64 }
+/// #[derive(serde::Deserialize)]
+/// struct Req { n: u64 }
+/// #[derive(serde::Serialize)]
+/// struct Row { i: u64, name: String, kind: &'static str }
+///
+/// fn main() -> std::io::Result<()> {
+///     Worker::new("demo")
+///         .unary("add", |req: AddReq, _ctx: &Context| Ok(AddResp { sum: req.a + req.b }))
+///         .codecs(&[Codec::Json, Codec::MsgPack])
+///         .stream("decls", |req: Req, ctx: Context, rows: RowSink<Row>| async move {
+///             for i in 0..req.n {
+///                 if ctx.is_cancelled() { break }
+///                 rows.send(Row { i, name: format!("decl_{i}"), kind: "theorem" }).await?;
+///             }
+///             Ok::<_, HandlerError>(Some(req.n)) // summary; `Ok(())` for none
+///         })
+///         .max_concurrency(64)
+///         .run()
+/// }
+/// ```
+pub struct Worker {
+    pub(crate) sdk_name: String,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) max_concurrency: u32,
+    pub(crate) max_frame_size: u32,
+    pub(crate) batch_bytes: usize,
+    pub(crate) flush_interval: Duration,
+}
+
+impl Worker {
+    /// A worker with no methods. `name` is sent as the HELLO `sdk_name` (1-64 bytes).
+    pub fn new(name: impl Into<String>) -> Worker {
+        Worker {
+            sdk_name: name.into(),
+            methods: Vec::new(),
+            max_concurrency: 64,
+            max_frame_size: wirepool_proto::MAX_MAX_FRAME_SIZE,
+            batch_bytes: 64 * 1024,
+            flush_interval: Duration::from_millis(2),
+        }
+    }
+
+    fn add(mut self, name: &str, kind: MethodKind, handler: Handler) -> Worker {
+        assert!(
+            self.methods.iter().all(|m| m.name != name),
+            "method {name:?} registered twice"
+        );
+        let codecs = Codec::available().into_iter().filter(|c| !c.is_opaque()).collect();
+        self.methods.push(Method { name: name.to_owned(), kind, codecs, handler });
+        self
+    }
+
+    /// Register a unary method served by a blocking function on a handler thread (so CPU-bound
+    /// work never delays the I/O loop). It accepts the serde codecs of this build (JSON,
+    /// MessagePack, CBOR) unless [`codecs`](Worker::codecs) says otherwise.
+    pub fn unary<Req, Resp, F>(self, name: &str, handler: F) -> Worker
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize + Send + 'static,
+        F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
+    {
+        let run = move |req: Arc<RequestShared>, body: Bytes| {
+            let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
+                let input: Req = decode_request(&req, body)?;
+                let ctx = Context { req: Arc::clone(&req) };
+                let out = handler(input, &ctx)?;
+                req.codec.encode_bytes(out).map_err(encode_failed)
+            }));
+            let terminal = match flatten_panic(outcome) {
+                Ok(body) => Terminal::Result(body),
+                Err(e) => Terminal::Error(e),
+            };
+            end(&req, terminal);
+        };
+        self.add(name, MethodKind::Unary, Handler::Blocking(Arc::new(run)))
+    }
+
+    /// Register a unary method served by an async function on the I/O thread: for handlers
+    /// that wait (timers, I/O) rather than compute. The future is dropped at cancellation.
+    pub fn unary_async<Req, Resp, F, Fut>(self, name: &str, handler: F) -> Worker
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize + Send + 'static,
+        F: Fn(Req, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, HandlerError>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let run = move |req: Arc<RequestShared>, body: Bytes| -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let work = async {
+                    let input: Req = decode_request(&req, body)?;
+                    let out = handler(input, Context { req: Arc::clone(&req) }).await?;
+                    req.codec.encode_bytes(out).map_err(encode_failed)
+                };
+                let terminal = match guarded(&req, work).await {
+                    Ok(body) => Terminal::Result(body),
+                    Err(e) => Terminal::Error(e),
+                };
+                end(&req, terminal);
+            })
+        };
+        self.add(name, MethodKind::Unary, Handler::Async(Arc::new(run)))
+    }
+
+    /// Register a streaming method served by an async function on the I/O thread. It sends
+    /// rows into a [`RowSink`] and returns a [`Summary`] (`()` or `Option<S>`). Rows are
+    /// batched into frames by the SDK; `send` waits while the stream has no credit.
+    pub fn stream<Req, Row, S, F, Fut>(self, name: &str, handler: F) -> Worker
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Row: Serialize + 'static,
+        S: Summary,
+        F: Fn(Req, Context, RowSink<Row>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<S, HandlerError>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let run = move |req: Arc<RequestShared>, body: Bytes| -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let stream = Arc::clone(req.stream.as_ref().expect("stream request has a stream"));
+                let work = async {
+                    let input: Req = decode_request(&req, body)?;
+                    let sink = RowSink { req: Arc::clone(&req), stream: Arc::clone(&stream), _row: PhantomData };
+                    let summary = handler(input, Context { req: Arc::clone(&req) }, sink).await?;
+                    let summary = summary.encode_summary(req.codec).map_err(encode_failed)?;
+                    if let Some(failed) = stream.failure() {
+                        return Err(HandlerError::protocol(failed.code(), failed.message));
+                    }
+                    stream.finish_async(&req).await.map_err(|e| HandlerError::protocol(e.code(), e.message))?;
+                    Ok(summary)
+                };
+                let result = guarded(&req, work).await;
+                end(&req, stream_terminal(&stream, result));
+            })
+        };
+        self.add(name, MethodKind::Stream, Handler::Async(Arc::new(run)))
+    }
+
+    /// Register a streaming method served by a blocking function on a handler thread; its
+    /// [`BlockingRowSink::send`] blocks while the stream has no credit.
+    pub fn stream_blocking<Req, Row, S, F>(self, name: &str, handler: F) -> Worker
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Row: Serialize + 'static,
+        S: Summary,
+        F: Fn(Req, &Context, &BlockingRowSink<Row>) -> Result<S, HandlerError> + Send + Sync + 'static,
+    {
+        let run = move |req: Arc<RequestShared>, body: Bytes| {
+            let stream = Arc::clone(req.stream.as_ref().expect("stream request has a stream"));
+            let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
+                let input: Req = decode_request(&req, body)?;
+                let sink = BlockingRowSink { req: Arc::clone(&req), stream: Arc::clone(&stream), _row: PhantomData };
+                let summary = handler(input, &Context { req: Arc::clone(&req) }, &sink)?;
+                let summary = summary.encode_summary(req.codec).map_err(encode_failed)?;
+                if let Some(failed) = stream.failure() {
+                    return Err(HandlerError::protocol(failed.code(), failed.message));
+                }
+                stream.finish_blocking(&req).map_err(|e| HandlerError::protocol(e.code(), e.message))?;
+                Ok(summary)
+            }));
+            end(&req, stream_terminal(&stream, flatten_panic(outcome)));
+        };
+        self.add(name, MethodKind::Stream, Handler::Blocking(Arc::new(run)))
+    }
+
+    /// Set the codecs the most recently registered method accepts (1-16, no duplicates).
+    ///
+    /// # Panics
+    /// If no method is registered yet, or the list is empty, too long, or repeats a codec.
+    pub fn codecs(mut self, codecs: &[Codec]) -> Worker {
+        let method = self.methods.last_mut().expect("codecs() applies to the method registered before it");
+        assert!(
+            (1..=wirepool_proto::MAX_CODECS_PER_METHOD).contains(&codecs.len()),
+            "a method accepts 1-16 codecs"
+        );
+        for (i, c) in codecs.iter().enumerate() {
+            assert!(!codecs[..i].contains(c), "codec {c} listed twice");
+        }
+        method.codecs = codecs.to_vec();
+        self
+    }
+
+    /// How many requests may run at once (sent in HELLO; the parent may lower it). Default 64.
+    /// Blocking handlers get up to this many threads, started on demand.
+    pub fn max_concurrency(mut self, n: u32) -> Worker {
+        self.max_concurrency = n.max(1);
+        self
+    }
+
+    /// The largest frame payload this worker accepts (65,536 - 16,777,216; default the maximum,
+    /// the parent chooses the value used).
+    pub fn max_frame_size(mut self, bytes: u32) -> Worker {
+        self.max_frame_size = bytes.clamp(wirepool_proto::HANDSHAKE_MAX_FRAME_SIZE, wirepool_proto::MAX_MAX_FRAME_SIZE);
+        self
+    }
+
+    /// Target size of a ROWS frame: a batch goes out once it holds this many bytes (default
+    /// 64 KiB; capped by the negotiated frame size).
+    pub fn batch_bytes(mut self, bytes: usize) -> Worker {
+        self.batch_bytes = bytes.max(64);
+        self
+    }
+
+    /// How long a partial batch may wait for more rows before it is sent (default 2 ms).
+    pub fn flush_interval(mut self, interval: Duration) -> Worker {
+        self.flush_interval = interval;
+        self
+    }
+
+    /// Serve the parent on the socket named by `WIREPOOL_FD` until it drains the worker, closes
+    /// the socket, or dies. Returns `Err` on a protocol violation or an I/O error.
+    ///
+    /// The variable is removed from the environment and the descriptor marked close-on-exec, so
+    /// the worker's own children never inherit the connection. On Linux the process also asks
+    /// for `SIGKILL` when its parent dies.
+    pub fn run(self) -> io::Result<()> {
+        let socket = crate::driver::take_inherited_socket()?;
+        crate::driver::set_parent_death_signal();
+        self.serve(socket)
+    }
+
+    /// Serve the parent on an already connected socket (tests, or a custom launcher).
+    pub fn serve(self, socket: std::os::unix::net::UnixStream) -> io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(crate::driver::serve(self, socket))
+    }
+}
+
+fn decode_request<Req: DeserializeOwned + 'static>(req: &RequestShared, body: Bytes) -> Result<Req, HandlerError> {
+    req.codec
+        .decode_bytes(body)
+        .map_err(|e| HandlerError::protocol(ErrorCode::BadRequest, e.to_string()))
+}
+
+fn encode_failed(e: CodecError) -> HandlerError {
+    HandlerError::new(format!("the handler's value could not be encoded: {e}"))
+}
+
+fn panic_error(payload: Box<dyn std::any::Any + Send>) -> HandlerError {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned());
+    HandlerError::protocol(ErrorCode::HandlerPanic, format!("handler panicked: {what}"))
+}
+
+fn flatten_panic<T>(outcome: std::thread::Result<Result<T, HandlerError>>) -> Result<T, HandlerError> {
+    outcome.unwrap_or_else(|payload| Err(panic_error(payload)))
+}
+
+/// A cancelled request ends `CANCELLED`/`DEADLINE_EXCEEDED` whatever its handler returned.
+fn end(req: &RequestShared, terminal: Terminal) {
+    let terminal = match req.cancel_error() {
+        Some(e) => Terminal::Error(e),
+        None => terminal,
+    };
+    req.shared.finish(req, terminal);
+}
+
+fn stream_terminal(stream: &crate::sink::StreamShared, result: Result<Bytes, HandlerError>) -> Terminal {
+    if let Some(failed) = stream.failure() {
+        return Terminal::Error(HandlerError::protocol(failed.code(), failed.message));
+    }
+    match result {
+        Ok(summary) => Terminal::End { summary },
+        Err(e) => Terminal::Error(e),
+    }
+}
+
+/// Run an async handler until it finishes, panics, or its request is cancelled (then it is
+/// dropped at its current `.await`).
+async fn guarded<T, F: Future<Output = Result<T, HandlerError>>>(req: &RequestShared, work: F) -> Result<T, HandlerError> {
+    tokio::select! {
+        biased;
+        _ = req.token.cancelled() => Err(req.cancel_error().unwrap_or_else(|| HandlerError::protocol(ErrorCode::Cancelled, "cancelled"))),
+        outcome = CatchUnwind(work) => flatten_panic(outcome),
+    }
+}
+
+/// Polls a future inside `catch_unwind`, so a panicking async handler fails only its request.
+struct CatchUnwind<F>(F);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        // SAFETY: structural pinning of the only field; it is never moved out.
+        let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}

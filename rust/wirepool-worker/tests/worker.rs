@@ -1,0 +1,385 @@
+//! The worker SDK against a fake parent over a socketpair (see `common`).
+
+mod common;
+
+use common::{error_code, result_body, Options, Parent};
+use serde_json::{json, Value};
+use wirepool_proto::{ErrorCode, Frame, FrameBody, MethodKind};
+
+const RAW: u8 = 0;
+const JSON: u8 = 1;
+const MSGPACK: u8 = 2;
+
+fn json_body(v: Value) -> Vec<u8> {
+    serde_json::to_vec(&v).unwrap()
+}
+
+fn rows_of(frames: &[Frame], id: u64) -> Vec<Vec<u8>> {
+    frames
+        .iter()
+        .filter(|f| f.id == id)
+        .filter_map(|f| match &f.body {
+            FrameBody::Rows(rows) => Some(rows.iter().map(<[u8]>::to_vec).collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn hello_lists_methods_kinds_codecs_and_pid() {
+    let p = Parent::start();
+    assert_eq!(p.hello.sdk_name, "wirepool-rust-echo");
+    assert_eq!(p.hello.pid, p.child.id());
+    assert_eq!(p.hello.max_concurrency, 64);
+    let echo = &p.hello.methods[p.method("echo") as usize];
+    assert_eq!((echo.kind, echo.codecs.clone()), (MethodKind::Unary, vec![RAW, JSON, MSGPACK]));
+    let decls = &p.hello.methods[p.method("decls") as usize];
+    assert_eq!((decls.kind, decls.codecs.clone()), (MethodKind::Stream, vec![JSON, MSGPACK, 3]));
+}
+
+#[test]
+fn unary_echo_returns_the_same_bytes_in_every_codec() {
+    let mut p = Parent::start();
+    let msgpack_body = rmp_like_map();
+    for (codec, body) in [(RAW, b"\x00\x01raw bytes".to_vec()), (JSON, br#"{"x":[1,2,3]}"#.to_vec()), (MSGPACK, msgpack_body)] {
+        let id = p.request("echo", codec, 0, &body);
+        assert_eq!(result_body(&p.terminal(id)), body, "codec {codec}");
+    }
+}
+
+fn rmp_like_map() -> Vec<u8> {
+    // {"a": 1} in MessagePack.
+    vec![0x81, 0xa1, b'a', 0x01]
+}
+
+#[test]
+fn unary_add_decodes_and_encodes_json() {
+    let mut p = Parent::start();
+    let id = p.request("add", JSON, 0, &json_body(json!({"a": 40, "b": 2})));
+    let body = result_body(&p.terminal(id));
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"sum": 42}));
+}
+
+#[test]
+fn bad_request_body_is_bad_request_and_worker_carries_on() {
+    let mut p = Parent::start();
+    let id = p.request("add", JSON, 0, b"{not json");
+    assert_eq!(error_code(&p.terminal(id)), ErrorCode::BadRequest.code());
+    let id = p.request("add", JSON, 0, &json_body(json!({"a": 1, "b": 2})));
+    assert!(matches!(p.terminal(id).body, FrameBody::Result { .. }));
+}
+
+#[test]
+fn unknown_method_and_unsupported_codec_are_request_errors() {
+    let mut p = Parent::start();
+    p.request_with_id(1, 999, JSON, 0, b"1");
+    assert_eq!(error_code(&p.terminal(1)), ErrorCode::UnknownMethod.code());
+    let add = p.method("add");
+    p.request_with_id(2, add, RAW, 0, b"1");
+    assert_eq!(error_code(&p.terminal(2)), ErrorCode::CodecUnsupported.code());
+    let id = p.request("add", JSON, 0, &json_body(json!({"a": 1, "b": 1})));
+    assert!(matches!(p.terminal(id).body, FrameBody::Result { .. }));
+}
+
+fn check_decls(p: &mut Parent, method: &str, n: u64) {
+    let id = p.request(method, JSON, 0, &json_body(json!({"n": n})));
+    let frames = p.collect_until_terminal(id);
+    let rows = rows_of(&frames, id);
+    assert_eq!(rows.len() as u64, n);
+    for (i, row) in rows.iter().enumerate() {
+        let v: Value = serde_json::from_slice(row).unwrap();
+        assert_eq!(v, json!({"i": i, "name": format!("decl_{i}"), "kind": "theorem"}));
+    }
+    match &frames.last().unwrap().body {
+        FrameBody::End { row_count, summary } => {
+            assert_eq!(*row_count, n);
+            assert_eq!(serde_json::from_slice::<Value>(summary).unwrap(), json!({"rows": n}));
+        }
+        other => panic!("expected END, got {other:?}"),
+    }
+}
+
+#[test]
+fn stream_sends_every_row_in_order_then_end_with_count_and_summary() {
+    let mut p = Parent::start();
+    check_decls(&mut p, "decls", 20_000);
+    check_decls(&mut p, "decls", 0);
+    check_decls(&mut p, "decls_blocking", 20_000);
+}
+
+/// The worker must stop at its credit and resume on CREDIT, for async and blocking handlers.
+fn credit_stalls_and_resumes(method: &str) {
+    let credit = 4096u32;
+    let mut p = Parent::start_with(Options { initial_credit: credit, ..Options::default() });
+    let n = 5_000u64; // ~200 KB of rows: far above the credit
+    let id = p.request(method, JSON, 0, &json_body(json!({"n": n})));
+    let mut balance = i64::from(credit);
+    let mut rows = 0u64;
+    let mut grants = 0;
+    loop {
+        // Probe: everything the worker sent before answering this PING is in front of the PONG.
+        let nonce = (grants as u64).to_le_bytes();
+        p.send(&Frame::new(0, FrameBody::Ping { nonce }));
+        loop {
+            let frame = p.next_frame();
+            match frame.body {
+                FrameBody::Rows(r) => {
+                    assert!(balance > 0, "ROWS sent while credit was {balance}");
+                    balance -= r.payload().len() as i64;
+                    rows += u64::from(r.count());
+                }
+                FrameBody::Pong { nonce: got } if got == nonce => break,
+                FrameBody::End { row_count, .. } => {
+                    assert_eq!((row_count, rows), (n, n));
+                    assert!(grants > 10, "the stream cannot finish on {credit} bytes of credit");
+                    return;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if balance > 0 {
+            continue; // the worker may still be producing: probe again
+        }
+        // Out of credit: the worker must be stalled. Grant and go on.
+        let grant = 8192u32;
+        balance += i64::from(grant);
+        grants += 1;
+        p.send(&Frame::new(id, FrameBody::Credit { bytes: grant }));
+    }
+}
+
+#[test]
+fn async_stream_stops_at_credit_and_resumes_on_credit() {
+    credit_stalls_and_resumes("decls");
+}
+
+#[test]
+fn blocking_stream_stops_at_credit_and_resumes_on_credit() {
+    credit_stalls_and_resumes("decls_blocking");
+}
+
+#[test]
+fn cancel_mid_stream_ends_with_cancelled() {
+    for method in ["decls", "decls_blocking"] {
+        let mut p = Parent::start_with(Options { initial_credit: 1 << 16, ..Options::default() });
+        let id = p.request(method, JSON, 0, &json_body(json!({"n": 1u64 << 40})));
+        // Wait for the first batch, then cancel; the stream is then stalled on credit or running.
+        loop {
+            if matches!(p.next_frame().body, FrameBody::Rows(_)) {
+                break;
+            }
+        }
+        p.send(&Frame::new(id, FrameBody::Cancel));
+        assert_eq!(error_code(&p.terminal(id)), ErrorCode::Cancelled.code(), "{method}");
+        // The worker is still healthy.
+        let id = p.request("echo", RAW, 0, b"after");
+        assert_eq!(&result_body(&p.terminal(id))[..], b"after");
+    }
+}
+
+#[test]
+fn deadline_ends_async_and_blocking_handlers_with_deadline_exceeded() {
+    let mut p = Parent::start();
+    let a = p.request("sleep", JSON, 50_000, b"60000");
+    let b = p.request("sleep_blocking", JSON, 50_000, b"60000");
+    let c = p.request("decls", JSON, 50_000, &json_body(json!({"n": 1u64 << 40})));
+    for id in [a, b, c] {
+        assert_eq!(error_code(&p.terminal(id)), ErrorCode::DeadlineExceeded.code(), "request {id}");
+    }
+}
+
+#[test]
+fn cancel_wakes_a_sleeping_handler() {
+    let mut p = Parent::start();
+    let a = p.request("sleep", JSON, 0, b"60000");
+    let b = p.request("sleep_blocking", JSON, 0, b"60000");
+    p.send(&Frame::new(a, FrameBody::Cancel));
+    p.send(&Frame::new(b, FrameBody::Cancel));
+    assert_eq!(error_code(&p.terminal(a)), ErrorCode::Cancelled.code());
+    assert_eq!(error_code(&p.terminal(b)), ErrorCode::Cancelled.code());
+}
+
+#[test]
+fn panic_is_handler_panic_for_that_request_only() {
+    let mut p = Parent::start();
+    let id = p.request("panic", JSON, 0, b"null");
+    let frame = p.terminal(id);
+    assert_eq!(error_code(&frame), ErrorCode::HandlerPanic.code());
+    let FrameBody::Error { message, .. } = frame.body else { unreachable!() };
+    assert!(message.contains("the panic method was called"), "{message}");
+    let id = p.request("echo", RAW, 0, b"still alive");
+    assert_eq!(&result_body(&p.terminal(id))[..], b"still alive");
+}
+
+#[test]
+fn fail_returns_handler_error_with_json_details() {
+    let mut p = Parent::start();
+    let id = p.request("fail", JSON, 0, br#"{"why":"test"}"#);
+    match p.terminal(id).body {
+        FrameBody::Error { code, details, .. } => {
+            assert_eq!(code, ErrorCode::HandlerError.code());
+            assert_eq!(serde_json::from_str::<Value>(&details).unwrap(), json!({"request": {"why": "test"}}));
+        }
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+}
+
+#[test]
+fn requests_over_max_in_flight_are_overloaded() {
+    let mut p = Parent::start_with(Options { max_in_flight: 2, ..Options::default() });
+    let a = p.request("sleep", JSON, 0, b"60000");
+    let b = p.request("sleep_blocking", JSON, 0, b"60000");
+    let c = p.request("echo", RAW, 0, b"x");
+    assert_eq!(error_code(&p.terminal(c)), ErrorCode::Overloaded.code());
+    p.send(&Frame::new(a, FrameBody::Cancel));
+    assert_eq!(error_code(&p.terminal(a)), ErrorCode::Cancelled.code());
+    let d = p.request("echo", RAW, 0, b"y");
+    assert_eq!(&result_body(&p.terminal(d))[..], b"y");
+    p.send(&Frame::new(b, FrameBody::Cancel));
+    assert_eq!(error_code(&p.terminal(b)), ErrorCode::Cancelled.code());
+}
+
+#[test]
+fn large_request_and_result_travel_as_continuations() {
+    let mut p = Parent::start_with(Options { max_frame_size: 65_536, ..Options::default() });
+    let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7) as u8).collect();
+    let id = p.request("echo", RAW, 0, &body);
+    let frames = p.collect_until_terminal(id);
+    assert_eq!(result_body(frames.last().unwrap()), body);
+}
+
+#[test]
+fn ping_is_answered_while_a_handler_spins_on_the_cpu() {
+    let mut p = Parent::start();
+    let spin = p.request("spin", JSON, 0, b"1500000"); // 1.5 s of CPU
+    let nonce = *b"spinning";
+    p.send(&Frame::new(0, FrameBody::Ping { nonce }));
+    match p.next_frame().body {
+        FrameBody::Pong { nonce: got } => assert_eq!(got, nonce),
+        other => panic!("expected PONG before the spin result, got {other:?}"),
+    }
+    assert!(matches!(p.terminal(spin).body, FrameBody::Result { .. }));
+}
+
+#[test]
+fn progress_events_are_coalesced_and_precede_the_result() {
+    let mut p = Parent::start();
+    let id = p.request("progress", JSON, 0, b"100000");
+    let frames = p.collect_until_terminal(id);
+    let events: Vec<_> = frames
+        .iter()
+        .filter_map(|f| match &f.body {
+            FrameBody::Event { topic, data } => Some((topic.clone(), data.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(!events.is_empty() && events.len() < 1000, "{} events", events.len());
+    assert!(events.iter().all(|(t, _)| t == "progress"));
+    // The last event waiting is flushed before the terminal.
+    assert_eq!(serde_json::from_str::<Value>(&events.last().unwrap().1).unwrap(), json!({"i": 99_999, "of": 100_000}));
+    assert!(matches!(frames.last().unwrap().body, FrameBody::Result { .. }));
+}
+
+#[test]
+fn a_row_larger_than_a_frame_is_row_too_large() {
+    let mut p = Parent::start_with(Options { max_frame_size: 65_536, ..Options::default() });
+    let id = p.request("raw_rows", RAW, 0, b"3 70000");
+    assert_eq!(error_code(&p.terminal(id)), ErrorCode::RowTooLarge.code());
+    let id = p.request("raw_rows", RAW, 0, b"100 60000"); // each fits alone, never two per frame
+    let frames = p.collect_until_terminal(id);
+    let rows = rows_of(&frames, id);
+    assert_eq!(rows.len(), 100);
+    assert!(rows.iter().enumerate().all(|(i, r)| r.len() == 60_000 && r[..8] == (i as u64).to_le_bytes()));
+}
+
+#[test]
+fn drain_lets_requests_finish_then_says_goodbye_and_exits() {
+    let mut p = Parent::start();
+    let a = p.request("sleep", JSON, 0, b"100");
+    let b = p.request("sleep_blocking", JSON, 0, b"100");
+    p.send(&Frame::new(0, FrameBody::Drain { grace_ms: 10_000 }));
+    let late = p.request("echo", RAW, 0, b"late");
+    let mut seen = Vec::new();
+    loop {
+        let frame = p.next_frame();
+        match frame.body {
+            FrameBody::Result { .. } => seen.push((frame.id, "result")),
+            FrameBody::Error { code, .. } => {
+                assert_eq!((frame.id, code), (late, ErrorCode::Draining.code()));
+                seen.push((frame.id, "draining"));
+            }
+            FrameBody::Goodbye { reason } => {
+                assert_eq!(reason, 0);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, vec![(a, "result"), (b, "result"), (late, "draining")]);
+    assert!(p.try_next_frame().is_none(), "nothing after GOODBYE");
+    assert!(p.wait_exit().success());
+}
+
+#[test]
+fn drain_with_zero_grace_cancels_what_runs() {
+    let mut p = Parent::start();
+    let a = p.request("sleep", JSON, 0, b"60000");
+    let b = p.request("sleep_blocking", JSON, 0, b"60000");
+    p.send(&Frame::new(0, FrameBody::Drain { grace_ms: 0 }));
+    let mut cancelled = Vec::new();
+    loop {
+        let frame = p.next_frame();
+        match frame.body {
+            FrameBody::Error { code, .. } => {
+                assert_eq!(code, ErrorCode::Cancelled.code());
+                cancelled.push(frame.id);
+            }
+            FrameBody::Goodbye { .. } => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    cancelled.sort();
+    assert_eq!(cancelled, vec![a, b]);
+    assert!(p.wait_exit().success());
+}
+
+#[test]
+fn end_of_file_makes_the_worker_exit() {
+    let mut p = Parent::start();
+    let _running = p.request("sleep_blocking", JSON, 0, b"60000");
+    p.sock.shutdown(std::net::Shutdown::Both).unwrap();
+    assert!(p.wait_exit().success());
+}
+
+#[test]
+fn crash_closes_the_socket_and_kills_the_process() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut p = Parent::start();
+    let _ = p.request("crash", JSON, 0, b"null");
+    assert!(p.try_next_frame().is_none());
+    assert_eq!(p.wait_exit().signal(), Some(libc::SIGABRT));
+}
+
+#[test]
+fn protocol_violation_gets_error_id_0_and_the_worker_exits_nonzero() {
+    let mut p = Parent::start();
+    // A REQUEST id that does not increase.
+    let id = p.request("echo", RAW, 0, b"1");
+    let _ = p.terminal(id);
+    p.request_with_id(id, 0, RAW, 0, b"again");
+    let frame = p.next_frame();
+    assert_eq!((frame.id, error_code(&frame)), (0, ErrorCode::DuplicateId.code()));
+    assert!(p.try_next_frame().is_none());
+    assert!(!p.wait_exit().success());
+}
+
+#[test]
+fn print_writes_to_the_workers_own_stdout_and_stderr() {
+    let mut p = Parent::start();
+    for stream in ["stdout", "stderr"] {
+        let id = p.request("print", JSON, 0, &json_body(json!({"stream": stream, "n": 100_000})));
+        assert_eq!(&result_body(&p.terminal(id))[..], b"100000");
+    }
+}
