@@ -556,7 +556,11 @@ impl PoolInner {
         loop {
             attempts += 1;
             let worker = self.acquire(leased).await?;
-            let (req, rx) = worker.submit(method_no, codec, timeout, body.clone(), None)?;
+            let (req, rx) = match worker.submit(method_no, codec, timeout, body.clone(), None) {
+                Ok(sent) => sent,
+                Err(Error::Remote { code: codes::DRAINING, .. }) if leased.is_none() && attempts < 4 => continue,
+                Err(e) => return Err(e),
+            };
             let rx = rx.expect("unary has a receiver");
             let mut guard = CancelOnDrop { worker: &worker, id: req.id, armed: true };
             let outcome = rx.await;
@@ -585,10 +589,18 @@ impl PoolInner {
         timeout: Option<Duration>,
         body: Bytes,
     ) -> Result<RowStream<Row>> {
-        let worker = self.acquire(leased).await?;
-        let shared = StreamShared::new();
-        let (req, _) = worker.submit(method_no, codec, timeout, body, Some(shared.clone()))?;
-        Ok(RowStream::new(req, shared, codec))
+        // A worker that began draining after it was picked refuses locally: pick another.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let worker = self.acquire(leased).await?;
+            let shared = StreamShared::new();
+            match worker.submit(method_no, codec, timeout, body.clone(), Some(shared.clone())) {
+                Ok((req, _)) => return Ok(RowStream::new(req, shared, codec)),
+                Err(Error::Remote { code: codes::DRAINING, .. }) if leased.is_none() && attempts < 4 => continue,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn start_incarnation(self: &Arc<Self>, slot: usize) -> Result<Incarnation> {

@@ -836,35 +836,48 @@ fn close_core(worker: &Worker) {
 }
 
 /// Parent-side deadlines and cancel grace. Returns a cause when the worker must be killed.
+///
+/// A worker that let a request overrun its deadline (plus grace) is suspect: it takes no new
+/// work from then on (drained, replaced at once), so only what is already on it can be lost
+/// if it must be killed when the cancel grace runs out.
 fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
     let cancel_grace = worker.pool.cfg.cancel_grace;
-    let mut core = worker.core.lock().unwrap();
-    if core.closed.is_some() {
-        return None;
-    }
-    let mut overdue = false;
-    let mut to_cancel = Vec::new();
-    for (&id, r) in core.routes.iter_mut() {
-        if let Some(at) = r.cancelled_at {
-            if now.duration_since(at) > cancel_grace {
-                overdue = true;
-            }
-        } else if let Some((deadline, budget)) = r.deadline {
-            if now >= deadline {
-                // The worker ignored its time budget: answer the caller now, cancel on the wire.
-                r.deliver(Err(Error::DeadlineExceeded(budget)));
-                r.cancelled_at = Some(now);
-                to_cancel.push(id);
+    let (overdue, expired) = {
+        let core = worker.core.lock().unwrap();
+        if core.closed.is_some() {
+            return None;
+        }
+        let mut overdue = false;
+        let mut expired = false;
+        for r in core.routes.values() {
+            match (r.cancelled_at, r.deadline) {
+                (Some(at), _) => overdue |= now.duration_since(at) > cancel_grace,
+                (None, Some((deadline, _))) => expired |= now >= deadline,
+                _ => {}
             }
         }
-    }
-    let c = &mut *core;
-    for id in &to_cancel {
-        let _ = c.conn.send_cancel(*id, &mut c.out);
-    }
-    drop(core);
-    if !to_cancel.is_empty() {
-        worker.writer_wake.notify_one();
+        (overdue, expired)
+    };
+    if expired {
+        worker.begin_drain(ExitCause::CancelTimeout, cancel_grace);
+        let mut core = worker.core.lock().unwrap();
+        let c = &mut *core;
+        let mut cancelled = false;
+        for (&id, r) in c.routes.iter_mut() {
+            if let (None, Some((deadline, budget))) = (r.cancelled_at, r.deadline) {
+                if now >= deadline {
+                    // The worker ignored its time budget: answer the caller now, cancel on the wire.
+                    r.deliver(Err(Error::DeadlineExceeded(budget)));
+                    r.cancelled_at = Some(now);
+                    let _ = c.conn.send_cancel(id, &mut c.out);
+                    cancelled = true;
+                }
+            }
+        }
+        drop(core);
+        if cancelled {
+            worker.writer_wake.notify_one();
+        }
     }
     overdue.then_some(ExitCause::CancelTimeout)
 }

@@ -1,0 +1,147 @@
+//! The worker the parent's integration tests, examples and demo run: one method per behaviour
+//! a pool must handle (results, rows, errors, panics, crashes, hangs, chatter, memory growth).
+//!
+//! Run by a [`wirepool::Pool`], never by hand: it expects the socket in `WIREPOOL_FD`.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::Serialize;
+use wirepool_worker::{BlockingRowSink, Codec, Context, HandlerError, RowSink, Worker};
+
+#[derive(Serialize)]
+struct Decl {
+    i: u64,
+    name: String,
+    kind: &'static str,
+}
+
+/// Memory a worker holds on purpose (the RSS recycle test).
+static HELD: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+/// Per-worker session state (the lease test).
+static SESSION: Mutex<Option<String>> = Mutex::new(None);
+
+fn main() -> std::io::Result<()> {
+    let all_serde = [Codec::Json, Codec::MsgPack, Codec::Cbor];
+    Worker::new("wirepool-test-worker")
+        .unary("echo", |v: serde_json::Value, _: &Context| Ok(v))
+        .codecs(&all_serde)
+        .unary("echo_raw", |b: Bytes, _: &Context| Ok(b))
+        .codecs(&[Codec::Raw])
+        .unary("add", |(a, b): (i64, i64), _: &Context| Ok(a + b))
+        .codecs(&all_serde)
+        .unary("pid", |_: (), _: &Context| Ok(std::process::id()))
+        .unary("set", |v: String, _: &Context| {
+            *SESSION.lock().unwrap() = Some(v);
+            Ok(())
+        })
+        .unary("get", |_: (), _: &Context| Ok(SESSION.lock().unwrap().clone()))
+        .unary("fail", |code: u32, _: &Context| -> Result<(), HandlerError> {
+            Err(HandlerError::new("failed on purpose").with_code(code))
+        })
+        .unary("panic", |_: (), _: &Context| -> Result<(), HandlerError> { panic!("handler panicked on purpose") })
+        .unary("crash", |code: i32, _: &Context| -> Result<(), HandlerError> {
+            eprintln!("about to crash with status {code}");
+            std::process::exit(code)
+        })
+        .unary("abort", |_: (), _: &Context| -> Result<(), HandlerError> {
+            eprintln!("about to abort");
+            std::process::abort()
+        })
+        // Ignores cancellation and deadlines: the parent must kill it after the grace.
+        .unary("spin", |ms: u64, _: &Context| {
+            let end = Instant::now() + Duration::from_millis(ms);
+            while Instant::now() < end {
+                std::hint::spin_loop();
+            }
+            Ok(ms)
+        })
+        // Cooperative: returns early when cancelled.
+        .unary("sleep", |ms: u64, ctx: &Context| {
+            let end = Instant::now() + Duration::from_millis(ms);
+            while Instant::now() < end {
+                if ctx.is_cancelled() {
+                    return Err(HandlerError::new("noticed cancellation").with_code(1001));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(ms)
+        })
+        .unary("print", |(stdout_bytes, stderr_lines): (usize, usize), _: &Context| {
+            use std::io::Write;
+            let line = [b'x'; 1023];
+            let mut out = std::io::stdout().lock();
+            let mut left = stdout_bytes;
+            while left > 0 {
+                let n = left.min(1023);
+                out.write_all(&line[..n])?;
+                out.write_all(b"\n")?;
+                left = left.saturating_sub(n + 1);
+            }
+            out.flush()?;
+            for i in 0..stderr_lines {
+                eprintln!("stderr line {i}");
+            }
+            Ok(stdout_bytes)
+        })
+        .unary("alloc_mb", |mb: usize, _: &Context| {
+            let mut block = vec![0u8; mb << 20];
+            // Touch every page so it counts in RSS.
+            for i in (0..block.len()).step_by(4096) {
+                block[i] = 1;
+            }
+            HELD.lock().unwrap().push(block);
+            Ok(mb)
+        })
+        .stream_blocking("decls", |n: u64, ctx: &Context, rows: &BlockingRowSink<Decl>| {
+            let mut name = String::new();
+            for i in 0..n {
+                if ctx.is_cancelled() {
+                    break;
+                }
+                use std::fmt::Write;
+                name.clear();
+                let _ = write!(name, "decl_{i}");
+                rows.send(Decl { i, name: name.clone(), kind: "theorem" })?;
+            }
+            Ok(Some(n))
+        })
+        .codecs(&all_serde)
+        // Raw codec end to end: the request is the text "<rows> <row size>", no summary.
+        .stream_blocking("raw_rows", |req: String, ctx: &Context, rows: &BlockingRowSink<Bytes>| {
+            let mut it = req.split_whitespace().map(|s| s.parse::<u64>());
+            let (Some(Ok(n)), Some(Ok(size))) = (it.next(), it.next()) else {
+                return Err(HandlerError::new("expected \"<rows> <size>\"").with_code(1400));
+            };
+            let row = Bytes::from(vec![7u8; size as usize]);
+            for i in 0..n {
+                if i % 4096 == 0 && ctx.is_cancelled() {
+                    break;
+                }
+                rows.send_ref(&row)?;
+            }
+            Ok(())
+        })
+        .codecs(&[Codec::Raw])
+        .stream("count_slowly", |(n, ms): (u64, u64), _ctx: Context, rows: RowSink<u64>| async move {
+            for i in 0..n {
+                rows.send(i).await?;
+                rows.flush().await?;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            Ok::<_, HandlerError>(())
+        })
+        // Streams some rows, then dies (the crash-mid-stream test).
+        .stream_blocking("rows_then_crash", |n: u64, _: &Context, rows: &BlockingRowSink<u64>| -> Result<(), HandlerError> {
+            for i in 0..n {
+                rows.send(i)?;
+            }
+            rows.flush()?;
+            eprintln!("crashing mid-stream after {n} rows");
+            std::thread::sleep(Duration::from_millis(20));
+            std::process::abort()
+        })
+        .max_concurrency(1024)
+        .run()
+}

@@ -1,0 +1,502 @@
+//! Integration tests of the pool against real worker processes (`examples/test_worker.rs` and
+//! small python3 fakes). Every test is bounded in time and checks its workers were reaped.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use serde::Deserialize;
+use wirepool::{codes, CallOptions, Codec, Error, MethodKind, RecyclePolicy, RestartPolicy, WorkerCommand};
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct Decl {
+    i: u64,
+    name: String,
+    kind: String,
+}
+
+fn fast_restarts() -> RestartPolicy {
+    RestartPolicy {
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(5),
+        max_restarts: 100_000,
+        within: Duration::from_secs(60),
+        reset_after: Duration::from_secs(1),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_calls_return_typed_results_in_every_codec() {
+    bounded(30, async {
+        let pool = builder(2).require_method("add", MethodKind::Unary).start().await.unwrap();
+        let sum: i64 = pool.call("add", &(2, 40)).await.unwrap();
+        assert_eq!(sum, 42);
+        for codec in [Codec::Json, Codec::MsgPack, Codec::Cbor] {
+            let v: serde_json::Value = pool
+                .call_with("echo", &serde_json::json!({"a": [1, 2, 3], "b": "x"}), CallOptions { codec: Some(codec), ..Default::default() })
+                .await
+                .unwrap();
+            assert_eq!(v, serde_json::json!({"a": [1, 2, 3], "b": "x"}), "{codec}");
+        }
+        let big = Bytes::from(vec![0xabu8; 3 << 20]); // 3 MiB: continuation frames both ways
+        let back = pool.call_raw("echo_raw", big.clone()).await.unwrap();
+        assert_eq!(back, big);
+        let many: Vec<i64> = futures_join(
+            (0..1000i64).map(|i| {
+                let pool = pool.clone();
+                async move { pool.call::<_, i64>("add", &(i, 1)).await.unwrap() }
+            }),
+        )
+        .await;
+        assert_eq!(many, (1..=1000).collect::<Vec<i64>>());
+        let m = pool.metrics();
+        assert!(m.methods["add"].count >= 1001);
+        assert_eq!(m.workers.iter().map(|w| w.in_flight).sum::<u64>(), 0);
+        let pids = pool.worker_pids();
+        pool.shutdown().await;
+        assert_reaped(&pids);
+    })
+    .await
+}
+
+async fn futures_join<F: std::future::Future + Send + 'static>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_delivers_every_row_then_the_summary() {
+    bounded(60, async {
+        let pool = builder(1).require_method("decls", MethodKind::Stream).start().await.unwrap();
+        let n = 200_000u64;
+        let mut rows = pool.stream::<_, Decl>("decls", &n).await.unwrap();
+        let mut expect = 0u64;
+        while let Some(row) = rows.next().await {
+            let row = row.unwrap();
+            assert_eq!(row.i, expect);
+            assert_eq!(row.name, format!("decl_{expect}"));
+            expect += 1;
+        }
+        assert_eq!(expect, n);
+        assert_eq!(rows.summary::<u64>().unwrap(), Some(n));
+        assert_eq!(pool.metrics().total_rows(), n);
+        // Raw rows come out as shared slices of the frame.
+        let mut raw = pool
+            .stream_with::<_, Bytes>("raw_rows", "10000 16", CallOptions { codec: Some(Codec::Raw), ..Default::default() })
+            .await
+            .unwrap();
+        let mut count = 0;
+        while let Some(r) = raw.next().await {
+            assert_eq!(r.unwrap(), Bytes::from_static(&[7u8; 16]));
+            count += 1;
+        }
+        assert_eq!(count, 10_000);
+        let pids = pool.worker_pids();
+        pool.shutdown().await;
+        assert_reaped(&pids);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_stream_ends_the_stream_with_one_typed_error_and_the_worker_is_replaced() {
+    bounded(30, async {
+        let pool = builder(1).stream_window(64 * 1024).restart_policy(fast_restarts()).start().await.unwrap();
+        let victim = pool.worker_pids()[0];
+        let mut rows = pool.stream::<_, Decl>("decls", &100_000_000u64).await.unwrap();
+        for _ in 0..10 {
+            rows.next().await.unwrap().unwrap();
+        }
+        kill(victim, libc::SIGKILL);
+        let mut errors = Vec::new();
+        while let Some(r) = rows.next().await {
+            if let Err(e) = r {
+                errors.push(e);
+            }
+        }
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let info = errors[0].exit_info().expect("carries exit info");
+        assert_eq!(errors[0].code(), codes::WORKER_EXITED);
+        assert_eq!(info.signal, Some(libc::SIGKILL));
+        assert_eq!(info.pid, victim);
+        assert_reaped(&[victim]);
+        assert!(pool.wait_ready(Duration::from_secs(10)).await);
+        let pid: u32 = pool.call("pid", &()).await.unwrap();
+        assert_ne!(pid, victim);
+        let m = pool.metrics();
+        assert_eq!(m.workers[0].restart_causes.get("crashed"), Some(&1));
+        pool.shutdown().await;
+        assert_reaped(&[pid]);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_death_fails_every_request_in_flight_with_status_and_stderr_tail() {
+    bounded(30, async {
+        let pool = builder(1).restart_policy(fast_restarts()).start().await.unwrap();
+        let victim = pool.worker_pids()[0];
+        let sleepers: Vec<_> = (0..5)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.call::<_, u64>("sleep", &10_000u64).await })
+            })
+            .collect();
+        let crash = pool.call::<_, ()>("crash", &3i32).await.unwrap_err();
+        for e in std::iter::once(crash).chain(futures_join(sleepers.into_iter().map(|h| async move { h.await.unwrap() })).await.into_iter().map(|r| r.unwrap_err())) {
+            assert_eq!(e.code(), codes::WORKER_EXITED, "{e}");
+            let info = e.exit_info().unwrap();
+            assert_eq!(info.code, Some(3));
+            assert!(info.stderr_tail.iter().any(|l| l.contains("about to crash with status 3")), "{:?}", info.stderr_tail);
+        }
+        assert_reaped(&[victim]);
+        // A stream cut by an abort carries the signal.
+        assert!(pool.wait_ready(Duration::from_secs(10)).await);
+        let mut rows = pool.stream::<_, u64>("rows_then_crash", &100u64).await.unwrap();
+        let mut got = 0;
+        let err = loop {
+            match rows.next().await {
+                Some(Ok(_)) => got += 1,
+                Some(Err(e)) => break e,
+                None => panic!("stream ended without error"),
+            }
+        };
+        assert_eq!(got, 100);
+        assert_eq!(err.exit_info().unwrap().signal, Some(libc::SIGABRT));
+        assert!(rows.next().await.is_none(), "exactly one error, then the end");
+        pool.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_is_found_by_heartbeat_killed_and_replaced() {
+    bounded(30, async {
+        let pool = builder(1).heartbeat(Duration::from_millis(100)).restart_policy(fast_restarts()).start().await.unwrap();
+        let victim = pool.worker_pids()[0];
+        let call = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.call::<_, u64>("sleep", &20_000u64).await })
+        };
+        // Make sure the request reached the worker before it stops.
+        let echoed: i64 = pool.call("add", &(1, 1)).await.unwrap();
+        assert_eq!(echoed, 2);
+        kill(victim, libc::SIGSTOP);
+        let err = call.await.unwrap().unwrap_err();
+        assert_eq!(err.code(), codes::WORKER_HUNG, "{err}");
+        assert_eq!(err.exit_info().unwrap().signal, Some(libc::SIGKILL));
+        assert_reaped(&[victim]);
+        assert!(pool.wait_ready(Duration::from_secs(10)).await);
+        let pid: u32 = pool.call("pid", &()).await.unwrap();
+        assert_ne!(pid, victim);
+        assert_eq!(pool.metrics().workers[0].restart_causes.get("hung"), Some(&1));
+        pool.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_panic_and_handler_error_fail_only_their_request() {
+    bounded(30, async {
+        let pool = builder(1).start().await.unwrap();
+        let pid = pool.worker_pids()[0];
+        let e = pool.call::<_, ()>("panic", &()).await.unwrap_err();
+        assert_eq!(e.code(), codes::HANDLER_PANIC, "{e}");
+        let e = pool.call::<_, ()>("fail", &1042u32).await.unwrap_err();
+        assert_eq!(e.code(), 1042);
+        assert!(matches!(&e, Error::Remote { message, .. } if message.contains("failed on purpose")));
+        let same: u32 = pool.call("pid", &()).await.unwrap();
+        assert_eq!(same, pid, "the worker survived");
+        assert_eq!(pool.metrics().total_restarts(), 0);
+        let e = pool.call::<_, ()>("no_such_method", &()).await.unwrap_err();
+        assert_eq!(e.code(), codes::UNKNOWN_METHOD);
+        pool.shutdown().await;
+        assert_reaped(&[pid]);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_travel_on_the_wire_and_are_enforced_by_the_parent_too() {
+    bounded(30, async {
+        let pool = builder(1)
+            .deadline_grace(Duration::from_millis(100))
+            .cancel_grace(Duration::from_millis(300))
+            .restart_policy(fast_restarts())
+            .start()
+            .await
+            .unwrap();
+        let pid = pool.worker_pids()[0];
+        // A cooperative handler: the worker ends it with DEADLINE_EXCEEDED itself.
+        let e = pool.call_with::<_, u64>("sleep", &5_000u64, CallOptions::timeout(Duration::from_millis(100))).await.unwrap_err();
+        assert_eq!(e.code(), codes::DEADLINE_EXCEEDED, "{e}");
+        let same: u32 = pool.call("pid", &()).await.unwrap();
+        assert_eq!(same, pid);
+        // A handler that ignores its deadline: the parent answers the caller, cancels, and
+        // kills the worker once the cancel grace is over.
+        let started = std::time::Instant::now();
+        let e = pool.call_with::<_, u64>("spin", &10_000u64, CallOptions::timeout(Duration::from_millis(100))).await.unwrap_err();
+        assert_eq!(e.code(), codes::DEADLINE_EXCEEDED, "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Other calls are still served meanwhile (by the spinning worker's other threads), until
+        // the cancel grace runs out and a fresh worker takes over.
+        loop {
+            let now: u32 = pool.call("pid", &()).await.unwrap();
+            if now != pid {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        // The spinning handler would run 10 s: the process ends far sooner only if killed.
+        wait_reaped(&[pid], Duration::from_secs(4)).await;
+        assert!(started.elapsed() < Duration::from_secs(6));
+        assert_eq!(pool.metrics().workers[0].restart_causes.get("cancel_timeout"), Some(&1));
+        pool.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_call_or_a_stream_cancels_it_on_the_worker() {
+    bounded(30, async {
+        // One slot on one worker: the next call can only run once the cancelled one ended.
+        let pool = builder(1).max_in_flight(1).start().await.unwrap();
+        let pid = pool.worker_pids()[0];
+        let dropped = tokio::time::timeout(Duration::from_millis(50), pool.call::<_, u64>("sleep", &30_000u64)).await;
+        assert!(dropped.is_err(), "the call was still running");
+        let sum: i64 = pool.call("add", &(1, 2)).await.unwrap();
+        assert_eq!(sum, 3);
+
+        let mut rows = pool.stream::<_, Decl>("decls", &100_000_000u64).await.unwrap();
+        for _ in 0..1000 {
+            rows.next().await.unwrap().unwrap();
+        }
+        drop(rows);
+        let sum: i64 = pool.call("add", &(2, 2)).await.unwrap();
+        assert_eq!(sum, 4);
+        let m = pool.metrics();
+        assert_eq!(m.total_restarts(), 0, "cancellation never killed the worker");
+        assert_eq!(pool.worker_pids(), vec![pid]);
+        pool.shutdown().await;
+        assert_reaped(&[pid]);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_bounds_what_the_worker_sends_ahead() {
+    bounded(30, async {
+        let window = 64 * 1024;
+        let pool = builder(1).stream_window(window).start().await.unwrap();
+        let mut rows = pool
+            .stream_with::<_, Bytes>("raw_rows", "1000000 100", CallOptions { codec: Some(Codec::Raw), ..Default::default() })
+            .await
+            .unwrap();
+        let mut read = 0u64;
+        for round in 0..5 {
+            for _ in 0..1000 {
+                rows.next().await.unwrap().unwrap();
+                read += 1;
+            }
+            // Give the worker every chance to run ahead; the credit window must stop it.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let received = pool.metrics().workers[0].bytes_in;
+            let consumed = read * 104;
+            // At most credit + one frame unread (section 6), plus headers and the handshake.
+            let bound = consumed + window as u64 + (1 << 20) + 64 * 1024;
+            assert!(received <= bound, "round {round}: received {received} > bound {bound}");
+        }
+        drop(rows);
+        pool.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recycling_by_request_count_fails_no_request() {
+    bounded(60, async {
+        let pool = builder(1)
+            .recycle_policy(RecyclePolicy { max_requests: Some(10), ..Default::default() })
+            .start()
+            .await
+            .unwrap();
+        let mut pids = HashSet::new();
+        let calls: Vec<_> = (0..60)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.call::<_, u32>("pid", &()).await })
+            })
+            .collect();
+        for c in calls {
+            pids.insert(c.await.unwrap().expect("no request fails during recycling"));
+        }
+        assert!(pids.len() >= 6, "pids {pids:?}");
+        let m = pool.metrics();
+        assert!(m.workers[0].restart_causes.get("recycled_requests").copied().unwrap_or(0) >= 5);
+        pool.shutdown().await;
+        assert_reaped(&pids.into_iter().collect::<Vec<_>>());
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recycling_by_rss_replaces_a_bloated_worker() {
+    bounded(60, async {
+        let pool = builder(1)
+            .recycle_policy(RecyclePolicy { max_rss_bytes: Some(150 << 20), ..Default::default() })
+            .start()
+            .await
+            .unwrap();
+        let fat = pool.worker_pids()[0];
+        let mb: usize = pool.call("alloc_mb", &200usize).await.unwrap();
+        assert_eq!(mb, 200);
+        // Keep calling until a fresh worker answers: every call must succeed meanwhile.
+        loop {
+            let pid: u32 = pool.call("pid", &()).await.unwrap();
+            if pid != fat {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(pool.metrics().workers[0].restart_causes.get("recycled_rss"), Some(&1));
+        pool.shutdown().await;
+        assert_reaped(&[fat]);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_failures_are_typed_and_leave_no_process() {
+    bounded(30, async {
+        let e = wirepool::Pool::builder(WorkerCommand::new("/nonexistent/wirepool-worker")).workers(1).start().await.err().unwrap();
+        assert_eq!(e.code(), codes::SPAWN_FAILED, "{e}");
+
+        let e = wirepool::Pool::builder(python("import time; time.sleep(60)"))
+            .workers(1)
+            .startup_timeout(Duration::from_millis(300))
+            .start()
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.code(), codes::STARTUP_TIMEOUT, "{e}");
+
+        let e = wirepool::Pool::builder(python("import sys; sys.stderr.write('leaving early\\n'); sys.exit(7)"))
+            .workers(1)
+            .start()
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.code(), codes::WORKER_EXITED, "{e}");
+        let info = e.exit_info().unwrap();
+        assert_eq!(info.code, Some(7));
+        assert_eq!(info.stderr_tail, vec!["leaving early".to_string()]);
+
+        let e = wirepool::Pool::builder(python(
+            "import os, time; fd = int(os.environ['WIREPOOL_FD']); os.write(fd, b'GARBAGE! not a frame at all'); time.sleep(30)",
+        ))
+        .workers(1)
+        .start()
+        .await
+        .err()
+        .unwrap();
+        assert_eq!(e.code(), codes::PROTOCOL_VIOLATION, "{e}");
+
+        let e = builder(2).require_method("no_such_method", MethodKind::Unary).start().await.err().unwrap();
+        assert_eq!(e.code(), codes::CODEC_MISMATCH, "{e}");
+        let e = builder(1).require_method("decls", MethodKind::Unary).start().await.err().unwrap();
+        assert_eq!(e.code(), codes::CODEC_MISMATCH, "{e}");
+        let e = builder(1).require_method_with_codec("echo_raw", MethodKind::Unary, Codec::Json).start().await.err().unwrap();
+        assert_eq!(e.code(), codes::CODEC_MISMATCH, "{e}");
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_work_in_flight_then_refuses_new_calls() {
+    bounded(30, async {
+        let pool = builder(2).start().await.unwrap();
+        let pids = pool.worker_pids();
+        let calls: Vec<_> = (0..10)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.call::<_, u64>("sleep", &300u64).await })
+            })
+            .collect();
+        // Wait until every call is on a worker, so shutdown has work in flight to drain.
+        let pinged: i64 = pool.call("add", &(0, 0)).await.unwrap();
+        assert_eq!(pinged, 0);
+        pool.shutdown().await;
+        for c in calls {
+            assert_eq!(c.await.unwrap().unwrap(), 300);
+        }
+        let e = pool.call::<_, i64>("add", &(1, 1)).await.unwrap_err();
+        assert_eq!(e.code(), codes::POOL_CLOSED);
+        assert_reaped(&pids);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_keeps_its_worker_and_fails_typed_when_the_worker_dies() {
+    bounded(30, async {
+        let pool = builder(2).restart_policy(fast_restarts()).start().await.unwrap();
+        let lease = pool.lease().await.unwrap();
+        let _: () = lease.call("set", &"warm").await.unwrap();
+        for _ in 0..20 {
+            let v: Option<String> = lease.call("get", &()).await.unwrap();
+            assert_eq!(v.as_deref(), Some("warm"));
+            // The rest of the pool keeps serving, on the other worker.
+            let other: u32 = pool.call("pid", &()).await.unwrap();
+            assert_ne!(other, lease.pid());
+        }
+        kill(lease.pid(), libc::SIGKILL);
+        let first = lease.call::<_, Option<String>>("get", &()).await.unwrap_err();
+        assert!(matches!(first.code(), codes::WORKER_EXITED | codes::LEASE_LOST), "{first}");
+        let second = lease.call::<_, Option<String>>("get", &()).await.unwrap_err();
+        assert_eq!(second.code(), codes::LEASE_LOST, "{second}");
+        drop(lease);
+        assert!(pool.wait_ready(Duration::from_secs(10)).await);
+        pool.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_printing_100_mb_never_blocks() {
+    bounded(60, async {
+        let pool = builder(1).start().await.unwrap();
+        let n: usize = pool.call("print", &(100usize << 20, 50usize)).await.unwrap();
+        assert_eq!(n, 100 << 20);
+        let sum: i64 = pool.call("add", &(1, 1)).await.unwrap();
+        assert_eq!(sum, 2);
+        pool.shutdown().await;
+    })
+    .await
+}
+
+#[test]
+fn the_blocking_facade_calls_and_streams() {
+    let pool = wirepool::blocking::BlockingPool::start(builder(1)).unwrap();
+    let sum: i64 = pool.call("add", &(20, 22)).unwrap();
+    assert_eq!(sum, 42);
+    let mut rows = pool.stream::<_, Decl>("decls", &1000u64).unwrap();
+    let got: Vec<Decl> = rows.by_ref().map(|r| r.unwrap()).collect();
+    assert_eq!(got.len(), 1000);
+    assert_eq!(got[999], Decl { i: 999, name: "decl_999".into(), kind: "theorem".into() });
+    assert_eq!(rows.summary::<u64>().unwrap(), Some(1000));
+    drop(rows);
+    let lease = pool.lease().unwrap();
+    let _: () = lease.call("set", &"s").unwrap();
+    drop(lease);
+    pool.shutdown();
+}
