@@ -89,6 +89,11 @@ impl Shared {
         drop(guard);
         self.wake_writer.notify_one();
         self.request_ended.notify_waiters();
+        // Release the request's helper tasks (deadline timer, flush timer) now rather than when
+        // the deadline would have passed. The handler is done, so the flag is no longer read.
+        if req.deadline.is_some() || req.stream.is_some() {
+            req.token.cancel();
+        }
     }
 }
 

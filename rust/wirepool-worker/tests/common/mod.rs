@@ -76,7 +76,7 @@ impl Parent {
             .env("WIREPOOL_FD", fd.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("WIREPOOL_TEST_STDERR").is_some() { Stdio::inherit() } else { Stdio::null() })
             .spawn()
             .expect("spawn echo_worker");
         drop(theirs);
@@ -204,6 +204,23 @@ impl Parent {
                 frames.push(frame);
             }
         }
+    }
+
+    /// The terminal frames of `ids`, in the order of `ids`, whatever order they arrive in
+    /// (ROWS and EVENTs are skipped).
+    pub fn terminals(&mut self, ids: &[u64]) -> Vec<Frame> {
+        let mut found: Vec<Option<Frame>> = vec![None; ids.len()];
+        while found.iter().any(Option::is_none) {
+            let frame = self.next_frame();
+            if !matches!(frame.body, FrameBody::Result { .. } | FrameBody::End { .. } | FrameBody::Error { .. }) {
+                continue;
+            }
+            assert!(!frame.more, "use collect_until_terminal for continued terminals");
+            let slot = ids.iter().position(|&id| id == frame.id).unwrap_or_else(|| panic!("unexpected terminal {frame:?}"));
+            assert!(found[slot].is_none(), "second terminal for id {}", frame.id);
+            found[slot] = Some(frame);
+        }
+        found.into_iter().map(Option::unwrap).collect()
     }
 
     /// The terminal frame of `id` (skipping ROWS/EVENTs and frames of other ids).
