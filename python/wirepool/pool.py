@@ -329,6 +329,11 @@ class _Worker(asyncio.Protocol):
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._tasks[:2])
         rc = await self.proc.wait()
+        # The pipes are drained and the process reaped: release the subprocess transport now
+        # rather than in a finaliser that may run after the loop is closed.
+        transport = getattr(self.proc, "_transport", None)
+        if transport is not None:
+            transport.close()
         if rc < 0:
             self.exit_signal = -rc
         else:
@@ -567,9 +572,29 @@ class _Worker(asyncio.Protocol):
         if self.heartbeat_task is not None:
             self.heartbeat_task.cancel()
 
+    async def reap(self) -> None:
+        """Make sure the process is gone and its helper tasks are finished (start-up failure)."""
+        if self.proc is None:
+            return
+        if not self.exited.done():
+            try:  # a refused worker exits by itself on the ERROR; give it a moment
+                await asyncio.wait_for(asyncio.shield(self.exited), 1.0)
+            except asyncio.TimeoutError:
+                self.kill(None)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self.exited), 5.0)
+        tasks = [t for t in self._tasks if not t.done()]
+        if self.heartbeat_task is not None:
+            tasks.append(self.heartbeat_task)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def drain(self, grace_ms: int) -> None:
         self.accepting = False
-        if self.alive and self.transport is not None and not self.conn.draining:
+        if not self.conn.is_open:  # still in its handshake: nothing to finish, stop it
+            self.kill(None)
+        elif self.alive and self.transport is not None and not self.conn.draining:
             self._send(proto.Drain(grace_ms))
 
     def rss_bytes(self) -> int | None:
@@ -811,6 +836,7 @@ class AsyncPool:
         try:
             await w.start()
         except BaseException:
+            await asyncio.shield(w.reap())
             self._all.discard(w)
             raise
         finally:
@@ -1154,6 +1180,9 @@ class Pool:
             raise
 
     def _run(self, coro: Any) -> Any:
+        if self._loop.is_closed():
+            coro.close()
+            raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed")
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return fut.result()

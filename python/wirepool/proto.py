@@ -1067,6 +1067,11 @@ class Connection:
         self.goodbye_received = False
         self.closed = False
 
+    @property
+    def is_open(self) -> bool:
+        """True once the handshake completed (WELCOME sent or received)."""
+        return self.state == _OPEN
+
     # -- receiving ------------------------------------------------------------------------
 
     def feed(self, data: Buffer) -> None:

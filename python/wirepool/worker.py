@@ -326,7 +326,10 @@ class _Runtime(asyncio.Protocol):
         elif t == FrameType.WELCOME:
             w: proto.Welcome = ev  # type: ignore[assignment]
             self.worker_id = w.worker_id
-            self.flush_bytes = min(ROWS_FLUSH_BYTES, w.max_frame_size)
+            # Frames well below the credit window keep the bound on unread rows tight and let
+            # grants (at half the window) arrive before the worker runs dry.
+            self.flush_bytes = max(4096, min(ROWS_FLUSH_BYTES, w.max_frame_size,
+                                             w.initial_credit // 4))
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=w.max_in_flight, thread_name_prefix="wirepool-handler")
         elif t == FrameType.DRAIN:

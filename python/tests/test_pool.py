@@ -1,0 +1,343 @@
+"""The Python pool driving Python workers, end to end (real processes, real sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import wirepool
+
+pytestmark = pytest.mark.timeout(60)
+
+BASIC = os.path.join(os.path.dirname(__file__), "workers", "basic.py")
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def pool(workers: int = 1, **kw) -> wirepool.Pool:
+    return wirepool.Pool([sys.executable, BASIC], workers=workers, **kw)
+
+
+@pytest.mark.parametrize("codec", ["json", "msgpack"])
+def test_echo_round_trips_values(codec: str) -> None:
+    value = {"a": [1, 2.5, "three", None, True], "nested": {"k": "v" * 100}}
+    with pool(codec=codec) as p:
+        assert p.call("echo", value) == value
+        assert p.call("add", {"a": 2, "b": 40}) == {"sum": 42}
+        assert p.call("add_async", {"a": 2, "b": 40}) == {"sum": 42}
+
+
+def test_raw_echo_returns_bytes_unchanged() -> None:
+    data = os.urandom(4096)
+    with pool() as p:
+        assert bytes(p.call("echo", data, codec="raw")) == data
+
+
+def test_payload_larger_than_one_frame() -> None:
+    data = os.urandom(5 * 1024 * 1024 + 17)  # 5 frames of 1 MiB, plus a tail
+    with pool(max_frame_size=1 << 20) as p:
+        assert bytes(p.call("echo", data, codec="raw")) == data
+
+
+def test_stream_100k_rows_in_order() -> None:
+    with pool() as p:
+        s = p.stream("rows", {"n": 100_000})
+        got = [r["i"] for r in s]
+        assert got == list(range(100_000))
+        assert s.row_count == 100_000 and s.summary is None
+
+
+def test_async_generator_stream() -> None:
+    with pool() as p:
+        assert [r["i"] for r in p.stream("rows_async", {"n": 1000})] == list(range(1000))
+
+
+def test_stream_with_summary_and_progress_events() -> None:
+    events: list[tuple[str, object]] = []
+    with pool() as p:
+        s = p.stream("rows_with_summary", {"n": 50}, on_event=lambda t, d: events.append((t, d)))
+        assert [r["i"] for r in s] == list(range(50))
+        assert s.summary == {"total": sum(range(50))}
+    assert events, "progress events must arrive"
+    assert all(t == "count" for t, _ in events)
+    # Coalesced, but the last one is always delivered before END.
+    assert events[-1][1] == {"done": 50}
+    assert len(events) <= 50
+
+
+def test_error_with_code_and_details() -> None:
+    with pool() as p:
+        with pytest.raises(wirepool.WorkerError) as e:
+            p.call("fail", {"thing": "x"})
+        assert (e.value.code, e.value.message, e.value.details) == (1042, "no such thing",
+                                                                    {"thing": "x"})
+        with pytest.raises(wirepool.HandlerError) as h:
+            p.call("boom", {})
+        assert h.value.code == 203 and "ValueError: bad value" in h.value.message
+        assert "Traceback" in h.value.details["traceback"]
+        assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}  # the worker survives
+
+
+def test_unknown_method_and_wrong_kind() -> None:
+    with pool() as p:
+        with pytest.raises(wirepool.UnknownMethod):
+            p.call("no_such_method", {})
+        with pytest.raises(wirepool.UnknownMethod):
+            p.call("rows", {"n": 1})
+        assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+
+
+def test_codec_unsupported_by_method() -> None:
+    with pool() as p:
+        with pytest.raises(wirepool.CodecUnsupported):
+            p.call("add", {"a": 1, "b": 1}, codec="cbor")
+
+
+def test_bad_request_body() -> None:
+    with pool() as p:
+        with pytest.raises(wirepool.BadRequest):
+            p.call("echo", b"\xff not json", codec="raw") if False else p._run(
+                _raw_request(p, "add", b"{not json"))
+
+
+async def _raw_request(p: wirepool.Pool, method: str, body: bytes) -> object:
+    ap = p._apool
+    w = await ap._acquire()
+    req = w.submit(method, body, wirepool.codecs.get("json"), None, None,
+                   wirepool.proto.MethodKind.UNARY)
+    return await req.future
+
+
+def test_cancel_mid_stream_by_closing_the_iterator() -> None:
+    with pool() as p:
+        s = p.stream("endless", {})
+        for n, row in enumerate(s):
+            if n == 1000:
+                break
+        s.close()
+        # The worker ended the stream (CANCELLED) and still serves.
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+        # The stream's terminal (ERROR CANCELLED) arrives; the worker was not replaced.
+        wait_until(lambda: p.metrics()["workers"][0]["in_flight"] == 0)
+        assert p.metrics().get("restarts", 0) == 0
+
+
+def test_cancel_by_cancelling_the_task() -> None:
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC]) as p:
+            t = asyncio.ensure_future(p.call("sleep", {"seconds": 30}))
+            await asyncio.sleep(0.2)  # let the request reach the worker
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert await p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+            assert p.metrics().get("restarts", 0) == 0
+    asyncio.run(main())
+
+
+def test_deadline_honoured_by_the_worker() -> None:
+    with pool() as p:
+        t0 = time.monotonic()
+        with pytest.raises(wirepool.DeadlineExceeded) as e:
+            p.call("sleep", {"seconds": 30}, timeout=0.2)
+        assert e.value.code == 206
+        assert time.monotonic() - t0 < 5
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+
+
+def test_deadline_enforced_by_the_parent_when_the_worker_ignores_it() -> None:
+    with pool(cancel_grace=0.5) as p:
+        t0 = time.monotonic()
+        with pytest.raises(wirepool.DeadlineExceeded):
+            p.call("sleep_stubborn", {"seconds": 30}, timeout=0.2)
+        assert time.monotonic() - t0 < 5
+        # The worker ignored CANCEL: it was killed and replaced; the pool still answers.
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+
+
+def test_crash_mid_stream_is_worker_exited_with_signal_and_stderr() -> None:
+    with pool() as p:
+        s = p.stream("crash_after", {"n": 10})
+        got = []
+        with pytest.raises(wirepool.WorkerExited) as e:
+            for r in s:
+                got.append(r["i"])
+        assert got == list(range(10))
+        assert e.value.signal == signal.SIGKILL and e.value.exit_status is None
+        assert "about to die" in e.value.stderr_tail
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}  # replaced
+
+
+def test_worker_exit_status_reported() -> None:
+    with pool() as p:
+        with pytest.raises(wirepool.WorkerExited) as e:
+            p.call("die", {"status": 7})
+        assert e.value.exit_status == 7 and e.value.signal is None
+        assert "dying on purpose" in e.value.stderr_tail
+
+
+def test_hung_worker_detected_by_heartbeat_and_replaced() -> None:
+    with pool(heartbeat_ms=100) as p:
+        (victim,) = p.pids
+        fut = p.submit("sleep", {"seconds": 30})
+        time.sleep(0.1)  # the request is in flight before the worker freezes
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            with pytest.raises(wirepool.WorkerHung):
+                fut.result(timeout=10)
+        finally:
+            try:
+                os.kill(victim, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+        assert victim not in p.pids
+
+
+def test_codec_mismatch_fails_at_start_up() -> None:
+    with pytest.raises(wirepool.ProtocolError) as e:
+        pool(codec="cbor", require=["add"])
+    assert e.value.code == wirepool.ErrorCode.CODEC_MISMATCH
+    with pytest.raises(wirepool.ProtocolError) as e:
+        pool(require={"rows": "unary"})
+    assert e.value.code == wirepool.ErrorCode.CODEC_MISMATCH
+
+
+def test_slow_consumer_bounds_what_the_worker_produces() -> None:
+    credit = 65536
+    produced: list[int] = []
+    with pool(initial_credit=credit) as p:
+        s = p.stream("endless_counted", {}, on_event=lambda t, d: produced.append(d))
+        consumed = 0
+        for row in s:
+            consumed += 1
+            if consumed % 200 == 0:
+                time.sleep(0.002)  # a slow consumer (pacing, not synchronisation)
+            if consumed == 20_000:
+                break
+        s.close()
+    # Rows are >= 12 bytes + 4 of framing. Unread bytes are bounded by the credit plus one frame
+    # (the protocol), plus the worker's batch being filled and one batch awaiting credit, plus
+    # the frame the consumer is reading (the SDK's buffers): frames are credit/4 bytes here.
+    frame = credit // 4
+    window_rows = (credit + 4 * frame) // 16
+    assert produced and max(produced) <= 20_000 + window_rows + 100  # progress every 100 rows
+
+
+def test_recycle_by_request_count_fails_nothing() -> None:
+    with pool(workers=2, max_requests=5) as p:
+        pids = set()
+        for i in range(15):
+            assert p.call("add", {"a": i, "b": 1}) == {"sum": i + 1}
+            pids.add(p.call("pid", {}))
+        m = p.metrics()
+        assert m["recycled"] >= 4  # 30 requests, 5 per worker life
+        assert len(pids) >= 4
+        assert m.get("errors", 0) == 0
+
+
+def test_shutdown_with_work_in_flight_lets_it_finish() -> None:
+    p = pool(workers=2)
+    futs = [p.submit("sleep", {"seconds": 0.3}) for _ in range(4)]
+    time.sleep(0.05)
+    p.close(grace=10)
+    assert [f.result(timeout=1) for f in futs] == [{"slept": 0.3}] * 4
+
+
+def test_shutdown_now_cancels_work_in_flight() -> None:
+    p = pool()
+    futs = [p.submit("sleep", {"seconds": 30}) for _ in range(2)]
+    time.sleep(0.1)
+    p.close(grace=0)
+    for f in futs:
+        with pytest.raises((wirepool.Cancelled, wirepool.WorkerExited)):
+            f.result(timeout=1)
+    with pytest.raises(wirepool.PoolClosed):
+        p.call("add", {"a": 1, "b": 1})
+
+
+def test_startup_timeout() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(wirepool.StartupTimeout):
+        wirepool.Pool([sys.executable, "-c", "import time; time.sleep(60)"],
+                      startup_timeout=0.5)
+    assert time.monotonic() - t0 < 10
+
+
+def test_missing_executable_is_spawn_failed() -> None:
+    with pytest.raises(wirepool.SpawnFailed) as e:
+        wirepool.Pool(["/nonexistent/wirepool-worker"])
+    assert e.value.code == 303
+
+
+def test_worker_without_wirepool_fd_handshake_fails_fast() -> None:
+    # A program that exits at once: start-up fails with WorkerExited, not a hang.
+    with pytest.raises(wirepool.WorkerExited):
+        wirepool.Pool([sys.executable, "-c", "import sys; sys.exit(2)"], startup_timeout=10)
+
+
+def test_chatty_worker_never_blocks() -> None:
+    with pool() as p:
+        assert p.call("chatter", {"mb": 100}, timeout=50) == {"ok": True}
+
+
+def test_lease_is_exclusive_and_sticky() -> None:
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=2) as p:
+            async with p.lease() as w:
+                pids = {await w.call("pid", {}) for _ in range(5)}
+                assert pids == {w.pid}
+                others = {await p.call("pid", {}) for _ in range(5)}
+                assert w.pid not in others
+    asyncio.run(main())
+
+
+def test_many_concurrent_calls_async() -> None:
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=2, max_in_flight=8) as p:
+            results = await asyncio.gather(*(p.call("add", {"a": i, "b": i}) for i in range(500)))
+            assert results == [{"sum": 2 * i} for i in range(500)]
+    asyncio.run(main())
+
+
+def test_worker_dies_with_its_parent(tmp_path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time, wirepool\n"
+        f"p = wirepool.Pool([sys.executable, {BASIC!r}], workers=2)\n"
+        "print(' '.join(map(str, p.pids)), flush=True)\n"
+        "time.sleep(60)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(wirepool.__file__)))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env)
+    try:
+        pids = [int(x) for x in parent.stdout.readline().split()]
+        assert len(pids) == 2
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.02)
+        assert not any(_alive(p) for p in pids), "workers outlived their parent"
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
