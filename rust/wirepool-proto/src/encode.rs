@@ -463,7 +463,8 @@ impl<'a, B: FrameBuf> RowsBuilder<'a, B> {
         self.out.written() - self.start - HEADER_LEN
     }
 
-    /// Bytes of row data that still fit (after a row's 4-byte length).
+    /// Bytes of row data that still fit (after a row's 4-byte length); when 0, even an empty
+    /// row may not fit.
     pub fn room(&self) -> usize {
         self.max_payload.saturating_sub(self.payload_len() + 4)
     }
@@ -483,7 +484,7 @@ impl<'a, B: FrameBuf> RowsBuilder<'a, B> {
     /// builder. `ROW_TOO_LARGE`: it can never fit one frame.
     #[inline]
     pub fn push(&mut self, row: &[u8]) -> Result<bool, ProtocolError> {
-        if row.len() > self.room() {
+        if self.payload_len() + 4 + row.len() > self.max_payload {
             return if 8 + row.len() > self.max_payload {
                 Err(self.row_too_large(row.len()))
             } else {

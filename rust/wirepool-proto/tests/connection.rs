@@ -1,0 +1,411 @@
+//! Behaviours of the typed send API that the vectors (which use the generic `send`) do not show.
+
+use wirepool_proto::{
+    Connection, ErrorCode, Event, FrameBody, FrameDecoder, Hello, MethodInfo, MethodKind,
+    RowsBuilder, Welcome,
+};
+
+const UNARY: u16 = 0;
+const STREAM: u16 = 1;
+
+fn hello(max_concurrency: u32) -> Hello {
+    Hello {
+        max_concurrency,
+        methods: vec![
+            MethodInfo {
+                name: "echo".into(),
+                kind: MethodKind::Unary,
+                codecs: vec![0, 1],
+            },
+            MethodInfo {
+                name: "count".into(),
+                kind: MethodKind::Stream,
+                codecs: vec![1],
+            },
+        ],
+        ..Hello::new("test", "1")
+    }
+}
+
+/// Parent and worker past the handshake with these WELCOME limits.
+fn open_pair(welcome: impl FnOnce(Welcome) -> Welcome) -> (Connection, Connection) {
+    let mut parent = Connection::new_parent();
+    let mut worker = Connection::new_worker();
+    let hello = hello(4);
+    let mut wire = Vec::new();
+    worker.send_hello(&hello, &mut wire).unwrap();
+    parent.push(&wire);
+    assert!(matches!(
+        parent.poll_event().unwrap(),
+        Some(Event::Hello(_))
+    ));
+    let w = welcome(Welcome::for_hello(&hello, 1).unwrap());
+    let mut wire = Vec::new();
+    parent.send_welcome(&w, &mut wire).unwrap();
+    worker.push(&wire);
+    assert!(matches!(
+        worker.poll_event().unwrap(),
+        Some(Event::Welcome(_))
+    ));
+    (parent, worker)
+}
+
+/// Deliver `wire` to `to` and collect every event.
+fn deliver(to: &mut Connection, wire: &mut Vec<u8>) -> Vec<Event> {
+    to.push(wire);
+    wire.clear();
+    let mut events = Vec::new();
+    while let Some(ev) = to.poll_event().unwrap() {
+        events.push(ev);
+    }
+    events
+}
+
+fn start_stream(parent: &mut Connection, worker: &mut Connection) -> u64 {
+    let mut wire = Vec::new();
+    let id = parent.send_request(STREAM, 1, 0, b"{}", &mut wire).unwrap();
+    let events = deliver(worker, &mut wire);
+    assert!(matches!(events[..], [Event::Request { id: got, .. }] if got == id));
+    id
+}
+
+#[test]
+fn stream_credit_blocks_rows_until_a_grant_arrives() {
+    let (mut parent, mut worker) = open_pair(|w| Welcome {
+        initial_credit: 16,
+        ..w
+    });
+    let id = start_stream(&mut parent, &mut worker);
+    let mut wire = Vec::new();
+
+    assert!(worker.can_send_rows(id));
+    let mut rows = worker.rows(id, &mut wire).unwrap();
+    for row in [&b"1"[..], b"2", b"3"] {
+        assert!(rows.push(row).unwrap());
+    }
+    assert_eq!(rows.finish().unwrap().payload_len, 19);
+    assert_eq!(worker.credit(id), Some(-3));
+    assert!(!worker.can_send_rows(id));
+    assert_eq!(
+        worker.rows(id, &mut wire).err().unwrap().code,
+        ErrorCode::FlowControl
+    );
+
+    let events = deliver(&mut parent, &mut wire);
+    let [Event::Rows { rows, .. }] = &events[..] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(parent.credit(id), Some(-3));
+    // The consumer reads the frame: 19 bytes is past half of the 16-byte window.
+    assert_eq!(
+        parent
+            .consumed(id, rows.payload().len(), &mut wire)
+            .unwrap(),
+        19
+    );
+    assert_eq!(parent.credit(id), Some(16));
+
+    let events = deliver(&mut worker, &mut wire);
+    assert_eq!(events, vec![Event::Credit { id, bytes: 19 }]);
+    assert!(worker.can_send_rows(id));
+}
+
+#[test]
+fn consumed_waits_for_half_the_window() {
+    let (mut parent, mut worker) = open_pair(|w| Welcome {
+        initial_credit: 1000,
+        ..w
+    });
+    let id = start_stream(&mut parent, &mut worker);
+    let mut wire = Vec::new();
+    assert_eq!(parent.consumed(id, 300, &mut wire).unwrap(), 0);
+    assert!(wire.is_empty());
+    assert_eq!(parent.consumed(id, 250, &mut wire).unwrap(), 550);
+    assert_eq!(wire.len(), 20);
+}
+
+#[test]
+fn send_end_carries_the_row_count_the_core_counted() {
+    let (mut parent, mut worker) = open_pair(|w| w);
+    let id = start_stream(&mut parent, &mut worker);
+    let mut wire = Vec::new();
+    for batch in 0..3 {
+        let mut rows = worker.rows(id, &mut wire).unwrap();
+        for i in 0..=batch {
+            assert!(rows
+                .push_with(|buf| buf.extend_from_slice(format!("row {i}").as_bytes()))
+                .unwrap());
+        }
+        rows.finish().unwrap();
+    }
+    worker.send_end(id, b"summary", &mut wire).unwrap();
+    assert_eq!(worker.in_flight(), 0);
+    let events = deliver(&mut parent, &mut wire);
+    assert_eq!(events.len(), 4);
+    assert!(
+        matches!(&events[3], Event::End { row_count: 6, summary, .. } if &summary[..] == b"summary")
+    );
+    assert_eq!(parent.in_flight(), 0);
+}
+
+#[test]
+fn large_result_is_split_and_reassembled() {
+    let (mut parent, mut worker) = open_pair(|w| Welcome {
+        max_frame_size: 65_536,
+        ..w
+    });
+    let mut wire = Vec::new();
+    let id = parent.send_request(UNARY, 0, 0, b"", &mut wire).unwrap();
+    deliver(&mut worker, &mut wire);
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    worker.send_result(id, &body, &mut wire).unwrap();
+    assert_eq!(
+        wire.len(),
+        body.len() + 4 * 16,
+        "4 frames of at most 65,536 bytes"
+    );
+    let events = deliver(&mut parent, &mut wire);
+    let [Event::Result {
+        id: got,
+        body: got_body,
+    }] = &events[..]
+    else {
+        panic!("{events:?}")
+    };
+    assert_eq!(*got, id);
+    assert_eq!(&got_body[..], &body[..]);
+}
+
+#[test]
+fn message_above_max_message_size_is_refused_before_anything_is_written() {
+    let (mut parent, _worker) = open_pair(|w| Welcome {
+        max_frame_size: 65_536,
+        max_message_size: 100_000,
+        ..w
+    });
+    let mut wire = Vec::new();
+    let e = parent
+        .send_request(UNARY, 0, 0, &[0; 100_000], &mut wire)
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::MessageTooLarge);
+    assert!(wire.is_empty());
+    assert_eq!(parent.in_flight(), 0);
+}
+
+#[test]
+fn requests_beyond_max_in_flight_are_refused_locally() {
+    let (mut parent, _worker) = open_pair(|w| Welcome {
+        max_in_flight: 2,
+        ..w
+    });
+    let mut wire = Vec::new();
+    assert!(parent.can_send_request());
+    parent.send_request(UNARY, 0, 0, b"", &mut wire).unwrap();
+    parent.send_request(UNARY, 0, 0, b"", &mut wire).unwrap();
+    assert!(!parent.can_send_request());
+    let len = wire.len();
+    assert_eq!(
+        parent
+            .send_request(UNARY, 0, 0, b"", &mut wire)
+            .unwrap_err()
+            .code,
+        ErrorCode::Overloaded
+    );
+    assert_eq!(wire.len(), len);
+}
+
+#[test]
+fn unknown_method_and_drain_are_refused_on_send() {
+    let (mut parent, _worker) = open_pair(|w| w);
+    let mut wire = Vec::new();
+    assert_eq!(
+        parent
+            .send_request(7, 0, 0, b"", &mut wire)
+            .unwrap_err()
+            .code,
+        ErrorCode::UnknownMethod
+    );
+    parent.send_drain(100, &mut wire).unwrap();
+    assert_eq!(
+        parent
+            .send_request(UNARY, 0, 0, b"", &mut wire)
+            .unwrap_err()
+            .code,
+        ErrorCode::Draining
+    );
+}
+
+#[test]
+fn kind_is_checked_on_send() {
+    let (mut parent, mut worker) = open_pair(|w| w);
+    let mut wire = Vec::new();
+    let unary = parent.send_request(UNARY, 0, 0, b"", &mut wire).unwrap();
+    deliver(&mut worker, &mut wire);
+    assert_eq!(
+        worker.rows(unary, &mut wire).err().unwrap().code,
+        ErrorCode::KindMismatch
+    );
+    assert_eq!(
+        worker.send_end(unary, b"", &mut wire).unwrap_err().code,
+        ErrorCode::KindMismatch
+    );
+    assert_eq!(
+        parent.send_credit(unary, 10, &mut wire).unwrap_err().code,
+        ErrorCode::KindMismatch
+    );
+    assert!(wire.is_empty());
+    worker.send_result(unary, b"ok", &mut wire).unwrap();
+    assert_eq!(
+        worker
+            .send_result(unary, b"again", &mut wire)
+            .unwrap_err()
+            .code,
+        ErrorCode::UnknownId
+    );
+}
+
+#[test]
+fn nothing_is_sent_after_goodbye_or_a_fatal_error() {
+    let (mut parent, mut worker) = open_pair(|w| w);
+    let mut wire = Vec::new();
+    worker.send_goodbye(0, &mut wire).unwrap();
+    assert_eq!(
+        worker.send_ping(*b"12345678", &mut wire).unwrap_err().code,
+        ErrorCode::UnexpectedFrame
+    );
+    assert_eq!(
+        deliver(&mut parent, &mut wire),
+        vec![Event::Goodbye { reason: 0 }]
+    );
+    assert_eq!(
+        parent
+            .send_request(UNARY, 0, 0, b"", &mut wire)
+            .unwrap_err()
+            .code,
+        ErrorCode::UnexpectedFrame
+    );
+
+    let (mut parent, _worker) = open_pair(|w| w);
+    let fatal = wirepool_proto::ProtocolError::new(ErrorCode::BadFlags, 0, "test");
+    parent.encode_fatal(&fatal, &mut wire).unwrap();
+    assert_eq!(
+        parent.send_ping(*b"12345678", &mut wire).unwrap_err().code,
+        ErrorCode::UnexpectedFrame
+    );
+    let frame = wirepool_proto::decode_frame(&wire, 65_536).unwrap();
+    assert!(matches!(frame.body, FrameBody::Error { code: 104, .. }));
+}
+
+#[test]
+fn hello_must_fit_the_handshake_frame_limit() {
+    let mut worker = Connection::new_worker();
+    let methods = (0..300)
+        .map(|i| MethodInfo {
+            name: format!("{i:0>250}"),
+            kind: MethodKind::Unary,
+            codecs: vec![0],
+        })
+        .collect();
+    let big = Hello {
+        methods,
+        ..Hello::new("test", "1")
+    };
+    let mut wire = Vec::new();
+    assert_eq!(
+        worker.send_hello(&big, &mut wire).unwrap_err().code,
+        ErrorCode::FrameTooLarge
+    );
+    assert!(wire.is_empty());
+}
+
+#[test]
+fn rows_builder_refuses_a_row_that_can_never_fit() {
+    let mut wire = vec![1, 2, 3];
+    let mut rows = RowsBuilder::new(&mut wire, 5, 65_536);
+    assert_eq!(
+        rows.push(&[0; 65_529]).unwrap_err().code,
+        ErrorCode::RowTooLarge
+    );
+    assert!(
+        rows.push(&[0; 65_528]).unwrap(),
+        "count + length + 65,528 bytes is exactly 65,536"
+    );
+    assert!(!rows.push(b"").unwrap(), "frame full");
+    let written = rows.finish().unwrap();
+    assert_eq!(written.payload_len, 65_536);
+    assert_eq!(wire.len(), 3 + 16 + 65_536);
+}
+
+#[test]
+fn rows_builder_undoes_unfinished_and_rejected_rows() {
+    let mut wire = vec![9];
+    {
+        let mut rows = RowsBuilder::new(&mut wire, 5, 65_536);
+        rows.push(b"kept only if finished").unwrap();
+    }
+    assert_eq!(wire, [9], "a dropped builder leaves nothing behind");
+
+    let mut rows = RowsBuilder::new(&mut wire, 5, 65_536);
+    assert!(rows.push(b"a").unwrap());
+    let e = rows
+        .push_with(|buf| buf.extend_from_slice(&[0; 70_000]))
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::RowTooLarge);
+    assert!(rows
+        .push_with(|buf| buf.extend_from_slice(&[0; 65_525]))
+        .is_ok_and(|fit| !fit));
+    assert_eq!(rows.count(), 1);
+    rows.finish().unwrap();
+    let frame = wirepool_proto::decode_frame(&wire[1..], 65_536).unwrap();
+    let FrameBody::Rows(rows) = frame.body else {
+        panic!()
+    };
+    assert_eq!(rows.iter().collect::<Vec<_>>(), vec![&b"a"[..]]);
+
+    let mut empty = Vec::new();
+    assert_eq!(
+        RowsBuilder::new(&mut empty, 5, 65_536)
+            .finish()
+            .unwrap()
+            .count,
+        0
+    );
+    assert!(empty.is_empty(), "no rows, no frame");
+}
+
+#[test]
+fn read_buf_reserves_the_whole_checked_frame() {
+    let mut wire = Vec::new();
+    wirepool_proto::encode_message(
+        &mut wire,
+        1,
+        wirepool_proto::MessageHead::Result,
+        &[7; 1 << 20],
+        1 << 20,
+    )
+    .unwrap();
+    let mut dec = FrameDecoder::new(1 << 20);
+    dec.read_buf().extend_from_slice(&wire[..16]);
+    assert!(dec.next_frame().unwrap().is_none());
+    assert!(
+        dec.read_buf().capacity() >= 1 << 20,
+        "room for the payload after its length was checked"
+    );
+    dec.read_buf().extend_from_slice(&wire[16..]);
+    let frame = dec.next_frame().unwrap().unwrap();
+    assert!(matches!(frame.body, FrameBody::Result { ref body } if body.len() == 1 << 20));
+}
+
+#[test]
+fn frame_too_large_is_refused_from_the_header_alone() {
+    let mut dec = FrameDecoder::new(65_536);
+    let header = [
+        0xff, 0xff, 0xff, 0xff, 0x12, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    dec.push(&header);
+    assert_eq!(dec.next_frame().unwrap_err().code, ErrorCode::FrameTooLarge);
+    assert!(
+        dec.read_buf().capacity() < 1 << 20,
+        "nothing reserved for the bogus length"
+    );
+}
