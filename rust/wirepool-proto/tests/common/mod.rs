@@ -348,9 +348,7 @@ pub fn split_positions(data: &[u8]) -> Vec<usize> {
     }
     let mut keep = vec![false; len];
     for b in frame_boundaries(data) {
-        for p in b.saturating_sub(32)..=(b + 32).min(len - 1) {
-            keep[p] = true;
-        }
+        keep[b.saturating_sub(32)..=(b + 32).min(len - 1)].fill(true);
     }
     (1..len).filter(|&p| keep[p] || p % 251 == 0).collect()
 }

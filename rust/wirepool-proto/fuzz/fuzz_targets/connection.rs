@@ -1,0 +1,104 @@
+//! Fuzz the connection core with a minimal driver on top. Input: one config byte, then the
+//! bytes the peer sends. Config bit 0: role (0 parent, 1 worker); bits 1-7: chunk size - 1.
+//!
+//! The driver does what a real one does: the worker sends HELLO first and answers requests
+//! (a result, or rows while credit lasts then END), rejects and pings; the parent answers
+//! HELLO with WELCOME, starts a unary and a stream request, and grants credit as it
+//! "consumes" rows. Checks: no panic; a refused send writes nothing; the same events and
+//! error whatever the chunking.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use wirepool_proto::{Connection, Event, Hello, MethodInfo, MethodKind, Role, Welcome};
+
+fn hello() -> Hello {
+    Hello {
+        pid: 4242,
+        max_concurrency: 4,
+        max_frame_size: 1 << 20,
+        methods: vec![
+            MethodInfo { name: "echo".into(), kind: MethodKind::Unary, codecs: vec![0, 1] },
+            MethodInfo { name: "count".into(), kind: MethodKind::Stream, codecs: vec![1, 2] },
+            MethodInfo { name: "fail".into(), kind: MethodKind::Unary, codecs: vec![1] },
+        ],
+        ..Hello::new("wirepool-py", "0.1.0")
+    }
+}
+
+/// Run a send; if it was refused, it must not have written anything.
+fn checked<T>(out: &mut Vec<u8>, send: impl FnOnce(&mut Vec<u8>) -> Result<T, wirepool_proto::ProtocolError>) {
+    let before = out.len();
+    if send(out).is_err() {
+        assert_eq!(out.len(), before, "a refused send wrote bytes");
+    }
+}
+
+fn drive(conn: &mut Connection, event: &Event, out: &mut Vec<u8>) {
+    match event {
+        Event::Hello(h) => match Welcome::for_hello(h, 1) {
+            Ok(w) => {
+                let w = Welcome { max_frame_size: 65_536, initial_credit: 64, ..w };
+                checked(out, |o| conn.send_welcome(&w, o));
+                checked(out, |o| conn.send_request(0, 1, 0, b"{}", o));
+                checked(out, |o| conn.send_request(1, 1, 0, b"{}", o));
+            }
+            Err(e) => checked(out, |o| conn.refuse(e.code, &e.message, o)),
+        },
+        Event::Request { id, method, .. } => {
+            if *method == 1 {
+                while conn.can_send_rows(*id) {
+                    let Ok(mut rows) = conn.rows(*id, out) else { break };
+                    for _ in 0..3 {
+                        let _ = rows.push(b"row");
+                    }
+                    rows.finish().expect("finish");
+                }
+                checked(out, |o| conn.send_end(*id, b"", o));
+            } else {
+                checked(out, |o| conn.send_result(*id, b"ok", o));
+            }
+        }
+        Event::Reject { id, code } => checked(out, |o| conn.send_error(*id, code.code(), "", "", o)),
+        Event::Rows { id, rows } => checked(out, |o| conn.consumed(*id, rows.payload().len(), o)),
+        Event::Ping { nonce } => checked(out, |o| conn.send_pong(*nonce, o)),
+        Event::Drain { .. } => checked(out, |o| conn.send_goodbye(0, o)),
+        _ => {}
+    }
+}
+
+fn run(role: Role, data: &[u8], chunk: usize) -> (Vec<Event>, Option<wirepool_proto::ErrorCode>, Vec<u8>) {
+    let mut conn = Connection::new(role);
+    let mut out = Vec::new();
+    let mut events = Vec::new();
+    if role == Role::Worker {
+        conn.send_hello(&hello(), &mut out).expect("hello");
+    }
+    for piece in data.chunks(chunk.max(1)) {
+        conn.push(piece);
+        loop {
+            match conn.poll_event() {
+                Ok(Some(event)) => {
+                    drive(&mut conn, &event, &mut out);
+                    events.push(event);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = conn.encode_fatal(&e, &mut out);
+                    return (events, Some(e.code), out);
+                }
+            }
+        }
+    }
+    let error = conn.eof().err().map(|e| e.code);
+    assert!(conn.in_flight() <= 8, "in flight bounded by max_in_flight");
+    (events, error, out)
+}
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&config, data)) = input.split_first() else { return };
+    let role = if config & 1 == 0 { Role::Parent } else { Role::Worker };
+    let chunk = usize::from(config >> 1) + 1;
+    let whole = run(role, data, data.len());
+    let chunked = run(role, data, chunk);
+    assert_eq!(whole, chunked, "chunking changed the result");
+});
