@@ -1,0 +1,158 @@
+//! Quick throughput check of the worker side alone: spawns `echo_worker` (build it first, same
+//! profile) and plays a minimal parent that only decodes frames, counts rows and grants credit.
+//! Not the end-to-end benchmark (that lives in `bench/` and uses the real parent).
+//!
+//! ```text
+//! cargo build --release --examples -p wirepool-worker
+//! target/release/examples/worker_throughput
+//! ```
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use wirepool_proto::{encode_message, Frame, FrameBody, FrameDecoder, Hello, MessageHead, Welcome};
+
+struct Parent {
+    sock: UnixStream,
+    decoder: FrameDecoder,
+    hello: Hello,
+    buf: Vec<u8>,
+    next_id: u64,
+}
+
+impl Parent {
+    fn next_frame(&mut self) -> Frame {
+        loop {
+            if let Some(f) = self.decoder.next_frame().expect("bad frame") {
+                return f;
+            }
+            let rb = self.decoder.read_buf();
+            let n = {
+                let spare = rb.spare_capacity_mut();
+                // SAFETY: read() only writes into the spare capacity; we then commit n bytes.
+                let slice = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len()) };
+                self.sock.read(slice).expect("read")
+            };
+            assert!(n > 0, "worker closed the socket");
+            // SAFETY: n bytes were just written into the spare capacity.
+            unsafe { rb.set_len(rb.len() + n) };
+        }
+    }
+
+    fn request(&mut self, method: &str, codec: u8, body: &[u8], out: &mut Vec<u8>) -> u64 {
+        self.next_id += 1;
+        let m = self.hello.method_index(method).unwrap();
+        encode_message(out, self.next_id, MessageHead::Request { method: m, codec, timeout_us: 0 }, body, 1 << 20).unwrap();
+        self.next_id
+    }
+
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        self.sock.write_all(out).unwrap();
+        out.clear();
+    }
+}
+
+fn start(initial_credit: u32) -> (Parent, std::process::Child) {
+    let exe = std::env::current_exe().unwrap().parent().unwrap().join("echo_worker");
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let fd = theirs.as_raw_fd();
+    // SAFETY: plain fcntl on a descriptor we own.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+    let child = Command::new(exe).args(["--max-concurrency", "256"]).env("WIREPOOL_FD", fd.to_string()).stderr(Stdio::inherit()).spawn().expect("spawn echo_worker");
+    drop(theirs);
+    let mut p = Parent { sock: ours, decoder: FrameDecoder::new(65_536), hello: Hello::new("x", ""), buf: Vec::new(), next_id: 0 };
+    let FrameBody::Hello(hello) = p.next_frame().body else { panic!("no HELLO") };
+    let welcome = Welcome { initial_credit, heartbeat_ms: 0, ..Welcome::for_hello(&hello, 1).unwrap() };
+    let mut out = Vec::new();
+    Frame::new(0, FrameBody::Welcome(welcome)).encode(&mut out).unwrap();
+    p.sock.write_all(&out).unwrap();
+    p.decoder.set_max_frame_size(welcome.max_frame_size);
+    p.hello = *hello;
+    let _ = &p.buf;
+    (p, child)
+}
+
+/// Stream `n` rows and count them, granting credit back as the rows are read (half-window rule).
+fn stream_rows(p: &mut Parent, method: &str, codec: u8, body: &[u8], credit: u32) -> (u64, f64) {
+    let mut out = Vec::new();
+    let id = p.request(method, codec, body, &mut out);
+    p.flush(&mut out);
+    let t = Instant::now();
+    let (mut rows, mut consumed) = (0u64, 0u64);
+    loop {
+        let f = p.next_frame();
+        match f.body {
+            FrameBody::Rows(r) => {
+                // Touch every row as a consumer would (length only; decoding is the parent's cost).
+                rows += r.iter().map(|row| row.len() as u64 & 0 | 1).sum::<u64>();
+                consumed += r.payload().len() as u64;
+                if let Some(grant) = wirepool_proto::grant_due(credit, consumed) {
+                    Frame::new(id, FrameBody::Credit { bytes: grant }).encode(&mut out).unwrap();
+                    p.flush(&mut out);
+                    consumed -= u64::from(grant);
+                }
+            }
+            FrameBody::End { row_count, .. } => {
+                assert_eq!(row_count, rows);
+                return (rows, t.elapsed().as_secs_f64());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+fn unary_echo(p: &mut Parent, size: usize, calls: u64, window: u64) -> f64 {
+    let body = vec![7u8; size];
+    let mut out = Vec::new();
+    let t = Instant::now();
+    let (mut sent, mut done) = (0u64, 0u64);
+    while done < calls {
+        // Top the window up with one write, like a pipelining parent would.
+        while sent < calls && sent - done < window {
+            p.request("echo", 0, &body, &mut out);
+            sent += 1;
+        }
+        p.flush(&mut out);
+        // Take every frame of the next read before writing again.
+        let mut f = Some(p.next_frame());
+        while let Some(frame) = f {
+            match frame.body {
+                FrameBody::Result { .. } | FrameBody::Continuation { .. } => {
+                    if !frame.more {
+                        done += 1;
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+            f = p.decoder.next_frame().expect("bad frame");
+        }
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let credit = 4 << 20;
+    let (mut p, mut child) = start(credit);
+    let n = 2_000_000u64;
+    let (rows, secs) = stream_rows(&mut p, "decls", 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
+    println!("decls json (async sink): {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
+    let (rows, secs) = stream_rows(&mut p, "decls_blocking", 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
+    println!("decls json (blocking sink): {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
+    let n = 10_000_000u64;
+    let (rows, secs) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);
+    println!("raw_rows 16 B: {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
+    let calls = 500_000;
+    let secs = unary_echo(&mut p, 64, calls, 256);
+    println!("unary echo 64 B raw, 256 in flight: {calls} calls in {secs:.3} s = {:.0} k calls/s", calls as f64 / secs / 1e3);
+    let calls = 2_000;
+    let secs = unary_echo(&mut p, 1 << 20, calls, 4);
+    println!(
+        "unary echo 1 MiB raw, 4 in flight: {calls} calls in {secs:.3} s = {:.0} MiB/s each way",
+        calls as f64 / secs
+    );
+    drop(p);
+    let _ = child.wait();
+}
