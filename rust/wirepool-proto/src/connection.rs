@@ -945,13 +945,6 @@ impl Connection {
             timeout_us,
         };
         let kind = self.check_request(id, method, head.message_len(body.len()))?;
-        if self.requests.len() >= self.welcome.map_or(0, |w| w.max_in_flight as usize) {
-            return Err(err(
-                ErrorCode::Overloaded,
-                id,
-                "max_in_flight requests are already in flight",
-            ));
-        }
         encode_message(out, id, head, body, self.max_frame_size())?;
         self.record_request(id, kind);
         Ok(id)
@@ -987,6 +980,15 @@ impl Connection {
         // The codec is not checked: an unaccepted codec is the worker's CODEC_UNSUPPORTED
         // answer (section 7); the parent's start-up check is `check_methods`.
         self.check_message_size(id, size)?;
+        // The worker would answer OVERLOADED; refusing here keeps that round trip off the wire
+        // and gives a pool its capacity signal.
+        if self.requests.len() >= self.welcome.map_or(0, |w| w.max_in_flight as usize) {
+            return Err(err(
+                ErrorCode::Overloaded,
+                id,
+                "max_in_flight requests are already in flight",
+            ));
+        }
         Ok(info.kind)
     }
 

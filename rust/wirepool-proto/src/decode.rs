@@ -119,7 +119,8 @@ impl FrameDecoder {
                 self.buf.advance(HEADER_LEN);
                 // The length is checked: reserving the whole payload now saves regrowing the
                 // buffer a few times for a large frame.
-                self.buf.reserve(h.length as usize);
+                self.buf
+                    .reserve((h.length as usize).saturating_sub(self.buf.len()));
                 self.pending = Some(h);
                 h
             }
