@@ -1,0 +1,1 @@
+"""The wirepool benchmark harness: scenarios, runner execution, analysis, report, history."""

@@ -1,0 +1,78 @@
+"""Statistics over repeats and the ratios every report and history line is made of.
+
+A ratio is always oriented so that > 1 means "better than the reference": value / reference for
+throughputs, reference / value for latencies.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    clean = [v for v in values if isinstance(v, (int, float)) and v == v]
+    if not clean:
+        return {"min": float("nan"), "median": float("nan"), "max": float("nan")}
+    return {"min": min(clean), "median": statistics.median(clean), "max": max(clean)}
+
+
+def goodness(value: float | None, reference: float | None, better: str) -> float | None:
+    if value is None or reference is None or value <= 0 or reference <= 0:
+        return None
+    return value / reference if better == "higher" else reference / value
+
+
+def add_derived_figures(result: dict[str, Any], scenario: dict[str, Any]) -> None:
+    """Pool efficiency: measured tasks/s over the ideal min(workers, cores) / task time."""
+    if result.get("status") != "ok" or scenario.get("kind") != "pool":
+        return
+    ideal = scenario.get("ideal_tasks_per_s")
+    for fig in list(result["figures"]):
+        if fig["name"] == "tasks_per_s" and ideal:
+            result["figures"].append({"name": "efficiency", "unit": "x ideal", "better": "higher",
+                                      "values": [v / ideal for v in fig["values"]]})
+
+
+def attach_stats(result: dict[str, Any]) -> None:
+    for fig in result.get("figures", []):
+        fig.update(summarize(fig["values"]))
+
+
+def compare(results: list[dict[str, Any]], kinds: dict[str, str]) -> list[dict[str, Any]]:
+    """One comparison row per (scenario, figure): the floor, the best incumbent, every runner's
+    median and its ratios against both."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    order: list[tuple[str, str]] = []
+    for res in results:
+        if res.get("status") != "ok":
+            continue
+        for fig in res["figures"]:
+            key = (res["scenario"], fig["name"])
+            if key not in rows:
+                rows[key] = {"scenario": res["scenario"], "figure": fig["name"],
+                             "unit": fig["unit"], "better": fig["better"], "medians": {}}
+                order.append(key)
+            rows[key]["medians"][res["runner"]] = fig["median"]
+    out = []
+    for key in order:
+        row = rows[key]
+        better = row["better"]
+        floor = next((m for r, m in row["medians"].items() if kinds.get(r) == "floor"), None)
+        incumbents = {r: m for r, m in row["medians"].items()
+                      if kinds.get(r) == "incumbent" and m == m}
+        best = None
+        if incumbents:
+            pick = max if better == "higher" else min
+            name = pick(incumbents, key=lambda r: incumbents[r])
+            best = {"runner": name, "median": incumbents[name]}
+        per_runner = {}
+        for runner, median in row["medians"].items():
+            per_runner[runner] = {
+                "median": median,
+                "vs_floor": goodness(median, floor, better),
+                "vs_best_incumbent": goodness(median, best["median"] if best else None, better),
+            }
+        out.append({**{k: row[k] for k in ("scenario", "figure", "unit", "better")},
+                    "floor": floor, "best_incumbent": best, "runners": per_runner})
+    return out

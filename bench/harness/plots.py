@@ -1,0 +1,106 @@
+"""PNG plots of a results.json (needs matplotlib from bench/.venv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STYLE = {"floor": dict(color="black", linewidth=2.5), "wirepool": dict(linewidth=2.5)}
+
+
+def _series(results: dict[str, Any], workload: str, figure: str, id_prefix: str = ""
+            ) -> dict[str, list[tuple[float, float, float, float]]]:
+    """runner -> [(x, min, median, max)] for one figure of one workload."""
+    scen = {s["id"]: s for s in results["scenarios"] if s["workload"] == workload
+            and s["id"].startswith(id_prefix)}
+    out: dict[str, list[tuple[float, float, float, float]]] = {}
+    for res in results["results"]:
+        if res.get("status") != "ok" or res["scenario"] not in scen:
+            continue
+        for fig in res["figures"]:
+            if fig["name"] == figure:
+                out.setdefault(res["runner"], []).append(
+                    (scen[res["scenario"]]["x"], fig["min"], fig["median"], fig["max"]))
+    for pts in out.values():
+        pts.sort()
+    return out
+
+
+def _draw(ax, series, kinds, linestyle="-", label_suffix=""):
+    for runner, pts in series.items():
+        xs = [p[0] for p in pts]
+        med = [p[2] for p in pts]
+        err = [[p[2] - p[1] for p in pts], [p[3] - p[2] for p in pts]]
+        style = dict(STYLE.get(kinds.get(runner, ""), {}))
+        ax.errorbar(xs, med, yerr=err, marker="o", markersize=3, capsize=2, linestyle=linestyle,
+                    label=runner + label_suffix, **style)
+
+
+def render(results: dict[str, Any], out_dir: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = {r["name"]: r["kind"] for r in results["runners"]}
+    written: list[str] = []
+
+    # Throughput against payload size.
+    panels = [("W1", "calls_per_s", "", "W1 unary echo, 1 in flight", "calls/s"),
+              ("W3", "mb_per_s", "W3.oneway", "W3 one-way", "MB/s"),
+              ("W3", "mb_per_s", "W3.echo", "W3 echo (both directions)", "MB/s")]
+    panels = [p for p in panels if _series(results, p[0], p[1], p[2])]
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+        for ax, (wl, name, prefix, title, unit) in zip(axes[0], panels):
+            _draw(ax, _series(results, wl, name, prefix), kinds)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("payload bytes")
+            ax.set_ylabel(unit)
+            ax.set_title(title)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "throughput_vs_payload.png", dpi=110)
+        plt.close(fig)
+        written.append("throughput_vs_payload.png")
+
+    # Latency percentiles.
+    p50 = _series(results, "W1", "p50_us")
+    if p50:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        _draw(ax, p50, kinds, "-", " p50")
+        _draw(ax, _series(results, "W1", "p99_us"), kinds, "--", " p99")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("payload bytes")
+        ax.set_ylabel("round trip, us")
+        ax.set_title("W1 latency percentiles (one in flight)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        fig.savefig(out_dir / "latency_percentiles.png", dpi=110)
+        plt.close(fig)
+        written.append("latency_percentiles.png")
+
+    # Pool scaling.
+    tasks = sorted({s["task_us"] for s in results["scenarios"] if s["workload"] == "W5"})
+    tasks = [t for t in tasks if _series(results, "W5", "efficiency", f"W5.task{t}us.")]
+    if tasks:
+        fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.5), squeeze=False)
+        for ax, t in zip(axes[0], tasks):
+            _draw(ax, _series(results, "W5", "efficiency", f"W5.task{t}us."), kinds)
+            ax.axhline(1.0, color="grey", linestyle=":", label="ideal")
+            ax.set_xlabel("workers")
+            ax.set_ylabel("tasks/s over ideal min(workers, cores)/task")
+            ax.set_title(f"W5 pool scaling, {t} us tasks")
+            ax.set_xticks([1, 2, 4])
+            ax.set_ylim(0, 1.2)
+            ax.grid(True, alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "pool_scaling.png", dpi=110)
+        plt.close(fig)
+        written.append("pool_scaling.png")
+    return written

@@ -1,0 +1,109 @@
+"""The scenario catalogue: W1-W6 for quick and full mode.
+
+A scenario is a plain dict, passed as JSON to every runner (see bench/README.md). Full mode uses
+the sizes the benchmark is specified with; quick mode shrinks counts and windows (never the
+payload sizes of W1/W2) so the whole run fits in about three minutes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+KIB = 1024
+MIB = 1024 * 1024
+
+WORKLOAD_TITLES = {
+    "W1": "W1 unary round trip, one in flight",
+    "W2": "W2 pipelined echo",
+    "W3": "W3 large payloads",
+    "W4": "W4 streamed rows, decoded into objects in the parent",
+    "W5": "W5 pool scaling, CPU-bound tasks",
+    "W6": "W6 memory: peak RSS of parent and children",
+}
+
+
+def size_label(n: int) -> str:
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB}MiB"
+    if n >= KIB and n % KIB == 0:
+        return f"{n // KIB}KiB"
+    return f"{n}B"
+
+
+def count_label(n: int) -> str:
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n >> 10}K"
+    return str(n)
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+def build(mode: str) -> list[dict[str, Any]]:
+    full = mode == "full"
+    repeats = 5 if full else 3
+    window = 0.5 if full else 0.1
+    warmup = 0.1 if full else 0.03
+    limit = 240.0 if full else 45.0
+    out: list[dict[str, Any]] = []
+
+    def add(**sc: Any) -> None:
+        sc.setdefault("repeats", repeats)
+        sc.setdefault("time_limit_s", limit)
+        out.append(sc)
+
+    for size in (64, KIB, 16 * KIB, 64 * KIB):
+        add(id=f"W1.echo.{size_label(size)}", workload="W1", kind="echo", payload=size,
+            inflight=1, duration_s=window, min_calls=10, warmup_s=warmup, x=size)
+
+    for size in (64, KIB):
+        for inflight in (16, 64, 256):
+            add(id=f"W2.echo.{size_label(size)}.x{inflight}", workload="W2", kind="echo",
+                payload=size, inflight=inflight, duration_s=window, min_calls=inflight,
+                warmup_s=warmup, x=inflight)
+    # Floor-only references: how many 64 B frames the socket moves, batched or one per write.
+    for per_write, total in ((256, 8_000_000 if full else 2_000_000),
+                             (1, 2_000_000 if full else 300_000)):
+        add(id=f"W2.frames.64B.per_write{per_write}", workload="W2", kind="frames", frame=64,
+            per_write=per_write, frames_total=total, only=["floor_c"], x=per_write)
+
+    sizes = (MIB, 16 * MIB, 256 * MIB) if full else (MIB, 16 * MIB)
+    for size in sizes:
+        for kind in ("oneway", "echo_large"):
+            verb = "oneway" if kind == "oneway" else "echo"
+            add(id=f"W3.{verb}.{size_label(size)}", workload="W3", kind=kind, payload=size,
+                inflight=1, duration_s=window, min_calls=1, warmup_s=0, x=size)
+
+    small = (8192, 1 << 20) if full else (8192, 1 << 17)
+    large = (512, 16384) if full else (512, 4096)
+    for shape, counts in (("small_rows", small), ("large_rows", large)):
+        for n in counts:
+            add(id=f"W4.{shape}.{count_label(n)}", workload="W4", kind="rows", shape=shape,
+                n=n, x=n)
+
+    target = 1.0 if full else 0.1
+    for task_us in (50, 1000, 10000):
+        for workers in (1, 2, 4):
+            ideal = min(workers, cores()) / (task_us / 1e6)
+            tasks = max(4 * workers, round(target * ideal))
+            add(id=f"W5.task{task_us}us.w{workers}", workload="W5", kind="pool",
+                task_us=task_us, workers=workers, tasks=tasks, ideal_tasks_per_s=ideal,
+                x=workers)
+
+    n_slow = 16384 if full else 4096
+    add(id=f"W6.slow_consumer.large_rows.{count_label(n_slow)}", workload="W6",
+        kind="slow_rows", shape="large_rows", n=n_slow, every=n_slow // 256, pause_ms=1.0,
+        repeats=1 if not full else 3, x=n_slow)
+    return out
+
+
+def select(scenarios: list[dict[str, Any]], only: list[str] | None) -> list[dict[str, Any]]:
+    """Keep scenarios whose workload (W1) or id prefix (W3.echo) is listed."""
+    if not only:
+        return scenarios
+    return [s for s in scenarios
+            if any(s["workload"] == o or s["id"].startswith(o) for o in only)]

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""The wirepool benchmark: every baseline and every wirepool runner, one command.
+
+    python3 bench/run.py [--quick|--full] [--only W1,W3] [--runners a,b] [--out DIR]
+    python3 bench/run.py check [--threshold 0.2] [--all-kinds]
+
+The first form creates bench/.venv (from bench/requirements.txt), installs bench/node's npm
+packages, builds the C floor, then re-executes itself inside the venv and runs every scenario
+against every registered runner. Results go to bench/results/<UTC timestamp>/ (results.json,
+report.md, PNG plots). A full run without filters appends its ratios to
+bench/history/ratios.jsonl. `check` compares the newest history line with the previous one and
+exits 1 when a tracked ratio dropped by more than the threshold. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH / "runners"))
+
+from harness import analysis, execute, history, report, scenarios, setup  # noqa: E402
+from registry import RUNNERS  # noqa: E402
+
+HISTORY = BENCH / "history" / "ratios.jsonl"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", nargs="?", choices=["run", "check"], default="run")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                      help="small counts, 3 repeats, about 3 minutes (default)")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full",
+                      help="the specified sizes, 5 repeats, under 30 minutes")
+    p.add_argument("--only", default="", help="comma-separated workloads or id prefixes: W1,W3.echo")
+    p.add_argument("--runners", default="", help="comma-separated runner names (default: all)")
+    p.add_argument("--out", default="", help="output directory (default bench/results/<UTC time>)")
+    p.add_argument("--no-history", action="store_true", help="do not append to bench/history")
+    p.add_argument("--history", default=str(HISTORY), help="history file (check and append)")
+    p.add_argument("--threshold", type=float, default=history.DEFAULT_THRESHOLD,
+                   help="check: relative drop that counts as a regression (default 0.2)")
+    p.add_argument("--all-kinds", action="store_true",
+                   help="check: track incumbents' ratios too, not only wirepool's")
+    p.set_defaults(mode="quick")
+    return p.parse_args(argv)
+
+
+def _version(cmd: list[str]) -> str:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        return (r.stdout or r.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "not found"
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = "unknown"
+    mem_gib = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    procwire = "not installed"
+    pkg = BENCH / "node" / "node_modules" / "@procwire" / "core" / "package.json"
+    if pkg.exists():
+        procwire = json.loads(pkg.read_text())["version"]
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "mem_gib": mem_gib,
+        "kernel": platform.release(), "platform": platform.platform(),
+        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "versions": {
+            "python": platform.python_version(),
+            "node": _version(["node", "--version"]),
+            "cc": _version([os.environ.get("CC", "cc"), "--version"]),
+            "rustc": _version(["rustc", "--version"]),
+            "procwire": procwire,
+        },
+    }
+
+
+def git_info() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=BENCH, capture_output=True, text=True,
+                                  timeout=20).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    return {"commit": git("rev-parse", "HEAD") or "unknown",
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def resolve_runners(selected: set[str], venv_failure: str | None) -> list[dict[str, Any]]:
+    """Availability and argv of every registered runner (unselected ones are left out)."""
+    floor_path, floor_failure = setup.ensure_floor(log)
+    npm_failure = None
+    if any("npm" in r.needs for r in RUNNERS if not selected or r.name in selected):
+        npm_failure = setup.ensure_npm(log)
+    values = execute.placeholder_values(sys.executable, floor_path)
+    failures = {"venv": venv_failure, "npm": npm_failure, "floor": floor_failure}
+    out = []
+    for r in RUNNERS:
+        if selected and r.name not in selected:
+            continue
+        entry = {"name": r.name, "kind": r.kind, "label": r.label, "available": True,
+                 "reason": "", "argv": []}
+        missing = [f"{need}: {failures[need]}" for need in r.needs if failures.get(need)]
+        argv = list(r.argv) if r.argv else (execute.discover(r.discover) if r.discover else None)
+        if missing:
+            entry.update(available=False, reason="; ".join(missing))
+        elif argv is None:
+            entry.update(available=False,
+                         reason=f"bench/runners/{r.discover}.* not found (not written yet)")
+        else:
+            entry["argv"] = execute.expand(argv, values)
+            if r.discover:
+                log(f"bench: preparing {r.name}")
+                failure = execute.prepare(entry["argv"])
+                if failure:
+                    entry.update(available=False, reason=failure)
+        out.append(entry)
+    return out
+
+
+class Progress:
+    """tqdm when the venv has it, else one rewritten stderr line."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.start = total, 0, time.monotonic()
+        try:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="run", dynamic_ncols=True, file=sys.stderr)
+        except ImportError:
+            self.bar = None
+
+    def step(self, label: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(label[:60])
+        else:
+            elapsed = time.monotonic() - self.start
+            sys.stderr.write(f"\r[{self.done}/{self.total}] {elapsed:5.0f}s {label[:70]:70}")
+            sys.stderr.flush()
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            sys.stderr.write("\n")
+
+
+def run(args: argparse.Namespace, venv_failure: str | None) -> int:
+    only = [o.strip() for o in args.only.split(",") if o.strip()]
+    selected = {r.strip() for r in args.runners.split(",") if r.strip()}
+    unknown = selected - {r.name for r in RUNNERS}
+    if unknown:
+        log(f"bench: unknown runner(s): {', '.join(sorted(unknown))}")
+        return 2
+    started = dt.datetime.now(dt.timezone.utc)
+    machine = machine_info()
+    runners = resolve_runners(selected, venv_failure)
+    catalogue = scenarios.select(scenarios.build(args.mode), only)
+    if not catalogue:
+        log(f"bench: --only {args.only} matches no scenario")
+        return 2
+
+    results: list[dict[str, Any]] = []
+    jobs = []
+    for sc in catalogue:
+        for r in runners:
+            if sc.get("only") and r["name"] not in sc["only"]:
+                continue
+            if not r["available"]:
+                results.append({"runner": r["name"], "scenario": sc["id"],
+                                "status": "not_available", "reason": r["reason"]})
+            else:
+                jobs.append((sc, r))
+
+    progress = Progress(len(jobs))
+    try:
+        for sc, r in jobs:
+            progress.step(f"{sc['id']} {r['name']}")
+            payload = {k: v for k, v in sc.items() if k != "only"}
+            res = execute.run_scenario(r["argv"], payload)
+            res["runner"] = r["name"]
+            analysis.add_derived_figures(res, sc)
+            analysis.attach_stats(res)
+            results.append(res)
+            progress.advance()
+    finally:
+        progress.close()
+        execute.kill_live_groups()
+
+    machine["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    kinds = {r["name"]: r["kind"] for r in runners}
+    out_dir = Path(args.out) if args.out else (
+        BENCH / "results" / started.strftime("%Y%m%dT%H%M%SZ"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "schema": 1, "mode": args.mode, "only": only,
+        "started": started.isoformat(timespec="seconds"),
+        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "repeats": 5 if args.mode == "full" else 3,
+        "machine": machine, "git": git_info(),
+        "runners": [{k: v for k, v in r.items() if k != "argv"} for r in runners],
+        "scenarios": [{k: v for k, v in sc.items() if k != "only"} | {"only": sc.get("only")}
+                      for sc in catalogue],
+        "results": results,
+        "comparisons": analysis.compare(results, kinds),
+    }
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+    plots: list[str] = []
+    try:
+        from harness import plots as plotting
+        plots = plotting.render(doc, out_dir)
+    except ImportError as exc:
+        log(f"bench: no plots ({exc}); matplotlib comes from bench/.venv")
+    (out_dir / "report.md").write_text(report.render(doc, plots))
+
+    if args.mode == "full" and not only and not selected and not args.no_history:
+        history.append(Path(args.history), history.history_line(doc))
+        log(f"bench: appended ratios to {args.history}")
+    bad = [r for r in results if r["status"] in ("error", "timeout")]
+    log(f"bench: {len(results)} results, {len(bad)} errors/timeouts; report: "
+        f"{out_dir / 'report.md'}")
+    print(out_dir / "report.md")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.command == "check":
+        kinds = ("wirepool", "incumbent") if args.all_kinds else ("wirepool",)
+        return history.check(Path(args.history), args.threshold, kinds)
+
+    venv_failure = setup.ensure_venv(log)
+    if venv_failure is None and not setup.in_venv():
+        python = str(setup.venv_python())
+        os.execv(python, [python, str(Path(__file__).resolve()), *argv])
+    if venv_failure:
+        log(f"bench: running without the venv ({venv_failure}): no plots, no orjson runner")
+
+    def on_term(signum, frame):  # a killed harness takes its runners with it
+        execute.kill_live_groups()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        return run(args, venv_failure)
+    except KeyboardInterrupt:
+        execute.kill_live_groups()
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

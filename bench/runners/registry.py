@@ -1,0 +1,54 @@
+"""Every implementation the harness measures. Adding one is one entry here.
+
+argv placeholders: {python} the bench venv's interpreter, {node} node, {bench} the bench/ folder,
+{floor} the compiled floor binary. The scenario JSON is appended as the last argument.
+
+An entry with `discover` instead of `argv` is looked up as bench/runners/<discover>.<ext>
+(.py -> {python}, .mjs/.js -> {node}, .sh -> bash, anything else executed directly) and called
+once with `--prepare` before the run (build it there; exit 0 when nothing to do). A registered
+runner whose file or setup is missing is reported as "not available", never skipped silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Runner:
+    name: str
+    kind: str  # "floor" (the physical floor), "incumbent" (a baseline), "wirepool" (ours)
+    label: str
+    argv: tuple[str, ...] = ()
+    discover: str | None = None
+    needs: tuple[str, ...] = field(default=())  # setup steps: "venv", "npm", "floor"
+
+
+RUNNERS: list[Runner] = [
+    Runner("floor_c", "floor", "C floor: fork + socketpair, u32 length",
+           ("{python}", "{bench}/runners/floor_c.py", "{floor}"), needs=("floor",)),
+    Runner("jsonl_py", "incumbent", "JSON lines over stdio (Python json)",
+           ("{python}", "{bench}/runners/jsonl_py.py", "json")),
+    Runner("jsonl_orjson", "incumbent", "JSON lines over stdio (Python orjson)",
+           ("{python}", "{bench}/runners/jsonl_py.py", "orjson"), needs=("venv",)),
+    Runner("node_fork_json", "incumbent", "Node child_process.fork, 'json'",
+           ("{node}", "{bench}/node/fork_parent.mjs", "json")),
+    Runner("node_fork_advanced", "incumbent", "Node child_process.fork, 'advanced'",
+           ("{node}", "{bench}/node/fork_parent.mjs", "advanced")),
+    Runner("mp_pool", "incumbent", "Python multiprocessing.Pool",
+           ("{python}", "{bench}/runners/mp_py.py", "pool")),
+    Runner("process_pool_executor", "incumbent", "Python ProcessPoolExecutor",
+           ("{python}", "{bench}/runners/mp_py.py", "ppe")),
+    Runner("mp_pipe", "incumbent", "Python multiprocessing Process + Pipe",
+           ("{python}", "{bench}/runners/mp_py.py", "pipe")),
+    Runner("procwire", "incumbent", "procwire 1.5 (npm), Node parent + child",
+           ("{node}", "{bench}/node/procwire_parent.mjs"), needs=("npm",)),
+    Runner("wirepool_rust", "wirepool", "wirepool, Rust parent + Rust worker",
+           discover="wirepool_rust"),
+    Runner("wirepool_python", "wirepool", "wirepool, Python parent + Python worker",
+           discover="wirepool_python", needs=("venv",)),
+]
+
+
+def by_name() -> dict[str, Runner]:
+    return {r.name: r for r in RUNNERS}
