@@ -72,6 +72,7 @@ impl Shared {
         if core.closed {
             return;
         }
+        let wake = core.out.len() == 0;
         if let Some((topic, data)) = req.take_pending_event() {
             let _ = core.conn.send_event(req.id, &topic, &data, core.out.tail());
         }
@@ -87,7 +88,11 @@ impl Shared {
             let _ = send_error(core, req.id, &e);
         }
         drop(guard);
-        self.wake_writer.notify_one();
+        // The writer empties the outbox each time it wakes, so only the first frame queued
+        // after that needs to wake it: one wake-up per write, not one per result.
+        if wake {
+            self.wake_writer.notify_one();
+        }
         self.request_ended.notify_waiters();
         // Release the request's helper tasks (deadline timer, flush timer) now rather than when
         // the deadline would have passed. The handler is done, so the flag is no longer read.

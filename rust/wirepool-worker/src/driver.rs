@@ -254,7 +254,8 @@ impl Driver {
             Event::Ping { nonce } => {
                 let mut guard = self.shared.lock();
                 let core = &mut *guard;
-                if !core.closed && core.conn.send_pong(nonce, core.out.tail()).is_ok() {
+                let wake = core.out.len() == 0;
+                if !core.closed && core.conn.send_pong(nonce, core.out.tail()).is_ok() && wake {
                     drop(guard);
                     self.shared.wake_writer.notify_one();
                 }
@@ -278,9 +279,12 @@ impl Driver {
         if core.closed {
             return;
         }
+        let wake = core.out.len() == 0;
         let _ = send_error(&mut core, id, &HandlerError::protocol(code, message));
         drop(core);
-        self.shared.wake_writer.notify_one();
+        if wake {
+            self.shared.wake_writer.notify_one();
+        }
     }
 
     fn admit(&mut self, id: u64, method: u16, codec: u8, timeout_us: u64, body: Bytes) {

@@ -162,6 +162,7 @@ impl StreamShared {
             if !core.conn.can_send_rows(self.id) {
                 return Submit::NoCredit;
             }
+            let wake = core.out.len() == 0;
             let Ok(mut rows) = core.conn.rows(self.id, core.out.tail()) else {
                 return Submit::Gone;
             };
@@ -179,7 +180,9 @@ impl StreamShared {
                 return Submit::Gone;
             }
             drop(guard);
-            self.shared.wake_writer.notify_one();
+            if wake {
+                self.shared.wake_writer.notify_one();
+            }
             st.batch.clear();
             st.rows_in_batch = 0;
         }
