@@ -4,6 +4,7 @@
 //! | method | kind | codecs | request -> answer |
 //! |---|---|---|---|
 //! | `echo` | unary | raw, json, msgpack | any body -> the same bytes (no decode, no copy) |
+//! | `echo_async` | unary (async) | raw, json, msgpack | same as `echo`, served on the I/O thread (no handler-thread hop) |
 //! | `add` | unary | json | `{"a": i64, "b": i64}` -> `{"sum": a + b}` |
 //! | `decls` | stream | json, msgpack, cbor | `{"n": N}` -> rows `{"i":i,"name":"decl_i","kind":"theorem"}`, summary `{"rows": N}` |
 //! | `decls_blocking` | stream | json, msgpack, cbor | same, from a blocking handler |
@@ -11,6 +12,7 @@
 //! | `sleep` | unary (async) | json | `ms` -> `ms` after sleeping; dropped at cancellation |
 //! | `sleep_blocking` | unary | json | `ms` -> `ms`; polls cancellation every millisecond |
 //! | `spin` | unary | json | `us` -> busy-loops `us` microseconds on a handler thread (stops if cancelled) |
+//! | `gather` | unary | json | `n` -> blocks until `n` gather calls are running at once, returns `n` (proves concurrency) |
 //! | `crash` | unary | json | aborts the whole process |
 //! | `panic` | unary | json | panics (-> `HANDLER_PANIC`) |
 //! | `fail` | unary | json | any -> `HANDLER_ERROR` with details `{"request": <it>}` |
@@ -22,6 +24,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -78,6 +81,21 @@ fn parse_raw_rows(req: &str) -> Result<(u64, usize), HandlerError> {
     Ok((n, size))
 }
 
+/// Calls of `gather` currently running.
+static GATHERED: Mutex<u64> = Mutex::new(0);
+static GATHER_CHANGED: Condvar = Condvar::new();
+
+fn gather(n: u64, ctx: &Context) -> Result<u64, HandlerError> {
+    let mut count = GATHERED.lock().unwrap();
+    *count += 1;
+    GATHER_CHANGED.notify_all();
+    while *count < n && !ctx.is_cancelled() {
+        // Timed wait: the cancellation flag is polled, it does not signal this condvar.
+        count = GATHER_CHANGED.wait_timeout(count, Duration::from_millis(5)).unwrap().0;
+    }
+    Ok(n)
+}
+
 fn main() -> std::io::Result<()> {
     let mut max_concurrency = 64;
     let mut args = std::env::args().skip(1);
@@ -88,6 +106,8 @@ fn main() -> std::io::Result<()> {
     }
     Worker::new("wirepool-rust-echo")
         .unary("echo", |body: Encoded, _ctx: &Context| Ok(body))
+        .codecs(&[Codec::Raw, Codec::Json, Codec::MsgPack])
+        .unary_async("echo_async", |body: Encoded, _ctx: Context| async move { Ok(body) })
         .codecs(&[Codec::Raw, Codec::Json, Codec::MsgPack])
         .unary("add", |req: AddReq, _ctx: &Context| Ok(AddResp { sum: req.a + req.b }))
         .codecs(&[Codec::Json])
@@ -139,6 +159,8 @@ fn main() -> std::io::Result<()> {
             }
             Ok(turns)
         })
+        .codecs(&[Codec::Json])
+        .unary("gather", gather)
         .codecs(&[Codec::Json])
         .unary("crash", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> { std::process::abort() })
         .codecs(&[Codec::Json])

@@ -105,7 +105,7 @@ fn stream_rows(p: &mut Parent, method: &str, codec: u8, body: &[u8], credit: u32
     }
 }
 
-fn unary_echo(p: &mut Parent, size: usize, calls: u64, window: u64) -> f64 {
+fn unary_echo(p: &mut Parent, method: &str, size: usize, calls: u64, window: u64) -> f64 {
     let body = vec![7u8; size];
     let mut out = Vec::new();
     let t = Instant::now();
@@ -113,7 +113,7 @@ fn unary_echo(p: &mut Parent, size: usize, calls: u64, window: u64) -> f64 {
     while done < calls {
         // Top the window up with one write, like a pipelining parent would.
         while sent < calls && sent - done < window {
-            p.request("echo", 0, &body, &mut out);
+            p.request(method, 0, &body, &mut out);
             sent += 1;
         }
         p.flush(&mut out);
@@ -135,8 +135,17 @@ fn unary_echo(p: &mut Parent, size: usize, calls: u64, window: u64) -> f64 {
 }
 
 fn main() {
+    let only = std::env::args().nth(1).unwrap_or_default();
     let credit = 4 << 20;
     let (mut p, mut child) = start(credit);
+    if only == "unary" {
+        for method in ["echo", "echo_async"] {
+            let calls = 1_000_000;
+            let secs = unary_echo(&mut p, method, 64, calls, 256);
+            println!("unary {method} 64 B raw, 256 in flight: {:.0} k calls/s", calls as f64 / secs / 1e3);
+        }
+        return;
+    }
     let n = 2_000_000u64;
     let (rows, secs) = stream_rows(&mut p, "decls", 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
     println!("decls json (async sink): {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
@@ -145,11 +154,13 @@ fn main() {
     let n = 10_000_000u64;
     let (rows, secs) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);
     println!("raw_rows 16 B: {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
-    let calls = 500_000;
-    let secs = unary_echo(&mut p, 64, calls, 256);
-    println!("unary echo 64 B raw, 256 in flight: {calls} calls in {secs:.3} s = {:.0} k calls/s", calls as f64 / secs / 1e3);
+    for method in ["echo", "echo_async"] {
+        let calls = 500_000;
+        let secs = unary_echo(&mut p, method, 64, calls, 256);
+        println!("unary {method} 64 B raw, 256 in flight: {calls} calls in {secs:.3} s = {:.0} k calls/s", calls as f64 / secs / 1e3);
+    }
     let calls = 2_000;
-    let secs = unary_echo(&mut p, 1 << 20, calls, 4);
+    let secs = unary_echo(&mut p, "echo", 1 << 20, calls, 4);
     println!(
         "unary echo 1 MiB raw, 4 in flight: {calls} calls in {secs:.3} s = {:.0} MiB/s each way",
         calls as f64 / secs

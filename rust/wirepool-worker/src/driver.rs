@@ -35,6 +35,8 @@ const CANCEL_GRACE: Duration = Duration::from_millis(200);
 const FINAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 const GOODBYE_DRAINED: u32 = 0;
+/// How long queued blocking work may see no thread start a task before the pool adds a thread.
+const POOL_MONITOR_TICK: Duration = Duration::from_millis(1);
 
 pub(crate) fn take_inherited_socket() -> io::Result<StdUnixStream> {
     let value = std::env::var(FD_ENV).map_err(|_| {
@@ -218,7 +220,17 @@ impl Driver {
             for event in events.drain(..) {
                 self.on_event(event)?;
             }
-            self.pool.submit(&mut self.tasks);
+            if self.pool.submit(&mut self.tasks) {
+                let pool = self.pool.clone();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(POOL_MONITOR_TICK).await;
+                        if !pool.check_progress() {
+                            break;
+                        }
+                    }
+                });
+            }
         }
     }
 

@@ -1,15 +1,19 @@
 //! Threads for blocking handlers, so the I/O thread always answers PING and CANCEL.
 //!
-//! Threads start on demand up to the worker's concurrency limit and then stay. The reader hands
-//! over every request of one socket read at once (one lock, one wake-up); a thread that takes a
-//! task while more are queued wakes one more idle thread, so parallelism follows the backlog
-//! without a futex wake per request.
+//! The pool must serve two loads well: many tiny handlers (echo at hundreds of thousands of calls
+//! per second) and a few handlers that block for a long time (sleep, wait on I/O). Waking a thread
+//! per request is what kills the first (a futex and a context switch per call, and a thread per
+//! request in flight), so only as many threads as there are spare CPUs are woken for queued work.
+//! A monitor on the I/O loop covers the second: while work is queued and no thread has started a
+//! task for a tick, it adds one more thread (up to the worker's concurrency limit), so blocked
+//! handlers never starve the queue for more than a tick each.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
 pub(crate) type Task = Box<dyn FnOnce() + Send + 'static>;
 
+#[derive(Clone)]
 pub(crate) struct Pool {
     inner: Arc<PoolInner>,
 }
@@ -18,12 +22,18 @@ struct PoolInner {
     state: Mutex<PoolState>,
     work: Condvar,
     max_threads: usize,
+    /// Threads woken for queued work without evidence that running ones are stuck.
+    eager_threads: usize,
 }
 
 struct PoolState {
     queue: VecDeque<Task>,
     idle: usize,
     threads: usize,
+    /// Tasks started so far, and the figure the monitor saw last.
+    started: u64,
+    started_at_last_check: u64,
+    monitor_running: bool,
 }
 
 enum Helper {
@@ -33,9 +43,11 @@ enum Helper {
 }
 
 impl PoolInner {
-    /// Decide, under the lock, whether more queued work needs another thread.
-    fn helper_for(&self, st: &mut PoolState) -> Helper {
-        if st.queue.is_empty() {
+    /// Whether queued work should get another thread; `force` ignores the eager limit (the
+    /// monitor saw no progress).
+    fn helper_for(&self, st: &mut PoolState, force: bool) -> Helper {
+        let busy = st.threads - st.idle;
+        if st.queue.is_empty() || (!force && busy >= self.eager_threads) {
             Helper::None
         } else if st.idle > 0 {
             Helper::Wake
@@ -50,30 +62,67 @@ impl PoolInner {
 
 impl Pool {
     pub(crate) fn new(max_threads: usize) -> Pool {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let max_threads = max_threads.max(1);
         Pool {
             inner: Arc::new(PoolInner {
-                state: Mutex::new(PoolState { queue: VecDeque::new(), idle: 0, threads: 0 }),
+                state: Mutex::new(PoolState {
+                    queue: VecDeque::new(),
+                    idle: 0,
+                    threads: 0,
+                    started: 0,
+                    started_at_last_check: 0,
+                    monitor_running: false,
+                }),
                 work: Condvar::new(),
-                max_threads: max_threads.max(1),
+                max_threads,
+                // One CPU stays with the I/O thread.
+                eager_threads: cpus.saturating_sub(1).clamp(1, max_threads),
             }),
         }
     }
 
-    /// Queue every task in `tasks` (leaving it empty).
-    pub(crate) fn submit(&self, tasks: &mut Vec<Task>) {
+    /// Queue every task in `tasks` (leaving it empty). Returns true if the caller should start
+    /// the monitor ([`Pool::check_progress`] every tick until it returns false).
+    pub(crate) fn submit(&self, tasks: &mut Vec<Task>) -> bool {
         if tasks.is_empty() {
-            return;
+            return false;
         }
-        let helper = {
+        let (helper, start_monitor) = {
             let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
             st.queue.extend(tasks.drain(..));
-            self.inner.helper_for(&mut st)
+            let first = st.threads == 0;
+            let helper = self.inner.helper_for(&mut st, first);
+            let start_monitor = !st.monitor_running;
+            if start_monitor {
+                st.monitor_running = true;
+                st.started_at_last_check = st.started;
+            }
+            (helper, start_monitor)
         };
-        self.help(helper);
+        help(&self.inner, helper);
+        start_monitor
     }
 
-    fn help(&self, helper: Helper) {
+    /// The monitor's tick: if work is queued and no task started since the last tick, add a
+    /// thread. Returns false (and stops counting as running) once the queue is empty.
+    pub(crate) fn check_progress(&self) -> bool {
+        let helper = {
+            let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.queue.is_empty() {
+                st.monitor_running = false;
+                return false;
+            }
+            let stalled = st.started == st.started_at_last_check;
+            st.started_at_last_check = st.started;
+            if stalled {
+                self.inner.helper_for(&mut st, true)
+            } else {
+                Helper::None
+            }
+        };
         help(&self.inner, helper);
+        true
     }
 }
 
@@ -98,7 +147,8 @@ fn thread_main(inner: Arc<PoolInner>) {
     let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         if let Some(task) = st.queue.pop_front() {
-            let helper = inner.helper_for(&mut st);
+            st.started += 1;
+            let helper = inner.helper_for(&mut st, false);
             drop(st);
             help(&inner, helper);
             // Handlers catch their own panics; this guard only keeps the thread alive if the

@@ -242,6 +242,17 @@ fn requests_over_max_in_flight_are_overloaded() {
 }
 
 #[test]
+fn blocking_handlers_run_concurrently_up_to_the_limit() {
+    // Each `gather` call blocks until 16 are running at once: it can only finish if the pool
+    // gives every one its own thread (the deadline turns a failure into DEADLINE_EXCEEDED).
+    let mut p = Parent::start();
+    let ids: Vec<u64> = (0..16).map(|_| p.request("gather", JSON, 15_000_000, b"16")).collect();
+    for frame in p.terminals(&ids) {
+        assert_eq!(&result_body(&frame)[..], b"16");
+    }
+}
+
+#[test]
 fn large_request_and_result_travel_as_continuations() {
     let mut p = Parent::start_with(Options { max_frame_size: 65_536, ..Options::default() });
     let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7) as u8).collect();

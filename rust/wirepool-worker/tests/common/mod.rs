@@ -21,17 +21,18 @@ pub const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 fn worker_binary() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
+        // `cargo test --tests` does not build examples: build it (a no-op when up to date) so
+        // the tests never run a stale worker. Same profile as this test binary.
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "wirepool-worker", "--example", "echo_worker"]);
+        if !cfg!(debug_assertions) {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("run cargo build");
+        assert!(status.success(), "building the echo_worker example failed");
         // target/<profile>/deps/<test>-<hash> -> target/<profile>/examples/echo_worker
         let exe = std::env::current_exe().expect("test binary path");
-        let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("examples/echo_worker");
-        if !path.exists() {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "-p", "wirepool-worker", "--example", "echo_worker"])
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "building the echo_worker example failed");
-        }
-        path
+        exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("examples/echo_worker")
     })
     .clone()
 }
