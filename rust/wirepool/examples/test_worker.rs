@@ -22,12 +22,38 @@ static HELD: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 /// Per-worker session state (the lease test).
 static SESSION: Mutex<Option<String>> = Mutex::new(None);
 
+/// The benchmark's floor: echo `u32 length + bytes` messages with blocking socket calls, no
+/// protocol at all (only when started with `WIREPOOL_RAW_ECHO_FD`).
+fn raw_echo(fd: i32) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    // SAFETY: the descriptor was inherited for this purpose and is used only here.
+    let mut sock = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+    let mut buf = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        if sock.read_exact(&mut len).is_err() {
+            return Ok(());
+        }
+        buf.resize(u32::from_le_bytes(len) as usize, 0);
+        sock.read_exact(&mut buf)?;
+        sock.write_all(&len)?;
+        sock.write_all(&buf)?;
+    }
+}
+
 fn main() -> std::io::Result<()> {
+    if let Some(fd) = std::env::var("WIREPOOL_RAW_ECHO_FD").ok().and_then(|v| v.parse().ok()) {
+        return raw_echo(fd);
+    }
     let all_serde = [Codec::Json, Codec::MsgPack, Codec::Cbor];
     Worker::new("wirepool-test-worker")
         .unary("echo", |v: serde_json::Value, _: &Context| Ok(v))
         .codecs(&all_serde)
         .unary("echo_raw", |b: Bytes, _: &Context| Ok(b))
+        .codecs(&[Codec::Raw])
+        // Served on the worker's I/O thread: no handler-thread hop (the latency benchmarks).
+        .unary_async("echo_raw_async", |b: Bytes, _: Context| async move { Ok(b) })
         .codecs(&[Codec::Raw])
         .unary("add", |(a, b): (i64, i64), _: &Context| Ok(a + b))
         .codecs(&all_serde)

@@ -494,6 +494,12 @@ impl PoolInner {
 
     /// Waits for a slot on the least-loaded ready worker (or on the leased one).
     async fn acquire(&self, leased: Option<&Arc<Worker>>) -> Result<Arc<Worker>> {
+        // Fast path: a free slot now, without registering for wake-ups.
+        if leased.is_none() && !self.closed.load(Acquire) {
+            if let Some(w) = self.pick() {
+                return Ok(w);
+            }
+        }
         loop {
             let notified = self.shared.capacity.notified();
             tokio::pin!(notified);

@@ -1,0 +1,195 @@
+//! Quick end-to-end measurements of the Rust parent against the test worker, each printed beside
+//! a raw-socketpair baseline measured in the same run (same machine, same moment).
+//!
+//! ```sh
+//! cargo run --release -p wirepool --example perf            # multi-thread runtime, 2 threads
+//! cargo run --release -p wirepool --example perf -- current # current_thread runtime
+//! ```
+//! Numbers on a shared 2-vCPU machine move 20-40% between runs; compare ratios within a run.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::Deserialize;
+use wirepool::{CallOptions, Codec, Pool, WorkerCommand};
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct Decl {
+    i: u64,
+    name: String,
+    kind: String,
+}
+
+fn worker_path() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().join("test_worker")
+}
+
+/// Raw floor: a child process (the test worker in raw mode) echoing length-prefixed messages
+/// over a socketpair, driven by blocking reads and writes.
+fn raw_echo_child() -> (std::process::Child, UnixStream) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let (parent, child_end) = UnixStream::pair().unwrap();
+    let fd = child_end.as_raw_fd();
+    let mut cmd = std::process::Command::new(worker_path());
+    cmd.env("WIREPOOL_RAW_ECHO_FD", fd.to_string());
+    // SAFETY: only fcntl between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    drop(child_end);
+    (child, parent)
+}
+
+fn raw_roundtrips(sock: &mut UnixStream, size: usize, count: usize) -> Vec<Duration> {
+    let msg = vec![1u8; size];
+    let mut back = vec![0u8; size];
+    let mut lat = Vec::with_capacity(count);
+    for _ in 0..count {
+        let t = Instant::now();
+        sock.write_all(&(size as u32).to_le_bytes()).unwrap();
+        sock.write_all(&msg).unwrap();
+        let mut len = [0u8; 4];
+        sock.read_exact(&mut len).unwrap();
+        sock.read_exact(&mut back).unwrap();
+        lat.push(t.elapsed());
+    }
+    lat
+}
+
+fn p50(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let current = std::env::args().any(|a| a == "current");
+    let rt = if current {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+    };
+    println!("runtime: {}", if current { "current_thread" } else { "multi_thread(2)" });
+
+    // Baselines.
+    let (mut child, mut sock) = raw_echo_child();
+    raw_roundtrips(&mut sock, 64, 2000);
+    let raw_ping = p50(raw_roundtrips(&mut sock, 64, 20_000));
+    let t = Instant::now();
+    let n_big = 300;
+    raw_roundtrips(&mut sock, 1 << 20, n_big);
+    let raw_mib_s = (n_big * 2) as f64 / t.elapsed().as_secs_f64();
+    drop(sock);
+    let _ = child.wait();
+
+    rt.block_on(async {
+        let method = std::env::var("PERF_METHOD").unwrap_or_else(|_| "echo_raw_async".into());
+        let method = method.as_str();
+        let frame: u32 = std::env::var("PERF_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
+        let pool = Pool::builder(WorkerCommand::new(worker_path())).workers(1).max_frame_size(frame).start().await.unwrap();
+        println!("unary method {method}, max_frame_size {frame}");
+
+        let only = std::env::var("PERF_ONLY").unwrap_or_default();
+        // One call at a time.
+        let body = Bytes::from(vec![1u8; 64]);
+        for _ in 0..2000 {
+            pool.call_raw(method, body.clone()).await.unwrap();
+        }
+        let mut lat = Vec::with_capacity(20_000);
+        for _ in 0..20_000 {
+            let t = Instant::now();
+            pool.call_raw(method, body.clone()).await.unwrap();
+            lat.push(t.elapsed());
+        }
+        let ours = p50(lat);
+        println!(
+            "64 B ping-pong p50: wirepool {:.1} us, raw socketpair {:.1} us, ratio {:.2}x (target <= 1.3x)",
+            ours.as_secs_f64() * 1e6,
+            raw_ping.as_secs_f64() * 1e6,
+            ours.as_secs_f64() / raw_ping.as_secs_f64()
+        );
+
+        // 1 MiB payloads, both ways.
+        let big = Bytes::from(vec![1u8; 1 << 20]);
+        for _ in 0..20 {
+            pool.call_raw(method, big.clone()).await.unwrap();
+        }
+        let t = Instant::now();
+        for _ in 0..n_big {
+            pool.call_raw(method, big.clone()).await.unwrap();
+        }
+        let ours = (n_big * 2) as f64 / t.elapsed().as_secs_f64();
+        println!(
+            "1 MiB echo: wirepool {ours:.0} MiB/s, raw socketpair {raw_mib_s:.0} MiB/s, ratio {:.2} (target >= 0.70)",
+            ours / raw_mib_s
+        );
+
+        if only == "inflight" || only.is_empty() {
+        // 64 B unary calls, 256 in flight.
+        let total = 1_000_000usize;
+        let in_flight = 256;
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..in_flight {
+            let pool = pool.clone();
+            let body = body.clone();
+            let method = method.to_string();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..total / in_flight {
+                    pool.call_raw(&method, body.clone()).await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let rate = (total / in_flight * in_flight) as f64 / t.elapsed().as_secs_f64();
+        println!("64 B unary, 256 in flight: {:.2} M calls/s (target >= 1 M)", rate / 1e6);
+        }
+        if only == "inflight" {
+            return;
+        }
+
+        // JSON rows decoded into structs.
+        let n = 5_000_000u64;
+        let t = Instant::now();
+        let mut rows = pool.stream::<_, Decl>("decls", &n).await.unwrap();
+        let mut got = 0u64;
+        while let Some(r) = rows.next().await {
+            r.unwrap();
+            got += 1;
+        }
+        assert_eq!(got, n);
+        println!("JSON rows -> structs, one worker: {:.2} M rows/s (target >= 2 M)", n as f64 / t.elapsed().as_secs_f64() / 1e6);
+
+        // Raw rows (16 B), whole frames.
+        let n = 20_000_000u64;
+        let t = Instant::now();
+        let opts = CallOptions { codec: Some(Codec::Raw), ..Default::default() };
+        let mut rows = pool.stream_with::<_, Bytes>("raw_rows", &format!("{n} 16"), opts.clone()).await.unwrap();
+        let mut got = 0u64;
+        while let Some(frame) = rows.next_frame().await {
+            got += frame.unwrap().iter().count() as u64;
+        }
+        assert_eq!(got, n);
+        println!("raw 16 B rows, frame iteration: {:.2} M rows/s (target >= 10 M)", n as f64 / t.elapsed().as_secs_f64() / 1e6);
+        let t = Instant::now();
+        let mut rows = pool.stream_with::<_, Bytes>("raw_rows", &format!("{n} 16"), opts).await.unwrap();
+        let mut got = 0u64;
+        while let Some(r) = rows.next().await {
+            r.unwrap();
+            got += 1;
+        }
+        assert_eq!(got, n);
+        println!("raw 16 B rows as Bytes, row by row: {:.2} M rows/s", n as f64 / t.elapsed().as_secs_f64() / 1e6);
+        pool.shutdown().await;
+    });
+}
