@@ -1,7 +1,9 @@
 // Helpers shared by the Node.js runners (see bench/README.md, "Runner contract").
 import { readFileSync } from "node:fs";
 
-export const LARGE_FIELD = "x".repeat(4096);
+// A large row's 4 KiB field: its index as 8 digits then 4088 "x", distinct in every row (an
+// encoder that memoizes repeated values would otherwise send it once).
+const LARGE_TAIL = "x".repeat(4088);
 export const ROW_BATCH = 256;
 
 export function loadScenario() {
@@ -49,7 +51,7 @@ export function percentile(sorted, q) {
 
 export function makeRow(i, shape) {
   if (shape === "small_rows") return { i, name: `decl_${i}`, kind: "theorem" };
-  return { i, name: `decl_${i}`, kind: "theorem", blob: LARGE_FIELD };
+  return { i, name: `decl_${i}`, kind: "theorem", blob: String(i).padStart(8, "0") + LARGE_TAIL };
 }
 
 export function rowBatch(shape, base, n) {

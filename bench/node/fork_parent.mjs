@@ -109,7 +109,9 @@ async function main() {
   }
   const childKib = peakRssKib(child.proc.pid);
   await child.close();
-  ok(RUNNER, sc, figs, peakRssKib(), childKib, "rows batched 256 per message by hand");
+  const notes = sc.kind.endsWith("rows") ? "rows batched 256 per message by hand"
+    : `payload as a ${serialization === "advanced" ? "Buffer" : "string"}`;
+  ok(RUNNER, sc, figs, peakRssKib(), childKib, notes);
 }
 
 main().catch((err) => {

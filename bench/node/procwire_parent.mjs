@@ -69,7 +69,8 @@ async function main() {
   for (const w of workers) manager.register(w);
   try {
     await manager.spawn();
-    let figs, notes = "rawCodec payloads; rows: msgpack stream, 256 rows per chunk";
+    let figs, notes = sc.kind.endsWith("rows") ? "msgpack stream method, 256 rows per chunk"
+      : "rawCodec (Buffer) payloads";
     if (sc.kind === "pool") {
       figs = await runPoolScenario(sc, workers, (w, us) => w.send("spin", { us }));
       notes = "no pool in procwire: N modules, 2 requests in flight each";

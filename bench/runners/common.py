@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any, Callable
 
-# A row's 4 KiB field is the same string every time: the benchmark measures moving and decoding
-# rows, not producing entropy.
-LARGE_FIELD = "x" * 4096
+# A large row's 4 KiB field is its index as 8 digits then 4088 "x": distinct in every row, because
+# an encoder that memoizes repeated objects (pickle does) would otherwise send it only once.
+LARGE_TAIL = "x" * 4088
 
 
 def load_scenario() -> dict[str, Any]:
@@ -71,7 +71,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def make_row(i: int, shape: str) -> dict[str, Any]:
     if shape == "small_rows":
         return {"i": i, "name": f"decl_{i}", "kind": "theorem"}
-    return {"i": i, "name": f"decl_{i}", "kind": "theorem", "blob": LARGE_FIELD}
+    return {"i": i, "name": f"decl_{i}", "kind": "theorem", "blob": f"{i:08d}" + LARGE_TAIL}
 
 
 def spin_cpu(task_us: int) -> int:

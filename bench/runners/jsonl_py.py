@@ -161,7 +161,8 @@ def main() -> None:
         child_kib = peak_rss_kib(child.proc.pid)
     finally:
         child.close()
-    ok(RUNNER, sc, figs, peak_rss_kib(), child_kib)
+    notes = "one line per row" if kind.endswith("rows") else "payload as a JSON string"
+    ok(RUNNER, sc, figs, peak_rss_kib(), child_kib, notes)
 
 
 if __name__ == "__main__":

@@ -161,8 +161,10 @@ def run_executor(sc: dict) -> None:
         child_kib = max_peak_rss_kib(children_pids())
     finally:
         ex.close()
-    ok(RUNNER, sc, figs, peak_rss_kib(), child_kib,
-       "apply_async/submit per call; imap/map chunksize=256 for rows")
+    verb = "apply_async" if VARIANT == "pool" else "submit"
+    notes = {"pool": f"{verb} per task", "rows": f"{'imap' if VARIANT == 'pool' else 'map'}"
+             f"(chunksize={ROW_BATCH})"}.get(kind.replace("slow_", ""), f"{verb} per call, bytes")
+    ok(RUNNER, sc, figs, peak_rss_kib(), child_kib, notes)
 
 
 # ---------------------------------------------------------------- Process + Pipe
@@ -295,7 +297,9 @@ def run_pipe(sc: dict) -> None:
     finally:
         proc.kill()
         proc.join()
-    ok(RUNNER, sc, figs, peak_rss_kib(), child_kib, "rows batched 256 per message by hand")
+    notes = ("rows batched 256 per message by hand" if kind.endswith("rows")
+             else "send_bytes/recv_bytes")
+    ok(RUNNER, sc, figs, peak_rss_kib(), child_kib, notes)
 
 
 def main() -> None:

@@ -1,0 +1,82 @@
+"""Runner execution: results parsed, failures and time-outs visible, process groups killed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BENCH))
+
+from harness import execute, report  # noqa: E402
+
+SCENARIO = {"id": "W1.echo.64B", "workload": "W1", "kind": "echo", "time_limit_s": 20}
+
+
+def script(tmp_path: Path, body: str) -> list[str]:
+    path = tmp_path / "runner.py"
+    path.write_text(textwrap.dedent(body))
+    return [sys.executable, str(path)]
+
+
+def test_result_is_the_last_json_line_with_a_status(tmp_path):
+    argv = script(tmp_path, """
+        import json, sys
+        sc = json.loads(sys.argv[-1])
+        print("chatter that is not JSON")
+        print(json.dumps({"runner": "t", "scenario": sc["id"], "status": "ok", "figures": []}))
+    """)
+    res = execute.run_scenario(argv, SCENARIO)
+    assert res["status"] == "ok" and res["scenario"] == "W1.echo.64B"
+
+
+def test_a_crashing_runner_is_an_error_with_its_stderr(tmp_path):
+    argv = script(tmp_path, """
+        import sys
+        sys.stderr.write("worker exploded\\n")
+        sys.exit(3)
+    """)
+    res = execute.run_scenario(argv, SCENARIO)
+    assert res["status"] == "error"
+    assert "exit 3" in res["reason"] and "worker exploded" in res["reason"]
+
+
+def test_a_hung_runner_times_out_and_its_children_die_with_it(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    argv = script(tmp_path, f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(600)
+    """)
+    res = execute.run_scenario(argv, {**SCENARIO, "time_limit_s": 2})
+    assert res["status"] == "timeout"
+    child = int(pid_file.read_text())
+    # The child was reparented and killed with the group; reap it if it is ours, then check.
+    try:
+        os.waitpid(child, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    state = Path(f"/proc/{child}/stat")
+    assert not state.exists() or state.read_text().split(")")[1].split()[0] == "Z"
+
+
+def test_an_undiscoverable_runner_is_reported_not_available():
+    assert execute.discover("no_such_runner_for_tests") is None
+    doc = {
+        "mode": "quick", "started": "s", "finished": "f", "repeats": 3,
+        "git": {"commit": "c"},
+        "machine": {"cpu": "x", "cores": 2, "mem_gib": 1, "kernel": "k", "load_before": "0",
+                    "load_after": "0", "versions": {}},
+        "runners": [{"name": "wirepool_rust", "kind": "wirepool", "label": "ours",
+                     "available": False, "reason": "bench/runners/wirepool_rust.* not found"}],
+        "scenarios": [SCENARIO],
+        "results": [{"runner": "wirepool_rust", "scenario": "W1.echo.64B",
+                     "status": "not_available", "reason": "not found"}],
+        "comparisons": [],
+    }
+    text = report.render(doc, [])
+    assert "wirepool_rust: not available in this run" in text
+    assert "| W1.echo.64B | - | not available | - |" in text
