@@ -335,7 +335,14 @@ impl Driver {
                 self.tasks.push(Box::new(move || run(req, body)));
             }
             Handler::Async(run) => {
-                tokio::spawn(run(req, body));
+                // Most calls of a trivial async handler complete on their first poll: run that
+                // poll here and spawn a task only for a handler that really waits. A waker
+                // registered during this poll is replaced when the task polls it again.
+                let mut handler = run(req, body);
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                if handler.as_mut().poll(&mut cx).is_pending() {
+                    tokio::spawn(handler);
+                }
             }
         }
     }
