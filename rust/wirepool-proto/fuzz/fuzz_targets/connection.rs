@@ -46,7 +46,11 @@ fn drive(conn: &mut Connection, event: &Event, out: &mut Vec<u8>) {
         },
         Event::Request { id, method, .. } => {
             if *method == 1 {
-                while conn.can_send_rows(*id) {
+                // A few frames while credit lasts (the peer may grant up to 2^31 - 1 bytes).
+                for _ in 0..4 {
+                    if !conn.can_send_rows(*id) {
+                        break;
+                    }
                     let Ok(mut rows) = conn.rows(*id, out) else { break };
                     for _ in 0..3 {
                         let _ = rows.push(b"row");
