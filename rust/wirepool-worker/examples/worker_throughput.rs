@@ -138,6 +138,18 @@ fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
     let credit = 4 << 20;
     let (mut p, mut child) = start(credit);
+    if only == "raw" {
+        let n = 20_000_000u64;
+        let (rows, secs) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);
+        println!("raw_rows 16 B: {:.2} M rows/s", rows as f64 / secs / 1e6);
+        return;
+    }
+    if only == "big" {
+        let calls = 3_000;
+        let secs = unary_echo(&mut p, "echo", 1 << 20, calls, 4);
+        println!("unary echo 1 MiB raw, 4 in flight: {:.0} MiB/s each way", calls as f64 / secs);
+        return;
+    }
     if only == "unary" {
         for method in ["echo", "echo_async"] {
             let calls = 1_000_000;
