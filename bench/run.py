@@ -115,11 +115,15 @@ def git_info() -> dict[str, Any]:
 def resolve_runners(selected: set[str], venv_failure: str | None) -> list[dict[str, Any]]:
     """Availability and argv of every registered runner (unselected ones are left out)."""
     floor_path, floor_failure = setup.ensure_floor(log)
-    npm_failure = None
-    if any("npm" in r.needs for r in RUNNERS if not selected or r.name in selected):
+    wanted = [r for r in RUNNERS if not selected or r.name in selected]
+    npm_failure = cargo_failure = None
+    if any("npm" in r.needs for r in wanted):
         npm_failure = setup.ensure_npm(log)
-    values = execute.placeholder_values(sys.executable, floor_path)
-    failures = {"venv": venv_failure, "npm": npm_failure, "floor": floor_failure}
+    if any("cargo" in r.needs for r in wanted):
+        cargo_failure = setup.ensure_rust_child(log)
+    values = execute.placeholder_values(sys.executable, floor_path, setup.rust_child_path())
+    failures = {"venv": venv_failure, "npm": npm_failure, "floor": floor_failure,
+                "cargo": cargo_failure}
     out = []
     for r in RUNNERS:
         if selected and r.name not in selected:

@@ -53,9 +53,9 @@ def expand(argv: list[str] | tuple[str, ...], values: dict[str, str]) -> list[st
     return [a.format(**values) for a in argv]
 
 
-def placeholder_values(python: str, floor: Path) -> dict[str, str]:
+def placeholder_values(python: str, floor: Path, rust_child: Path) -> dict[str, str]:
     return {"python": python, "node": shutil.which("node") or "node", "bench": str(BENCH),
-            "floor": str(floor)}
+            "floor": str(floor), "jsonl_rust_child": str(rust_child)}
 
 
 def _tail(text: str, lines: int = 8) -> str:

@@ -85,7 +85,7 @@ def build(mode: str) -> list[dict[str, Any]]:
             add(id=f"W4.{shape}.{count_label(n)}", workload="W4", kind="rows", shape=shape,
                 n=n, x=n)
 
-    target = 1.0 if full else 0.08
+    target = 0.5 if full else 0.08
     for task_us in (50, 1000, 10000) if full else (50, 1000):
         for workers in (1, 2, 4):
             ideal = min(workers, cores()) / (task_us / 1e6)

@@ -99,3 +99,32 @@ def ensure_floor(log=print) -> tuple[Path, str | None]:
         return out, f"cc failed: {_tail(r.stderr)}"
     stamp.write_text(digest)
     return out, None
+
+
+RUST_CHILD_DIR = BENCH / "jsonl-rust-child"
+
+
+def rust_child_path() -> Path:
+    return BUILD / "cargo" / "release" / "jsonl-rust-child"
+
+
+def ensure_rust_child(log=print) -> str | None:
+    """Build the Rust child of the JSON-lines baseline with cargo (crates from crates.io)."""
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        return "cargo not found on PATH"
+    stamp = BUILD / "jsonl-rust-child.sha256"
+    digest = _digest(RUST_CHILD_DIR / "Cargo.toml", RUST_CHILD_DIR / "Cargo.lock",
+                     RUST_CHILD_DIR / "src" / "main.rs")
+    if rust_child_path().exists() and _stamped(stamp, digest):
+        return None
+    BUILD.mkdir(exist_ok=True)
+    log("bench: building the Rust JSON-lines child (cargo build --release)")
+    r = subprocess.run([cargo, "build", "--release", "--quiet", "--manifest-path",
+                        str(RUST_CHILD_DIR / "Cargo.toml"), "--target-dir", str(BUILD / "cargo")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"cargo build failed: {_tail(r.stderr)}"
+    stamp.write_text(_digest(RUST_CHILD_DIR / "Cargo.toml", RUST_CHILD_DIR / "Cargo.lock",
+                             RUST_CHILD_DIR / "src" / "main.rs"))
+    return None

@@ -1,6 +1,9 @@
 """Baseline: JSON lines over stdio, Python parent and Python child.
 
-Usage: jsonl_py.py json|orjson '<scenario json>'
+Usage: jsonl_py.py json|orjson [--child <executable>] '<scenario json>'
+
+With --child, the child is that program (the Rust serde_json child in bench/jsonl-rust-child)
+instead of jsonl_child.py; the wire is the same.
 
 The parent writes one JSON object per line to the child's stdin and reads one per line from its
 stdout, flushing after each request, as a subprocess-based tool would. Payloads are ASCII strings
@@ -21,8 +24,13 @@ from common import (echo_figures, figure, load_scenario, max_peak_rss_kib, ok, p
                     peak_rss_kib, pipelined_repeat, timed_loop)
 
 CODEC = sys.argv[1]
-RUNNER = "jsonl_orjson" if CODEC == "orjson" else "jsonl_py"
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jsonl_child.py")
+if "--child" in sys.argv:
+    CHILD_ARGV = [sys.argv[sys.argv.index("--child") + 1]]
+    RUNNER = "jsonl_rust_child"
+else:
+    CHILD_ARGV = [sys.executable,
+                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "jsonl_child.py"), CODEC]
+    RUNNER = "jsonl_orjson" if CODEC == "orjson" else "jsonl_py"
 
 if CODEC == "orjson":
     import orjson
@@ -40,8 +48,7 @@ else:
 
 class Child:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, CHILD, CODEC], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(CHILD_ARGV, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.w = self.proc.stdin
         self.r = self.proc.stdout
 

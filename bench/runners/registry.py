@@ -1,7 +1,7 @@
 """Every implementation the harness measures. Adding one is one entry here.
 
 argv placeholders: {python} the bench venv's interpreter, {node} node, {bench} the bench/ folder,
-{floor} the compiled floor binary. The scenario JSON is appended as the last argument.
+{floor} the compiled floor binary, {jsonl_rust_child} the Rust JSON-lines child. The scenario JSON is appended as the last argument.
 
 An entry with `discover` instead of `argv` is looked up as bench/runners/<discover>.<ext>
 (.py -> {python}, .mjs/.js -> {node}, .sh -> bash, anything else executed directly) and called
@@ -21,7 +21,7 @@ class Runner:
     label: str
     argv: tuple[str, ...] = ()
     discover: str | None = None
-    needs: tuple[str, ...] = field(default=())  # setup steps: "venv", "npm", "floor"
+    needs: tuple[str, ...] = field(default=())  # setup: "venv", "npm", "floor", "cargo"
 
 
 RUNNERS: list[Runner] = [
@@ -31,6 +31,10 @@ RUNNERS: list[Runner] = [
            ("{python}", "{bench}/runners/jsonl_py.py", "json")),
     Runner("jsonl_orjson", "incumbent", "JSON lines over stdio (Python orjson)",
            ("{python}", "{bench}/runners/jsonl_py.py", "orjson"), needs=("venv",)),
+    Runner("jsonl_rust_child", "incumbent",
+           "JSON lines over stdio, Python parent (orjson) + Rust child (serde_json)",
+           ("{python}", "{bench}/runners/jsonl_py.py", "orjson", "--child", "{jsonl_rust_child}"),
+           needs=("venv", "cargo")),
     Runner("node_fork_json", "incumbent", "Node child_process.fork, 'json'",
            ("{node}", "{bench}/node/fork_parent.mjs", "json")),
     Runner("node_fork_advanced", "incumbent", "Node child_process.fork, 'advanced'",
