@@ -351,6 +351,39 @@ impl<Row: Serialize> RowSink<Row> {
         Ok(())
     }
 
+    /// Send every row a `Stream` yields (for handlers whose rows come from another async
+    /// source).
+    ///
+    /// ```no_run
+    /// # use wirepool_worker::{Worker, Context, RowSink, HandlerError};
+    /// # let worker = Worker::new("doc");
+    /// worker.stream("squares", |n: u64, _ctx: Context, rows: RowSink<u64>| async move {
+    ///     let (tx, rx) = tokio::sync::mpsc::channel(64);
+    ///     tokio::spawn(async move {
+    ///         for i in 0..n {
+    ///             if tx.send(i * i).await.is_err() { break }
+    ///         }
+    ///     });
+    ///     rows.send_stream(tokio_stream_like(rx)).await?;
+    ///     Ok::<_, HandlerError>(())
+    /// });
+    /// # fn tokio_stream_like(mut rx: tokio::sync::mpsc::Receiver<u64>) -> impl futures_core::Stream<Item = u64> {
+    /// #     struct S(tokio::sync::mpsc::Receiver<u64>);
+    /// #     impl futures_core::Stream for S {
+    /// #         type Item = u64;
+    /// #         fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<u64>> { self.0.poll_recv(cx) }
+    /// #     }
+    /// #     S(rx)
+    /// # }
+    /// ```
+    pub async fn send_stream<S: futures_core::Stream<Item = Row>>(&self, rows: S) -> Result<(), StreamClosed> {
+        let mut rows = std::pin::pin!(rows);
+        while let Some(row) = std::future::poll_fn(|cx| rows.as_mut().poll_next(cx)).await {
+            self.send_ref(&row).await?;
+        }
+        Ok(())
+    }
+
     /// Send the partial batch now (waiting for credit if needed).
     pub async fn flush(&self) -> Result<(), StreamClosed> {
         self.stream.flush_async(&self.req, true).await
