@@ -109,6 +109,8 @@ struct Core {
     routes: RouteMap,
     /// Set when the connection is gone: new requests fail with this.
     closed: Option<Error>,
+    /// The writer task holds bytes it has not finished writing: nobody else may write now.
+    writer_busy: bool,
 }
 
 /// Orders for the lifecycle task.
@@ -128,6 +130,8 @@ pub(crate) struct Worker {
     in_flight: AtomicU32,
     max_in_flight: u32,
     core: Mutex<Core>,
+    /// The socket's sending half, shared by the writer task and the direct-write fast path.
+    socket_out: Arc<OwnedWriteHalf>,
     writer_wake: Notify,
     control: mpsc::Sender<Control>,
     last_heard_ms: AtomicU64,
@@ -240,6 +244,8 @@ impl Worker {
                 (Sink::Unary(tx), Some(rx))
             }
         };
+        // in_flight was incremented by try_reserve: 1 means no other request is on this worker.
+        let core_in_flight = self.in_flight.load(Relaxed).saturating_sub(1);
         let id = {
             let mut core = self.core.lock().unwrap();
             if let Some(e) = &core.closed {
@@ -259,9 +265,26 @@ impl Worker {
             };
             let deadline = timeout.map(|t| (now + t + self.pool.cfg.deadline_grace, t));
             core.routes.insert(id, Route { sink: Some(sink), cancelled_at: None, deadline });
-            id
+            // Latency fast path: when this is the only request and the writer is idle, write
+            // now instead of waking the writer task (a task switch, or a cross-thread wake-up).
+            // Under load requests keep queueing for the writer, so they still share a write.
+            let c = &mut *core;
+            if !c.writer_busy && core_in_flight == 0 && !c.out.is_empty() {
+                match self.socket_out.try_write(&c.out) {
+                    Ok(n) => {
+                        self.counters.bytes_out.fetch_add(n as u64, Relaxed);
+                        let _ = c.out.split_to(n);
+                    }
+                    Err(_) => {}
+                }
+            }
+            let pending = !core.out.is_empty();
+            (id, pending)
         };
-        self.writer_wake.notify_one();
+        let (id, pending) = id;
+        if pending {
+            self.writer_wake.notify_one();
+        }
         self.counters.requests.fetch_add(1, Relaxed);
         self.last_request_ms.store(now.saturating_duration_since(self.pool.epoch).as_millis() as u64, Relaxed);
         self.requests.fetch_add(1, Relaxed);
@@ -422,7 +445,7 @@ pub(crate) async fn start(
             return Err(Error::ProtocolViolation { code, message, worker_id });
         }
         Err(_) => {
-            let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Crashed, &stderr_tail, logs_done).await;
+            let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Hung, &stderr_tail, logs_done).await;
             return Err(Error::StartupTimeout { after: cfg.startup_timeout, stderr_tail: exit.stderr_tail.clone() });
         }
     };
@@ -480,6 +503,7 @@ pub(crate) async fn start(
         }
     }
 
+    let wr = Arc::new(wr);
     let (control_tx, control_rx) = mpsc::channel(8);
     let (retire_tx, retire_rx) = oneshot::channel();
     let worker = Arc::new(Worker {
@@ -492,7 +516,8 @@ pub(crate) async fn start(
         state: AtomicU8::new(STATE_READY),
         in_flight: AtomicU32::new(0),
         max_in_flight: welcome.max_in_flight,
-        core: Mutex::new(Core { conn, out, routes: RouteMap::default(), closed: None }),
+        core: Mutex::new(Core { conn, out, routes: RouteMap::default(), closed: None, writer_busy: false }),
+        socket_out: wr.clone(),
         writer_wake: Notify::new(),
         control: control_tx,
         last_heard_ms: AtomicU64::new(pool.now_ms()),
@@ -505,7 +530,7 @@ pub(crate) async fn start(
         stderr_tail,
     });
     let reader = tokio::spawn(reader_loop(worker.clone(), rd));
-    let writer = tokio::spawn(writer_loop(worker.clone(), wr));
+    let writer = tokio::spawn(writer_loop(worker.clone()));
     let lifecycle = tokio::spawn(lifecycle(worker.clone(), child, reader, writer, logs_done, control_rx));
     Ok(Incarnation { worker, lifecycle, retiring: retire_rx })
 }
@@ -516,6 +541,7 @@ enum HandshakeFail {
 }
 
 async fn write_now(wr: &mut OwnedWriteHalf, bytes: &[u8]) -> std::io::Result<()> {
+    // Only used before the writer task exists (handshake).
     if bytes.is_empty() {
         return Ok(());
     }
@@ -531,9 +557,11 @@ async fn reap_failed(
     tail: &Arc<StderrTail>,
     logs_done: JoinHandle<()>,
 ) -> Arc<ExitInfo> {
-    // A worker that already exited is reaped without a signal; otherwise kill its group.
-    let status = match child.try_wait() {
-        Ok(Some(s)) => Some(s),
+    // A worker that closed its end is usually exiting: give it a moment so its own exit
+    // status (not our SIGKILL) is reported; otherwise kill its group.
+    let grace = if cause == ExitCause::Crashed { Duration::from_millis(500) } else { Duration::ZERO };
+    let status = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(Ok(s)) => Some(s),
         _ => {
             spawn::signal_group(pid, libc::SIGKILL);
             child.wait().await.ok()
@@ -678,12 +706,13 @@ fn reader_eof(worker: &Worker) -> ReaderEnd {
 /// Writes every pending outgoing frame in one `write` per wake-up: callers only append to the
 /// core's output buffer under the lock and wake this task, so under load hundreds of requests
 /// share one syscall.
-async fn writer_loop(worker: Arc<Worker>, mut wr: OwnedWriteHalf) {
+async fn writer_loop(worker: Arc<Worker>) {
     let mut out = BytesMut::with_capacity(64 * 1024);
     loop {
         {
             let mut core = worker.core.lock().unwrap();
             std::mem::swap(&mut core.out, &mut out);
+            core.writer_busy = !out.is_empty();
         }
         if out.is_empty() {
             worker.writer_wake.notified().await;
@@ -692,10 +721,19 @@ async fn writer_loop(worker: Arc<Worker>, mut wr: OwnedWriteHalf) {
             tokio::task::yield_now().await;
             continue;
         }
-        if wr.write_all(&out).await.is_err() {
-            return;
+        while !out.is_empty() {
+            if worker.socket_out.writable().await.is_err() {
+                return;
+            }
+            match worker.socket_out.try_write(&out) {
+                Ok(n) => {
+                    worker.counters.bytes_out.fetch_add(n as u64, Relaxed);
+                    let _ = out.split_to(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
         }
-        worker.counters.bytes_out.fetch_add(out.len() as u64, Relaxed);
         out.clear();
         // A rare huge message should not pin its buffer for the worker's lifetime.
         if out.capacity() > 8 << 20 {
