@@ -116,7 +116,7 @@ class _Request:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Worker(asyncio.Protocol):
+class _Worker(asyncio.BufferedProtocol):
     _ids = itertools.count(1)
 
     def __init__(self, pool: "AsyncPool") -> None:
@@ -146,6 +146,8 @@ class _Worker(asyncio.Protocol):
         self.exit_signal: int | None = None
         self._out: list[Any] = []
         self._out_scheduled = False
+        self._recv_view: memoryview | None = None
+        self._direct = False
         self._tasks: list[asyncio.Task] = []
         self.heartbeat_task: asyncio.Task | None = None
 
@@ -253,6 +255,26 @@ class _Worker(asyncio.Protocol):
 
     def _send(self, frame: proto.Frame) -> None:
         self._write(self.conn.send(frame))
+
+    # Receiving: a reused buffer (recv_into) instead of a fresh 256 KiB bytes object per read,
+    # whose mmap/munmap churn cost more than the copy; large payloads are received straight
+    # into their frame's buffer.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        direct = self.conn.decoder.writable()
+        if direct is not None:
+            self._direct = True
+            return direct
+        self._direct = False
+        if self._recv_view is None:
+            self._recv_view = memoryview(bytearray(256 * 1024))
+        return self._recv_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._direct:
+            self.conn.decoder.wrote(nbytes)
+            self.data_received(b"")
+        else:
+            self.data_received(bytes(self._recv_view[:nbytes]))  # type: ignore[index]
 
     def data_received(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
@@ -800,7 +822,10 @@ class AsyncPool:
         self._restart_times: collections.deque[float] = collections.deque()
         self._backoff = restart_backoff
         self._broken: WirepoolError | None = None
-        self._capacity: asyncio.Event | None = None
+        # Callers waiting for a free slot (one future each, woken one per freed slot: no herd)
+        # and lease callers waiting for an idle worker (woken together).
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._idle_waiters: list[asyncio.Future[None]] = []
         self._spawning = 0
         self._rr = 0
         self._counters = collections.Counter()
@@ -814,7 +839,6 @@ class AsyncPool:
             return self
         self._started = True
         self.loop = asyncio.get_running_loop()
-        self._capacity = asyncio.Event()
         results = await asyncio.gather(*(self._spawn() for _ in range(self.size)),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -891,41 +915,65 @@ class AsyncPool:
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _capacity_changed(self) -> None:
-        if self._capacity is not None:
-            self._capacity.set()
+    def _capacity_changed(self, slots: int | None = None) -> None:
+        """Wake up to ``slots`` callers waiting for a worker (all of them if None)."""
+        waiters = self._slot_waiters
+        while waiters and (slots is None or slots > 0):
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                if slots is not None:
+                    slots -= 1
+        if self._idle_waiters:
+            idle, self._idle_waiters = self._idle_waiters, []
+            for fut in idle:
+                if not fut.done():
+                    fut.set_result(None)
 
     def _wake_waiters(self) -> None:
         self._capacity_changed()
 
+    def _pick(self) -> _Worker | None:
+        best = None
+        best_load = None
+        workers = self.workers
+        n = len(workers)
+        # Start the scan at a rotating index so ties spread over the workers.
+        self._rr = start = (self._rr + 1) % n if n else 0
+        for k in range(n):
+            w = workers[(start + k) % n]
+            if w.accepting and not w.leased:
+                load = len(w.requests)
+                if load < w.max_in_flight and (best_load is None or load < best_load):
+                    best, best_load = w, load
+        return best
+
     async def _acquire(self) -> _Worker:
-        """The least-loaded accepting worker with room; waits while all are full."""
+        """The least-loaded accepting worker with room; waits (in FIFO order) while all are full."""
         while True:
             if self._closed:
                 raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed")
             if self._broken is not None and not any(w.accepting for w in self.workers):
                 raise self._broken
-            best = None
-            best_load = None
-            workers = self.workers
-            n = len(workers)
-            # Start the scan at a rotating index so ties spread over the workers.
-            self._rr = start = (self._rr + 1) % n if n else 0
-            for k in range(n):
-                w = workers[(start + k) % n]
-                if w.accepting and not w.leased:
-                    load = len(w.requests)
-                    if load < w.max_in_flight and (best_load is None or load < best_load):
-                        best, best_load = w, load
+            if not self._slot_waiters or self._slot_waiters[0].done():
+                best = self._pick()
+                if best is not None:
+                    return best
+            fut = self.loop.create_future()
+            self._slot_waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self._capacity_changed(1)  # pass the wake-up on
+                raise
+            best = self._pick()
             if best is not None:
                 return best
-            assert self._capacity is not None
-            self._capacity.clear()
-            await self._capacity.wait()
 
     def _request_ended(self, w: _Worker, req: _Request) -> None:
         self._counters["completed"] += 1
-        self._capacity_changed()
+        self._capacity_changed(1)
         if self.max_requests is not None and w.served >= self.max_requests:
             self._recycle(w, "served max_requests")
 
@@ -1073,9 +1121,9 @@ class AsyncPool:
             if not w.requests:
                 break
             # Wait for an idle worker so the lease is truly exclusive.
-            assert self._capacity is not None
-            self._capacity.clear()
-            await self._capacity.wait()
+            fut = self.loop.create_future()
+            self._idle_waiters.append(fut)
+            await fut
         w.leased = True
         try:
             yield Lease(self, w)

@@ -914,6 +914,24 @@ class FrameDecoder:
         self._buf = memoryview(data)
         self._pos = 0
 
+    def writable(self, min_size: int = 65536) -> memoryview | None:
+        """Where to receive the next bytes directly, if a large payload is being gathered.
+
+        When a frame's payload is partly in and at least ``min_size`` bytes are still missing,
+        returns a writable view of exactly the missing part, so a driver can ``recv_into`` it
+        (no intermediate copy); report the bytes written with :meth:`wrote`. Else None.
+        """
+        big = self._big
+        if big is None or self._pos < len(self._buf) or self._error is not None:
+            return None
+        if len(big) - self._big_fill < min_size:
+            return None
+        return memoryview(big)[self._big_fill:]
+
+    def wrote(self, n: int) -> None:
+        """``n`` bytes were received into the view returned by :meth:`writable`."""
+        self._big_fill += n
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""

@@ -206,7 +206,7 @@ class _Call:
         self.max_row = 0
 
 
-class _Runtime(asyncio.Protocol):
+class _Runtime(asyncio.BufferedProtocol):
     def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.methods = methods
@@ -223,6 +223,8 @@ class _Runtime(asyncio.Protocol):
         self.lost: asyncio.Future[None] = loop.create_future()
         self._out: list[Any] = []
         self._out_scheduled = False
+        self._recv_view: memoryview | None = None
+        self._direct = False
         self.draining = False
         self.flush_bytes = ROWS_FLUSH_BYTES
 
@@ -262,6 +264,26 @@ class _Runtime(asyncio.Protocol):
 
     def _send_message(self, frame: proto.Frame) -> None:
         self._write(self.conn.send_message(frame))
+
+    # Receiving: a reused buffer (recv_into) instead of a fresh 256 KiB bytes object per read,
+    # whose mmap/munmap churn cost more than the copy; large payloads are received straight
+    # into their frame's buffer.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        direct = self.conn.decoder.writable()
+        if direct is not None:
+            self._direct = True
+            return direct
+        self._direct = False
+        if self._recv_view is None:
+            self._recv_view = memoryview(bytearray(256 * 1024))
+        return self._recv_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._direct:
+            self.conn.decoder.wrote(nbytes)
+            self.data_received(b"")
+        else:
+            self.data_received(bytes(self._recv_view[:nbytes]))  # type: ignore[index]
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
