@@ -77,8 +77,8 @@ impl Shared {
             let _ = core.conn.send_event(req.id, &topic, &data, core.out.tail());
         }
         let sent = match &terminal {
-            Terminal::Result(body) => core.conn.send_result(req.id, body, core.out.tail()),
-            Terminal::End { summary } => core.conn.send_end(req.id, summary, core.out.tail()),
+            Terminal::Result(body) => core.conn.send_result(req.id, body, &mut core.out.message_writer(body)),
+            Terminal::End { summary } => core.conn.send_end(req.id, summary, &mut core.out.message_writer(summary)),
             Terminal::Error(e) => send_error(core, req.id, e),
         };
         if let Err(e) = sent {

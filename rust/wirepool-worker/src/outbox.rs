@@ -8,7 +8,12 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::buf::UninitSlice;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use wirepool_proto::FrameBuf;
+
+/// Slices of a message body at least this large are queued by reference instead of copied.
+const COPY_LIMIT: usize = 16 * 1024;
 
 /// Most slices handed to one `writev` (Linux IOV_MAX is 1024; fewer keeps the array on the stack
 /// cheap and still amortises the syscall over hundreds of frames).
@@ -25,6 +30,19 @@ impl Outbox {
     /// The buffer small frames are encoded into, in order after every queued chunk.
     pub(crate) fn tail(&mut self) -> &mut BytesMut {
         &mut self.tail
+    }
+
+    /// Queue a buffer by reference, after everything before it.
+    fn push(&mut self, bytes: Bytes) {
+        self.seal();
+        self.queued += bytes.len();
+        self.chunks.push_back(bytes);
+    }
+
+    /// A frame buffer for one RESULT or END whose body is `body`: the core encodes headers into
+    /// the tail as usual, and large slices of `body` are queued by reference, not copied.
+    pub(crate) fn message_writer<'a>(&'a mut self, body: &'a Bytes) -> MessageWriter<'a> {
+        MessageWriter { out: self, body }
     }
 
     fn seal(&mut self) {
@@ -77,5 +95,70 @@ impl WriteQueue {
                 n = 0;
             }
         }
+    }
+}
+
+/// See [`Outbox::message_writer`]. Only the append operations of [`FrameBuf`] are meaningful:
+/// it is used with the core's message encoders (`send_result`, `send_end`), which only append;
+/// ROWS frames, which are patched in place, go through the plain tail.
+pub(crate) struct MessageWriter<'a> {
+    out: &'a mut Outbox,
+    body: &'a Bytes,
+}
+
+impl MessageWriter<'_> {
+    fn slice_of_body(&self, src: &[u8]) -> Option<Bytes> {
+        let start = self.body.as_ptr() as usize;
+        let at = src.as_ptr() as usize;
+        let inside = at >= start && at + src.len() <= start + self.body.len();
+        (src.len() >= COPY_LIMIT && inside).then(|| self.body.slice_ref(src))
+    }
+}
+
+// SAFETY: every method delegates to the tail `BytesMut`, whose contract holds; `put_slice` either
+// delegates too or queues a chunk without touching the tail's uninitialised memory.
+unsafe impl BufMut for MessageWriter<'_> {
+    fn remaining_mut(&self) -> usize {
+        self.out.tail.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: forwarded unchanged; the caller initialised `cnt` bytes of `chunk_mut`.
+        unsafe { self.out.tail.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut UninitSlice {
+        self.out.tail.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        match self.slice_of_body(src) {
+            Some(shared) => self.out.push(shared),
+            None => self.out.tail.put_slice(src),
+        }
+    }
+}
+
+impl FrameBuf for MessageWriter<'_> {
+    fn written(&self) -> usize {
+        self.out.len()
+    }
+
+    fn truncate_to(&mut self, len: usize) {
+        // Message encoders never truncate; keep the contract for the tail part anyway.
+        let sealed = self.out.queued;
+        if len >= sealed {
+            self.out.tail.truncate(len - sealed);
+        }
+    }
+
+    fn written_mut(&mut self) -> &mut [u8] {
+        // Message encoders never patch; this exposes only the unsealed tail.
+        self.out.tail.as_mut()
+    }
+
+    fn reserve_more(&mut self, additional: usize) {
+        // The body is queued by reference: only headers and small slices land in the tail.
+        self.out.tail.reserve(additional.min(COPY_LIMIT * 2));
     }
 }
