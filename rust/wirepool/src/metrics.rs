@@ -73,7 +73,7 @@ impl LatencyHistogram {
         let sum = self.sum_ns.load(Relaxed);
         LatencySnapshot {
             count,
-            mean: if count == 0 { Duration::ZERO } else { Duration::from_nanos(sum / count) },
+            mean: Duration::from_nanos(sum.checked_div(count).unwrap_or(0)),
             p50: pct(0.50),
             p90: pct(0.90),
             p99: pct(0.99),

@@ -774,9 +774,9 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
 }
 
 /// Runs futures concurrently and collects their outputs in order (avoids a `futures` dependency).
-async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futs.map(tokio::spawn).collect();

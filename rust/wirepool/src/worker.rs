@@ -270,12 +270,10 @@ impl Worker {
             // Under load requests keep queueing for the writer, so they still share a write.
             let c = &mut *core;
             if !c.writer_busy && core_in_flight == 0 && !c.out.is_empty() {
-                match self.socket_out.try_write(&c.out) {
-                    Ok(n) => {
-                        self.counters.bytes_out.fetch_add(n as u64, Relaxed);
-                        let _ = c.out.split_to(n);
-                    }
-                    Err(_) => {}
+                // WouldBlock (or a broken socket) leaves the bytes for the writer task.
+                if let Ok(n) = self.socket_out.try_write(&c.out) {
+                    self.counters.bytes_out.fetch_add(n as u64, Relaxed);
+                    let _ = c.out.split_to(n);
                 }
             }
             let pending = !core.out.is_empty();
