@@ -130,6 +130,10 @@ impl Worker {
         F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
     {
         let run = move |req: Arc<RequestShared>, body: Bytes| {
+            if let Some(e) = req.cancel_error() {
+                // Cancelled or timed out while queued for a thread: do not start it.
+                return end(&req, Terminal::Error(e));
+            }
             let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
                 let input: Req = decode_request(&req, body)?;
                 let ctx = Context { req: Arc::clone(&req) };
@@ -217,6 +221,9 @@ impl Worker {
         F: Fn(Req, &Context, &BlockingRowSink<Row>) -> Result<S, HandlerError> + Send + Sync + 'static,
     {
         let run = move |req: Arc<RequestShared>, body: Bytes| {
+            if let Some(e) = req.cancel_error() {
+                return end(&req, Terminal::Error(e));
+            }
             let stream = Arc::clone(req.stream.as_ref().expect("stream request has a stream"));
             let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
                 let input: Req = decode_request(&req, body)?;

@@ -396,3 +396,40 @@ fn print_writes_to_the_workers_own_stdout_and_stderr() {
         assert_eq!(&result_body(&p.terminal(id))[..], b"100000");
     }
 }
+
+#[test]
+fn the_worker_dies_with_its_parent() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::process::{Command, Stdio};
+    // The worker's parent is a shell we kill; we keep our end of the socket open, so the only
+    // way the worker can go away is the parent-death signal.
+    let (mut ours, theirs) = UnixStream::pair().unwrap();
+    let fd = theirs.as_raw_fd();
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+    }
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg("\"$0\" & wait")
+        .arg(common::worker_binary())
+        .env("WIREPOOL_FD", fd.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(theirs);
+    ours.set_read_timeout(Some(common::STEP_TIMEOUT)).unwrap();
+    // HELLO proves the worker runs (it asks for the signal before sending it).
+    let mut header = [0u8; 16];
+    ours.read_exact(&mut header).unwrap();
+    assert_eq!(header[4], 0x01, "HELLO");
+    shell.kill().unwrap();
+    shell.wait().unwrap();
+    // Drain HELLO's payload, then the worker's death closes its end: end of file.
+    let mut rest = Vec::new();
+    let read = ours.read_to_end(&mut rest);
+    assert!(read.is_ok(), "the worker outlived its parent: {read:?}");
+}

@@ -18,7 +18,7 @@ use wirepool_proto::{encode_message, Frame, FrameBody, FrameDecoder, Hello, Mess
 /// Upper bound for any single wait in these tests; far above what a healthy run needs.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
-fn worker_binary() -> PathBuf {
+pub fn worker_binary() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         // `cargo test --tests` does not build examples: build it (a no-op when up to date) so
