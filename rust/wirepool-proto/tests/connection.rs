@@ -409,3 +409,12 @@ fn frame_too_large_is_refused_from_the_header_alone() {
         "nothing reserved for the bogus length"
     );
 }
+
+#[test]
+fn core_types_move_between_tasks() {
+    fn send_static<T: Send + Sync + 'static>() {}
+    send_static::<Connection>();
+    send_static::<Event>();
+    send_static::<wirepool_proto::Frame>();
+    send_static::<wirepool_proto::ProtocolError>();
+}
