@@ -91,13 +91,20 @@ def _make_msgpack() -> Codec | None:
         import msgpack
     except ImportError:
         return None
-    packb = msgpack.packb  # not a shared Packer: handlers encode from several threads
-    unpackb = msgpack.unpackb
+    import threading
 
-    def decode(buf: Buffer) -> Any:
-        return unpackb(buf, raw=False)
+    # msgpack.packb builds a Packer per call; reuse one per thread (handlers run in several).
+    local = threading.local()
+    Packer = msgpack.Packer
 
-    return Codec(CodecId.MSGPACK, "msgpack", packb, decode)
+    def packb(obj: Any) -> bytes:
+        try:
+            return local.packer.pack(obj)
+        except AttributeError:
+            local.packer = Packer()
+            return local.packer.pack(obj)
+
+    return Codec(CodecId.MSGPACK, "msgpack", packb, msgpack.unpackb)
 
 
 def _make_cbor() -> Codec | None:

@@ -517,6 +517,10 @@ class _Worker(asyncio.BufferedProtocol):
             req.finish(error=self._failure_for(req))
             return req
         self._write(self.conn.send_message(proto.Request(id, index, codec.id, body, timeout_us)))
+        if len(self.requests) == 1:
+            # A lone request: write it now rather than a loop pass later (latency); with more
+            # in flight, requests submitted in the same pass share one write.
+            self._flush_out()
         return req
 
     def cancel(self, req: _Request, outcome: WirepoolError | None = None) -> None:
@@ -643,7 +647,7 @@ class Stream:
         self._pool = pool
         self._factory = req_factory
         self._req: _Request | None = None
-        self._rows: Iterator[memoryview] = iter(())
+        self._rows: Iterator[Any] = iter(())
         self._decode: Callable[[Any], Any] | None = None
         self.summary: Any = None
         self.row_count = 0
@@ -659,13 +663,24 @@ class Stream:
         return self._req
 
     async def __anext__(self) -> Any:
-        for raw in self._rows:
-            return self._decode(raw)  # type: ignore[misc]
-        batch = await self.next_batch()
-        if batch is None:
-            raise StopAsyncIteration
-        self._rows = iter(batch)
-        return await self.__anext__()
+        for row in self._rows:
+            return row
+        while True:
+            batch = await self.next_batch()
+            if batch is None:
+                raise StopAsyncIteration
+            self._rows = iter(batch.decode(self._decode))  # type: ignore[arg-type]
+            for row in self._rows:
+                return row
+
+    async def batches(self) -> AsyncIterator[list[Any]]:
+        """Rows a frame at a time (lists of decoded rows): less per-row overhead than
+        ``async for row in stream``."""
+        while True:
+            batch = await self.next_batch()
+            if batch is None:
+                return
+            yield batch.decode(self._decode)  # type: ignore[arg-type]
 
     async def next_batch(self) -> proto.Rows | None:
         """The next ROWS frame (undecoded rows), or None at the end. Raises the request's error."""
@@ -1083,11 +1098,11 @@ class AsyncPool:
         req = w.submit(method, body, c, timeout, on_event, MethodKind.UNARY)
         self._counters["calls"] += 1
         try:
-            return await asyncio.shield(req.future)
+            return await req.future
         except asyncio.CancelledError:
-            if not req.future.done():
-                w.cancel(req, error_from_code(ErrorCode.CANCELLED, "cancelled by the caller",
-                                              id=req.id))
+            # Our task was cancelled (which cancelled req.future too): tell the worker.
+            if req.id in w.requests:
+                w.cancel(req)
             raise
         except WirepoolError:
             self._counters["errors"] += 1
@@ -1165,20 +1180,22 @@ class SyncStream:
         return self
 
     def __next__(self) -> Any:
-        for raw in self._rows:
-            return self._stream.decode_row(raw)
-        if self._finished:
-            raise StopIteration
-        try:
-            batch = self._pool._run(self._stream.next_batch())
-        except BaseException:
-            self._finished = True
-            raise
-        if batch is None:
-            self._finished = True
-            raise StopIteration
-        self._rows = iter(batch)
-        return self.__next__()
+        for row in self._rows:
+            return row
+        while not self._finished:
+            try:
+                batch = self._pool._run(self._stream.next_batch())
+            except BaseException:
+                self._finished = True
+                raise
+            if batch is None:
+                self._finished = True
+                break
+            # Decode the whole frame here, in the caller's thread, in one tight loop.
+            self._rows = iter(batch.decode(self._stream._decode))  # type: ignore[arg-type]
+            for row in self._rows:
+                return row
+        raise StopIteration
 
     @property
     def summary(self) -> Any:

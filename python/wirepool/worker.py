@@ -195,7 +195,7 @@ class _Call:
         self.method = method
         self.ctx = ctx
         self.task: asyncio.Task | None = None
-        self.credit_changed = asyncio.Event()
+        self.credit_changed: asyncio.Event | None = None  # streams only
         self.lock = threading.Lock()
         self.builder: proto.RowsBuilder | None = None
         self.pending = 0  # row batches handed to the loop and not yet written
@@ -335,7 +335,7 @@ class _Runtime(asyncio.BufferedProtocol):
             self._start(ev)  # type: ignore[arg-type]
         elif t == FrameType.CREDIT:
             call = self.calls.get(ev.id)
-            if call is not None:
+            if call is not None and call.credit_changed is not None:
                 call.credit_changed.set()
         elif t == FrameType.PING:
             self._send(proto.Pong(ev.nonce))  # type: ignore[attr-defined]
@@ -388,7 +388,8 @@ class _Runtime(asyncio.BufferedProtocol):
         if call.ctx._cancel_code is not None:
             return
         call.ctx._cancel_code = code
-        call.credit_changed.set()
+        if call.credit_changed is not None:
+            call.credit_changed.set()
         m = call.method
         if (m.is_async or m.is_asyncgen) and call.task is not None:
             call.task.cancel()
@@ -407,7 +408,60 @@ class _Runtime(asyncio.BufferedProtocol):
         if req.timeout_us:
             call.deadline_handle = self.loop.call_later(
                 req.timeout_us / 1e6, self._cancel, call, ErrorCode.DEADLINE_EXCEEDED)
-        call.task = self.loop.create_task(self._run(call, req.body))
+        if m.kind == MethodKind.UNARY and not m.is_async:
+            self._start_sync_unary(call, req.body)
+        else:
+            call.task = self.loop.create_task(self._run(call, req.body))
+
+    def _start_sync_unary(self, call: _Call, body: Any) -> None:
+        """The common case without an asyncio Task: decode, hand to a thread, answer when the
+        thread's future completes (fewer loop passes and allocations per request)."""
+        ctx = call.ctx
+        m = call.method
+        try:
+            arg = ctx.codec.decode(body)
+        except Exception as e:
+            self._finish(call, proto.ErrorFrame(
+                call.id, ErrorCode.BAD_REQUEST,
+                f"cannot decode the request body as {ctx.codec.name}: {e}"))
+            return
+        args = (arg, ctx) if m.wants_ctx else (arg,)
+        assert self.executor is not None
+        fut = self.executor.submit(_call_and_encode, m.fn, args, ctx.codec.encode)
+        loop = self.loop
+
+        def done(f: concurrent.futures.Future) -> None:  # in the handler thread
+            try:
+                loop.call_soon_threadsafe(self._sync_unary_done, call, f)
+            except RuntimeError:  # the loop is gone: the worker is exiting
+                pass
+        fut.add_done_callback(done)
+
+    def _sync_unary_done(self, call: _Call, f: concurrent.futures.Future) -> None:
+        exc = f.exception()
+        if exc is not None:
+            terminal = self._terminal_for(call, exc)
+        elif call.ctx._cancel_code is not None:
+            terminal = self._terminal_for(call, _Cancelled())
+        else:
+            terminal = proto.Result(call.id, f.result())
+        self._finish(call, terminal)
+
+    def _terminal_for(self, call: _Call, e: BaseException) -> proto.Frame:
+        """The ERROR frame that ends ``call`` after its handler raised ``e``."""
+        if isinstance(e, (asyncio.CancelledError, _Cancelled)):
+            code = call.ctx._cancel_code
+            return proto.ErrorFrame(call.id, code or ErrorCode.CANCELLED, _cancel_message(code))
+        if isinstance(e, WorkerError):
+            return proto.ErrorFrame(call.id, e.code, e.message, _json_details(e.details))
+        if isinstance(e, _RowTooLarge):
+            return proto.ErrorFrame(call.id, ErrorCode.ROW_TOO_LARGE, str(e))
+        if isinstance(e, Exception):
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=20))
+            return proto.ErrorFrame(call.id, ErrorCode.HANDLER_ERROR, f"{type(e).__name__}: {e}",
+                                    _json_details({"type": type(e).__name__, "traceback": tb}))
+        # SystemExit, KeyboardInterrupt raised inside a handler
+        return proto.ErrorFrame(call.id, ErrorCode.HANDLER_PANIC, f"{type(e).__name__}: {e}")
 
     async def _run(self, call: _Call, body: Any) -> None:
         m = call.method
@@ -424,19 +478,8 @@ class _Runtime(asyncio.BufferedProtocol):
                     terminal = await self._run_unary(call, arg)
                 else:
                     terminal = await self._run_stream(call, arg)
-        except (asyncio.CancelledError, _Cancelled):
-            terminal = proto.ErrorFrame(call.id, ctx._cancel_code or ErrorCode.CANCELLED,
-                                        _cancel_message(ctx._cancel_code))
-        except WorkerError as e:
-            terminal = proto.ErrorFrame(call.id, e.code, e.message, _json_details(e.details))
-        except _RowTooLarge as e:
-            terminal = proto.ErrorFrame(call.id, ErrorCode.ROW_TOO_LARGE, str(e))
-        except Exception as e:
-            terminal = proto.ErrorFrame(call.id, ErrorCode.HANDLER_ERROR, f"{type(e).__name__}: {e}",
-                                        _json_details({"type": type(e).__name__,
-                                                       "traceback": traceback.format_exc(limit=20)}))
-        except BaseException as e:  # SystemExit/KeyboardInterrupt inside a handler
-            terminal = proto.ErrorFrame(call.id, ErrorCode.HANDLER_PANIC, f"{type(e).__name__}: {e}")
+        except BaseException as e:  # noqa: B036 - every outcome becomes this request's terminal
+            terminal = self._terminal_for(call, e)
         self._finish(call, terminal)
 
     def _finish(self, call: _Call, terminal: proto.Frame) -> None:
@@ -451,6 +494,9 @@ class _Runtime(asyncio.BufferedProtocol):
                 self._send_message(terminal)
             except ValueError as e:  # e.g. END with more rows than sent: a driver bug, say so
                 self._send(proto.ErrorFrame(call.id, ErrorCode.HANDLER_PANIC, str(e)))
+            if not self.calls:
+                # Nothing else will finish in this loop pass: write now, not a pass later.
+                self._flush_out()
         self._maybe_goodbye()
 
     async def _run_unary(self, call: _Call, arg: Any) -> proto.Frame:
@@ -471,6 +517,7 @@ class _Runtime(asyncio.BufferedProtocol):
         ctx = call.ctx
         args = (arg, ctx) if m.wants_ctx else (arg,)
         mfs = self.conn.max_frame_size
+        call.credit_changed = asyncio.Event()
         call.builder = proto.RowsBuilder(mfs)
         call.max_row = mfs - 8
         call.timer = self.loop.call_later(ROWS_FLUSH_INTERVAL, self._tick, call)
@@ -524,25 +571,45 @@ class _Runtime(asyncio.BufferedProtocol):
         return None
 
     def _produce_sync(self, call: _Call, fn: Any, args: tuple = ()) -> Any:
-        """Runs in a handler thread: iterate the generator, hand full batches to the loop."""
+        """Runs in a handler thread: iterate the generator, hand full batches to the loop.
+
+        The per-row path is inlined (this loop is the worker's row throughput): encode, append
+        length and bytes to the batch under the batch lock (the loop's flush timer may take a
+        partly filled batch), hand a full batch over and keep filling the next one.
+        """
         ctx = call.ctx
         it: Iterable[Any] = fn(*args) if args else fn
         encode = ctx.codec.encode
-        append = self._append_row
         loop = self.loop
+        lock = call.lock
+        max_row = call.max_row
+        limit = self.flush_bytes + proto.HEADER_SIZE  # compared with the builder's buffer
+        pack = proto._u32_pack
+        RowsBuilder = proto.RowsBuilder
         prev: concurrent.futures.Future | None = None
-        iterator = iter(it)
-        returned = None
+        box: list[Any] = []
+        iterator = _returning(it, box) if inspect.isgenerator(it) else iter(it)
         try:
-            while True:
-                try:
-                    item = next(iterator)
-                except StopIteration as stop:
-                    returned = stop.value
-                    break
+            for item in iterator:
                 if ctx._cancel_code is not None:
                     break
-                full = append(call, encode(item))
+                row = encode(item)
+                n = len(row)
+                if n > max_row:
+                    raise _RowTooLarge(f"a row of {n} bytes does not fit in one frame "
+                                       f"(max_frame_size {self.conn.max_frame_size})")
+                full = None
+                with lock:
+                    b = call.builder
+                    buf = b._buf  # type: ignore[union-attr]
+                    if len(buf) + 4 + n > limit and b.count:  # type: ignore[union-attr]
+                        full = b
+                        call.builder = b = RowsBuilder(b.max_payload)  # type: ignore[union-attr]
+                        call.pending += 1
+                        buf = b._buf
+                    buf += pack(n)
+                    buf += row
+                    b.count += 1  # type: ignore[union-attr]
                 if full is not None:
                     # One batch may be in delivery while the next fills: wait for the older one
                     # (this is where a fast generator waits for credit).
@@ -550,19 +617,22 @@ class _Runtime(asyncio.BufferedProtocol):
                         prev.result()
                     prev = asyncio.run_coroutine_threadsafe(self._deliver(call, full), loop)
         finally:
-            close = getattr(iterator, "close", None)
-            if close is not None and ctx._cancel_code is not None:
-                close()
+            if ctx._cancel_code is not None:
+                close = getattr(iterator, "close", None)
+                if close is not None:
+                    close()
             if prev is not None:
                 prev.result()
-        return returned
+        return box[0] if box else None
 
     async def _deliver(self, call: _Call, builder: proto.RowsBuilder) -> None:
         """Send one batch once the stream has credit (on the loop). ``pending`` was counted."""
         try:
             while self.conn.credit(call.id) <= 0 and call.ctx._cancel_code is None:
-                call.credit_changed.clear()
-                await call.credit_changed.wait()
+                event = call.credit_changed
+                assert event is not None
+                event.clear()
+                await event.wait()
             if call.ctx._cancel_code is None and call.id in self.calls:
                 self._send_rows(call, builder)
         finally:
@@ -635,6 +705,11 @@ def _cancel_message(code: int | None) -> str:
     return "the request was cancelled"
 
 
+def _returning(gen: Any, box: list[Any]) -> Any:
+    """Iterate ``gen`` and keep its ``return`` value (a stream's summary) in ``box``."""
+    box.append((yield from gen))
+
+
 def _call_and_encode(fn: Callable[..., Any], args: tuple, encode: Callable[[Any], Any]) -> Any:
     return encode(fn(*args))
 
@@ -698,6 +773,8 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
 async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
                        max_frame_size: int) -> int:
     loop = asyncio.get_running_loop()
+    if hasattr(asyncio, "eager_task_factory"):  # 3.12+: a handler starts in the same loop pass
+        loop.set_task_factory(asyncio.eager_task_factory)
     sock = socket.socket(fileno=fd)
     sock.setblocking(False)
     runtime = _Runtime(methods, max_concurrency, max_frame_size, loop)
