@@ -433,3 +433,18 @@ fn the_worker_dies_with_its_parent() {
     let read = ours.read_to_end(&mut rest);
     assert!(read.is_ok(), "the worker outlived its parent: {read:?}");
 }
+
+#[test]
+fn stream_rows_and_summary_use_the_request_codec() {
+    use wirepool_codec::Codec;
+    let mut p = Parent::start();
+    for codec in [Codec::MsgPack, Codec::Cbor] {
+        let body = codec.to_vec(&json!({"n": 3})).unwrap();
+        let id = p.request("decls", codec.id(), 0, &body);
+        let frames = p.collect_until_terminal(id);
+        let rows: Vec<Value> = rows_of(&frames, id).iter().map(|r| codec.decode(r).unwrap()).collect();
+        assert_eq!(rows[2], json!({"i": 2, "name": "decl_2", "kind": "theorem"}), "{codec}");
+        let FrameBody::End { row_count: 3, summary } = &frames.last().unwrap().body else { panic!("{codec}: no END") };
+        assert_eq!(codec.decode::<Value>(summary).unwrap(), json!({"rows": 3}), "{codec}");
+    }
+}
