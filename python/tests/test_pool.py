@@ -341,3 +341,44 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_recycle_by_rss_fails_nothing() -> None:
+    with pool(max_rss_bytes=1, heartbeat_ms=50) as p:  # every worker is "too big" at once
+        first = p.call("pid", {})
+        wait_until(lambda: p.metrics().get("recycled", 0) >= 1)
+        for _ in range(5):
+            assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+        assert p.metrics().get("errors", 0) == 0
+        wait_until(lambda: first not in p.pids)
+
+
+def test_recycle_when_idle() -> None:
+    with pool(idle_timeout=0.1, heartbeat_ms=50) as p:
+        first = p.call("pid", {})
+        wait_until(lambda: p.metrics().get("recycled", 0) >= 1)
+        assert p.call("pid", {}) != first
+
+
+def test_restart_intensity_limit_stops_restarting() -> None:
+    with pool(max_restarts=2, restart_window=60, restart_backoff=0.01) as p:
+        for _ in range(3):
+            with pytest.raises(wirepool.WorkerExited):
+                p.call("die", {"status": 1})
+        with pytest.raises(wirepool.WorkerExited) as e:
+            p.call("add", {"a": 1, "b": 1}, timeout=10)
+        assert "restart intensity" in e.value.message
+
+
+def test_row_too_large_ends_only_that_stream() -> None:
+    with pool(max_frame_size=65536) as p:
+        with pytest.raises(wirepool.RowTooLarge):
+            list(p.stream("big_row", {"size": 70_000}))
+        assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+
+
+def test_progress_events_on_unary_call() -> None:
+    seen: list[object] = []
+    with pool() as p:
+        assert p.call("progress", {"n": 30}, on_event=lambda t, d: seen.append(d)) == {"done": 30}
+    assert seen and seen[-1] == {"i": 29} and len(seen) <= 30

@@ -401,7 +401,7 @@ class _Worker(asyncio.BufferedProtocol):
         t = ev.TYPE
         if t == FrameType.ROWS:
             req = self.requests.get(ev.id)
-            if req is not None:
+            if req is not None and not req.abandoned:  # rows after a cancel are dropped
                 req.frames.append(ev)  # type: ignore[arg-type]
                 req._wake()
             return

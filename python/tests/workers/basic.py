@@ -112,6 +112,12 @@ def crash_after(req, ctx: wirepool.Context):
     yield {"never": True}
 
 
+@wirepool.stream
+def big_row(req):
+    yield "x"  # a valid row first
+    yield "x" * req["size"]
+
+
 @wirepool.method
 def die(req):
     sys.stderr.write("dying on purpose\n")
