@@ -155,6 +155,33 @@ pub enum Event {
     },
 }
 
+/// A message being sent frame by frame; see [`Connection::begin_request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageCursor {
+    id: u64,
+    head: MessageHead,
+    body_len: usize,
+    /// Body bytes written so far.
+    sent: usize,
+}
+
+impl MessageCursor {
+    /// The request id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// True once every frame is written.
+    pub fn is_done(&self) -> bool {
+        self.sent == self.body_len
+    }
+
+    /// Body bytes not yet written.
+    pub fn remaining(&self) -> usize {
+        self.body_len - self.sent
+    }
+}
+
 /// Per-request state of a request in flight (on either side).
 #[derive(Debug, Clone)]
 pub(crate) struct StreamSendState {
@@ -1116,11 +1143,21 @@ impl Connection {
         body: &[u8],
         out: &mut impl FrameBuf,
     ) -> Result<(), ProtocolError> {
+        self.check_terminal(id, head, body.len())?;
+        encode_message(out, id, head, body, self.max_frame_size())?;
+        self.requests.remove(&id);
+        Ok(())
+    }
+
+    fn check_terminal(
+        &mut self,
+        id: u64,
+        head: MessageHead,
+        body_len: usize,
+    ) -> Result<(), ProtocolError> {
         let ty = head.frame_type();
         self.check_can_send(ty, id)?;
-        let size = head.message_len(body.len());
-        self.check_message_size(id, size)?;
-        let max_frame_size = self.max_frame_size();
+        self.check_message_size(id, head.message_len(body_len))?;
         let req = self.in_flight_state(id, ty)?;
         check_kind_for_send(req, ty, id)?;
         if req.sending.is_some() {
@@ -1130,9 +1167,180 @@ impl Connection {
                 "a message for this id is already being sent",
             ));
         }
-        encode_message(out, id, head, body, max_frame_size)?;
-        self.requests.remove(&id);
         Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sending: a large message frame by frame
+
+    /// Parent: like [`send_request`](Connection::send_request), but writes only the first
+    /// frame; continue with [`send_next_frame`](Connection::send_next_frame) so frames of
+    /// other requests can go in between (section 5).
+    ///
+    /// ```
+    /// # use wirepool_proto::{Connection, Event, Hello, MethodInfo, MethodKind, Welcome};
+    /// # let mut worker = Connection::new_worker();
+    /// # let mut parent = Connection::new_parent();
+    /// # let mut wire = Vec::new();
+    /// # let hello = Hello { max_concurrency: 2, methods: vec![MethodInfo { name: "m".into(), kind: MethodKind::Unary, codecs: vec![0] }], ..Hello::new("doc", "1") };
+    /// # worker.send_hello(&hello, &mut wire).unwrap();
+    /// # parent.push(&wire); wire.clear(); parent.poll_event().unwrap();
+    /// # parent.send_welcome(&Welcome { max_frame_size: 65_536, ..Welcome::for_hello(&hello, 1).unwrap() }, &mut wire).unwrap();
+    /// let big = vec![1u8; 200_000];
+    /// let mut cursor = parent.begin_request(0, 0, 0, &big, &mut wire).unwrap();
+    /// let small = parent.send_request(0, 0, 0, b"small", &mut wire).unwrap(); // not blocked
+    /// while !parent.send_next_frame(&mut cursor, &big, &mut wire).unwrap() {}
+    ///
+    /// worker.push(&wire);
+    /// assert!(matches!(worker.poll_event().unwrap(), Some(Event::Welcome(_))));
+    /// let first = worker.poll_event().unwrap().unwrap();
+    /// assert!(matches!(first, Event::Request { id, .. } if id == small));
+    /// let Some(Event::Request { body, .. }) = worker.poll_event().unwrap() else { panic!() };
+    /// assert_eq!(body.len(), 200_000);
+    /// ```
+    pub fn begin_request(
+        &mut self,
+        method: u16,
+        codec: u8,
+        timeout_us: u64,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<MessageCursor, ProtocolError> {
+        let id = self.highest_id + 1;
+        let head = MessageHead::Request {
+            method,
+            codec,
+            timeout_us,
+        };
+        let kind = self.check_request(id, method, head.message_len(body.len()))?;
+        let cursor = self.write_first_frame(id, head, body, out)?;
+        self.record_request(id, kind);
+        if !cursor.is_done() {
+            if let Some(req) = self.requests.get_mut(&id) {
+                req.sending = Some(FrameType::Request);
+            }
+        }
+        Ok(cursor)
+    }
+
+    /// Worker: like [`send_result`](Connection::send_result), one frame at a time; continue
+    /// with [`send_next_frame`](Connection::send_next_frame). The request ends with the last
+    /// frame; an ERROR sent meanwhile abandons the result.
+    pub fn begin_result(
+        &mut self,
+        id: u64,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<MessageCursor, ProtocolError> {
+        self.begin_terminal(id, MessageHead::Result, body, out)
+    }
+
+    /// Worker: like [`send_end`](Connection::send_end), one frame at a time; continue with
+    /// [`send_next_frame`](Connection::send_next_frame).
+    pub fn begin_end(
+        &mut self,
+        id: u64,
+        summary: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<MessageCursor, ProtocolError> {
+        let row_count = self.requests.get(&id).map_or(0, |r| r.rows);
+        self.begin_terminal(id, MessageHead::End { row_count }, summary, out)
+    }
+
+    fn begin_terminal(
+        &mut self,
+        id: u64,
+        head: MessageHead,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<MessageCursor, ProtocolError> {
+        self.check_terminal(id, head, body.len())?;
+        let cursor = self.write_first_frame(id, head, body, out)?;
+        if cursor.is_done() {
+            self.requests.remove(&id);
+        } else if let Some(req) = self.requests.get_mut(&id) {
+            req.sending = Some(head.frame_type());
+        }
+        Ok(cursor)
+    }
+
+    fn write_first_frame(
+        &self,
+        id: u64,
+        head: MessageHead,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<MessageCursor, ProtocolError> {
+        let room = (self.max_frame_size() as usize).saturating_sub(head.prefix_len());
+        let first = body.len().min(room);
+        put_header(
+            out,
+            head.frame_type(),
+            first < body.len(),
+            id,
+            head.prefix_len() + first,
+        )?;
+        head.put_prefix(out);
+        out.put_slice(&body[..first]);
+        Ok(MessageCursor {
+            id,
+            head,
+            body_len: body.len(),
+            sent: first,
+        })
+    }
+
+    /// Write the next CONTINUATION of a message started with `begin_*`; `body` must be the same
+    /// bytes. Returns `true` once the last frame is written (then the call is a no-op). Fails
+    /// with `CONTINUATION` if the message was abandoned meanwhile (CANCEL sent by the parent,
+    /// ERROR sent by the worker).
+    pub fn send_next_frame(
+        &mut self,
+        cursor: &mut MessageCursor,
+        body: &[u8],
+        out: &mut impl FrameBuf,
+    ) -> Result<bool, ProtocolError> {
+        if cursor.is_done() {
+            return Ok(true);
+        }
+        let id = cursor.id;
+        if body.len() != cursor.body_len {
+            return Err(err(
+                ErrorCode::Protocol,
+                id,
+                format!(
+                    "body is {} bytes, the message began with {}",
+                    body.len(),
+                    cursor.body_len
+                ),
+            ));
+        }
+        self.check_can_send(FrameType::Continuation, id)?;
+        let max = self.max_frame_size() as usize;
+        let ty = cursor.head.frame_type();
+        let req = self
+            .requests
+            .get_mut(&id)
+            .filter(|r| r.sending == Some(ty))
+            .ok_or_else(|| {
+                err(
+                    ErrorCode::Continuation,
+                    id,
+                    format!("the {} for id {id} was abandoned", ty.name()),
+                )
+            })?;
+        let end = cursor.sent + (body.len() - cursor.sent).min(max);
+        let more = end < body.len();
+        put_header(out, FrameType::Continuation, more, id, end - cursor.sent)?;
+        out.put_slice(&body[cursor.sent..end]);
+        cursor.sent = end;
+        if !more {
+            req.sending = None;
+            if ty != FrameType::Request {
+                self.requests.remove(&id);
+            }
+        }
+        Ok(!more)
     }
 
     /// Worker: start a ROWS frame for stream `id`: checks that the stream is in flight and its

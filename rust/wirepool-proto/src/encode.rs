@@ -300,7 +300,7 @@ impl MessageHead {
         self.frame_type().fixed_prefix_len()
     }
 
-    fn put_prefix(&self, out: &mut impl BufMut) {
+    pub(crate) fn put_prefix(&self, out: &mut impl BufMut) {
         match *self {
             MessageHead::Request {
                 method,

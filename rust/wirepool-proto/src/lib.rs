@@ -38,7 +38,7 @@ mod frame;
 mod handshake;
 mod wire;
 
-pub use connection::{grant_due, Connection, Event, Role};
+pub use connection::{grant_due, Connection, Event, MessageCursor, Role};
 pub use decode::{decode_frame, FrameDecoder};
 pub use encode::{encode_message, FrameBuf, MessageHead, RowsBuilder, RowsWritten};
 pub use error::{ErrorClass, ErrorCode, ProtocolError};

@@ -418,3 +418,109 @@ fn core_types_move_between_tasks() {
     send_static::<wirepool_proto::Frame>();
     send_static::<wirepool_proto::ProtocolError>();
 }
+
+#[test]
+fn a_result_sent_frame_by_frame_lets_other_requests_through() {
+    let (mut parent, mut worker) = open_pair(|w| Welcome {
+        max_frame_size: 65_536,
+        ..w
+    });
+    let mut wire = Vec::new();
+    let unary = parent.send_request(UNARY, 0, 0, b"", &mut wire).unwrap();
+    deliver(&mut worker, &mut wire);
+    let stream = start_stream(&mut parent, &mut worker);
+
+    let body = vec![5u8; 150_000];
+    let mut cursor = worker.begin_result(unary, &body, &mut wire).unwrap();
+    assert_eq!(cursor.remaining(), 150_000 - 65_536);
+    // While the result is half sent, EVENT for it is refused (it would break the message) but
+    // the other request's rows go out between its frames.
+    assert_eq!(
+        worker
+            .send_event(unary, "t", "", &mut wire)
+            .unwrap_err()
+            .code,
+        ErrorCode::Continuation
+    );
+    let mut frames = 0;
+    loop {
+        let mut rows = worker.rows(stream, &mut wire).unwrap();
+        assert!(rows.push(format!("row {frames}").as_bytes()).unwrap());
+        rows.finish().unwrap();
+        frames += 1;
+        if worker
+            .send_next_frame(&mut cursor, &body, &mut wire)
+            .unwrap()
+        {
+            break;
+        }
+    }
+    assert_eq!(
+        frames, 2,
+        "150,000 bytes: a first frame and two CONTINUATIONs"
+    );
+    assert!(!worker.is_in_flight(unary));
+    worker.send_end(stream, b"", &mut wire).unwrap();
+
+    let events = deliver(&mut parent, &mut wire);
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            Event::Rows { .. } => "rows",
+            Event::Result { body, .. } if body.len() == 150_000 => "result",
+            Event::End { row_count: 2, .. } => "end",
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["rows", "rows", "result", "end"]);
+}
+
+#[test]
+fn error_abandons_a_result_being_sent_and_cancel_a_request_being_sent() {
+    let (mut parent, mut worker) = open_pair(|w| Welcome {
+        max_frame_size: 65_536,
+        ..w
+    });
+    let mut wire = Vec::new();
+    let body = vec![1u8; 100_000];
+
+    let mut request = parent.begin_request(UNARY, 0, 0, &body, &mut wire).unwrap();
+    parent.send_cancel(request.id(), &mut wire).unwrap();
+    let e = parent
+        .send_next_frame(&mut request, &body, &mut wire)
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Continuation);
+    assert_eq!(
+        deliver(&mut worker, &mut wire),
+        vec![Event::Reject {
+            id: request.id(),
+            code: ErrorCode::Cancelled
+        }]
+    );
+    worker
+        .send_error(request.id(), ErrorCode::Cancelled.code(), "", "", &mut wire)
+        .unwrap();
+    assert!(matches!(
+        deliver(&mut parent, &mut wire)[..],
+        [Event::Error { code: 205, .. }]
+    ));
+
+    let id = parent.send_request(UNARY, 0, 0, b"", &mut wire).unwrap();
+    deliver(&mut worker, &mut wire);
+    let mut result = worker.begin_result(id, &body, &mut wire).unwrap();
+    worker
+        .send_error(id, ErrorCode::HandlerError.code(), "gave up", "", &mut wire)
+        .unwrap();
+    assert_eq!(
+        worker
+            .send_next_frame(&mut result, &body, &mut wire)
+            .unwrap_err()
+            .code,
+        ErrorCode::Continuation
+    );
+    let events = deliver(&mut parent, &mut wire);
+    assert!(
+        matches!(&events[..], [Event::Error { code: 203, message, .. }] if message == "gave up")
+    );
+    assert_eq!(parent.in_flight(), 0);
+}
