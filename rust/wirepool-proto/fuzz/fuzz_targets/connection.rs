@@ -2,9 +2,9 @@
 //! bytes the peer sends. Config bit 0: role (0 parent, 1 worker); bits 1-7: chunk size - 1.
 //!
 //! The driver does what a real one does: the worker sends HELLO first and answers requests
-//! (a result, or rows while credit lasts then END), rejects and pings; the parent answers
-//! HELLO with WELCOME, starts a unary and a stream request, and grants credit as it
-//! "consumes" rows. Checks: no panic; a refused send writes nothing; the same events and
+//! (a result, a 70 KB result frame by frame, or rows while credit lasts then END), rejects
+//! and pings; the parent answers HELLO with WELCOME, starts a unary, a stream and a 70 KB
+//! request (frame by frame), and grants credit as it "consumes" rows. Checks: no panic; a refused send writes nothing; the same events and
 //! error whatever the chunking.
 #![no_main]
 
@@ -41,6 +41,16 @@ fn drive(conn: &mut Connection, event: &Event, out: &mut Vec<u8>) {
                 checked(out, |o| conn.send_welcome(&w, o));
                 checked(out, |o| conn.send_request(0, 1, 0, b"{}", o));
                 checked(out, |o| conn.send_request(1, 1, 0, b"{}", o));
+                let body = vec![0xa5; 70_000];
+                if let Ok(mut cursor) = conn.begin_request(2, 1, 0, &body, out) {
+                    while !cursor.is_done() {
+                        let before = out.len();
+                        if conn.send_next_frame(&mut cursor, &body, out).is_err() {
+                            assert_eq!(out.len(), before, "a refused send wrote bytes");
+                            break;
+                        }
+                    }
+                }
             }
             Err(e) => checked(out, |o| conn.refuse(e.code, &e.message, o)),
         },
@@ -58,6 +68,21 @@ fn drive(conn: &mut Connection, event: &Event, out: &mut Vec<u8>) {
                     rows.finish().expect("finish");
                 }
                 checked(out, |o| conn.send_end(*id, b"", o));
+            } else if *method == 2 {
+                // A result larger than a frame, sent frame by frame with an EVENT refused and a
+                // PING allowed in between.
+                let body = vec![0x5a; 70_000];
+                if let Ok(mut cursor) = conn.begin_result(*id, &body, out) {
+                    checked(out, |o| conn.send_event(*id, "progress", "{}", o));
+                    while !cursor.is_done() {
+                        checked(out, |o| conn.send_ping([7; 8], o));
+                        let before = out.len();
+                        if conn.send_next_frame(&mut cursor, &body, out).is_err() {
+                            assert_eq!(out.len(), before, "a refused send wrote bytes");
+                            break;
+                        }
+                    }
+                }
             } else {
                 checked(out, |o| conn.send_result(*id, b"ok", o));
             }
