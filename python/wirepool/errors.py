@@ -109,7 +109,7 @@ class WirepoolError(Exception):
 
 
 def _rebuild(cls: type, code: int, message: str, id: int, details: Any, state: dict) -> Any:
-    obj = WirepoolError.__new__(cls)
+    obj: Any = WirepoolError.__new__(cls)
     WirepoolError.__init__(obj, code, message, id=id, details=details)
     obj.__dict__.update(state)
     return obj

@@ -807,11 +807,12 @@ class AsyncPool:
         self.argv = [os.fspath(a) for a in argv]
         self.size = workers
         self.codec = _codecs.get(codec)
+        self.require: dict[str, int | None]
         if isinstance(require, Mapping):
             self.require = {k: (MethodKind.STREAM if v == "stream" else MethodKind.UNARY)
                             for k, v in require.items()}
         else:
-            self.require = {k: None for k in (require or ())}
+            self.require = {k: None for k in (require or ())}  # type: ignore[misc]
         self.max_in_flight = max_in_flight
         self.startup_timeout = startup_timeout
         self.heartbeat_ms = heartbeat_ms
@@ -843,7 +844,7 @@ class AsyncPool:
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._spawning = 0
         self._rr = 0
-        self._counters = collections.Counter()
+        self._counters: collections.Counter[str] = collections.Counter()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -916,7 +917,7 @@ class AsyncPool:
                 if not w.exited.done():
                     w.kill(WorkerExited(ErrorCode.WORKER_EXITED, "killed at pool shutdown"))
             await asyncio.wait([asyncio.ensure_future(w.exited) for w in workers], timeout=5.0)
-            tasks = []
+            tasks: list[asyncio.Task] = []
             for w in workers:
                 w._fail_all()
                 tasks.extend(t for t in w._tasks if not t.done())

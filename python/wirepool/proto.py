@@ -159,6 +159,8 @@ class Frame:
     """Base class: every frame has ``id`` and ``more`` (the MORE flag)."""
 
     __slots__ = ("id", "more")
+    id: int
+    more: bool
     TYPE: int = 0
     NAME: str = ""
 
@@ -383,7 +385,7 @@ class Rows(Frame):
         off = 4
         for _ in range(self.count):
             end = off + 4 + unpack(p, off)[0]  # type: ignore[arg-type]
-            append(fn(p[off + 4:end]))  # type: ignore[index]
+            append(fn(p[off + 4:end]))  # type: ignore[index,arg-type]
             off = end
         return out
 

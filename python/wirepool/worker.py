@@ -690,7 +690,7 @@ class _RowTooLarge(Exception):
     pass
 
 
-_REJECT_MESSAGES = {
+_REJECT_MESSAGES: dict[int, str] = {
     ErrorCode.UNKNOWN_METHOD: "method index not in this worker's HELLO",
     ErrorCode.CODEC_UNSUPPORTED: "the method does not accept this codec",
     ErrorCode.OVERLOADED: "more requests in flight than max_in_flight",
