@@ -1,6 +1,6 @@
 //! The connection state machine (PROTOCOL.md sections 4-8) for either side.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bytes::{Bytes, BytesMut};
 
@@ -290,6 +290,9 @@ pub struct Connection {
     highest_id: u64,
     requests: HashMap<u64, StreamSendState>,
     partials: HashMap<u64, Partial>,
+    /// Worker: rejected requests whose ERROR the driver has not sent yet. It holds only what
+    /// the driver owes, so it stays as small as the driver's backlog.
+    unanswered_rejects: HashSet<u64>,
     /// Worker: DRAIN received. Parent: DRAIN sent.
     draining: bool,
     /// Parent: GOODBYE received. Worker: GOODBYE sent.
@@ -311,6 +314,7 @@ impl Connection {
             highest_id: 0,
             requests: HashMap::new(),
             partials: HashMap::new(),
+            unanswered_rejects: HashSet::new(),
             draining: false,
             goodbye: false,
             send_closed: false,
@@ -736,10 +740,7 @@ impl Connection {
             // CANCEL abandons a request still arriving; it still needs a terminal.
             (Role::Worker, FrameBody::Cancel) => {
                 self.partials.remove(&id);
-                Ok(Some(Event::Reject {
-                    id,
-                    code: ErrorCode::Cancelled,
-                }))
+                Ok(Some(self.reject(id, ErrorCode::Cancelled)))
             }
             // ERROR abandons a result or summary still arriving; it is the terminal.
             (Role::Parent, body @ FrameBody::Error { .. }) => {
@@ -773,29 +774,12 @@ impl Connection {
                 frame: frame.body.frame_type(),
             };
         };
-        let reject = |code| Event::Reject { id, code };
-        if self.draining {
-            return reject(ErrorCode::Draining);
-        }
-        let Some(info) = self
-            .hello
-            .as_ref()
-            .and_then(|h| h.methods.get(method as usize))
-        else {
-            return reject(ErrorCode::UnknownMethod);
+        let (kind, initial_credit) = match self.check_accept(method, codec) {
+            Ok(accepted) => accepted,
+            Err(code) => return self.reject(id, code),
         };
-        if !info.codecs.contains(&codec) {
-            return reject(ErrorCode::CodecUnsupported);
-        }
-        let kind = info.kind;
-        let Some(welcome) = self.welcome else {
-            return reject(ErrorCode::Overloaded);
-        };
-        if self.requests.len() >= welcome.max_in_flight as usize {
-            return reject(ErrorCode::Overloaded);
-        }
         self.requests
-            .insert(id, StreamSendState::new(kind, welcome.initial_credit));
+            .insert(id, StreamSendState::new(kind, initial_credit));
         Event::Request {
             id,
             method,
@@ -803,6 +787,33 @@ impl Connection {
             timeout_us,
             body,
         }
+    }
+
+    /// Section 11.2 step 10, in order: the method's kind and the initial credit, or why the
+    /// request is refused.
+    fn check_accept(&self, method: u16, codec: u8) -> Result<(MethodKind, u32), ErrorCode> {
+        if self.draining {
+            return Err(ErrorCode::Draining);
+        }
+        let info = self
+            .hello
+            .as_ref()
+            .and_then(|h| h.methods.get(method as usize))
+            .ok_or(ErrorCode::UnknownMethod)?;
+        if !info.codecs.contains(&codec) {
+            return Err(ErrorCode::CodecUnsupported);
+        }
+        let welcome = self.welcome.ok_or(ErrorCode::Overloaded)?;
+        if self.requests.len() >= welcome.max_in_flight as usize {
+            return Err(ErrorCode::Overloaded);
+        }
+        Ok((info.kind, welcome.initial_credit))
+    }
+
+    /// Worker: refuse request `id`; the driver owes it one ERROR (see `unanswered_rejects`).
+    fn reject(&mut self, id: u64, code: ErrorCode) -> Event {
+        self.unanswered_rejects.insert(id);
+        Event::Reject { id, code }
     }
 
     fn open_with(&mut self, welcome: Welcome) {
@@ -1373,7 +1384,8 @@ impl Connection {
     }
 
     /// Worker: end request `id` with an error (a terminal; abandons a result being sent). Also
-    /// the answer to [`Event::Reject`], whose request is no longer in flight.
+    /// the answer to [`Event::Reject`], whose request is no longer in flight. A second terminal
+    /// for a request is refused (`UNKNOWN_ID`), for example an ERROR after its RESULT.
     /// With `id == 0` it is a fatal report: nothing can be sent after it.
     pub fn send_error(
         &mut self,
@@ -1384,11 +1396,13 @@ impl Connection {
         out: &mut impl FrameBuf,
     ) -> Result<(), ProtocolError> {
         self.check_can_send(FrameType::Error, id)?;
-        if id > self.highest_id {
+        if id != 0 && !self.requests.contains_key(&id) && !self.unanswered_rejects.contains(&id) {
             return Err(err(
                 ErrorCode::UnknownId,
                 id,
-                format!("no request {id} was received"),
+                format!(
+                    "request {id} is not in flight and owes no REJECT answer: a second terminal"
+                ),
             ));
         }
         self.check_frame_size(id, 6 + message.len() + details.len())?;
@@ -1397,6 +1411,7 @@ impl Connection {
             self.send_closed = true;
         } else {
             self.requests.remove(&id);
+            self.unanswered_rejects.remove(&id);
         }
         Ok(())
     }

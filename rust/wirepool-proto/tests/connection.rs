@@ -524,3 +524,37 @@ fn error_abandons_a_result_being_sent_and_cancel_a_request_being_sent() {
     );
     assert_eq!(parent.in_flight(), 0);
 }
+
+#[test]
+fn a_second_terminal_is_refused_but_a_reject_is_answered_once() {
+    let (mut parent, mut worker) = open_pair(|w| w);
+    let mut wire = Vec::new();
+    let id = parent.send_request(UNARY, 0, 0, b"", &mut wire).unwrap();
+    let bad_codec = parent.send_request(STREAM, 0, 0, b"", &mut wire).unwrap();
+    let events = deliver(&mut worker, &mut wire);
+    assert_eq!(
+        events[1],
+        Event::Reject {
+            id: bad_codec,
+            code: ErrorCode::CodecUnsupported
+        }
+    );
+
+    worker.send_result(id, b"done", &mut wire).unwrap();
+    let late = worker.send_error(id, ErrorCode::DeadlineExceeded.code(), "", "", &mut wire);
+    assert_eq!(late.unwrap_err().code, ErrorCode::UnknownId);
+
+    let code = ErrorCode::CodecUnsupported.code();
+    worker
+        .send_error(bad_codec, code, "codec 0", "", &mut wire)
+        .unwrap();
+    let again = worker.send_error(bad_codec, code, "codec 0", "", &mut wire);
+    assert_eq!(again.unwrap_err().code, ErrorCode::UnknownId);
+
+    let events = deliver(&mut parent, &mut wire);
+    assert!(matches!(
+        &events[..],
+        [Event::Result { .. }, Event::Error { code: 201, .. }]
+    ));
+    assert_eq!(parent.in_flight(), 0);
+}
