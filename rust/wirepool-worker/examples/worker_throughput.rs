@@ -138,6 +138,12 @@ fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
     let credit = 4 << 20;
     let (mut p, mut child) = start(credit);
+    if only == "json" {
+        let n = 4_000_000u64;
+        let (rows, secs) = stream_rows(&mut p, "decls", 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
+        println!("decls json: {:.2} M rows/s", rows as f64 / secs / 1e6);
+        return;
+    }
     if only == "raw" {
         let n = 20_000_000u64;
         let (rows, secs) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);

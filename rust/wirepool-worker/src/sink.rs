@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 // No poisoning: a row push never panics under the lock, and the std guard's poison check costs a
 // thread-local read per row (measured: a third of the worker's time on 16-byte raw rows).
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -35,7 +35,10 @@ pub(crate) struct StreamShared {
 
 struct StreamState {
     /// `[len u32, row]...`: the rows of the next ROWS frame, already encoded.
-    batch: BytesMut,
+    /// A `Vec`, not `BytesMut`: serde encoders write many tiny pieces, and `Vec`'s `Write` is
+    /// the path they are tuned for (measured: ~40% of the time of a JSON row went to
+    /// `BytesMut::put_slice`).
+    batch: Vec<u8>,
     rows_in_batch: u32,
     /// Bumped on every credit grant or cancellation, so a blocking waiter never misses one.
     epoch: u64,
@@ -64,7 +67,7 @@ impl StreamShared {
             batch_bytes: batch_bytes.min(max_frame),
             shared,
             state: Mutex::new(StreamState {
-                batch: BytesMut::new(),
+                batch: Vec::new(),
                 rows_in_batch: 0,
                 epoch: 0,
                 carry: None,
