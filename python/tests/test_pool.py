@@ -282,10 +282,24 @@ def test_missing_executable_is_spawn_failed() -> None:
     assert e.value.code == 303
 
 
-def test_worker_without_wirepool_fd_handshake_fails_fast() -> None:
-    # A program that exits at once: start-up fails with WorkerExited, not a hang.
-    with pytest.raises(wirepool.WorkerExited):
-        wirepool.Pool([sys.executable, "-c", "import sys; sys.exit(2)"], startup_timeout=10)
+def test_worker_dying_before_hello_reports_status_and_stderr() -> None:
+    # A worker that fails at import: start-up fails at once with its exit status and stderr.
+    with pytest.raises(wirepool.WorkerExited) as e:
+        wirepool.Pool([sys.executable, "-c", "import no_such_module_xyz"], startup_timeout=10)
+    assert e.value.exit_status == 1
+    assert "No module named 'no_such_module_xyz'" in e.value.stderr_tail
+
+
+def test_version_mismatch_fails_at_start_up() -> None:
+    hello = wirepool.proto.encode_frame(wirepool.proto.Hello(
+        min_version=2, max_version=3, pid=1, max_concurrency=1, methods=[]))
+    script = ("import os, socket, time\n"
+              "s = socket.socket(fileno=int(os.environ['WIREPOOL_FD']))\n"
+              f"s.sendall({hello!r})\n"
+              "s.recv(100); time.sleep(5)\n")
+    with pytest.raises(wirepool.ProtocolError) as e:
+        wirepool.Pool([sys.executable, "-c", script], startup_timeout=10)
+    assert e.value.code == wirepool.ErrorCode.VERSION_MISMATCH
 
 
 def test_chatty_worker_never_blocks() -> None:

@@ -187,6 +187,20 @@ class _Worker(asyncio.BufferedProtocol):
                                  f"{pool.startup_timeout}s" + self._tail_suffix())
             self.kill(err)
             raise err from None
+        except WorkerExited:
+            # It died before its HELLO (an import error, a bad argv...): say how, with its
+            # stderr, which is usually the whole story.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), 2.0)
+            self.kill(None)
+            what = (f"was killed by signal {self.exit_signal}" if self.exit_signal is not None
+                    else f"exited with status {self.exit_status}")
+            err = WorkerExited(ErrorCode.WORKER_EXITED,
+                               f"worker pid {self.pid} {what} before its HELLO"
+                               + self._tail_suffix())
+            err.exit_status, err.signal = self.exit_status, self.exit_signal
+            err.stderr_tail = "\n".join(self.stderr_tail)
+            raise err from None
         except BaseException:
             self.kill(WorkerExited(ErrorCode.WORKER_EXITED, "start-up interrupted"))
             raise
@@ -287,6 +301,9 @@ class _Worker(asyncio.BufferedProtocol):
             log.error("worker %d (pid %d): protocol violation %s", self.worker_id, self.pid, e)
             self._write(proto.encode_frame_parts(proto.ErrorFrame(0, e.code, e.message)))
             self._flush_out()
+            if not self.ready.done():  # e.g. VERSION_MISMATCH, BAD_MAGIC: start-up fails with it
+                self.ready.set_exception(e)
+                self.ready.exception()
             self.kill(error_from_code(ErrorCode.PROTOCOL_VIOLATION,
                                       f"worker pid {self.pid} broke the protocol: {e}",
                                       details={"protocol_code": e.code, "name": e.name}))
