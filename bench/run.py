@@ -228,6 +228,7 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = {
         "schema": 1, "mode": args.mode, "only": only,
+        "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
         "started": started.isoformat(timespec="seconds"),
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "repeats": 5 if args.mode == "full" else 3,

@@ -146,7 +146,8 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
     lines = [
         f"# wirepool benchmark report ({results['mode']} mode)",
         "",
-        f"- started {results['started']}, finished {results['finished']}",
+        f"- `{results.get('command', 'python3 bench/run.py')}`, started {results['started']}, "
+        f"finished {results['finished']}",
         f"- commit `{results['git']['commit']}`" + (" (dirty tree)" if results['git'].get('dirty')
                                                      else ""),
         f"- machine: {m['cpu']}, {m['cores']} logical cores, {m['mem_gib']} GiB, "

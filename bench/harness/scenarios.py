@@ -46,7 +46,7 @@ def cores() -> int:
 def build(mode: str) -> list[dict[str, Any]]:
     full = mode == "full"
     repeats = 5 if full else 3
-    window = 0.5 if full else 0.06
+    window = 0.4 if full else 0.06
     warmup = 0.1 if full else 0.03
     limit = 240.0 if full else 45.0
     out: list[dict[str, Any]] = []

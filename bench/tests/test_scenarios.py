@@ -1,0 +1,73 @@
+"""The catalogue holds the specified workloads, and every runner it names is registered."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH / "runners"))
+
+from harness import scenarios  # noqa: E402
+from registry import RUNNERS  # noqa: E402
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def of(mode: str, workload: str) -> list[dict]:
+    return [s for s in scenarios.build(mode) if s["workload"] == workload]
+
+
+def test_full_mode_has_the_specified_grid():
+    assert [s["payload"] for s in of("full", "W1")] == [64, KIB, 16 * KIB, 64 * KIB]
+    echo2 = [(s["payload"], s["inflight"]) for s in of("full", "W2") if s["kind"] == "echo"]
+    assert echo2 == [(p, k) for p in (64, KIB) for k in (16, 64, 256)]
+    w3 = {(s["kind"], s["payload"]) for s in of("full", "W3")}
+    assert w3 == {(k, p) for k in ("oneway", "echo_large") for p in (MIB, 16 * MIB, 256 * MIB)}
+    w4 = [(s["shape"], s["n"]) for s in of("full", "W4")]
+    assert w4 == [("small_rows", 8192), ("small_rows", 1 << 20), ("large_rows", 512),
+                  ("large_rows", 16384)]
+    w5 = [(s["task_us"], s["workers"]) for s in of("full", "W5")]
+    assert w5 == [(t, w) for t in (50, 1000, 10000) for w in (1, 2, 4)]
+    assert [s["kind"] for s in of("full", "W6")] == ["slow_rows"]
+    assert all(s["repeats"] == 5 for s in scenarios.build("full") if s["workload"] != "W6")
+
+
+def test_quick_mode_repeats_three_times_and_keeps_w1_ids():
+    quick = scenarios.build("quick")
+    assert all(s["repeats"] == 3 for s in quick if s["workload"] != "W6")
+    assert [s["id"] for s in of("quick", "W1")] == [s["id"] for s in of("full", "W1")]
+    assert max(s["payload"] for s in of("quick", "W3")) == 16 * MIB
+
+
+def test_ids_are_unique_and_every_scenario_is_bounded_in_time():
+    for mode in ("quick", "full"):
+        ids = [s["id"] for s in scenarios.build(mode)]
+        assert len(ids) == len(set(ids))
+        assert all(0 < s["time_limit_s"] <= 300 for s in scenarios.build(mode))
+
+
+def test_pool_task_counts_target_the_ideal_rate():
+    for s in of("full", "W5"):
+        ideal = min(s["workers"], scenarios.cores()) / (s["task_us"] / 1e6)
+        assert s["ideal_tasks_per_s"] == ideal
+        assert s["tasks"] >= 4 * s["workers"]
+
+
+def test_only_selects_by_workload_or_id_prefix():
+    full = scenarios.build("full")
+    assert {s["workload"] for s in scenarios.select(full, ["W1", "W5"])} == {"W1", "W5"}
+    picked = scenarios.select(full, ["W3.echo"])
+    assert picked and all(s["id"].startswith("W3.echo") for s in picked)
+    assert scenarios.select(full, []) == full
+
+
+def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
+    names = [r.name for r in RUNNERS]
+    assert len(names) == len(set(names))
+    assert [r.name for r in RUNNERS if r.kind == "floor"] == ["floor_c"]
+    assert {r.name for r in RUNNERS if r.kind == "wirepool"} == {"wirepool_rust",
+                                                                  "wirepool_python"}
+    for s in scenarios.build("full"):
+        assert set(s.get("only") or []) <= set(names)
