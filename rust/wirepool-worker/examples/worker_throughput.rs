@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release --examples -p wirepool-worker
-//! target/release/examples/worker_throughput
+//! target/release/examples/worker_throughput [json|raw|unary|big]
 //! ```
 
 use std::io::{Read, Write};
@@ -134,55 +134,65 @@ fn unary_echo(p: &mut Parent, method: &str, size: usize, calls: u64, window: u64
     t.elapsed().as_secs_f64()
 }
 
+/// Drain the worker, wait for it, and return the CPU seconds (user + system) it used: on a
+/// shared machine the worker's CPU per operation is steadier than wall-clock rates.
+fn finish(mut p: Parent, child: std::process::Child) -> f64 {
+    let mut out = Vec::new();
+    Frame::new(0, FrameBody::Drain { grace_ms: 0 }).encode(&mut out).unwrap();
+    p.flush(&mut out);
+    while !matches!(p.next_frame().body, FrameBody::Goodbye { .. }) {}
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+fn report(what: &str, ops: u64, unit: &str, wall: f64, cpu: f64) {
+    println!(
+        "{what:<44} {:>8.2} M {unit}/s wall   {:>8.1} ns of worker CPU per {unit} ({:.2} M {unit}/s per worker CPU second)",
+        ops as f64 / wall / 1e6,
+        cpu * 1e9 / ops as f64,
+        ops as f64 / cpu / 1e6
+    );
+}
+
 fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
     let credit = 4 << 20;
-    let (mut p, mut child) = start(credit);
-    if only == "json" {
-        let n = 4_000_000u64;
-        let (rows, secs) = stream_rows(&mut p, "decls", 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
-        println!("decls json: {:.2} M rows/s", rows as f64 / secs / 1e6);
-        return;
-    }
-    if only == "raw" {
-        let n = 20_000_000u64;
-        let (rows, secs) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);
-        println!("raw_rows 16 B: {:.2} M rows/s", rows as f64 / secs / 1e6);
-        return;
-    }
-    if only == "big" {
-        let calls = 3_000;
-        let secs = unary_echo(&mut p, "echo", 1 << 20, calls, 4);
-        println!("unary echo 1 MiB raw, 4 in flight: {:.0} MiB/s each way", calls as f64 / secs);
-        return;
-    }
-    if only == "unary" {
-        for method in ["echo", "echo_async"] {
-            let calls = 1_000_000;
-            let secs = unary_echo(&mut p, method, 64, calls, 256);
-            println!("unary {method} 64 B raw, 256 in flight: {:.0} k calls/s", calls as f64 / secs / 1e3);
+    let want = |name: &str| only.is_empty() || only == name;
+    if want("json") {
+        for method in ["decls", "decls_blocking"] {
+            let (mut p, child) = start(credit);
+            let n = 2_000_000u64;
+            let (rows, wall) = stream_rows(&mut p, method, 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
+            report(&format!("{method} JSON rows"), rows, "rows", wall, finish(p, child));
         }
-        return;
     }
-    let n = 2_000_000u64;
-    let (rows, secs) = stream_rows(&mut p, "decls", 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
-    println!("decls json (async sink): {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
-    let (rows, secs) = stream_rows(&mut p, "decls_blocking", 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
-    println!("decls json (blocking sink): {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
-    let n = 10_000_000u64;
-    let (rows, secs) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);
-    println!("raw_rows 16 B: {rows} rows in {secs:.3} s = {:.2} M rows/s", rows as f64 / secs / 1e6);
-    for method in ["echo", "echo_async"] {
-        let calls = 500_000;
-        let secs = unary_echo(&mut p, method, 64, calls, 256);
-        println!("unary {method} 64 B raw, 256 in flight: {calls} calls in {secs:.3} s = {:.0} k calls/s", calls as f64 / secs / 1e3);
+    if want("raw") {
+        let (mut p, child) = start(credit);
+        let n = 10_000_000u64;
+        let (rows, wall) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);
+        report("raw_rows 16-byte rows", rows, "rows", wall, finish(p, child));
     }
-    let calls = 2_000;
-    let secs = unary_echo(&mut p, "echo", 1 << 20, calls, 4);
-    println!(
-        "unary echo 1 MiB raw, 4 in flight: {calls} calls in {secs:.3} s = {:.0} MiB/s each way",
-        calls as f64 / secs
-    );
-    drop(p);
-    let _ = child.wait();
+    if want("unary") {
+        for method in ["echo", "echo_async"] {
+            let (mut p, child) = start(credit);
+            let calls = 500_000;
+            let wall = unary_echo(&mut p, method, 64, calls, 256);
+            report(&format!("unary {method} 64 B raw, 256 in flight"), calls, "calls", wall, finish(p, child));
+        }
+    }
+    if want("big") {
+        let (mut p, child) = start(credit);
+        let calls = 2_000;
+        let wall = unary_echo(&mut p, "echo", 1 << 20, calls, 4);
+        let cpu = finish(p, child);
+        println!(
+            "unary echo 1 MiB raw, 4 in flight           {:>8.0} MiB/s each way wall   {:>8.1} us of worker CPU per MiB",
+            calls as f64 / wall,
+            cpu * 1e6 / calls as f64
+        );
+    }
 }
