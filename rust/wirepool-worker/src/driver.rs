@@ -304,8 +304,8 @@ impl Driver {
         let Some(m) = self.methods.get(usize::from(method)).cloned() else { return };
         let Some(codec) = Codec::from_id(codec) else { return };
         let max_frame_size = self.welcome.map_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE, |w| w.max_frame_size);
-        let received = Instant::now();
-        let deadline = (timeout_us > 0).then(|| received + Duration::from_micros(timeout_us));
+        // The budget counts from receipt (this read); no clock read for requests without one.
+        let deadline = (timeout_us > 0).then(|| Instant::now() + Duration::from_micros(timeout_us));
         let stream = (m.kind == MethodKind::Stream).then(|| {
             Arc::new(StreamShared::new(id, codec, max_frame_size, self.batch_bytes, Arc::clone(&self.shared)))
         });

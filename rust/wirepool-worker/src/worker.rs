@@ -349,10 +349,16 @@ fn stream_terminal(stream: &crate::sink::StreamShared, result: Result<Bytes, Han
 /// Run an async handler until it finishes, panics, or its request is cancelled (then it is
 /// dropped at its current `.await`).
 async fn guarded<T, F: Future<Output = Result<T, HandlerError>>>(req: &RequestShared, work: F) -> Result<T, HandlerError> {
+    if let Some(e) = req.cancel_error() {
+        return Err(e);
+    }
+    // The handler is polled first: one that completes at once never registers with the
+    // cancellation token (a lock and an unlock per call). A late result of a cancelled request
+    // is still replaced by CANCELLED in `end`.
     tokio::select! {
         biased;
-        _ = req.token.cancelled() => Err(req.cancel_error().unwrap_or_else(|| HandlerError::protocol(ErrorCode::Cancelled, "cancelled"))),
         outcome = CatchUnwind(work) => flatten_panic(outcome),
+        _ = req.token.cancelled() => Err(req.cancel_error().unwrap_or_else(|| HandlerError::protocol(ErrorCode::Cancelled, "cancelled"))),
     }
 }
 
