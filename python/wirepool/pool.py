@@ -745,6 +745,13 @@ class Stream:
         """Stop reading: cancels the request if it has not ended."""
         self._abandon()
 
+    def __del__(self) -> None:
+        # ``break`` out of ``async for`` does not close a plain async iterator: cancel the
+        # request when the stream is dropped, or its worker would wait for credit forever.
+        if self._req is not None and not self._done:
+            with contextlib.suppress(Exception):
+                self._pool.loop.call_soon_threadsafe(self._abandon)
+
     async def __aenter__(self) -> "Stream":
         return self
 
