@@ -8,6 +8,7 @@
 //! | `add` | unary | json | `{"a": i64, "b": i64}` -> `{"sum": a + b}` |
 //! | `decls` | stream | json, msgpack, cbor | `{"n": N}` -> rows `{"i":i,"name":"decl_i","kind":"theorem"}`, summary `{"rows": N}` |
 //! | `decls_blocking` | stream | json, msgpack, cbor | same, from a blocking handler |
+//! | `trickle` | stream (async) | json | `{"n": N, "ms": M}` -> rows `0..N`, sleeping M ms after each (the flush timer sends them) |
 //! | `raw_rows` | stream | raw | `"N SIZE"` (text) -> N rows of SIZE bytes (first 8 = i LE), no summary |
 //! | `sleep` | unary (async) | json | `ms` -> `ms` after sleeping; dropped at cancellation |
 //! | `sleep_blocking` | unary | json | `ms` -> `ms`; polls cancellation every millisecond |
@@ -57,6 +58,12 @@ struct Decl {
 #[derive(Serialize)]
 struct DeclsSummary {
     rows: u64,
+}
+
+#[derive(Deserialize)]
+struct TrickleReq {
+    n: u64,
+    ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -127,6 +134,14 @@ fn main() -> std::io::Result<()> {
             }
             Ok(Some(DeclsSummary { rows: req.n }))
         })
+        .stream("trickle", |req: TrickleReq, _ctx: Context, rows: RowSink<u64>| async move {
+            for i in 0..req.n {
+                rows.send(i).await?;
+                tokio::time::sleep(Duration::from_millis(req.ms)).await;
+            }
+            Ok(())
+        })
+        .codecs(&[Codec::Json])
         .stream("raw_rows", |req: String, _ctx: Context, rows: RowSink<ByteBuf>| async move {
             let (n, size) = parse_raw_rows(&req)?;
             let mut row = ByteBuf::from(vec![0xAB; size]);

@@ -448,3 +448,16 @@ fn stream_rows_and_summary_use_the_request_codec() {
         assert_eq!(codec.decode::<Value>(summary).unwrap(), json!({"rows": 3}), "{codec}");
     }
 }
+
+#[test]
+fn a_partial_batch_goes_out_on_the_flush_timer() {
+    // One row, then the handler sleeps for a minute: only the flush timer can deliver the row.
+    let mut p = Parent::start();
+    let id = p.request("trickle", JSON, 0, &json_body(json!({"n": 2, "ms": 60_000})));
+    match p.next_frame().body {
+        FrameBody::Rows(rows) => assert_eq!(rows.iter().collect::<Vec<_>>(), vec![&b"0"[..]]),
+        other => panic!("expected the first row, got {other:?}"),
+    }
+    p.send(&Frame::new(id, FrameBody::Cancel));
+    assert_eq!(error_code(&p.terminal(id)), ErrorCode::Cancelled.code());
+}
