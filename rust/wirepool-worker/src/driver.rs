@@ -163,6 +163,7 @@ struct Driver {
 impl Driver {
     async fn read_loop(&mut self, rd: &mut OwnedReadHalf) -> io::Result<Exit> {
         let mut events = Vec::new();
+        let mut spare = bytes::BytesMut::with_capacity(64 * 1024);
         loop {
             loop {
                 let drained = self.shared.out_drained.notified();
@@ -177,10 +178,10 @@ impl Driver {
                 }
             }
             // The core owns the receive buffer; borrow it for the read so the lock is not held
-            // across the await (handler threads keep sending meanwhile).
-            // TODO(proto): an accessor that lends the buffer without reserving would save the
-            // 64 KiB placeholder `read_buf` reserves when it is put back.
-            let mut buf = std::mem::take(self.shared.lock().conn.read_buf());
+            // across the await (handler threads keep sending meanwhile). An empty spare takes
+            // its place meanwhile; it already has the room `read_buf` reserves, so lending and
+            // returning allocate nothing.
+            let mut buf = std::mem::replace(self.shared.lock().conn.read_buf(), std::mem::take(&mut spare));
             let read = tokio::select! {
                 read = rd.read_buf(&mut buf) => read,
                 _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
@@ -188,6 +189,7 @@ impl Driver {
             let eof = {
                 let mut core = self.shared.lock();
                 std::mem::swap(core.conn.read_buf(), &mut buf);
+                spare = buf;
                 match read {
                     Ok(0) => true,
                     Ok(_) => false,
