@@ -80,3 +80,37 @@ def test_an_undiscoverable_runner_is_reported_not_available():
     text = report.render(doc, [])
     assert "wirepool_rust: not available in this run" in text
     assert "| W1.echo.64B | - | not available | - |" in text
+
+
+def test_report_names_every_figure_where_wirepool_loses():
+    from harness import analysis
+
+    kinds = {"floor_c": "floor", "mp_pipe": "incumbent", "wirepool_python": "wirepool"}
+    results = []
+    for runner, rate, p50 in (("floor_c", 100_000, 5.0), ("mp_pipe", 40_000, 11.0),
+                              ("wirepool_python", 30_000, 9.0)):
+        res = {"runner": runner, "scenario": "W1.echo.64B", "status": "ok", "figures": [
+            {"name": "calls_per_s", "unit": "calls/s", "better": "higher", "values": [rate]},
+            {"name": "p50_us", "unit": "us", "better": "lower", "values": [p50]}]}
+        analysis.attach_stats(res)
+        results.append(res)
+    results.append({"runner": "wirepool_python", "scenario": "W4.small_rows.8K",
+                    "status": "timeout", "reason": "killed after 45 s"})
+    doc = {
+        "mode": "quick", "started": "s", "finished": "f", "repeats": 1, "git": {"commit": "c"},
+        "machine": {"cpu": "x", "cores": 2, "mem_gib": 1, "kernel": "k", "load_before": "0",
+                    "load_after": "0", "versions": {}},
+        "runners": [{"name": n, "kind": k, "label": n, "available": True, "reason": ""}
+                    for n, k in kinds.items()],
+        "scenarios": [{"id": "W1.echo.64B", "workload": "W1"},
+                      {"id": "W4.small_rows.8K", "workload": "W4"}],
+        "results": results,
+        "comparisons": analysis.compare(results, kinds),
+    }
+    text = report.render(doc, [])
+    assert "**wirepool_python** loses to the best incumbent on 1 figure(s):" in text
+    assert "W1.echo.64B calls_per_s: 30k calls/s against mp_pipe 40k (0.75x)" in text
+    losses = text.split("## Where wirepool loses")[1].split("\n## ")[0]
+    assert "p50_us" not in losses  # 9 us beats mp_pipe's 11 us: not a loss
+    assert "W4.small_rows.8K: timeout (killed after 45 s)" in text
+    assert "30k (0.30x) [0.75x best]" in text
