@@ -5,6 +5,7 @@
 //! ```text
 //! cargo build --release --examples -p wirepool-worker
 //! target/release/examples/worker_throughput [json|raw|unary|big]
+//! MAX_FRAME=16777216 target/release/examples/worker_throughput big   # no continuation
 //! ```
 
 use std::io::{Read, Write};
@@ -45,7 +46,7 @@ impl Parent {
     fn request(&mut self, method: &str, codec: u8, body: &[u8], out: &mut Vec<u8>) -> u64 {
         self.next_id += 1;
         let m = self.hello.method_index(method).unwrap();
-        encode_message(out, self.next_id, MessageHead::Request { method: m, codec, timeout_us: 0 }, body, 1 << 20).unwrap();
+        encode_message(out, self.next_id, MessageHead::Request { method: m, codec, timeout_us: 0 }, body, self.decoder.max_frame_size()).unwrap();
         self.next_id
     }
 
@@ -65,7 +66,8 @@ fn start(initial_credit: u32) -> (Parent, std::process::Child) {
     drop(theirs);
     let mut p = Parent { sock: ours, decoder: FrameDecoder::new(65_536), hello: Hello::new("x", ""), buf: Vec::new(), next_id: 0 };
     let FrameBody::Hello(hello) = p.next_frame().body else { panic!("no HELLO") };
-    let welcome = Welcome { initial_credit, heartbeat_ms: 0, ..Welcome::for_hello(&hello, 1).unwrap() };
+    let max_frame_size = std::env::var("MAX_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
+    let welcome = Welcome { initial_credit, heartbeat_ms: 0, max_frame_size, ..Welcome::for_hello(&hello, 1).unwrap() };
     let mut out = Vec::new();
     Frame::new(0, FrameBody::Welcome(welcome)).encode(&mut out).unwrap();
     p.sock.write_all(&out).unwrap();
