@@ -95,9 +95,9 @@ def stream_rows_mp(n: int) -> float:
         return count / (time.perf_counter() - t0)
 
 
-def echo_1mib(n: int) -> tuple[float, float]:
+def echo_1mib(n: int, max_frame_size: int = 1 << 20) -> tuple[float, float]:
     payload = os.urandom(1 << 20)
-    with wirepool.Pool(WORKER, workers=1, max_frame_size=1 << 20) as pool:
+    with wirepool.Pool(WORKER, workers=1, max_frame_size=max_frame_size) as pool:
         pool.call("echo", payload, codec="raw")
         t0 = time.perf_counter()
         for _ in range(n):
@@ -130,7 +130,9 @@ def main() -> None:
         line(f"stream small rows -> dicts ({codec})", stream_rows(n, codec), stream_rows_mp(n),
              "rows/s", "mp.Pool.imap x256  ")
     ours, base = echo_1mib(int(200 * k))
-    line("1 MiB raw echo, 1 worker", ours, base, "MiB/s", "mp.Pool.apply     ")
+    line("1 MiB raw echo, 1 worker (1 MiB frames)", ours, base, "MiB/s", "mp.Pool.apply     ")
+    ours, base = echo_1mib(int(200 * k), 4 << 20)
+    line("1 MiB raw echo, 1 worker (4 MiB frames)", ours, base, "MiB/s", "mp.Pool.apply     ")
 
 
 if __name__ == "__main__":

@@ -361,15 +361,22 @@ class Rows(Frame):
 
     @property
     def rows(self) -> list:
-        """The rows as a list of memoryview slices (built on first access)."""
+        """The rows as a list of memoryview slices of the payload (built on first access)."""
         if self._rows is None:
-            self._rows = list(self)
+            p = self._payload
+            unpack = _u32_unpack_from
+            out: list[memoryview] = []
+            append = out.append
+            off = 4
+            for _ in range(self.count):
+                end = off + 4 + unpack(p, off)[0]  # type: ignore[arg-type]
+                append(p[off + 4:end])  # type: ignore[index,arg-type]
+                off = end
+            self._rows = out
         return self._rows
 
     def __iter__(self) -> Iterator:
-        if self._rows is not None:
-            return iter(self._rows)
-        return _iter_rows(self._payload, self.count)  # type: ignore[arg-type]
+        return iter(self.rows)
 
     def __len__(self) -> int:
         return self.count
@@ -400,16 +407,6 @@ class Rows(Frame):
             parts.append(_u32_pack(len(r)))
             parts.append(r)
         return [b"".join(parts)]
-
-
-def _iter_rows(payload: memoryview, count: int) -> Iterator[memoryview]:
-    unpack = _u32_unpack_from
-    off = 4
-    for _ in range(count):
-        (n,) = unpack(payload, off)
-        off += 4
-        yield payload[off:off + n]
-        off += n
 
 
 class End(Frame):
