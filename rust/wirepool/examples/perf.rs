@@ -94,7 +94,11 @@ fn main() {
         let method = std::env::var("PERF_METHOD").unwrap_or_else(|_| "echo_raw_async".into());
         let method = method.as_str();
         let frame: u32 = std::env::var("PERF_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
-        let pool = Pool::builder(WorkerCommand::new(worker_path())).workers(1).max_frame_size(frame).start().await.unwrap();
+        let mut cmd = WorkerCommand::new(worker_path());
+        if std::env::var_os("PERF_FAST_ECHO").is_some() {
+            cmd = cmd.env("WIREPOOL_FAST_ECHO", "1");
+        }
+        let pool = Pool::builder(cmd).workers(1).max_frame_size(frame).start().await.unwrap();
         println!("unary method {method}, max_frame_size {frame}");
 
         let only = std::env::var("PERF_ONLY").unwrap_or_default();
@@ -132,6 +136,15 @@ fn main() {
             ours / raw_mib_s
         );
 
+        if only == "big" {
+            let big = Bytes::from(vec![1u8; 1 << 20]);
+            let t = Instant::now();
+            for _ in 0..3000 {
+                pool.call_raw(method, big.clone()).await.unwrap();
+            }
+            println!("1 MiB echo: {:.0} MiB/s", 6000.0 / t.elapsed().as_secs_f64());
+            return;
+        }
         if only == "inflight" || only.is_empty() {
         // 64 B unary calls, 256 in flight.
         let total = 1_000_000usize;

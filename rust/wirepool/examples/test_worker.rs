@@ -42,7 +42,55 @@ fn raw_echo(fd: i32) -> std::io::Result<()> {
     }
 }
 
+/// A protocol-floor worker for benchmarks (`WIREPOOL_FAST_ECHO=1`): one thread, the proto core
+/// driven directly, every request answered at once, one write per read. It shows what the
+/// parent can do when the worker costs next to nothing.
+fn fast_echo() -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    use wirepool_proto::{Connection, Event, Hello, MethodInfo, MethodKind};
+    let fd: i32 = std::env::var("WIREPOOL_FD").ok().and_then(|v| v.parse().ok()).expect("WIREPOOL_FD");
+    // SAFETY: the inherited descriptor is ours alone.
+    let mut sock = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+    let mut conn = Connection::new_worker();
+    let mut out = bytes::BytesMut::new();
+    let hello = Hello {
+        pid: std::process::id(),
+        max_concurrency: 4096,
+        methods: vec![MethodInfo { name: "echo_raw".into(), kind: MethodKind::Unary, codecs: vec![0] }],
+        ..Hello::new("fast-echo", "0")
+    };
+    conn.send_hello(&hello, &mut out).map_err(std::io::Error::other)?;
+    sock.write_all(&out)?;
+    out.clear();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = sock.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        conn.push(&buf[..n]);
+        while let Some(ev) = conn.poll_event().map_err(std::io::Error::other)? {
+            match ev {
+                Event::Request { id, body, .. } => conn.send_result(id, &body, &mut out).map_err(std::io::Error::other)?,
+                Event::Ping { nonce } => conn.send_pong(nonce, &mut out).map_err(std::io::Error::other)?,
+                Event::Drain { .. } => {
+                    conn.send_goodbye(0, &mut out).map_err(std::io::Error::other)?;
+                    sock.write_all(&out)?;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        sock.write_all(&out)?;
+        out.clear();
+    }
+}
+
 fn main() -> std::io::Result<()> {
+    if std::env::var_os("WIREPOOL_FAST_ECHO").is_some() {
+        return fast_echo();
+    }
     if let Some(fd) = std::env::var("WIREPOOL_RAW_ECHO_FD").ok().and_then(|v| v.parse().ok()) {
         return raw_echo(fd);
     }

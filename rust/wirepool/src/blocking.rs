@@ -71,7 +71,8 @@ impl BlockingPool {
         Row: DeserializeOwned + 'static,
     {
         let inner = self.runtime.block_on(self.pool.stream(method, req))?;
-        Ok(BlockingRows { inner, runtime: &self.runtime })
+        let idle_waker = std::task::Waker::from(std::sync::Arc::new(IdleWaker));
+        Ok(BlockingRows { inner, runtime: &self.runtime, idle_waker })
     }
 
     /// See [`Pool::lease`].
@@ -95,6 +96,15 @@ impl BlockingPool {
 pub struct BlockingRows<'a, Row> {
     inner: RowStream<Row>,
     runtime: &'a tokio::runtime::Runtime,
+    /// Rows already received are taken without entering the runtime: polled with a waker that
+    /// does nothing, and only a `Pending` falls back to `block_on`.
+    idle_waker: std::task::Waker,
+}
+
+struct IdleWaker;
+
+impl std::task::Wake for IdleWaker {
+    fn wake(self: std::sync::Arc<Self>) {}
 }
 
 impl<Row: DeserializeOwned + 'static> BlockingRows<'_, Row> {
@@ -107,7 +117,11 @@ impl<Row: DeserializeOwned + 'static> BlockingRows<'_, Row> {
 impl<Row: DeserializeOwned + 'static> Iterator for BlockingRows<'_, Row> {
     type Item = Result<Row>;
     fn next(&mut self) -> Option<Result<Row>> {
-        self.runtime.block_on(self.inner.next())
+        let mut cx = std::task::Context::from_waker(&self.idle_waker);
+        match self.inner.poll_row(&mut cx) {
+            std::task::Poll::Ready(row) => row,
+            std::task::Poll::Pending => self.runtime.block_on(self.inner.next()),
+        }
     }
 }
 

@@ -235,7 +235,7 @@ impl<T: DeserializeOwned + 'static> RowStream<T> {
         Ok(out)
     }
 
-    fn poll_row(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
+    pub(crate) fn poll_row(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
         loop {
             if let Some((frame, offset, left)) = &mut self.current {
                 if *left > 0 {

@@ -111,6 +111,9 @@ struct Core {
     closed: Option<Error>,
     /// The writer task holds bytes it has not finished writing: nobody else may write now.
     writer_busy: bool,
+    /// The socket's sending half for the direct-write fast path; dropped when the worker is
+    /// gone, so a `Worker` kept alive by a caller's handle does not keep the descriptor open.
+    socket_out: Option<Arc<OwnedWriteHalf>>,
 }
 
 /// Orders for the lifecycle task.
@@ -130,8 +133,6 @@ pub(crate) struct Worker {
     in_flight: AtomicU32,
     max_in_flight: u32,
     core: Mutex<Core>,
-    /// The socket's sending half, shared by the writer task and the direct-write fast path.
-    socket_out: Arc<OwnedWriteHalf>,
     writer_wake: Notify,
     control: mpsc::Sender<Control>,
     last_heard_ms: AtomicU64,
@@ -269,9 +270,9 @@ impl Worker {
             // now instead of waking the writer task (a task switch, or a cross-thread wake-up).
             // Under load requests keep queueing for the writer, so they still share a write.
             let c = &mut *core;
-            if !c.writer_busy && core_in_flight == 0 && !c.out.is_empty() {
+            if let (false, 0, false, Some(sock)) = (c.writer_busy, core_in_flight, c.out.is_empty(), &c.socket_out) {
                 // WouldBlock (or a broken socket) leaves the bytes for the writer task.
-                if let Ok(n) = self.socket_out.try_write(&c.out) {
+                if let Ok(n) = sock.try_write(&c.out) {
                     self.counters.bytes_out.fetch_add(n as u64, Relaxed);
                     let _ = c.out.split_to(n);
                 }
@@ -514,8 +515,14 @@ pub(crate) async fn start(
         state: AtomicU8::new(STATE_READY),
         in_flight: AtomicU32::new(0),
         max_in_flight: welcome.max_in_flight,
-        core: Mutex::new(Core { conn, out, routes: RouteMap::default(), closed: None, writer_busy: false }),
-        socket_out: wr.clone(),
+        core: Mutex::new(Core {
+            conn,
+            out,
+            routes: RouteMap::default(),
+            closed: None,
+            writer_busy: false,
+            socket_out: Some(wr.clone()),
+        }),
         writer_wake: Notify::new(),
         control: control_tx,
         last_heard_ms: AtomicU64::new(pool.now_ms()),
@@ -528,7 +535,7 @@ pub(crate) async fn start(
         stderr_tail,
     });
     let reader = tokio::spawn(reader_loop(worker.clone(), rd));
-    let writer = tokio::spawn(writer_loop(worker.clone()));
+    let writer = tokio::spawn(writer_loop(worker.clone(), wr));
     let lifecycle = tokio::spawn(lifecycle(worker.clone(), child, reader, writer, logs_done, control_rx));
     Ok(Incarnation { worker, lifecycle, retiring: retire_rx })
 }
@@ -704,7 +711,7 @@ fn reader_eof(worker: &Worker) -> ReaderEnd {
 /// Writes every pending outgoing frame in one `write` per wake-up: callers only append to the
 /// core's output buffer under the lock and wake this task, so under load hundreds of requests
 /// share one syscall.
-async fn writer_loop(worker: Arc<Worker>) {
+async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<OwnedWriteHalf>) {
     let mut out = BytesMut::with_capacity(64 * 1024);
     loop {
         {
@@ -720,10 +727,10 @@ async fn writer_loop(worker: Arc<Worker>) {
             continue;
         }
         while !out.is_empty() {
-            if worker.socket_out.writable().await.is_err() {
+            if socket_out.writable().await.is_err() {
                 return;
             }
-            match worker.socket_out.try_write(&out) {
+            match socket_out.try_write(&out) {
                 Ok(n) => {
                     worker.counters.bytes_out.fetch_add(n as u64, Relaxed);
                     let _ = out.split_to(n);
@@ -759,6 +766,8 @@ async fn lifecycle(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let heartbeat_ms = cfg.heartbeat.as_millis() as u64;
     let mut next_ping_ms = worker.pool.now_ms() + heartbeat_ms;
+    let mut last_tick_ms = worker.pool.now_ms();
+    let mut judge_after_ms = 0;
     let mut next_rss = Instant::now();
     let mut nonce: u64 = 0;
     let mut killed = false;
@@ -805,8 +814,14 @@ async fn lifecycle(
                 if let Some(at) = *worker.drain_deadline.lock().unwrap() {
                     if now >= at { kill(ExitCause::Shutdown, &mut cause, &mut killed); }
                 }
+                // If this task itself ran late (the parent's runtime was blocked), the reader
+                // was starved too: judge the worker again only after a full heartbeat.
+                if now_ms.saturating_sub(last_tick_ms) > heartbeat_ms.max(1) {
+                    judge_after_ms = now_ms + heartbeat_ms;
+                }
+                last_tick_ms = now_ms;
                 if heartbeat_ms > 0 && !reader_done {
-                    if now_ms.saturating_sub(worker.last_heard_ms.load(Relaxed)) > 3 * heartbeat_ms {
+                    if now_ms >= judge_after_ms && now_ms.saturating_sub(worker.last_heard_ms.load(Relaxed)) > 3 * heartbeat_ms {
                         tracing::warn!(worker = worker.id, pid = worker.pid, "missed heartbeats, killing");
                         kill(ExitCause::Hung, &mut cause, &mut killed);
                     } else if now_ms >= next_ping_ms {
@@ -846,15 +861,24 @@ async fn lifecycle(
     // then stop it; the socket has no other writer, so end of file follows at once.
     worker.state.store(STATE_DEAD, Release);
     if !reader_done {
-        if let Ok(Ok(ReaderEnd::Protocol { code, message })) =
-            tokio::time::timeout(Duration::from_millis(500), &mut reader).await
-        {
-            protocol_error.get_or_insert((code, message));
-            cause.get_or_insert(ExitCause::ProtocolViolation);
+        match tokio::time::timeout(Duration::from_millis(500), &mut reader).await {
+            Ok(end) => {
+                if let Ok(ReaderEnd::Protocol { code, message }) = end {
+                    protocol_error.get_or_insert((code, message));
+                    cause.get_or_insert(ExitCause::ProtocolViolation);
+                }
+            }
+            Err(_) => {
+                reader.abort();
+                let _ = reader.await;
+            }
         }
-        reader.abort();
     }
+    // Wait until the writer is gone too and drop the fast path's handle: the socket is closed
+    // when this function returns, whoever still holds the `Worker`.
     writer.abort();
+    let _ = writer.await;
+    worker.core.lock().unwrap().socket_out = None;
     let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
     let drained = worker.retire.lock().unwrap().is_none();
     let cause = cause.unwrap_or(if drained { ExitCause::Shutdown } else { ExitCause::Crashed });

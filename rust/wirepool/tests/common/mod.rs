@@ -62,8 +62,17 @@ pub fn assert_no_children() {
     assert!(kids.is_empty(), "children left behind (pid, state): {kids:?}");
 }
 
-pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
+/// This process's open descriptors and what they point to.
+pub fn open_fds() -> std::collections::BTreeMap<u32, String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_string_lossy().parse().ok()?;
+            let target = std::fs::read_link(e.path()).ok()?.to_string_lossy().into_owned();
+            Some((fd, target))
+        })
+        .collect()
 }
 
 pub fn kill(pid: u32, signal: i32) {
