@@ -354,6 +354,7 @@ impl Driver {
             return;
         }
         self.draining = true;
+        self.shared.draining.store(true, std::sync::atomic::Ordering::Release);
         let shared = Arc::clone(&self.shared);
         let goodbye = Arc::clone(&self.goodbye);
         tokio::spawn(async move {
