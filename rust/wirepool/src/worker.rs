@@ -849,7 +849,9 @@ async fn lifecycle(
                     }
                     if let Some(idle) = cfg.recycle.max_idle {
                         let idle_ms = now_ms.saturating_sub(worker.last_request_ms.load(Relaxed));
-                        if worker.in_flight() == 0 && idle_ms >= idle.as_millis() as u64 {
+                        // A worker that never served anything has nothing to shed: keep it.
+                        let served = worker.requests.load(Relaxed) > 0;
+                        if served && worker.in_flight() == 0 && idle_ms >= idle.as_millis() as u64 {
                             worker.begin_drain(ExitCause::RecycledIdle, cfg.drain_grace);
                         }
                     }

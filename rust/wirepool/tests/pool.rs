@@ -500,3 +500,49 @@ fn the_blocking_facade_calls_and_streams() {
     drop(lease);
     pool.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loop_past_the_restart_intensity_closes_the_pool() {
+    bounded(30, async {
+        let pool = builder(1)
+            .restart_policy(RestartPolicy { max_restarts: 3, within: Duration::from_secs(60), ..fast_restarts() })
+            .start()
+            .await
+            .unwrap();
+        let mut crashes = 0;
+        let closed = loop {
+            match pool.call::<_, ()>("crash", &9i32).await {
+                Err(e) if e.code() == codes::WORKER_EXITED => crashes += 1,
+                Err(e) => break e,
+                Ok(()) => panic!("crash returned"),
+            }
+            assert!(crashes <= 10, "the pool never gave up");
+        };
+        assert_eq!(closed.code(), codes::POOL_CLOSED, "{closed}");
+        assert!(closed.to_string().contains("restart intensity"), "{closed}");
+        assert_eq!(crashes, 4, "three restarts allowed, the fourth crash closes the pool");
+        pool.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_is_recycled() {
+    bounded(30, async {
+        let pool = builder(1)
+            .recycle_policy(RecyclePolicy { max_idle: Some(Duration::from_millis(200)), ..Default::default() })
+            .start()
+            .await
+            .unwrap();
+        let first: u32 = pool.call("pid", &()).await.unwrap();
+        // Stay idle past the limit (the scenario itself, not a synchronisation).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(pool.wait_ready(Duration::from_secs(5)).await);
+        let second: u32 = pool.call("pid", &()).await.unwrap();
+        assert_ne!(first, second);
+        assert!(pool.metrics().workers[0].restart_causes.get("recycled_idle").copied().unwrap_or(0) >= 1);
+        pool.shutdown().await;
+        assert_reaped(&[first]);
+    })
+    .await
+}
