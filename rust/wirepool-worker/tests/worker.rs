@@ -461,3 +461,29 @@ fn a_partial_batch_goes_out_on_the_flush_timer() {
     p.send(&Frame::new(id, FrameBody::Cancel));
     assert_eq!(error_code(&p.terminal(id)), ErrorCode::Cancelled.code());
 }
+
+#[test]
+fn malformed_input_gets_a_typed_fatal_error_before_the_worker_leaves() {
+    // (header bytes, expected code): an unknown frame type, a length above max_frame_size, and
+    // a request-level frame with id 0.
+    let mut too_large = vec![0u8; 16];
+    too_large[..4].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    too_large[4] = 0x10;
+    too_large[8] = 1;
+    let mut unknown_type = vec![0u8; 16];
+    unknown_type[4] = 0x55;
+    let mut cancel_id_0 = vec![0u8; 16];
+    cancel_id_0[4] = 0x11;
+    for (bytes, code) in [
+        (too_large, ErrorCode::FrameTooLarge),
+        (unknown_type, ErrorCode::UnknownFrameType),
+        (cancel_id_0, ErrorCode::BadId),
+    ] {
+        let mut p = Parent::start();
+        p.send_bytes(&bytes);
+        let frame = p.next_frame();
+        assert_eq!((frame.id, error_code(&frame)), (0, code.code()), "{code:?}");
+        assert!(p.try_next_frame().is_none(), "{code:?}: the worker must close after a fatal error");
+        assert!(!p.wait_exit().success(), "{code:?}");
+    }
+}
