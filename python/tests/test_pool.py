@@ -88,6 +88,8 @@ def test_error_with_code_and_details() -> None:
             p.call("boom", {})
         assert h.value.code == 203 and "ValueError: bad value" in h.value.message
         assert "Traceback" in h.value.details["traceback"]
+        with pytest.raises(wirepool.HandlerError, match="reserved code 205"):
+            p.call("fail_reserved", {})  # codes < 1000 are the protocol's, not the handler's
         assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}  # the worker survives
 
 

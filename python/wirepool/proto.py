@@ -1343,13 +1343,20 @@ class Connection:
         if self.goodbye_sent:
             raise ValueError("nothing may be sent after GOODBYE")
         t = f.TYPE
+        parts = encode_frame_parts(f)
+        size = -HEADER_SIZE
+        for p in parts:
+            size += len(p)
+        if size > self.max_frame_size:
+            raise ValueError(f"{f.NAME} payload of {size} bytes exceeds max_frame_size "
+                             f"{self.max_frame_size}: split it (send_message)")
         if self.is_parent:
             self._record_parent_send(f)
         else:
             self._record_worker_send(f)
         if t == FrameType.ERROR and f.id == 0:
             self.closed = True
-        return encode_frame_parts(f)
+        return parts
 
     def send_message(self, f: Frame) -> list[Buffer]:
         """Send a whole message, split into MORE + CONTINUATION frames when it is too large."""
@@ -1382,6 +1389,8 @@ class Connection:
             self.draining = True
             return
         if t == FrameType.REQUEST:
+            if self.draining:
+                raise ValueError("no REQUEST after DRAIN")
             if id <= self.last_id:
                 raise ValueError(f"request id {id} not above {self.last_id}")
             methods = self.hello.methods  # type: ignore[union-attr]
@@ -1462,6 +1471,8 @@ class Connection:
             req.credit -= f.payload_size  # type: ignore[attr-defined]
             req.rows += f.count  # type: ignore[attr-defined]
             return
+        if t == FrameType.END and f.row_count != req.rows:  # type: ignore[attr-defined]
+            raise ValueError(f"END row_count {f.row_count} but {req.rows} rows were sent")  # type: ignore[attr-defined]
         if t == FrameType.RESULT or t == FrameType.END:
             if f.more:  # still in flight (and counted) until its last CONTINUATION
                 self._outgoing.add(id)

@@ -453,7 +453,12 @@ class _Runtime(asyncio.BufferedProtocol):
             code = call.ctx._cancel_code
             return proto.ErrorFrame(call.id, code or ErrorCode.CANCELLED, _cancel_message(code))
         if isinstance(e, WorkerError):
-            return proto.ErrorFrame(call.id, e.code, e.message, _json_details(e.details))
+            if e.code >= 1000:
+                return proto.ErrorFrame(call.id, e.code, e.message, _json_details(e.details))
+            # Codes below 1000 belong to the protocol; an application must not forge them.
+            return proto.ErrorFrame(call.id, ErrorCode.HANDLER_ERROR,
+                                    f"WorkerError with reserved code {e.code}: {e.message}",
+                                    _json_details(e.details))
         if isinstance(e, _RowTooLarge):
             return proto.ErrorFrame(call.id, ErrorCode.ROW_TOO_LARGE, str(e))
         if isinstance(e, Exception):

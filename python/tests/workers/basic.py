@@ -62,6 +62,11 @@ def fail(req):
 
 
 @wirepool.method
+def fail_reserved(req):
+    raise wirepool.WorkerError(205, "pretending to be CANCELLED")
+
+
+@wirepool.method
 def boom(req):
     raise ValueError("bad value")
 
