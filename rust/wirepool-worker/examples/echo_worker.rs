@@ -9,6 +9,7 @@
 //! | `decls` | stream | json, msgpack, cbor | `{"n": N}` -> rows `{"i":i,"name":"decl_i","kind":"theorem"}`, summary `{"rows": N}` |
 //! | `decls_blocking` | stream | json, msgpack, cbor | same, from a blocking handler |
 //! | `trickle` | stream (async) | json | `{"n": N, "ms": M}` -> rows `0..N`, sleeping M ms after each (the flush timer sends them) |
+//! | `panic_row` | stream | json | `n` -> rows `0..n`, but serialising row 3 panics (-> `HANDLER_PANIC`, rows 0-2 intact) |
 //! | `raw_rows` | stream | raw | `"N SIZE"` (text) -> N rows of SIZE bytes (first 8 = i LE), no summary |
 //! | `sleep` | unary (async) | json | `ms` -> `ms` after sleeping; dropped at cancellation |
 //! | `sleep_blocking` | unary | json | `ms` -> `ms`; polls cancellation every millisecond |
@@ -58,6 +59,16 @@ struct Decl {
 #[derive(Serialize)]
 struct DeclsSummary {
     rows: u64,
+}
+
+/// A row whose `Serialize` panics for the value 3.
+struct PanicRow(u64);
+
+impl Serialize for PanicRow {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        assert!(self.0 != 3, "row 3 refuses to serialise");
+        serializer.serialize_u64(self.0)
+    }
 }
 
 #[derive(Deserialize)]
@@ -138,6 +149,13 @@ fn main() -> std::io::Result<()> {
             for i in 0..req.n {
                 rows.send(i).await?;
                 tokio::time::sleep(Duration::from_millis(req.ms)).await;
+            }
+            Ok(())
+        })
+        .codecs(&[Codec::Json])
+        .stream("panic_row", |n: u64, _ctx: Context, rows: RowSink<PanicRow>| async move {
+            for i in 0..n {
+                rows.send(PanicRow(i)).await?;
             }
             Ok(())
         })

@@ -118,9 +118,19 @@ impl StreamShared {
         }
         let start = st.batch.len();
         st.batch.put_u32_le(0);
-        if let Err(e) = self.codec.encode(row, &mut st.batch) {
-            st.batch.truncate(start);
-            return Err(self.fail(&mut st, ErrorCode::HandlerError, format!("a row could not be encoded: {e}")));
+        // A panicking `Serialize` must not leave half a row in the batch (the lock does not
+        // poison): catch it here, where the partial row can still be cut off.
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.codec.encode(row, &mut st.batch)));
+        match encoded {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                st.batch.truncate(start);
+                return Err(self.fail(&mut st, ErrorCode::HandlerError, format!("a row could not be encoded: {e}")));
+            }
+            Err(_) => {
+                st.batch.truncate(start);
+                return Err(self.fail(&mut st, ErrorCode::HandlerPanic, "a row's Serialize implementation panicked".into()));
+            }
         }
         let len = st.batch.len() - start - 4;
         if len + 8 > self.max_frame {

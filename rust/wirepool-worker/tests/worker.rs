@@ -487,3 +487,17 @@ fn malformed_input_gets_a_typed_fatal_error_before_the_worker_leaves() {
         assert!(!p.wait_exit().success(), "{code:?}");
     }
 }
+
+#[test]
+fn a_panicking_row_serializer_fails_the_stream_with_handler_panic() {
+    let mut p = Parent::start();
+    let id = p.request("panic_row", JSON, 0, b"10");
+    let frames = p.collect_until_terminal(id);
+    // Rows still batched when a stream fails are dropped; any that the flush timer sent first
+    // must be whole rows 0, 1, 2 (no half-encoded row 3).
+    let rows = rows_of(&frames, id);
+    assert!(rows.len() <= 3 && rows.iter().enumerate().all(|(i, r)| *r == i.to_string().into_bytes()), "{rows:?}");
+    assert_eq!(error_code(frames.last().unwrap()), ErrorCode::HandlerPanic.code());
+    let id = p.request("echo", RAW, 0, b"ok");
+    assert_eq!(&result_body(&p.terminal(id))[..], b"ok");
+}
