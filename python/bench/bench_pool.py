@@ -38,11 +38,11 @@ def line(name: str, ours: float, base: float, unit: str, base_name: str) -> None
           f" ratio {ours / base:5.2f}x")
 
 
-async def unary_async(n: int, workers: int) -> float:
+async def unary_async(n: int, workers: int, method: str = "echo") -> float:
     async with wirepool.AsyncPool(WORKER, workers=workers, max_in_flight=16) as pool:
-        await asyncio.gather(*(pool.call("echo", SMALL) for _ in range(200)))  # warm up
+        await asyncio.gather(*(pool.call(method, SMALL) for _ in range(200)))  # warm up
         t0 = time.perf_counter()
-        await asyncio.gather(*(pool.call("echo", SMALL) for _ in range(n)))
+        await asyncio.gather(*(pool.call(method, SMALL) for _ in range(n)))
         return n / (time.perf_counter() - t0)
 
 
@@ -56,13 +56,13 @@ def unary_mp(n: int, workers: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-def unary_sync_one_in_flight(n: int) -> tuple[float, float]:
+def unary_sync_one_in_flight(n: int, method: str = "echo") -> tuple[float, float]:
     with wirepool.Pool(WORKER, workers=1) as pool:
         for _ in range(100):
-            pool.call("echo", SMALL)
+            pool.call(method, SMALL)
         t0 = time.perf_counter()
         for _ in range(n):
-            pool.call("echo", SMALL)
+            pool.call(method, SMALL)
         ours = n / (time.perf_counter() - t0)
     with mp.Pool(1) as mpool:
         for _ in range(100):
@@ -121,10 +121,15 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; payload MiB/s counts the "
           "payload once per call (it travels both ways)")
     n = int(20_000 * k)
+    base = unary_mp(n, 4)
     line(f"unary echo ~64 B, 4 workers, {n} calls", asyncio.run(unary_async(n, 4)),
-         unary_mp(n, 4), "calls/s", "mp.Pool.apply_async")
+         base, "calls/s", "mp.Pool.apply_async")
+    line("  same, inline=True handler", asyncio.run(unary_async(n, 4, "echo_inline")),
+         base, "calls/s", "mp.Pool.apply_async")
     ours, base = unary_sync_one_in_flight(int(3000 * k))
     line("unary echo ~64 B, 1 worker, 1 in flight", ours, base, "calls/s", "mp.Pool.apply     ")
+    ours, base = unary_sync_one_in_flight(int(3000 * k), "echo_inline")
+    line("  same, inline=True handler", ours, base, "calls/s", "mp.Pool.apply     ")
     n = int(1_000_000 * k)
     for codec in ("json", "msgpack"):
         line(f"stream small rows -> dicts ({codec})", stream_rows(n, codec), stream_rows_mp(n),

@@ -8,6 +8,11 @@ def echo(req):
     return req
 
 
+@wirepool.method(name="echo_inline", codecs=["json", "msgpack", "raw"], inline=True)
+def echo_inline(req):
+    return req
+
+
 @wirepool.stream(codecs=["json", "msgpack"])
 def rows(req, ctx: wirepool.Context):
     for i in range(req["n"]):

@@ -38,6 +38,9 @@ def test_echo_round_trips_values(codec: str) -> None:
         assert p.call("echo", value) == value
         assert p.call("add", {"a": 2, "b": 40}) == {"sum": 42}
         assert p.call("add_async", {"a": 2, "b": 40}) == {"sum": 42}
+        assert p.call("add_inline", {"a": 2, "b": 40}) == {"sum": 42}
+        with pytest.raises(wirepool.WorkerError):
+            p.call("add_inline", {"fail": True})
 
 
 def test_raw_echo_returns_bytes_unchanged() -> None:

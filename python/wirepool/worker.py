@@ -57,11 +57,13 @@ DEFAULT_MAX_CONCURRENCY = 16
 
 
 class _Method:
-    __slots__ = ("name", "kind", "fn", "codecs", "wants_ctx", "is_async", "is_asyncgen", "is_gen")
+    __slots__ = ("name", "kind", "fn", "codecs", "wants_ctx", "is_async", "is_asyncgen", "is_gen",
+                 "inline")
 
     def __init__(self, fn: Callable[..., Any], kind: int, name: str | None,
-                 codecs: Sequence[str] | None) -> None:
+                 codecs: Sequence[str] | None, inline: bool = False) -> None:
         self.fn = fn
+        self.inline = inline
         self.kind = kind
         self.name = name or fn.__name__
         names = list(codecs) if codecs is not None else _codecs.default_names()
@@ -83,8 +85,10 @@ _registry: dict[str, _Method] = {}
 
 
 def _register(fn: Callable[..., Any], kind: int, name: str | None,
-              codecs: Sequence[str] | None) -> None:
-    m = _Method(fn, kind, name, codecs)
+              codecs: Sequence[str] | None, inline: bool = False) -> None:
+    m = _Method(fn, kind, name, codecs, inline)
+    if inline and (kind != MethodKind.UNARY or m.is_async):
+        raise ValueError("inline=True is for plain (non-async) unary methods")
     if m.name in _registry:
         raise ValueError(f"method {m.name!r} is registered twice")
     _registry[m.name] = m
@@ -93,16 +97,21 @@ def _register(fn: Callable[..., Any], kind: int, name: str | None,
 @overload
 def method(fn: F) -> F: ...
 @overload
-def method(*, name: str | None = None, codecs: Sequence[str] | None = None) -> Callable[[F], F]: ...
+def method(*, name: str | None = None, codecs: Sequence[str] | None = None,
+           inline: bool = False) -> Callable[[F], F]: ...
 
 
-def method(fn: Any = None, *, name: str | None = None, codecs: Sequence[str] | None = None) -> Any:
+def method(fn: Any = None, *, name: str | None = None, codecs: Sequence[str] | None = None,
+           inline: bool = False) -> Any:
     """Register a unary method: ``f(req)`` or ``f(req, ctx)``, sync or async, returns the result.
 
     ``codecs`` lists the codec names it accepts (default: json, msgpack if installed, raw).
+    ``inline=True`` runs a plain function on the I/O loop itself instead of the handler thread
+    pool: two thread hand-offs fewer per call, for handlers that take microseconds. Such a
+    handler delays PONGs and other requests while it runs, so never use it for slow work.
     """
     def deco(f: F) -> F:
-        _register(f, MethodKind.UNARY, name, codecs)
+        _register(f, MethodKind.UNARY, name, codecs, inline)
         return f
     return deco(fn) if fn is not None else deco
 
@@ -426,6 +435,14 @@ class _Runtime(asyncio.BufferedProtocol):
                 f"cannot decode the request body as {ctx.codec.name}: {e}"))
             return
         args = (arg, ctx) if m.wants_ctx else (arg,)
+        if m.inline:
+            try:
+                body = ctx.codec.encode(m.fn(*args))
+            except BaseException as e:  # noqa: B036 - it becomes this request's terminal
+                self._finish(call, self._terminal_for(call, e))
+                return
+            self._finish(call, proto.Result(call.id, body))
+            return
         assert self.executor is not None
         fut = self.executor.submit(_call_and_encode, m.fn, args, ctx.codec.encode)
         loop = self.loop

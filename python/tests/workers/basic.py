@@ -19,6 +19,13 @@ def add(req: dict) -> dict:
     return {"sum": req["a"] + req["b"]}
 
 
+@wirepool.method(inline=True)
+def add_inline(req: dict) -> dict:
+    if req.get("fail"):
+        raise wirepool.WorkerError(1001, "inline failure")
+    return {"sum": req["a"] + req["b"]}
+
+
 @wirepool.method
 async def add_async(req: dict) -> dict:
     await asyncio.sleep(0)
