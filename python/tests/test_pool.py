@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import signal
 import subprocess
@@ -307,9 +308,24 @@ def test_version_mismatch_fails_at_start_up() -> None:
     assert e.value.code == wirepool.ErrorCode.VERSION_MISMATCH
 
 
-def test_chatty_worker_never_blocks() -> None:
-    with pool() as p:
-        assert p.call("chatter", {"mb": 100}, timeout=50) == {"ok": True}
+def test_chatty_worker_never_blocks_and_every_line_is_logged() -> None:
+    class Count(logging.Handler):
+        lines = {"stdout": 0, "stderr": 0}
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines[record.args[2]] += 1  # type: ignore[index]
+
+    handler = Count()
+    log = logging.getLogger("wirepool.worker")
+    log.addHandler(handler)
+    old_level, log.level = log.level, logging.INFO
+    try:
+        with pool() as p:  # 100 MB on stdout and 100 MB on stderr, 1 KiB lines
+            assert p.call("chatter", {"mb": 100}, timeout=50) == {"ok": True}
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+    assert Count.lines == {"stdout": 100 * 1024, "stderr": 100 * 1024}
 
 
 def test_lease_is_exclusive_and_sticky() -> None:
