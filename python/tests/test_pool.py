@@ -318,7 +318,8 @@ def test_chatty_worker_never_blocks_and_every_line_is_logged() -> None:
     handler = Count()
     log = logging.getLogger("wirepool.worker")
     log.addHandler(handler)
-    old_level, log.level = log.level, logging.INFO
+    old_level = log.level
+    log.setLevel(logging.INFO)  # setLevel, not .level: it clears the isEnabledFor cache
     try:
         with pool() as p:  # 100 MB on stdout and 100 MB on stderr, 1 KiB lines
             assert p.call("chatter", {"mb": 100}, timeout=50) == {"ok": True}

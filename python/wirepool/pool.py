@@ -136,7 +136,6 @@ class _Worker(asyncio.BufferedProtocol):
         self.leased = False
         self.retiring = False
         self.served = 0
-        self.started_at = time.monotonic()
         self.last_heard = time.monotonic()
         self.last_busy = time.monotonic()
         self.max_in_flight = 1
@@ -195,12 +194,12 @@ class _Worker(asyncio.BufferedProtocol):
             self.kill(None)
             what = (f"was killed by signal {self.exit_signal}" if self.exit_signal is not None
                     else f"exited with status {self.exit_status}")
-            err = WorkerExited(ErrorCode.WORKER_EXITED,
+            died = WorkerExited(ErrorCode.WORKER_EXITED,
                                f"worker pid {self.pid} {what} before its HELLO"
                                + self._tail_suffix())
-            err.exit_status, err.signal = self.exit_status, self.exit_signal
-            err.stderr_tail = "\n".join(self.stderr_tail)
-            raise err from None
+            died.exit_status, died.signal = self.exit_status, self.exit_signal
+            died.stderr_tail = "\n".join(self.stderr_tail)
+            raise died from None
         except BaseException:
             self.kill(WorkerExited(ErrorCode.WORKER_EXITED, "start-up interrupted"))
             raise
@@ -730,9 +729,6 @@ class Stream:
             finally:
                 req.waiter = None
 
-    def decode_row(self, raw: Any) -> Any:
-        return self._decode(raw)  # type: ignore[misc]
-
     def _abandon(self) -> None:
         req = self._req
         if req is not None and not self._done:
@@ -866,7 +862,6 @@ class AsyncPool:
         # and lease callers waiting for an idle worker (woken together).
         self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._idle_waiters: list[asyncio.Future[None]] = []
-        self._spawning = 0
         self._rr = 0
         self._counters: collections.Counter[str] = collections.Counter()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -896,15 +891,12 @@ class AsyncPool:
     async def _spawn(self) -> _Worker:
         w = _Worker(self)
         self._all.add(w)
-        self._spawning += 1
         try:
             await w.start()
         except BaseException:
             await asyncio.shield(w.reap())
             self._all.discard(w)
             raise
-        finally:
-            self._spawning -= 1
         if self._closed:
             w.drain(0)
             return w
@@ -930,7 +922,7 @@ class AsyncPool:
         if self._closed and not self._all:
             return
         self._closed = True
-        self._wake_waiters()
+        self._capacity_changed()
         workers = list(self._all)
         for w in workers:
             w.drain(int(grace * 1000))
@@ -969,9 +961,6 @@ class AsyncPool:
             for fut in idle:
                 if not fut.done():
                     fut.set_result(None)
-
-    def _wake_waiters(self) -> None:
-        self._capacity_changed()
 
     def _pick(self) -> _Worker | None:
         best = None
@@ -1100,9 +1089,6 @@ class AsyncPool:
         delay = self._backoff
         self._backoff = min(self._backoff * 2, self.restart_backoff_max)
         self.loop.create_task(self._replace(delay))
-
-    def _leased_by(self, w: _Worker) -> bool:
-        return w.leased
 
     # -- calls ----------------------------------------------------------------------------
 
