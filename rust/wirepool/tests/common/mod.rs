@@ -23,7 +23,7 @@ pub fn builder(n: usize) -> PoolBuilder {
     Pool::builder(WorkerCommand::new(test_worker()))
         .workers(n)
         .startup_timeout(Duration::from_secs(10))
-        .heartbeat(Duration::from_millis(200))
+        .heartbeat(Duration::from_millis(500))
 }
 
 /// A python3 one-liner as a fake worker (no shell involved).
