@@ -41,3 +41,11 @@ def test_unavailable_codec_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> N
         codecs.get("arrow")
     with pytest.raises(codecs.CodecUnavailable):
         codecs.get("yaml")
+
+
+def test_arrow_round_trip() -> None:
+    pa = pytest.importorskip("pyarrow")
+    c = codecs.get("arrow")
+    table = pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"]})
+    assert c.decode(memoryview(c.encode(table))).equals(table)
+    assert c.decode(c.encode({"a": [1]})).to_pydict() == {"a": [1]}

@@ -44,6 +44,13 @@ def test_echo_round_trips_values(codec: str) -> None:
             p.call("add_inline", {"fail": True})
 
 
+def test_arrow_tables_travel_as_ipc_streams() -> None:
+    pa = pytest.importorskip("pyarrow")
+    with pool() as p:
+        out = p.call("arrow_double", pa.table({"x": [1, 2, 3]}), codec="arrow")
+        assert out.to_pydict() == {"x": [2, 4, 6]}
+
+
 def test_raw_echo_returns_bytes_unchanged() -> None:
     data = os.urandom(4096)
     with pool() as p:

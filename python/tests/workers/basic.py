@@ -156,5 +156,17 @@ def progress(req, ctx: wirepool.Context):
     return {"done": req["n"]}
 
 
+try:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    @wirepool.method(codecs=["arrow"])
+    def arrow_double(table):
+        return pa.table({name: pc.multiply(col, 2) for name, col in
+                         zip(table.column_names, table.columns)})
+except ImportError:
+    pass
+
+
 if __name__ == "__main__":
     wirepool.serve(max_concurrency=int(os.environ.get("MAX_CONCURRENCY", "16")))
