@@ -1014,7 +1014,9 @@ class AsyncPool:
             if rss is not None and rss > self.max_rss_bytes:
                 self._recycle(w, f"RSS {rss} above max_rss_bytes")
                 return
-        if (self.idle_timeout is not None and not w.requests
+        # A worker that never served anything is not recycled for idling: replacing it with
+        # an identical fresh process would only churn.
+        if (self.idle_timeout is not None and w.served and not w.requests
                 and time.monotonic() - w.last_busy > self.idle_timeout):
             self._recycle(w, "idle")
 
