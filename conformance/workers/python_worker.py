@@ -1,0 +1,141 @@
+"""The Python conformance worker: the method set of conformance/README.md, on the Python SDK.
+
+Every conformance worker (one per language) offers exactly these methods, with the same kinds,
+codecs and behaviour, so every parent runner can drive every worker with one scenario list:
+
+| method | kind | codecs | request -> answer |
+|---|---|---|---|
+| echo | unary | raw, json, msgpack, cbor | any body -> the same value |
+| add | unary | json | {"a": int, "b": int} -> {"sum": a + b} |
+| decls | stream | json, msgpack, cbor | {"n": N} -> rows {"i", "name": "decl_i", "kind": "theorem"}, summary {"rows": N} |
+| raw_rows | stream | raw | "N SIZE" -> N rows of SIZE bytes (first 8 = i LE, rest 0xAB), no summary |
+| raw_rows_produced | unary | json | any -> rows handed to the SDK by the latest raw_rows stream |
+| forever | stream | json | any -> rows 0, 1, 2, ... until cancelled |
+| sleep | unary | json | ms -> ms after sleeping; stops at cancellation or deadline |
+| hang | unary | json | ms -> ms after blocking ms, ignoring cancellation and deadline |
+| fail | unary | json | any -> HANDLER_ERROR "the fail method was called" |
+| fail_app | unary | json | any -> code 1042 "application failure", details {"request": <it>} |
+| crash | unary | json | writes a line to stderr, then aborts (SIGABRT) |
+| crash_stream | stream | json | {"n": N} -> decl rows 0..N, then a stderr line and abort |
+
+It is started by a parent (``WIREPOOL_FD``); it is not meant to be run by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+
+import wirepool
+
+CRASH_LINE = "conformance worker: crash requested"
+APP_ERROR_CODE = 1042
+
+_produced_lock = threading.Lock()
+_produced = 0
+
+
+@wirepool.method(codecs=["raw", "json", "msgpack", "cbor"])
+def echo(body):
+    # Raw bodies arrive as a memoryview of the frame: copy out before the buffer is reused.
+    return bytes(body) if isinstance(body, memoryview) else body
+
+
+@wirepool.method(codecs=["json"])
+def add(req):
+    return {"sum": req["a"] + req["b"]}
+
+
+def _decl(i: int) -> dict:
+    return {"i": i, "name": f"decl_{i}", "kind": "theorem"}
+
+
+@wirepool.stream(codecs=["json", "msgpack", "cbor"])
+def decls(req, ctx):
+    n = req["n"]
+    for i in range(n):
+        if ctx.cancelled:
+            return None
+        yield _decl(i)
+    return {"rows": n}
+
+
+@wirepool.stream(codecs=["raw"])
+def raw_rows(req, ctx):
+    global _produced
+    n_text, size_text = bytes(req).decode().split()
+    n, size = int(n_text), int(size_text)
+    with _produced_lock:
+        _produced = 0
+    row = bytearray(b"\xab" * size)
+    prefix = min(size, 8)
+    for i in range(n):
+        if ctx.cancelled:
+            return None
+        row[:prefix] = i.to_bytes(8, "little")[:prefix]
+        with _produced_lock:
+            _produced = i + 1
+        yield bytes(row)
+    return None
+
+
+@wirepool.method(codecs=["json"])
+def raw_rows_produced(_req):
+    with _produced_lock:
+        return _produced
+
+
+@wirepool.stream(codecs=["json"])
+def forever(_req, ctx):
+    i = 0
+    while not ctx.cancelled:
+        yield i
+        i += 1
+
+
+@wirepool.method(codecs=["json"])
+async def sleep(ms):
+    # Cancellation and the deadline cancel this coroutine at its await.
+    await asyncio.sleep(ms / 1000)
+    return ms
+
+
+@wirepool.method(codecs=["json"])
+def hang(ms):
+    time.sleep(ms / 1000)  # deliberately deaf to cancellation: the parent must enforce deadlines
+    return ms
+
+
+@wirepool.method(codecs=["json"])
+def fail(_req):
+    raise RuntimeError("the fail method was called")
+
+
+@wirepool.method(codecs=["json"])
+def fail_app(req):
+    raise wirepool.WorkerError(APP_ERROR_CODE, "application failure", {"request": req})
+
+
+def _abort() -> None:
+    sys.stderr.write(CRASH_LINE + "\n")
+    sys.stderr.flush()
+    os.abort()
+
+
+@wirepool.method(codecs=["json"])
+def crash(_req):
+    _abort()
+
+
+@wirepool.stream(codecs=["json"])
+def crash_stream(req, _ctx):
+    for i in range(req["n"]):
+        yield _decl(i)
+    _abort()
+
+
+if __name__ == "__main__":
+    wirepool.serve(max_concurrency=64)
