@@ -17,7 +17,7 @@ use crate::error::{codes, Error, ExitCause, Result};
 use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
 use crate::spawn::{self, WorkerCommand};
 use crate::stream::{RowStream, StreamShared};
-use crate::worker::{self, Incarnation, PoolShared, Worker};
+use crate::worker::{self, Incarnation, NotSent, PoolShared, Worker};
 
 /// Options of one call or stream.
 #[derive(Clone, Debug, Default)]
@@ -369,14 +369,15 @@ impl Pool {
             let notified = self.inner.shared.capacity.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let ready = self.inner.ready.read().unwrap().len();
-            if ready == self.inner.slots.len() {
+            if self.inner.ready.read().unwrap().len() == self.inner.slots.len() {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || tokio::time::timeout(left.min(Duration::from_millis(50)), notified).await.is_err() && Instant::now() >= deadline {
-                return self.inner.ready.read().unwrap().len() == self.inner.slots.len();
+            if left.is_zero() || self.inner.closed.load(Acquire) {
+                return false;
             }
+            // Every change of the ready set notifies; the cap only bounds a missed wake-up.
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), notified).await;
         }
     }
 }
@@ -564,8 +565,9 @@ impl PoolInner {
             let worker = self.acquire(leased).await?;
             let (req, rx) = match worker.submit(method_no, codec, timeout, body.clone(), None) {
                 Ok(sent) => sent,
-                Err(Error::Remote { code: codes::DRAINING, .. }) if leased.is_none() && attempts < 4 => continue,
-                Err(e) => return Err(e),
+                Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
+                Err(NotSent::WorkerGone(_)) if leased.is_some() => return Err(Error::LeaseLost(worker.exit_info())),
+                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
             };
             let rx = rx.expect("unary has a receiver");
             let mut guard = CancelOnDrop { worker: &worker, id: req.id, armed: true };
@@ -603,8 +605,9 @@ impl PoolInner {
             let shared = StreamShared::new();
             match worker.submit(method_no, codec, timeout, body.clone(), Some(shared.clone())) {
                 Ok((req, _)) => return Ok(RowStream::new(req, shared, codec)),
-                Err(Error::Remote { code: codes::DRAINING, .. }) if leased.is_none() && attempts < 4 => continue,
-                Err(e) => return Err(e),
+                Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
+                Err(NotSent::WorkerGone(_)) if leased.is_some() => return Err(Error::LeaseLost(worker.exit_info())),
+                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
             }
         }
     }

@@ -146,6 +146,14 @@ pub(crate) struct Worker {
     stderr_tail: Arc<StderrTail>,
 }
 
+/// Why a request was not sent.
+pub(crate) enum NotSent {
+    /// The worker is draining or gone: the request never left, another worker may take it.
+    WorkerGone(Error),
+    /// The request itself is wrong (unknown method, too large, ...): no retry helps.
+    Final(Error),
+}
+
 /// A request accepted by a worker: its id and what the caller needs to follow it.
 pub(crate) struct WorkerRequest {
     pub worker: Arc<Worker>,
@@ -224,17 +232,20 @@ impl Worker {
         timeout: Option<Duration>,
         body: Bytes,
         sink_stream: Option<Arc<StreamShared>>,
-    ) -> Result<(WorkerRequest, Option<oneshot::Receiver<Result<Bytes>>>)> {
+    ) -> Result<(WorkerRequest, Option<oneshot::Receiver<Result<Bytes>>>), NotSent> {
         let Some(Some(wire)) = self.wire.get(method_no) else {
             self.release_slot();
             let name = self.pool.methods.get().and_then(|t| t.names.get(method_no)).cloned();
-            return Err(Error::UnknownMethod(name.unwrap_or_default()));
+            return Err(NotSent::Final(Error::UnknownMethod(name.unwrap_or_default())));
         };
         let want_kind = if sink_stream.is_some() { MethodKind::Stream } else { MethodKind::Unary };
         if wire.kind != want_kind {
             self.release_slot();
             let name = self.pool.methods.get().map(|t| t.names[method_no].clone()).unwrap_or_default();
-            return Err(Error::UnknownMethod(format!("{name} (is {:?}, called as {:?})", wire.kind, want_kind)));
+            return Err(NotSent::Final(Error::UnknownMethod(format!(
+                "{name} (is {:?}, called as {:?})",
+                wire.kind, want_kind
+            ))));
         }
         let timeout_us = timeout.map(|t| t.as_micros().clamp(1, u64::MAX as u128) as u64).unwrap_or(0);
         let now = Instant::now();
@@ -253,7 +264,7 @@ impl Worker {
                 let e = e.clone();
                 drop(core);
                 self.release_slot();
-                return Err(e);
+                return Err(NotSent::WorkerGone(e));
             }
             let c = &mut *core;
             let id = match c.conn.send_request(wire.index, codec.id(), timeout_us, &body, &mut c.out) {
@@ -261,7 +272,11 @@ impl Worker {
                 Err(e) => {
                     drop(core);
                     self.release_slot();
-                    return Err(refusal(e, self.id));
+                    return Err(if e.code == ErrorCode::Draining {
+                        NotSent::WorkerGone(refusal(e, self.id))
+                    } else {
+                        NotSent::Final(refusal(e, self.id))
+                    });
                 }
             };
             let deadline = timeout.map(|t| (now + t + self.pool.cfg.deadline_grace, t));
@@ -770,6 +785,8 @@ async fn lifecycle(
     let mut judge_after_ms = 0;
     let mut next_rss = Instant::now();
     let mut nonce: u64 = 0;
+    let mut unanswered_pings = 0u32;
+    let mut heard_at_last_ping = 0u64;
     let mut killed = false;
     let kill = |cause_now: ExitCause, cause: &mut Option<ExitCause>, killed: &mut bool| {
         cause.get_or_insert(cause_now);
@@ -821,11 +838,20 @@ async fn lifecycle(
                 }
                 last_tick_ms = now_ms;
                 if heartbeat_ms > 0 && !reader_done {
-                    if now_ms >= judge_after_ms && now_ms.saturating_sub(worker.last_heard_ms.load(Relaxed)) > 3 * heartbeat_ms {
+                    let heard = worker.last_heard_ms.load(Relaxed);
+                    if heard != heard_at_last_ping {
+                        unanswered_pings = 0;
+                    }
+                    // Hung: three PINGs went out and nothing at all came back for three
+                    // intervals. Counting PINGs actually sent keeps a parent that was itself
+                    // starved of CPU from blaming the worker.
+                    if now_ms >= judge_after_ms && unanswered_pings >= 3 && now_ms.saturating_sub(heard) > 3 * heartbeat_ms {
                         tracing::warn!(worker = worker.id, pid = worker.pid, "missed heartbeats, killing");
                         kill(ExitCause::Hung, &mut cause, &mut killed);
                     } else if now_ms >= next_ping_ms {
                         next_ping_ms = now_ms + heartbeat_ms;
+                        heard_at_last_ping = heard;
+                        unanswered_pings += 1;
                         nonce += 1;
                         let mut core = worker.core.lock().unwrap();
                         let c = &mut *core;

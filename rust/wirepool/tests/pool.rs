@@ -152,6 +152,7 @@ async fn worker_death_fails_every_request_in_flight_with_status_and_stderr_tail(
                 tokio::spawn(async move { pool.call::<_, u64>("sleep", &10_000u64).await })
             })
             .collect();
+        wait_in_flight(&pool, 5).await;
         let crash = pool.call::<_, ()>("crash", &3i32).await.unwrap_err();
         for e in std::iter::once(crash).chain(futures_join(sleepers.into_iter().map(|h| async move { h.await.unwrap() })).await.into_iter().map(|r| r.unwrap_err())) {
             assert_eq!(e.code(), codes::WORKER_EXITED, "{e}");
@@ -188,9 +189,7 @@ async fn a_stopped_worker_is_found_by_heartbeat_killed_and_replaced() {
             let pool = pool.clone();
             tokio::spawn(async move { pool.call::<_, u64>("sleep", &20_000u64).await })
         };
-        // Make sure the request reached the worker before it stops.
-        let echoed: i64 = pool.call("add", &(1, 1)).await.unwrap();
-        assert_eq!(echoed, 2);
+        wait_in_flight(&pool, 1).await;
         kill(victim, libc::SIGSTOP);
         let err = call.await.unwrap().unwrap_err();
         assert_eq!(err.code(), codes::WORKER_HUNG, "{err}");
@@ -432,9 +431,8 @@ async fn shutdown_drains_work_in_flight_then_refuses_new_calls() {
                 tokio::spawn(async move { pool.call::<_, u64>("sleep", &300u64).await })
             })
             .collect();
-        // Wait until every call is on a worker, so shutdown has work in flight to drain.
-        let pinged: i64 = pool.call("add", &(0, 0)).await.unwrap();
-        assert_eq!(pinged, 0);
+        // Every call is on a worker, so shutdown has work in flight to drain.
+        wait_in_flight(&pool, 10).await;
         pool.shutdown().await;
         for c in calls {
             assert_eq!(c.await.unwrap().unwrap(), 300);

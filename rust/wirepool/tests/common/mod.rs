@@ -23,7 +23,7 @@ pub fn builder(n: usize) -> PoolBuilder {
     Pool::builder(WorkerCommand::new(test_worker()))
         .workers(n)
         .startup_timeout(Duration::from_secs(10))
-        .heartbeat(Duration::from_millis(500))
+        .heartbeat(Duration::from_secs(1))
 }
 
 /// A python3 one-liner as a fake worker (no shell involved).
@@ -97,5 +97,14 @@ pub async fn wait_reaped(pids: &[u32], within: Duration) {
     while children().iter().any(|(p, _)| pids.contains(p)) {
         assert!(tokio::time::Instant::now() < deadline, "workers {pids:?} still alive after {within:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (bounded) until `n` requests are in flight on the pool's workers.
+pub async fn wait_in_flight(pool: &Pool, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pool.metrics().workers.iter().map(|w| w.in_flight).sum::<u64>() < n {
+        assert!(tokio::time::Instant::now() < deadline, "{n} requests never got in flight");
+        tokio::task::yield_now().await;
     }
 }
