@@ -146,6 +146,9 @@ pub(crate) struct Worker {
     stderr_tail: Arc<StderrTail>,
 }
 
+/// Where a unary caller waits for its result.
+pub(crate) type UnaryOutcome = oneshot::Receiver<Result<Bytes>>;
+
 /// Why a request was not sent.
 pub(crate) enum NotSent {
     /// The worker is draining or gone: the request never left, another worker may take it.
@@ -232,7 +235,7 @@ impl Worker {
         timeout: Option<Duration>,
         body: Bytes,
         sink_stream: Option<Arc<StreamShared>>,
-    ) -> Result<(WorkerRequest, Option<oneshot::Receiver<Result<Bytes>>>), NotSent> {
+    ) -> Result<(WorkerRequest, Option<UnaryOutcome>), NotSent> {
         let Some(Some(wire)) = self.wire.get(method_no) else {
             self.release_slot();
             let name = self.pool.methods.get().and_then(|t| t.names.get(method_no)).cloned();
