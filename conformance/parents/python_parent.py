@@ -1,0 +1,555 @@
+"""The Python parent runner of the conformance matrix.
+
+Runs ``conformance/scenarios.json`` against a ``wirepool.AsyncPool`` of any language's conformance
+worker and prints one JSON line per scenario: ``{"scenario", "ok", "detail", "elapsed"}``::
+
+    python conformance/parents/python_parent.py --scenarios conformance/scenarios.json \
+        [--only NAME ...] -- WORKER COMMAND...
+
+Each scenario gets a fresh pool and is bounded by its ``timeout_s``. Besides the scenario's own
+expectation, every scenario that starts a pool checks that every request ended at the pool
+(nothing left in flight within ``settle_s``), whether the worker was replaced (``restarted``), and
+that the pool still serves the suite's health-check call. The procedure of each scenario kind is
+described in ``conformance/README.md``; the Rust runner implements the same one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import wirepool
+from wirepool import WirepoolError
+
+
+class ScenarioFailed(Exception):
+    """The scenario's expectation does not hold; the message says how."""
+
+
+class Suite:
+    def __init__(self, doc: dict) -> None:
+        self.codes: dict[str, int] = doc["error_codes"]
+        self.defaults: dict = doc["defaults"]
+        self.health: dict = doc["health_check"]
+
+    def setting(self, sc: dict, key: str) -> Any:
+        return sc.get(key, self.defaults.get(key))
+
+    def pool_config(self, sc: dict) -> dict:
+        return {**self.defaults["pool"], **sc.get("pool", {})}
+
+    def expected_code(self, code: Any) -> int:
+        if isinstance(code, int):
+            return code
+        if code not in self.codes:
+            raise ScenarioFailed(f"unknown error code name {code!r}")
+        return self.codes[code]
+
+
+def pool_options(cfg: dict) -> dict:
+    return {
+        "workers": int(cfg["workers"]),
+        "max_in_flight": int(cfg["max_in_flight"]),
+        "startup_timeout": float(cfg["startup_timeout_s"]),
+        "heartbeat_ms": int(cfg["heartbeat_ms"]),
+        "cancel_grace": float(cfg["cancel_grace_s"]),
+        "deadline_grace": float(cfg["deadline_grace_s"]),
+        "max_frame_size": int(cfg["max_frame_size"]),
+        "initial_credit": int(cfg["window"]),
+    }
+
+
+def pattern(size: int) -> bytes:
+    """The bytes of ``{"bytes": {"size": N}}``: byte i is (31 i + 17) mod 251."""
+    return bytes((i * 31 + 17) % 251 for i in range(size))
+
+
+def request(form: dict) -> Any:
+    if "value" in form:
+        return form["value"]
+    if "bytes" in form:
+        return pattern(int(form["bytes"]["size"]))
+    if "text" in form:
+        return form["text"].encode()
+    raise ScenarioFailed(f"unknown request form {form!r}")
+
+
+def as_plain(value: Any) -> Any:
+    """Raw results and rows arrive as memoryviews: compare them as bytes."""
+    return bytes(value) if isinstance(value, (memoryview, bytearray)) else value
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"{len(value)} bytes"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def same_body(want: Any, got: Any) -> None:
+    got = as_plain(got)
+    if isinstance(want, bytes) and isinstance(got, bytes):
+        if want != got:
+            first = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
+                         min(len(want), len(got)))
+            raise ScenarioFailed(f"expected {len(want)} bytes, got {len(got)} bytes differing "
+                                 f"from offset {first}")
+        return
+    # JSON equality, as in the Rust runner: 1 == 1.0 but True != 1.
+    if json.dumps(want, sort_keys=True) != json.dumps(got, sort_keys=True):
+        raise ScenarioFailed(f"expected {describe(want)}, got {describe(got)}")
+
+
+def error_details(e: WirepoolError) -> Any:
+    details = e.details
+    if isinstance(details, str):
+        if not details:
+            return None
+        try:
+            return json.loads(details)
+        except ValueError:
+            return details
+    return details
+
+
+def check_error(suite: Suite, want: dict, e: BaseException) -> None:
+    if not isinstance(e, WirepoolError):
+        raise ScenarioFailed(f"expected error {want['code']}, got a non-wirepool exception "
+                             f"{type(e).__name__}: {e}")
+    code = suite.expected_code(want["code"])
+    if e.code != code:
+        raise ScenarioFailed(f"expected error {want['code']} ({code}), got code {e.code}: {e}")
+    part = want.get("message_contains")
+    if part is not None and part not in e.message:
+        raise ScenarioFailed(f"error message {e.message!r} does not contain {part!r}")
+    if "details" in want:
+        got = error_details(e)
+        if json.dumps(got, sort_keys=True) != json.dumps(want["details"], sort_keys=True):
+            raise ScenarioFailed(f"error details {got!r} differ from the expected "
+                                 f"{want['details']!r}")
+    if "signal" in want:
+        sig = getattr(e, "signal", None)
+        if sig != want["signal"]:
+            raise ScenarioFailed(f"expected the worker to die by signal {want['signal']}, got "
+                                 f"{sig!r} ({e})")
+    part = want.get("stderr_contains")
+    if part is not None:
+        tail = getattr(e, "stderr_tail", "") or ""
+        if part not in tail:
+            raise ScenarioFailed(f"the stderr tail {tail!r} does not contain {part!r}")
+
+
+def check_elapsed(expect: dict, elapsed: float) -> None:
+    low = expect.get("min_elapsed_s")
+    # The worker counts its budget from receipt, so the outcome cannot come earlier.
+    if low is not None and elapsed + 0.001 < low:
+        raise ScenarioFailed(f"the outcome came after {elapsed:.3f}s, before the {low}s deadline")
+    high = expect.get("max_elapsed_s")
+    if high is not None and elapsed > high:
+        raise ScenarioFailed(f"the outcome took {elapsed:.3f}s, more than {high}s")
+
+
+def check_call(suite: Suite, expect: dict, sent: Any, result: Any,
+               error: BaseException | None) -> None:
+    if "error" in expect:
+        if error is None:
+            raise ScenarioFailed(f"expected error {expect['error']['code']}, got the result "
+                                 f"{describe(as_plain(result))}")
+        check_error(suite, expect["error"], error)
+        return
+    if "result" not in expect:
+        raise ScenarioFailed("the expectation has neither result nor error")
+    if error is not None:
+        raise ScenarioFailed(f"expected a result, got error {getattr(error, 'code', '?')}: "
+                             f"{error}")
+    want = expect["result"]
+    same_body(sent if want == "echo" else request(want), result)
+
+
+async def call(pool: wirepool.AsyncPool, method: str, codec: str, body: Any,
+               timeout: float | None) -> tuple[Any, BaseException | None]:
+    try:
+        return await pool.call(method, body, codec=codec, timeout=timeout), None
+    except WirepoolError as e:
+        return None, e
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams
+# ---------------------------------------------------------------------------------------------
+
+
+class RowShape:
+    """How row k must look; ``check`` returns the index it carries (summed into the checksum)."""
+
+    def __init__(self, expect: dict) -> None:
+        rows = expect.get("rows", {})
+        self.shape = rows.get("shape", "any")
+        self.size = int(rows.get("size", 0))
+
+    def check(self, k: int, row: Any) -> int:
+        if self.shape == "decl":
+            want: Any = {"i": k, "name": f"decl_{k}", "kind": "theorem"}
+        elif self.shape == "int_index":
+            want = k
+        elif self.shape == "raw_index":
+            row = as_plain(row)
+            prefix = min(self.size, 8)
+            if not (isinstance(row, bytes) and len(row) == self.size
+                    and row[:prefix] == k.to_bytes(8, "little")[:prefix]
+                    and row[prefix:] == b"\xab" * (self.size - prefix)):
+                raise ScenarioFailed(f"raw row {k} ({describe(row)}) is not {self.size} bytes "
+                                     f"of index {k} then 0xAB")
+            return k
+        else:
+            raise ScenarioFailed(f"unknown row shape {self.shape!r}")
+        if row != want or type(row) is not type(want):
+            raise ScenarioFailed(f"row {k} is {row!r}, expected {want!r}")
+        return k
+
+
+_NOT_ENDED = object()
+
+
+class Reader:
+    """A stream being read: rows checked one by one, counted and summed."""
+
+    def __init__(self, stream: wirepool.Stream, shape: RowShape) -> None:
+        self.stream = stream
+        self.shape = shape
+        self.count = 0
+        self.checksum = 0
+        self.terminal: Any = _NOT_ENDED  # ("end", summary) or ("error", exception)
+
+    @property
+    def ended(self) -> bool:
+        return self.terminal is not _NOT_ENDED
+
+    async def read(self, until: int | None = None) -> None:
+        while not self.ended and (until is None or self.count < until):
+            try:
+                row = await self.stream.__anext__()
+            except StopAsyncIteration:
+                self.terminal = ("end", self.stream.summary)
+                break
+            except WirepoolError as e:
+                self.terminal = ("error", e)
+                break
+            self.checksum += self.shape.check(self.count, row)
+            self.count += 1
+        if self.ended:
+            await self.after_terminal()
+
+    async def after_terminal(self) -> None:
+        """Exactly one terminal: once a stream has ended, reading again yields nothing new (the
+        same error may be raised again: it is the same outcome, not a second one)."""
+        try:
+            row = await self.stream.__anext__()
+        except StopAsyncIteration:
+            return
+        except WirepoolError as e:
+            if self.terminal[0] == "error" and e is self.terminal[1]:
+                return
+            raise ScenarioFailed(f"a second outcome ({e}) after the stream's terminal") from e
+        raise ScenarioFailed(f"a row ({describe(as_plain(row))}) arrived after the stream's "
+                             f"terminal")
+
+    def terminal_text(self) -> str:
+        if not self.ended:
+            return "not ended"
+        kind, value = self.terminal
+        return "ended normally" if kind == "end" else f"then error {value.code}: {value}"
+
+
+def check_stream(suite: Suite, expect: dict, reader: Reader) -> str:
+    rows = expect.get("rows", {})
+    n = reader.count
+    if "count" in rows and n != rows["count"]:
+        raise ScenarioFailed(f"expected {rows['count']} rows, got {n} ({reader.terminal_text()})")
+    if "min" in rows and n < rows["min"]:
+        raise ScenarioFailed(f"expected at least {rows['min']} rows, got {n}")
+    if "max" in rows and n > rows["max"]:
+        raise ScenarioFailed(f"expected at most {rows['max']} rows, got {n}")
+    if "checksum" in rows and reader.checksum != rows["checksum"]:
+        raise ScenarioFailed(f"row checksum {reader.checksum} differs from {rows['checksum']}")
+    if not reader.ended:
+        raise ScenarioFailed("the stream has not ended")
+    kind, value = reader.terminal
+    if "error" in expect:
+        if kind == "end":
+            raise ScenarioFailed(f"expected error {expect['error']['code']} after the rows, the "
+                                 f"stream ended normally after {n} rows")
+        check_error(suite, expect["error"], value)
+        return f"{n} rows, then error {value.code}"
+    if kind == "error":
+        raise ScenarioFailed(f"after {n} rows the stream failed with {value.code}: {value}")
+    want = expect.get("summary")
+    if want == "none":
+        if value is not None:
+            raise ScenarioFailed(f"expected no summary, got {describe(as_plain(value))}")
+    elif want is not None:
+        if value is None or json.dumps(value, sort_keys=True) != json.dumps(want["value"],
+                                                                            sort_keys=True):
+            raise ScenarioFailed(f"expected the summary {want['value']!r}, got {value!r}")
+    return f"{n} rows, checksum {reader.checksum}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The procedures
+# ---------------------------------------------------------------------------------------------
+
+
+def snapshot(pool: wirepool.AsyncPool) -> tuple[set[int], int]:
+    m = pool.metrics()
+    return {w["pid"] for w in m["workers"] if w["alive"]}, int(m.get("restarts", 0))
+
+
+def in_flight(pool: wirepool.AsyncPool) -> int:
+    return sum(w["in_flight"] for w in pool.metrics()["workers"])
+
+
+async def wait_for(bound: float, done: Any) -> bool:
+    """Polls the pool's own accounting until ``done()`` holds, up to ``bound`` seconds."""
+    deadline = time.monotonic() + bound
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.002)
+    return True
+
+
+def method_of(sc: dict) -> tuple[str, str, Any]:
+    return sc["method"], sc.get("codec", "json"), request(sc["request"])
+
+
+async def after(suite: Suite, sc: dict, pool: wirepool.AsyncPool,
+                before: tuple[set[int], int]) -> None:
+    """What every scenario checks once its outcome is in."""
+    settle = float(suite.setting(sc, "settle_s"))
+    if not await wait_for(settle, lambda: in_flight(pool) == 0):
+        raise ScenarioFailed(f"{in_flight(pool)} request(s) still in flight at the pool {settle}s "
+                             f"after the outcome: no terminal from the worker")
+    h = suite.health
+    body = request(h["request"])
+    result, error = await call(pool, h["method"], h["codec"], body, None)
+    try:
+        check_call(suite, h["expect"], body, result, error)
+    except ScenarioFailed as e:
+        raise ScenarioFailed(f"the pool no longer serves: {h['method']}: {e}") from None
+    pids, restarts = snapshot(pool)
+    want = suite.setting(sc, "restarted")
+    if want is False and (pids != before[0] or restarts != before[1]):
+        raise ScenarioFailed(f"the worker was replaced (pids {sorted(before[0])} -> "
+                             f"{sorted(pids)}, restarts {before[1]} -> {restarts})")
+    if want is True and not pids.isdisjoint(before[0]):
+        raise ScenarioFailed(f"expected the worker to be replaced, pids {sorted(before[0])} -> "
+                             f"{sorted(pids)}")
+
+
+async def call_scenario(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    method, codec, body = method_of(sc)
+    expect = sc["expect"]
+    started = time.monotonic()
+    result, error = await call(pool, method, codec, body, sc.get("call_timeout_s"))
+    elapsed = time.monotonic() - started
+    check_call(suite, expect, body, result, error)
+    check_elapsed(expect, elapsed)
+    if error is not None:
+        return f"error {error.code} in {elapsed:.3f}s"
+    return f"result {describe(as_plain(result))} in {elapsed:.3f}s"
+
+
+async def stream_scenario(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    method, codec, body = method_of(sc)
+    expect = sc["expect"]
+    started = time.monotonic()
+    reader = Reader(pool.stream(method, body, codec=codec, timeout=sc.get("call_timeout_s")),
+                    RowShape(expect))
+    await reader.read()
+    elapsed = time.monotonic() - started
+    detail = check_stream(suite, expect, reader)
+    check_elapsed(expect, elapsed)
+    return f"{detail} in {elapsed:.3f}s"
+
+
+async def cancel_stream(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    method, codec, body = method_of(sc)
+    want = int(sc["read_rows"])
+    stream = pool.stream(method, body, codec=codec)
+    reader = Reader(stream, RowShape(sc["expect"]))
+    await reader.read(want)
+    if reader.ended:
+        raise ScenarioFailed(f"the endless stream ended after {reader.count} rows "
+                             f"({reader.terminal_text()})")
+    await stream.aclose()  # how a Python caller cancels a stream
+    return f"cancelled after {want} rows"
+
+
+async def cancel_call(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    method, codec, body = method_of(sc)
+    settle = float(suite.setting(sc, "settle_s"))
+    task = asyncio.ensure_future(pool.call(method, body, codec=codec))
+    if not await wait_for(settle, lambda: in_flight(pool) >= 1 or task.done()):
+        task.cancel()
+        raise ScenarioFailed(f"the call was not in flight within {settle}s")
+    task.cancel()  # how a Python caller cancels a call
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        return "cancelled while in flight"
+    except WirepoolError as e:
+        raise ScenarioFailed(f"the call ended with {e.code} before it was cancelled: {e}") from e
+    raise ScenarioFailed(f"the call returned {describe(as_plain(result))} instead of being "
+                         f"cancelled")
+
+
+async def slow_consumer(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    method, codec, body = method_of(sc)
+    expect = sc["expect"]
+    bound = int(sc["max_ahead_rows"])
+    reader = Reader(pool.stream(method, body, codec=codec), RowShape(expect))
+    worst = 0
+    for until, pause in sc["checkpoints"]:
+        await reader.read(int(until))
+        if reader.ended:
+            raise ScenarioFailed(f"the stream ended after {reader.count} rows, before checkpoint "
+                                 f"{until} ({reader.terminal_text()})")
+        # The consumer is slow: it stops reading for a while, and the producer must stall.
+        await asyncio.sleep(float(pause))
+        produced = await pool.call("raw_rows_produced", None)
+        ahead = max(0, int(produced) - reader.count)
+        worst = max(worst, ahead)
+        if ahead > bound:
+            raise ScenarioFailed(f"the worker produced {produced} rows while the consumer had "
+                                 f"read {reader.count}: {ahead} ahead, more than the {bound} "
+                                 f"flow control allows")
+    await reader.read()
+    detail = check_stream(suite, expect, reader)
+    return f"{detail}; producer at most {worst} rows ahead (bound {bound})"
+
+
+async def concurrent(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    calls, streams, stream_rows = int(sc["calls"]), int(sc["streams"]), int(sc["stream_rows"])
+
+    async def one_call(i: int) -> None:
+        got = await pool.call("add", {"a": i, "b": 2 * i})
+        if got != {"sum": 3 * i}:
+            raise ScenarioFailed(f"add #{i} returned {got!r}")
+
+    async def one_stream(s: int) -> None:
+        n = stream_rows + s
+        reader = Reader(pool.stream("decls", {"n": n}, codec="json"),
+                        RowShape({"rows": {"shape": "decl"}}))
+        await reader.read()
+        if not (reader.count == n and reader.terminal[0] == "end"
+                and reader.terminal[1] == {"rows": n}):
+            raise ScenarioFailed(f"stream #{s}: {reader.count} of {n} rows, "
+                                 f"{reader.terminal_text()}")
+
+    outcomes = await asyncio.gather(*(one_call(i) for i in range(calls)),
+                                    *(one_stream(s) for s in range(streams)),
+                                    return_exceptions=True)
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if errors:
+        raise ScenarioFailed(f"{len(errors)} of {len(outcomes)} failed; first: "
+                             f"{type(errors[0]).__name__}: {errors[0]}")
+    return f"{calls} calls and {streams} streams at once, all correct"
+
+
+async def startup(suite: Suite, sc: dict, worker: list[str], cfg: dict) -> str:
+    require = sc["require"]
+    codecs = {r["codec"] for r in require}
+    if len(codecs) != 1:
+        raise ScenarioFailed("the Python pool checks every required method with one codec: a "
+                             "start-up scenario must use one")
+    pool = wirepool.AsyncPool(worker, codec=codecs.pop(),
+                              require={r["method"]: r["kind"] for r in require},
+                              **pool_options(cfg))
+    expect = sc["expect"]
+    try:
+        await pool.start()
+    except WirepoolError as e:
+        await pool.close(grace=0)
+        if "error" not in expect:
+            raise ScenarioFailed(f"the pool did not start: {e.code} {e}") from e
+        check_error(suite, expect["error"], e)
+        return f"refused at start-up: {e}"
+    try:
+        if "error" in expect:
+            raise ScenarioFailed(f"expected start-up to fail with {expect['error']['code']}, "
+                                 f"the pool started")
+        await after(suite, sc, pool, snapshot(pool))
+        return "started and served"
+    finally:
+        await pool.close(grace=1.0)
+
+
+PROCEDURES = {
+    "call": call_scenario,
+    "stream": stream_scenario,
+    "cancel_stream": cancel_stream,
+    "cancel_call": cancel_call,
+    "slow_consumer": slow_consumer,
+    "concurrent": concurrent,
+}
+
+
+async def run_scenario(suite: Suite, sc: dict, worker: list[str]) -> str:
+    cfg = suite.pool_config(sc)
+    if sc["kind"] == "startup":
+        return await startup(suite, sc, worker, cfg)
+    procedure = PROCEDURES.get(sc["kind"])
+    if procedure is None:
+        raise ScenarioFailed(f"unknown scenario kind {sc['kind']!r}")
+    pool = wirepool.AsyncPool(worker, codec="json", **pool_options(cfg))
+    try:
+        await pool.start()
+    except WirepoolError as e:
+        await pool.close(grace=0)
+        raise ScenarioFailed(f"the pool did not start: {e.code} {e}") from e
+    try:
+        before = snapshot(pool)
+        detail = await procedure(suite, sc, pool)
+        await after(suite, sc, pool, before)
+        return detail
+    finally:
+        await asyncio.wait_for(pool.close(grace=1.0), 15.0)
+
+
+async def main_async(suite: Suite, scenarios: list[dict], worker: list[str]) -> None:
+    for sc in scenarios:
+        bound = float(suite.setting(sc, "timeout_s"))
+        started = time.monotonic()
+        try:
+            detail = await asyncio.wait_for(run_scenario(suite, sc, worker), bound)
+            ok = True
+        except asyncio.TimeoutError:
+            ok, detail = False, f"did not finish within its timeout_s of {bound}s"
+        except ScenarioFailed as e:
+            ok, detail = False, str(e)
+        except Exception as e:  # an SDK exception the scenario did not expect: report it
+            ok, detail = False, f"unexpected {type(e).__name__}: {e}"
+        line = {"scenario": sc["name"], "ok": ok, "detail": detail,
+                "elapsed": time.monotonic() - started}
+        print(json.dumps(line, ensure_ascii=False), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", required=True)
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("worker", nargs="+", help="the worker command, after --")
+    args = parser.parse_args()
+    with open(args.scenarios, encoding="utf-8") as f:
+        doc = json.load(f)
+    suite = Suite(doc)
+    scenarios = [sc for sc in doc["scenarios"] if not args.only or sc["name"] in args.only]
+    asyncio.run(main_async(suite, scenarios, args.worker))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

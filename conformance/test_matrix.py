@@ -1,0 +1,329 @@
+"""The cross-language conformance matrix: every parent runner x every conformance worker x every
+scenario of ``scenarios.json``, one test each, so a failure names the pair and the scenario.
+
+Languages come from ``languages.json`` (one row each); each pair's runner is started once, in its
+own session, with a hard time bound, and its JSON lines are cached for the per-scenario tests.
+After a runner exits, every process it started must be gone (found by an environment marker
+they inherit), else ``test_no_leaked_processes`` fails and the leftovers are killed.
+
+A language whose build fails or whose runner is missing fails its tests; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SCENARIOS_PATH = HERE / "scenarios.json"
+SCENARIOS = json.loads(SCENARIOS_PATH.read_text(encoding="utf-8"))
+LANGUAGES = json.loads((HERE / "languages.json").read_text(encoding="utf-8"))["languages"]
+BY_NAME = {lang["name"]: lang for lang in LANGUAGES}
+NAMES = [sc["name"] for sc in SCENARIOS["scenarios"]]
+
+BUILD_TIMEOUT_S = 1800  # a cold cargo build on a busy 2-vCPU machine
+RUNNER_TIMEOUT_S = 900  # one runner invocation: every scenario of one pair
+LEAK_WAIT_S = 10.0  # workers die of the parent-death signal, asynchronously
+MARKER_ENV = "WIREPOOL_CONFORMANCE_RUN"
+
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + RUNNER_TIMEOUT_S + 120)
+
+
+def cargo_target() -> Path:
+    return Path(os.environ.get("CARGO_TARGET_DIR", REPO / "rust" / "target"))
+
+
+def expand(argv: list[str]) -> list[str]:
+    values = {"repo": str(REPO), "python": sys.executable, "cargo_target": str(cargo_target())}
+    return [a.format(**values) for a in argv]
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds (once per session) and runner invocations (once per pair)
+# ---------------------------------------------------------------------------------------------
+
+_build_errors: dict[str, str | None] = {}
+
+
+def build(lang: str) -> str | None:
+    """Builds the language's artefacts once; returns why it failed, or None."""
+    if lang not in _build_errors:
+        spec = BY_NAME[lang].get("build")
+        error = None
+        if spec:
+            try:
+                done = subprocess.run(expand(spec["command"]), cwd=REPO / spec.get("cwd", "."),
+                                      capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+                if done.returncode != 0:
+                    error = (f"build {spec['command']} exited {done.returncode}: "
+                             f"{done.stderr[-3000:]}")
+            except (OSError, subprocess.TimeoutExpired) as e:
+                error = f"build {spec['command']} failed: {e}"
+        _build_errors[lang] = error
+    return _build_errors[lang]
+
+
+def marked_processes(marker: str) -> list[tuple[int, str]]:
+    """Live processes (zombies have no environment) started under ``marker``."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        found.append((int(entry), cmd))
+    return found
+
+
+def kill_marked(marker: str) -> None:
+    for pid, _ in marked_processes(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class RunnerRun:
+    error: str | None = None  # the runner could not run at all
+    returncode: int | None = None
+    reports: dict[str, dict] = field(default_factory=dict)
+    duplicates: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    garbage: list[str] = field(default_factory=list)
+    stderr_tail: str = ""
+    leaked: list[tuple[int, str]] = field(default_factory=list)
+
+
+def run_runner(parent: str, worker: str, scenarios_path: Path) -> RunnerRun:
+    """Runs ``parent``'s runner against ``worker``'s conformance worker, bounded in time, and
+    collects its report lines and any process it leaves behind."""
+    for lang in (parent, worker):
+        error = build(lang)
+        if error is not None:
+            return RunnerRun(error=f"{lang}: {error}")
+    parent_argv = expand(BY_NAME[parent]["parent"])
+    worker_argv = expand(BY_NAME[worker]["worker"])
+    for role, argv in (("parent runner", parent_argv), ("worker", worker_argv)):
+        program = Path(argv[0])
+        if program.is_absolute() and not program.exists():
+            return RunnerRun(error=f"the {role} {program} does not exist")
+        for arg in argv[1:]:
+            if arg.startswith(str(REPO)) and not Path(arg).exists():
+                return RunnerRun(error=f"the {role} file {arg} does not exist")
+    marker = uuid.uuid4().hex
+    env = {**os.environ, MARKER_ENV: marker}
+    run = RunnerRun()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen([*parent_argv, "--scenarios", str(scenarios_path), "--",
+                                     *worker_argv], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+        except OSError as e:
+            return RunnerRun(error=f"cannot start the {parent} parent runner: {e}")
+        try:
+            run.returncode = proc.wait(timeout=RUNNER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            run.error = f"the runner did not finish within {RUNNER_TIMEOUT_S}s (killed)"
+        out.seek(0)
+        err.seek(0)
+        lines = out.read().decode(errors="replace").splitlines()
+        run.stderr_tail = err.read().decode(errors="replace")[-4000:]
+    deadline = time.monotonic() + LEAK_WAIT_S
+    while marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)  # bounded wait for asynchronous parent-death signals, not a sync point
+    run.leaked = marked_processes(marker)
+    kill_marked(marker)
+    for line in lines:
+        try:
+            report = json.loads(line)
+            name = report["scenario"]
+        except (ValueError, KeyError, TypeError):
+            run.garbage.append(line)
+            continue
+        if name in run.reports:
+            run.duplicates.append(name)
+        run.reports[name] = report
+    return run
+
+
+_runs: dict[tuple[str, str], RunnerRun] = {}
+
+
+def pair_run(parent: str, worker: str) -> RunnerRun:
+    key = (parent, worker)
+    if key not in _runs:
+        _runs[key] = run_runner(parent, worker, SCENARIOS_PATH)
+    return _runs[key]
+
+
+PAIRS = [(p["name"], w["name"]) for p in LANGUAGES for w in LANGUAGES]
+
+
+def pair_id(parent: str, worker: str) -> str:
+    return f"{parent}_parent-{worker}_worker"
+
+
+# ---------------------------------------------------------------------------------------------
+# The matrix
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parent,worker,scenario",
+                         [(p, w, s) for p, w in PAIRS for s in NAMES],
+                         ids=[f"{pair_id(p, w)}-{s}" for p, w in PAIRS for s in NAMES])
+def test_scenario(parent: str, worker: str, scenario: str) -> None:
+    run = pair_run(parent, worker)
+    pair = f"{parent} parent x {worker} worker"
+    if run.error is not None and scenario not in run.reports:
+        pytest.fail(f"{pair}: {run.error}\nrunner stderr tail:\n{run.stderr_tail}")
+    report = run.reports.get(scenario)
+    if report is None:
+        pytest.fail(f"{pair}: the runner reported nothing for {scenario!r} (exit status "
+                    f"{run.returncode})\nrunner stderr tail:\n{run.stderr_tail}")
+    assert report.get("ok") is True, (
+        f"{pair}, scenario {scenario}: {report.get('detail')} "
+        f"(after {report.get('elapsed', 0):.2f}s)")
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=[pair_id(p, w) for p, w in PAIRS])
+def test_runner_reports_every_scenario_exactly_once(parent: str, worker: str) -> None:
+    run = pair_run(parent, worker)
+    assert run.error is None, run.error
+    assert run.returncode == 0, f"runner exit status {run.returncode}:\n{run.stderr_tail}"
+    assert not run.garbage, f"lines that are not reports: {run.garbage[:5]}"
+    assert not run.duplicates, f"scenarios reported twice: {run.duplicates}"
+    assert sorted(run.reports) == sorted(NAMES), (
+        f"missing {sorted(set(NAMES) - set(run.reports))}, "
+        f"unknown {sorted(set(run.reports) - set(NAMES))}")
+    for report in run.reports.values():
+        assert isinstance(report.get("ok"), bool) and isinstance(report.get("detail"), str)
+        assert isinstance(report.get("elapsed"), (int, float)) and report["elapsed"] >= 0
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=[pair_id(p, w) for p, w in PAIRS])
+def test_no_leaked_processes(parent: str, worker: str) -> None:
+    run = pair_run(parent, worker)
+    assert run.error is None, run.error
+    assert not run.leaked, (f"{parent} parent x {worker} worker left processes running "
+                            f"{LEAK_WAIT_S}s after the runner exited: {run.leaked}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The scenario list itself, and the runners' ability to notice a wrong outcome
+# ---------------------------------------------------------------------------------------------
+
+
+def test_scenario_list_is_consistent() -> None:
+    assert len(NAMES) == len(set(NAMES)), "scenario names must be unique"
+    kinds = {"call", "stream", "cancel_stream", "cancel_call", "slow_consumer", "concurrent",
+             "startup"}
+    codes = SCENARIOS["error_codes"]
+    for sc in SCENARIOS["scenarios"]:
+        assert sc["kind"] in kinds, sc["name"]
+        err = sc.get("expect", {}).get("error")
+        if err is not None and isinstance(err["code"], str):
+            assert err["code"] in codes, sc["name"]
+        rows = sc.get("expect", {}).get("rows", {})
+        if "checksum" in rows and "count" in rows:
+            n = rows["count"]
+            assert rows["checksum"] == n * (n - 1) // 2, f"{sc['name']}: checksum of 0..{n}"
+        if sc["kind"] == "slow_consumer":
+            pool = {**SCENARIOS["defaults"]["pool"], **sc.get("pool", {})}
+            bound = (pool["window"] + 4 * pool["max_frame_size"]) // (sc["size"] + 4) + 2
+            assert sc["max_ahead_rows"] == bound, "max_ahead_rows follows its formula"
+            # Without flow control the producer would run far past the bound.
+            assert sc["n"] > 10 * bound
+    # The frame-size scenarios are about the default 1 MiB frame.
+    mfs = SCENARIOS["defaults"]["pool"]["max_frame_size"]
+    by_name = {sc["name"]: sc for sc in SCENARIOS["scenarios"]}
+    assert by_name["echo_raw_1_mb_one_frame"]["request"]["bytes"]["size"] + 12 <= mfs
+    assert by_name["echo_raw_larger_than_one_frame"]["request"]["bytes"]["size"] > 2 * mfs
+
+
+def mutants() -> list[dict]:
+    """Scenarios whose expectation is wrong on purpose: a runner must report each as failed."""
+    base = {sc["name"]: sc for sc in SCENARIOS["scenarios"]}
+    out = []
+
+    def mutant(of: str, what: str, change) -> None:
+        sc = copy.deepcopy(base[of])
+        sc["name"] = f"mutant_{of}_{what}"
+        change(sc)
+        out.append(sc)
+
+    def expect(**kv):
+        return lambda sc: sc["expect"].update(kv)
+
+    def rows(**kv):
+        return lambda sc: sc["expect"]["rows"].update(kv)
+
+    def error(**kv):
+        return lambda sc: sc["expect"]["error"].update(kv)
+
+    mutant("echo_raw_4_kib", "other_bytes", expect(result={"bytes": {"size": 4095}}))
+    mutant("echo_json_value", "other_value", expect(result={"value": {"f": 2.5}}))
+    mutant("add_typed_json", "other_sum", expect(result={"value": {"sum": 0}}))
+    mutant("stream_with_summary_cbor", "checksum", rows(checksum=46))
+    mutant("stream_with_summary_cbor", "summary", expect(summary={"value": {"rows": 11}}))
+    mutant("stream_with_summary_cbor", "row_shape", rows(shape="int_index"))
+    mutant("stream_raw_rows_without_summary", "count", rows(count=999))
+    mutant("stream_empty_with_summary", "no_summary", expect(summary="none"))
+    mutant("handler_error", "code", error(code="HANDLER_PANIC"))
+    mutant("error_with_details", "details", error(details={"request": {"x": 2}}))
+    mutant("error_with_details", "message", error(message_contains="no such text"))
+    mutant("crash_unary", "signal", error(signal=9))
+    mutant("crash_unary", "stderr", error(stderr_contains="not in the tail"))
+    mutant("crash_unary", "not_restarted", lambda sc: sc.update(restarted=False))
+    mutant("echo_raw_empty", "restarted", lambda sc: sc.update(restarted=True))
+    mutant("deadline", "too_slow", expect(max_elapsed_s=0.1))
+    mutant("deadline", "result", lambda sc: sc.update(expect={"result": "echo"}))
+    mutant("crash_mid_stream", "no_rows", rows(max=0))
+    mutant("codec_mismatch_at_startup", "started", lambda sc: sc.update(expect={"started": True}))
+    mutant("startup_raw_stream_required", "refused",
+           lambda sc: sc.update(expect={"error": {"code": "CODEC_MISMATCH"}}))
+    mutant("slow_consumer", "tight_bound", lambda sc: sc.update(max_ahead_rows=10))
+    mutant("cancel_mid_stream", "finite", lambda sc: sc.update(
+        method="decls", request={"value": {"n": 10}}, read_rows=100,
+        expect={"rows": {"shape": "decl"}}))
+    mutant("cancel_call", "never_in_flight", lambda sc: sc.update(
+        method="no_such_method", settle_s=1.0))
+    return out
+
+
+@pytest.mark.parametrize("parent", [lang["name"] for lang in LANGUAGES])
+def test_runner_detects_wrong_expectations(parent: str, tmp_path: Path) -> None:
+    """Every check the matrix relies on can fail: each mutant must be reported as failed."""
+    bad = mutants()
+    doc = {**SCENARIOS, "scenarios": bad}
+    path = tmp_path / "mutants.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    worker = "rust" if "rust" in BY_NAME else LANGUAGES[0]["name"]
+    run = run_runner(parent, worker, path)
+    assert run.error is None, f"{run.error}\n{run.stderr_tail}"
+    missing = [sc["name"] for sc in bad if sc["name"] not in run.reports]
+    assert not missing, f"no report for {missing}\n{run.stderr_tail}"
+    passed = [name for name, r in run.reports.items() if r["ok"]]
+    assert not passed, f"the {parent} runner accepted wrong expectations: {passed}"
+    assert not run.leaked, f"leaked processes: {run.leaked}"
