@@ -188,6 +188,7 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         return 2
     started = dt.datetime.now(dt.timezone.utc)
     machine = machine_info()
+    git = git_info()  # at the start: other people may commit while the benchmark runs
     runners = resolve_runners(selected, venv_failure)
     catalogue = scenarios.select(scenarios.build(args.mode), only)
     if not catalogue:
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         "started": started.isoformat(timespec="seconds"),
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "repeats": 5 if args.mode == "full" else 3,
-        "machine": machine, "git": git_info(),
+        "machine": machine, "git": git,
         "runners": [{k: v for k, v in r.items() if k != "argv"} for r in runners],
         "scenarios": [{k: v for k, v in sc.items() if k != "only"} | {"only": sc.get("only")}
                       for sc in catalogue],

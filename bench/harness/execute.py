@@ -30,9 +30,8 @@ def _kill_group(pgid: int) -> None:
     _live_groups.discard(pgid)
 
 
-def discover(stem: str) -> list[str] | None:
+def discover(stem: str, runners: Path = BENCH / "runners") -> list[str] | None:
     """argv prefix for bench/runners/<stem>.<ext>, or None when no such file exists."""
-    runners = BENCH / "runners"
     candidates = sorted(p for p in runners.glob(stem + ".*") if p.is_file())
     exact = runners / stem
     if exact.is_file():

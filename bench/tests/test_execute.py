@@ -114,3 +114,17 @@ def test_report_names_every_figure_where_wirepool_loses():
     assert "p50_us" not in losses  # 9 us beats mp_pipe's 11 us: not a loss
     assert "W4.small_rows.8K: timeout (killed after 45 s)" in text
     assert "30k (0.30x) [0.75x best]" in text
+
+
+def test_discovery_maps_extensions_to_interpreters_and_prepare_reports_failure(tmp_path):
+    (tmp_path / "wirepool_fake.py").write_text("")
+    assert execute.discover("wirepool_fake", tmp_path) == ["{python}",
+                                                           str(tmp_path / "wirepool_fake.py")]
+    build = tmp_path / "wirepool_other.sh"
+    build.write_text('[ "$1" = --prepare ] && { echo "cargo: no such crate" >&2; exit 101; }\n')
+    argv = execute.discover("wirepool_other", tmp_path)
+    assert argv == ["bash", str(build)]
+    failure = execute.prepare(argv, timeout_s=30)
+    assert failure is not None and "exited 101" in failure and "no such crate" in failure
+    build.write_text('[ "$1" = --prepare ] && exit 0\n')
+    assert execute.prepare(argv, timeout_s=30) is None
