@@ -297,6 +297,7 @@ def mutants() -> list[dict]:
     mutant("crash_unary", "stderr", error(stderr_contains="not in the tail"))
     mutant("crash_unary", "not_restarted", lambda sc: sc.update(restarted=False))
     mutant("echo_raw_empty", "restarted", lambda sc: sc.update(restarted=True))
+    mutant("worker_hung", "exited", error(code="WORKER_EXITED"))
     mutant("deadline", "too_slow", expect(max_elapsed_s=0.1))
     mutant("deadline", "result", lambda sc: sc.update(expect={"result": "echo"}))
     mutant("crash_mid_stream", "no_rows", rows(max=0))

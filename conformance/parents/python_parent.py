@@ -68,11 +68,18 @@ def pattern(size: int) -> bytes:
     return bytes((i * 31 + 17) % 251 for i in range(size))
 
 
+def pattern_string(size: int) -> str:
+    """The text of ``{"string": {"size": N}}``: character i is 'a' + (31 i + 17) mod 26."""
+    return "".join(chr(97 + (i * 31 + 17) % 26) for i in range(size))
+
+
 def request(form: dict) -> Any:
     if "value" in form:
         return form["value"]
     if "bytes" in form:
         return pattern(int(form["bytes"]["size"]))
+    if "string" in form:
+        return pattern_string(int(form["string"]["size"]))
     if "text" in form:
         return form["text"].encode()
     raise ScenarioFailed(f"unknown request form {form!r}")
@@ -86,6 +93,8 @@ def as_plain(value: Any) -> Any:
 def describe(value: Any) -> str:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"{len(value)} bytes"
+    if isinstance(value, str) and len(value) > 64:
+        return f"a string of {len(value)} characters"
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 200 else text[:200] + "..."
 
@@ -369,6 +378,10 @@ async def stream_scenario(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> s
     started = time.monotonic()
     reader = Reader(pool.stream(method, body, codec=codec, timeout=sc.get("call_timeout_s")),
                     RowShape(expect))
+    if "pause" in sc:  # a consumer that stops reading for a while
+        until, pause = sc["pause"]
+        await reader.read(int(until))
+        await asyncio.sleep(float(pause))
     await reader.read()
     elapsed = time.monotonic() - started
     detail = check_stream(suite, expect, reader)
@@ -385,6 +398,8 @@ async def cancel_stream(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str
     if reader.ended:
         raise ScenarioFailed(f"the endless stream ended after {reader.count} rows "
                              f"({reader.terminal_text()})")
+    # Not reading for a while lets the worker use up its credit and wait for more.
+    await asyncio.sleep(float(sc.get("pause_s", 0)))
     await stream.aclose()  # how a Python caller cancels a stream
     return f"cancelled after {want} rows"
 

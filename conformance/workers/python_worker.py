@@ -17,6 +17,8 @@ codecs and behaviour, so every parent runner can drive every worker with one sce
 | fail_app | unary | json | any -> code 1042 "application failure", details {"request": <it>} |
 | crash | unary | json | writes a line to stderr, then aborts (SIGABRT) |
 | crash_stream | stream | json | {"n": N} -> decl rows 0..N, then a stderr line and abort |
+| freeze | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
+| print | unary | json | {"stream": "stdout"|"stderr", "n": N} -> writes N bytes "x" there, returns N |
 
 It is started by a parent (``WIREPOOL_FD``); it is not meant to be run by hand.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import threading
 import time
@@ -135,6 +138,22 @@ def crash_stream(req, _ctx):
     for i in range(req["n"]):
         yield _decl(i)
     _abort()
+
+
+@wirepool.method(codecs=["json"])
+def freeze(_req):
+    os.kill(os.getpid(), signal.SIGSTOP)
+    raise RuntimeError("the process was resumed after SIGSTOP")
+
+
+@wirepool.method(name="print", codecs=["json"])
+def print_(req):
+    out = {"stdout": sys.stdout, "stderr": sys.stderr}.get(req["stream"])
+    if out is None:
+        raise ValueError(f"no stream named {req['stream']!r}")
+    out.write("x" * req["n"])
+    out.flush()
+    return req["n"]
 
 
 if __name__ == "__main__":

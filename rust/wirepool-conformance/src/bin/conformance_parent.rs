@@ -148,9 +148,16 @@ fn pattern(size: usize) -> Vec<u8> {
     (0..size).map(|i| ((i * 31 + 17) % 251) as u8).collect()
 }
 
+/// The text of `{"string": {"size": N}}`: character i is 'a' + (31 i + 17) mod 26.
+fn pattern_string(size: usize) -> String {
+    (0..size).map(|i| (b'a' + ((i * 31 + 17) % 26) as u8) as char).collect()
+}
+
 fn request(form: &Value) -> Check<Body> {
     if let Some(v) = form.get("value") {
         Ok(Body::Value(v.clone()))
+    } else if let Some(size) = form.get("string").and_then(|b| b["size"].as_u64()) {
+        Ok(Body::Value(Value::String(pattern_string(size as usize))))
     } else if let Some(size) = form.get("bytes").and_then(|b| b["size"].as_u64()) {
         Ok(Body::Bytes(pattern(size as usize)))
     } else if let Some(text) = form.get("text").and_then(Value::as_str) {
@@ -162,6 +169,7 @@ fn request(form: &Value) -> Check<Body> {
 
 fn describe(body: &Body) -> String {
     match body {
+        Body::Value(Value::String(s)) if s.len() > 64 => format!("a string of {} characters", s.chars().count()),
         Body::Value(v) => {
             let text = v.to_string();
             if text.len() > 200 {
@@ -381,7 +389,7 @@ impl Reader {
     /// Reads rows until `until` rows were read (or to the terminal with `None`). A bad row is an
     /// error; reaching the terminal is recorded in `self.terminal`.
     async fn read(&mut self, until: Option<u64>) -> Check {
-        while self.terminal.is_none() && until.map_or(true, |u| self.count < u) {
+        while self.terminal.is_none() && until.is_none_or(|u| self.count < u) {
             let Some(rows) = self.rows.as_mut() else { break };
             let k = self.count;
             let next = match rows {
@@ -601,6 +609,11 @@ async fn stream_scenario(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String
     let expect = &sc["expect"];
     let started = Instant::now();
     let mut reader = Reader::open(pool, method, codec, &body, timeout_of(sc), RowShape::new(expect)).await;
+    if let Some(pause) = sc.get("pause") {
+        // A consumer that stops reading for a while.
+        reader.read(Some(pause[0].as_u64().ok_or("bad pause")?)).await?;
+        tokio::time::sleep(Duration::from_secs_f64(pause[1].as_f64().ok_or("bad pause")?)).await;
+    }
     reader.read(None).await?;
     let elapsed = started.elapsed();
     let detail = check_stream(suite, expect, &reader)?;
@@ -616,6 +629,8 @@ async fn cancel_stream(sc: &Value, pool: &Pool) -> Check<String> {
     if reader.terminal.is_some() {
         return Err(format!("the endless stream ended after {} rows ({})", reader.count, terminal_text(&reader)));
     }
+    // Not reading for a while lets the worker use up its credit and wait for more.
+    tokio::time::sleep(Duration::from_secs_f64(sc.get("pause_s").and_then(Value::as_f64).unwrap_or(0.0))).await;
     drop(reader); // dropping the stream is how a Rust caller cancels it
     Ok(format!("cancelled after {want} rows"))
 }

@@ -20,10 +20,13 @@
 //! | `fail_app` | unary | json | any -> code 1042 "application failure", details `{"request": <it>}` |
 //! | `crash` | unary | json | writes a line to stderr, then aborts (SIGABRT) |
 //! | `crash_stream` | stream | json | `{"n": N}` -> decl rows 0..N, then a stderr line and abort |
+//! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
+//! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes `x` there, returns N |
 //!
 //! Started by a parent (it needs `WIREPOOL_FD`); not meant to be run by hand.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -71,6 +74,12 @@ impl Decl {
         self.name.clear();
         let _ = write!(self.name, "decl_{i}");
     }
+}
+
+#[derive(Deserialize)]
+struct PrintReq {
+    stream: String,
+    n: usize,
 }
 
 #[derive(Serialize)]
@@ -162,6 +171,22 @@ fn main() -> std::io::Result<()> {
                 rows.send_ref(&row).await?;
             }
             crash_now::<Result<(), HandlerError>>()
+        })
+        .codecs(&[Codec::Json])
+        .unary("freeze", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+            // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+            Err(HandlerError::new("the process was resumed after SIGSTOP"))
+        })
+        .codecs(&[Codec::Json])
+        .unary("print", |req: PrintReq, _ctx: &Context| {
+            let text = vec![b'x'; req.n];
+            match req.stream.as_str() {
+                "stdout" => std::io::stdout().lock().write_all(&text)?,
+                "stderr" => std::io::stderr().lock().write_all(&text)?,
+                other => return Err(HandlerError::new(format!("no stream named {other:?}"))),
+            }
+            Ok(req.n)
         })
         .codecs(&[Codec::Json])
         .max_concurrency(64)
