@@ -544,3 +544,54 @@ async fn an_idle_worker_is_recycled() {
     })
     .await
 }
+
+/// A hand-written worker (python3, no SDK): a valid HELLO offering `echo` (unary, JSON), then
+/// garbage in answer to the first request.
+const GARBAGE_AFTER_HANDSHAKE: &str = r#"
+import os, struct, sys, time
+fd = int(os.environ['WIREPOOL_FD'])
+def str16(s): b = s.encode(); return struct.pack('<H', len(b)) + b
+hello = b'WIREPOOL' + struct.pack('<HHIII', 1, 1, os.getpid(), 8, 1 << 20) + str16('py-fake') + str16('0')
+hello += struct.pack('<H', 1) + struct.pack('<BBB', 1, 1, 1) + str16('echo')
+os.write(fd, struct.pack('<IBBHQ', len(hello), 0x01, 0, 0, 0) + hello)
+def read_exact(n):
+    b = b''
+    while len(b) < n:
+        c = os.read(fd, n - len(b))
+        if not c: sys.exit(0)
+        b += c
+    return b
+while True:
+    length, ftype = struct.unpack('<IB', read_exact(16)[:5])
+    read_exact(length)
+    if ftype == 0x10:
+        os.write(fd, struct.pack('<IBBHQ', 0, 0x55, 0, 0, 1))  # unknown frame type
+        sys.stderr.write('sent garbage\n'); sys.stderr.flush()
+        time.sleep(30)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_after_the_handshake_is_a_protocol_violation_and_the_worker_is_replaced() {
+    bounded(30, async {
+        // The fake answers neither PING nor DRAIN: no heartbeat, and a short drain at the end.
+        let pool = wirepool::Pool::builder(python(GARBAGE_AFTER_HANDSHAKE))
+            .workers(1)
+            .heartbeat(Duration::ZERO)
+            .drain_grace(Duration::from_millis(200))
+            .require_method("echo", MethodKind::Unary)
+            .restart_policy(fast_restarts())
+            .start()
+            .await
+            .unwrap();
+        let first = pool.worker_pids()[0];
+        let e = pool.call::<_, serde_json::Value>("echo", &1).await.unwrap_err();
+        assert_eq!(e.code(), codes::PROTOCOL_VIOLATION, "{e}");
+        assert!(matches!(e, Error::ProtocolViolation { code: 103, .. }), "UNKNOWN_FRAME_TYPE expected: {e:?}");
+        assert_reaped(&[first]);
+        assert!(pool.wait_ready(Duration::from_secs(10)).await);
+        assert_ne!(pool.worker_pids(), vec![first]);
+        assert_eq!(pool.metrics().workers[0].restart_causes.get("protocol_violation"), Some(&1));
+        pool.shutdown().await;
+    })
+    .await
+}
