@@ -78,7 +78,7 @@ def build(mode: str) -> list[dict[str, Any]]:
             add(id=f"W3.{verb}.{size_label(size)}", workload="W3", kind=kind, payload=size,
                 inflight=1, duration_s=window, min_calls=1, warmup_s=0, x=size)
 
-    small = (8192, 1 << 20) if full else (8192, 1 << 17)
+    small = (8192, 1 << 20) if full else (8192, 1 << 16)
     large = (512, 16384) if full else (512, 4096)
     for shape, counts in (("small_rows", small), ("large_rows", large)):
         for n in counts:
