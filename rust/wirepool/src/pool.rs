@@ -185,6 +185,8 @@ pub(crate) struct PoolInner {
     /// Every incarnation whose process is not yet reaped (including draining ones).
     live: Mutex<HashMap<u32, Arc<Worker>>>,
     live_changed: Notify,
+    /// Incarnations being spawned or in their handshake (not yet in `live`).
+    starting: AtomicUsize,
     closed: AtomicBool,
     close_reason: OnceLock<&'static str>,
     next_worker_id: AtomicU32,
@@ -214,6 +216,7 @@ impl Pool {
             ready: RwLock::new(Arc::new(Vec::new())),
             live: Mutex::new(HashMap::new()),
             live_changed: Notify::new(),
+            starting: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             close_reason: OnceLock::new(),
             next_worker_id: AtomicU32::new(1),
@@ -339,7 +342,7 @@ impl Pool {
             let notified = self.inner.live_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.inner.live.lock().unwrap().is_empty() {
+            if self.inner.live.lock().unwrap().is_empty() && self.inner.starting.load(SeqCst) == 0 {
                 break;
             }
             if Instant::now() >= deadline {
@@ -615,9 +618,16 @@ impl PoolInner {
     async fn start_incarnation(self: &Arc<Self>, slot: usize) -> Result<Incarnation> {
         *self.slots[slot].state.lock().unwrap() = WorkerState::Starting;
         let id = self.next_worker_id.fetch_add(1, Relaxed);
-        let inc = worker::start(&self.shared, slot, id, self.slots[slot].counters.clone()).await?;
-        self.live.lock().unwrap().insert(id, inc.worker.clone());
-        Ok(inc)
+        // Counted from before the spawn until the worker is in `live` (or has failed and been
+        // reaped), so `shutdown` never returns while a process is half started.
+        self.starting.fetch_add(1, SeqCst);
+        let started = worker::start(&self.shared, slot, id, self.slots[slot].counters.clone()).await;
+        if let Ok(inc) = &started {
+            self.live.lock().unwrap().insert(id, inc.worker.clone());
+        }
+        self.starting.fetch_sub(1, SeqCst);
+        self.live_changed.notify_waiters();
+        started
     }
 
     fn publish(&self, slot: usize, worker: Option<Arc<Worker>>) {
