@@ -301,9 +301,11 @@ def check_stream(suite: Suite, expect: dict, reader: Reader) -> str:
         if value is not None:
             raise ScenarioFailed(f"expected no summary, got {describe(as_plain(value))}")
     elif want is not None:
-        if value is None or json.dumps(value, sort_keys=True) != json.dumps(want["value"],
+        expected = request(want)
+        if value is None or json.dumps(value, sort_keys=True) != json.dumps(expected,
                                                                             sort_keys=True):
-            raise ScenarioFailed(f"expected the summary {want['value']!r}, got {value!r}")
+            raise ScenarioFailed(f"expected the summary {describe(expected)}, got "
+                                 f"{describe(value)}")
     return f"{n} rows, checksum {reader.checksum}"
 
 

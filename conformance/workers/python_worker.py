@@ -17,6 +17,8 @@ codecs and behaviour, so every parent runner can drive every worker with one sce
 | fail_app | unary | json | any -> code 1042 "application failure", details {"request": <it>} |
 | crash | unary | json | writes a line to stderr, then aborts (SIGABRT) |
 | crash_stream | stream | json | {"n": N} -> decl rows 0..N, then a stderr line and abort |
+| fail_long | unary | json | {"n": N} -> code 1042, message "long failure: " then N x "é" (2N bytes of UTF-8) |
+| big_summary | stream | json | {"size": N} -> one row 0, then the summary: the pattern string of N characters |
 | freeze | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
 | print | unary | json | {"stream": "stdout"|"stderr", "n": N} -> writes N bytes "x" there, returns N |
 
@@ -120,6 +122,22 @@ def fail(_req):
 @wirepool.method(codecs=["json"])
 def fail_app(req):
     raise wirepool.WorkerError(APP_ERROR_CODE, "application failure", {"request": req})
+
+
+@wirepool.method(codecs=["json"])
+def fail_long(req):
+    raise wirepool.WorkerError(APP_ERROR_CODE, "long failure: " + "\u00e9" * req["n"])
+
+
+def _pattern_string(size: int) -> str:
+    """The scenarios' {"string": {"size": N}}: character i is 'a' + (31 i + 17) mod 26."""
+    return "".join(chr(97 + (i * 31 + 17) % 26) for i in range(size))
+
+
+@wirepool.stream(codecs=["json"])
+def big_summary(req, _ctx):
+    yield 0
+    return _pattern_string(req["size"])
 
 
 def _abort() -> None:

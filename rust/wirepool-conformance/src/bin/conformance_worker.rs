@@ -20,6 +20,8 @@
 //! | `fail_app` | unary | json | any -> code 1042 "application failure", details `{"request": <it>}` |
 //! | `crash` | unary | json | writes a line to stderr, then aborts (SIGABRT) |
 //! | `crash_stream` | stream | json | `{"n": N}` -> decl rows 0..N, then a stderr line and abort |
+//! | `fail_long` | unary | json | `{"n": N}` -> code 1042, message "long failure: " then N x "é" (2N bytes of UTF-8) |
+//! | `big_summary` | stream | json | `{"size": N}` -> one row 0, then the summary: the pattern string of N characters |
 //! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
 //! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes `x` there, returns N |
 //!
@@ -74,6 +76,16 @@ impl Decl {
         self.name.clear();
         let _ = write!(self.name, "decl_{i}");
     }
+}
+
+#[derive(Deserialize)]
+struct SizeReq {
+    size: usize,
+}
+
+/// The pattern string of the scenarios' `{"string": {"size": N}}`: character i is 'a' + (31 i + 17) mod 26.
+fn pattern_string(size: usize) -> String {
+    (0..size).map(|i| (b'a' + ((i * 31 + 17) % 26) as u8) as char).collect()
 }
 
 #[derive(Deserialize)]
@@ -160,6 +172,16 @@ fn main() -> std::io::Result<()> {
             Err(HandlerError::new("application failure")
                 .with_code(APP_ERROR_CODE)
                 .with_details(&serde_json::json!({ "request": req })))
+        })
+        .codecs(&[Codec::Json])
+        .unary("fail_long", |req: CountReq, _ctx: &Context| -> Result<(), HandlerError> {
+            let message = format!("long failure: {}", "\u{e9}".repeat(req.n as usize));
+            Err(HandlerError::new(message).with_code(APP_ERROR_CODE))
+        })
+        .codecs(&[Codec::Json])
+        .stream("big_summary", |req: SizeReq, _ctx: Context, rows: RowSink<u64>| async move {
+            rows.send(0).await?;
+            Ok(Some(pattern_string(req.size)))
         })
         .codecs(&[Codec::Json])
         .unary("crash", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> { crash_now() })
