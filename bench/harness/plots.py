@@ -26,14 +26,27 @@ def _series(results: dict[str, Any], workload: str, figure: str, id_prefix: str 
     return out
 
 
-def _draw(ax, series, kinds, linestyle="-", label_suffix=""):
+def _colors(results: dict[str, Any]) -> dict[str, Any]:
+    """One colour per runner for every plot: black for the floor, tab20 for the others."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab20"].colors
+    others = [r["name"] for r in results["runners"] if r["kind"] != "floor"]
+    colors = {name: palette[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20]
+              for i, name in enumerate(others)}
+    colors.update({r["name"]: "black" for r in results["runners"] if r["kind"] == "floor"})
+    return colors
+
+
+def _draw(ax, series, kinds, colors, linestyle="-", label=True):
     for runner, pts in series.items():
         xs = [p[0] for p in pts]
         med = [p[2] for p in pts]
         err = [[p[2] - p[1] for p in pts], [p[3] - p[2] for p in pts]]
         style = dict(STYLE.get(kinds.get(runner, ""), {}))
+        style.setdefault("color", colors.get(runner))
         ax.errorbar(xs, med, yerr=err, marker="o", markersize=3, capsize=2, linestyle=linestyle,
-                    label=runner + label_suffix, **style)
+                    label=runner if label else None, **style)
 
 
 def render(results: dict[str, Any], out_dir: Path) -> list[str]:
@@ -43,6 +56,7 @@ def render(results: dict[str, Any], out_dir: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     kinds = {r["name"]: r["kind"] for r in results["runners"]}
+    colors = _colors(results)
     written: list[str] = []
 
     # Throughput against payload size.
@@ -53,7 +67,7 @@ def render(results: dict[str, Any], out_dir: Path) -> list[str]:
     if panels:
         fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
         for ax, (wl, name, prefix, title, unit) in zip(axes[0], panels):
-            _draw(ax, _series(results, wl, name, prefix), kinds)
+            _draw(ax, _series(results, wl, name, prefix), kinds, colors)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("payload bytes")
@@ -70,15 +84,15 @@ def render(results: dict[str, Any], out_dir: Path) -> list[str]:
     p50 = _series(results, "W1", "p50_us")
     if p50:
         fig, ax = plt.subplots(figsize=(8, 5))
-        _draw(ax, p50, kinds, "-", " p50")
-        _draw(ax, _series(results, "W1", "p99_us"), kinds, "--", " p99")
+        _draw(ax, p50, kinds, colors, "-")
+        _draw(ax, _series(results, "W1", "p99_us"), kinds, colors, "--", label=False)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("payload bytes")
         ax.set_ylabel("round trip, us")
-        ax.set_title("W1 latency percentiles (one in flight)")
+        ax.set_title("W1 round trip, one in flight: p50 solid, p99 dashed")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out_dir / "latency_percentiles.png", dpi=110)
         plt.close(fig)
@@ -90,7 +104,7 @@ def render(results: dict[str, Any], out_dir: Path) -> list[str]:
     if tasks:
         fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.5), squeeze=False)
         for ax, t in zip(axes[0], tasks):
-            _draw(ax, _series(results, "W5", "efficiency", f"W5.task{t}us."), kinds)
+            _draw(ax, _series(results, "W5", "efficiency", f"W5.task{t}us."), kinds, colors)
             ax.axhline(1.0, color="grey", linestyle=":", label="ideal")
             ax.set_xlabel("workers")
             ax.set_ylabel("tasks/s over ideal min(workers, cores)/task")
