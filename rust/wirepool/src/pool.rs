@@ -372,7 +372,8 @@ impl Pool {
             let notified = self.inner.shared.capacity.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.inner.ready.read().unwrap().len() == self.inner.slots.len() {
+            let up = self.inner.ready.read().unwrap().iter().filter(|w| matches!(w.state(), WorkerState::Ready | WorkerState::Leased)).count();
+            if up == self.inner.slots.len() {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
