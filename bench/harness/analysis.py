@@ -51,9 +51,12 @@ def compare(results: list[dict[str, Any]], kinds: dict[str, str]) -> list[dict[s
             key = (res["scenario"], fig["name"])
             if key not in rows:
                 rows[key] = {"scenario": res["scenario"], "figure": fig["name"],
-                             "unit": fig["unit"], "better": fig["better"], "medians": {}}
+                             "unit": fig["unit"], "better": fig["better"], "medians": {},
+                             "spreads": {}}
                 order.append(key)
             rows[key]["medians"][res["runner"]] = fig["median"]
+            rows[key]["spreads"][res["runner"]] = (
+                (fig["max"] - fig["min"]) / fig["median"] if fig["median"] else None)
     out = []
     for key in order:
         row = rows[key]
@@ -70,6 +73,7 @@ def compare(results: list[dict[str, Any]], kinds: dict[str, str]) -> list[dict[s
         for runner, median in row["medians"].items():
             per_runner[runner] = {
                 "median": median,
+                "spread": row["spreads"][runner],
                 "vs_floor": goodness(median, floor, better),
                 "vs_best_incumbent": goodness(median, best["median"] if best else None, better),
             }

@@ -6,6 +6,9 @@ from typing import Any
 
 from .scenarios import WORKLOAD_TITLES
 
+# Repeats whose max - min exceeds half the median are marked `~` in the tables.
+NOISY_SPREAD = 0.5
+
 STATUS_CELL = {"unsupported": "unsupported", "timeout": "TIMEOUT", "error": "ERROR",
                "not_available": "not available"}
 
@@ -60,6 +63,8 @@ def _workload_table(results: dict[str, Any], workload: str, runners: list[dict[s
             if fig is not None:
                 kind = next(r["kind"] for r in runners if r["name"] == name)
                 cell = fmt(fig["median"])
+                if (fig.get("spread") or 0) > NOISY_SPREAD:
+                    cell += "~"
                 if kind != "floor" and fig["vs_floor"] is not None:
                     cell += f" ({fmt_ratio(fig['vs_floor'])})"
                 if kind == "wirepool" and fig["vs_best_incumbent"] is not None:
@@ -156,7 +161,8 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
         f"- versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
         f"- {results['repeats']} repeats per figure; cells are medians. `(0.42x)` is the ratio "
         "against the C floor and `[1.3x best]` against the best incumbent of the same run "
-        "(> 1 is better; for latencies the ratio is inverted so > 1 still means better).",
+        "(> 1 is better; for latencies the ratio is inverted so > 1 still means better). "
+        "A `~` marks a figure whose repeats spread by more than half its median.",
         "",
         "Only ratios from one run mean anything: absolute figures on a shared 2-vCPU VM move "
         "20-40% between runs. The floor moves bytes and length prefixes only; it never parses "
