@@ -186,14 +186,14 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
     if unknown:
         log(f"bench: unknown runner(s): {', '.join(sorted(unknown))}")
         return 2
-    started = dt.datetime.now(dt.timezone.utc)
-    machine = machine_info()
-    git = git_info()  # at the start: other people may commit while the benchmark runs
-    runners = resolve_runners(selected, venv_failure)
     catalogue = scenarios.select(scenarios.build(args.mode), only)
     if not catalogue:
         log(f"bench: --only {args.only} matches no scenario")
         return 2
+    started = dt.datetime.now(dt.timezone.utc)
+    machine = machine_info()
+    git = git_info()  # at the start: other people may commit while the benchmark runs
+    runners = resolve_runners(selected, venv_failure)
 
     results: list[dict[str, Any]] = []
     jobs = []
