@@ -15,12 +15,28 @@ fn main() -> wirepool::Result<()> {
 #[tokio::main(flavor = "current_thread")]
 async fn run() -> wirepool::Result<()> {
     tracing_subscriber::fmt().with_target(false).init(); // shows the worker's stderr lines
-    let pool = Pool::builder(shared::this_binary()).workers(1).max_in_flight(1).start().await?;
+    let pool = Pool::builder(shared::this_binary())
+        .workers(1)
+        .max_in_flight(1)
+        .start()
+        .await?;
 
     // Drop a call after 100 ms: the worker stops the handler (see its stderr line in the log).
     let started = Instant::now();
-    let dropped = tokio::time::timeout(Duration::from_millis(100), pool.call::<_, u64>("sleep_ms", &60_000u64)).await;
-    println!("gave up after {:?}: {}", started.elapsed(), if dropped.is_err() { "cancelled" } else { "finished?" });
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        pool.call::<_, u64>("sleep_ms", &60_000u64),
+    )
+    .await;
+    println!(
+        "gave up after {:?}: {}",
+        started.elapsed(),
+        if dropped.is_err() {
+            "cancelled"
+        } else {
+            "finished?"
+        }
+    );
 
     // With one slot on one worker, this call runs only once the cancelled one has ended.
     let sum: i64 = pool.call("add", &(1, 1)).await?;
@@ -28,7 +44,11 @@ async fn run() -> wirepool::Result<()> {
 
     // A deadline: the worker counts it from receipt and ends the request itself.
     let err = pool
-        .call_with::<_, u64>("sleep_ms", &60_000u64, CallOptions::timeout(Duration::from_millis(200)))
+        .call_with::<_, u64>(
+            "sleep_ms",
+            &60_000u64,
+            CallOptions::timeout(Duration::from_millis(200)),
+        )
         .await
         .unwrap_err();
     println!("with a 200 ms budget: error {} ({err})", err.code());

@@ -33,7 +33,10 @@ fn main() -> wirepool::Result<()> {
     let total = arg("--rows", 10_000_000);
     let workers = arg("--workers", 2) as usize;
     // One runtime thread decodes rows while the workers produce them on the other vCPUs.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(run(total, workers))
 }
 
@@ -73,7 +76,11 @@ async fn run(total: u64, workers: usize) -> wirepool::Result<()> {
                 }
                 done.fetch_add(local % 8192, Relaxed);
                 assert_eq!(rows.summary::<u64>()?, Some(n));
-                assert_eq!(check, n * n.saturating_sub(1) / 2, "every row arrived once, in order");
+                assert_eq!(
+                    check,
+                    n * n.saturating_sub(1) / 2,
+                    "every row arrived once, in order"
+                );
                 Ok::<u64, wirepool::Error>(local)
             })
         })
@@ -98,7 +105,12 @@ async fn run(total: u64, workers: usize) -> wirepool::Result<()> {
     bar.finish();
 
     let m = pool.metrics();
-    let worker_peak: u64 = pool.worker_pids().iter().filter_map(|&p| peak_rss_bytes(p)).max().unwrap_or(0);
+    let worker_peak: u64 = pool
+        .worker_pids()
+        .iter()
+        .filter_map(|&p| peak_rss_bytes(p))
+        .max()
+        .unwrap_or(0);
     let bytes: u64 = m.workers.iter().map(|w| w.bytes_in).sum();
     pool.shutdown().await;
 
@@ -107,9 +119,19 @@ async fn run(total: u64, workers: usize) -> wirepool::Result<()> {
     println!("rows            {rows}");
     println!("time            {secs:.2} s");
     println!("rows/s          {:.2} M", rows as f64 / secs / 1e6);
-    println!("wire MB/s       {:.0} MiB/s ({:.0} MiB received)", mib(bytes) / secs, mib(bytes));
-    println!("parent peak RSS {:.1} MiB", mib(peak_rss_bytes(0).unwrap_or(0)));
-    println!("worker peak RSS {:.1} MiB (largest of {workers})", mib(worker_peak));
+    println!(
+        "wire MB/s       {:.0} MiB/s ({:.0} MiB received)",
+        mib(bytes) / secs,
+        mib(bytes)
+    );
+    println!(
+        "parent peak RSS {:.1} MiB",
+        mib(peak_rss_bytes(0).unwrap_or(0))
+    );
+    println!(
+        "worker peak RSS {:.1} MiB (largest of {workers})",
+        mib(worker_peak)
+    );
     println!("restarts        {}", m.total_restarts());
     Ok(())
 }

@@ -12,7 +12,10 @@ fn main() -> wirepool::Result<()> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn run() -> wirepool::Result<()> {
-    let pool = Pool::builder(shared::this_binary()).workers(2).start().await?;
+    let pool = Pool::builder(shared::this_binary())
+        .workers(2)
+        .start()
+        .await?;
 
     let lease = pool.lease().await?;
     for item in ["parse", "elaborate", "check"] {
@@ -24,7 +27,10 @@ async fn run() -> wirepool::Result<()> {
 
     // Meanwhile the pool keeps serving, on the worker that is not leased.
     let other: u32 = pool.call("pid", &()).await?;
-    println!("pool call served by worker {other} (leased: {})", lease.pid());
+    println!(
+        "pool call served by worker {other} (leased: {})",
+        lease.pid()
+    );
     drop(lease); // the worker goes back to the pool
     pool.shutdown().await;
     Ok(())

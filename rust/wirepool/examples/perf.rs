@@ -73,11 +73,25 @@ fn p50(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let current = std::env::args().any(|a| a == "current");
     let rt = if current {
-        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
     };
-    println!("runtime: {}", if current { "current_thread" } else { "multi_thread(2)" });
+    println!(
+        "runtime: {}",
+        if current {
+            "current_thread"
+        } else {
+            "multi_thread(2)"
+        }
+    );
 
     // Baselines.
     let (mut child, mut sock) = raw_echo_child();

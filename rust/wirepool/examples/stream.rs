@@ -25,7 +25,12 @@ async fn run() -> wirepool::Result<()> {
         last = Some(row?);
     }
     let summary: Option<u64> = rows.summary()?;
-    println!("read {} rows, last {:?}, summary {:?}", rows.rows_read(), last, summary);
+    println!(
+        "read {} rows, last {:?}, summary {:?}",
+        rows.rows_read(),
+        last,
+        summary
+    );
     pool.shutdown().await;
     Ok(())
 }

@@ -49,7 +49,10 @@ fn fast_echo() -> std::io::Result<()> {
     use std::io::{Read, Write};
     use std::os::fd::FromRawFd;
     use wirepool_proto::{Connection, Event, Hello, MethodInfo, MethodKind};
-    let fd: i32 = std::env::var("WIREPOOL_FD").ok().and_then(|v| v.parse().ok()).expect("WIREPOOL_FD");
+    let fd: i32 = std::env::var("WIREPOOL_FD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .expect("WIREPOOL_FD");
     // SAFETY: the inherited descriptor is ours alone.
     let mut sock = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
     let mut conn = Connection::new_worker();
@@ -57,10 +60,15 @@ fn fast_echo() -> std::io::Result<()> {
     let hello = Hello {
         pid: std::process::id(),
         max_concurrency: 4096,
-        methods: vec![MethodInfo { name: "echo_raw".into(), kind: MethodKind::Unary, codecs: vec![0] }],
+        methods: vec![MethodInfo {
+            name: "echo_raw".into(),
+            kind: MethodKind::Unary,
+            codecs: vec![0],
+        }],
         ..Hello::new("fast-echo", "0")
     };
-    conn.send_hello(&hello, &mut out).map_err(std::io::Error::other)?;
+    conn.send_hello(&hello, &mut out)
+        .map_err(std::io::Error::other)?;
     sock.write_all(&out)?;
     out.clear();
     let mut buf = vec![0u8; 1 << 20];
@@ -72,10 +80,15 @@ fn fast_echo() -> std::io::Result<()> {
         conn.push(&buf[..n]);
         while let Some(ev) = conn.poll_event().map_err(std::io::Error::other)? {
             match ev {
-                Event::Request { id, body, .. } => conn.send_result(id, &body, &mut out).map_err(std::io::Error::other)?,
-                Event::Ping { nonce } => conn.send_pong(nonce, &mut out).map_err(std::io::Error::other)?,
+                Event::Request { id, body, .. } => conn
+                    .send_result(id, &body, &mut out)
+                    .map_err(std::io::Error::other)?,
+                Event::Ping { nonce } => conn
+                    .send_pong(nonce, &mut out)
+                    .map_err(std::io::Error::other)?,
                 Event::Drain { .. } => {
-                    conn.send_goodbye(0, &mut out).map_err(std::io::Error::other)?;
+                    conn.send_goodbye(0, &mut out)
+                        .map_err(std::io::Error::other)?;
                     sock.write_all(&out)?;
                     return Ok(());
                 }
@@ -91,7 +104,10 @@ fn main() -> std::io::Result<()> {
     if std::env::var_os("WIREPOOL_FAST_ECHO").is_some() {
         return fast_echo();
     }
-    if let Some(fd) = std::env::var("WIREPOOL_RAW_ECHO_FD").ok().and_then(|v| v.parse().ok()) {
+    if let Some(fd) = std::env::var("WIREPOOL_RAW_ECHO_FD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         return raw_echo(fd);
     }
     let all_serde = [Codec::Json, Codec::MsgPack, Codec::Cbor];
@@ -101,7 +117,10 @@ fn main() -> std::io::Result<()> {
         .unary("echo_raw", |b: Bytes, _: &Context| Ok(b))
         .codecs(&[Codec::Raw])
         // Served on the worker's I/O thread: no handler-thread hop (the latency benchmarks).
-        .unary_async("echo_raw_async", |b: Bytes, _: Context| async move { Ok(b) })
+        .unary_async(
+            "echo_raw_async",
+            |b: Bytes, _: Context| async move { Ok(b) },
+        )
         .codecs(&[Codec::Raw])
         .unary("add", |(a, b): (i64, i64), _: &Context| Ok(a + b))
         .codecs(&all_serde)
@@ -110,15 +129,25 @@ fn main() -> std::io::Result<()> {
             *SESSION.lock().unwrap() = Some(v);
             Ok(())
         })
-        .unary("get", |_: (), _: &Context| Ok(SESSION.lock().unwrap().clone()))
-        .unary("fail", |code: u32, _: &Context| -> Result<(), HandlerError> {
-            Err(HandlerError::new("failed on purpose").with_code(code))
+        .unary("get", |_: (), _: &Context| {
+            Ok(SESSION.lock().unwrap().clone())
         })
-        .unary("panic", |_: (), _: &Context| -> Result<(), HandlerError> { panic!("handler panicked on purpose") })
-        .unary("crash", |code: i32, _: &Context| -> Result<(), HandlerError> {
-            eprintln!("about to crash with status {code}");
-            std::process::exit(code)
+        .unary(
+            "fail",
+            |code: u32, _: &Context| -> Result<(), HandlerError> {
+                Err(HandlerError::new("failed on purpose").with_code(code))
+            },
+        )
+        .unary("panic", |_: (), _: &Context| -> Result<(), HandlerError> {
+            panic!("handler panicked on purpose")
         })
+        .unary(
+            "crash",
+            |code: i32, _: &Context| -> Result<(), HandlerError> {
+                eprintln!("about to crash with status {code}");
+                std::process::exit(code)
+            },
+        )
         .unary("abort", |_: (), _: &Context| -> Result<(), HandlerError> {
             eprintln!("about to abort");
             std::process::abort()
@@ -142,23 +171,26 @@ fn main() -> std::io::Result<()> {
             }
             Ok(ms)
         })
-        .unary("print", |(stdout_bytes, stderr_lines): (usize, usize), _: &Context| {
-            use std::io::Write;
-            let line = [b'x'; 1023];
-            let mut out = std::io::stdout().lock();
-            let mut left = stdout_bytes;
-            while left > 0 {
-                let n = left.min(1023);
-                out.write_all(&line[..n])?;
-                out.write_all(b"\n")?;
-                left = left.saturating_sub(n + 1);
-            }
-            out.flush()?;
-            for i in 0..stderr_lines {
-                eprintln!("stderr line {i}");
-            }
-            Ok(stdout_bytes)
-        })
+        .unary(
+            "print",
+            |(stdout_bytes, stderr_lines): (usize, usize), _: &Context| {
+                use std::io::Write;
+                let line = [b'x'; 1023];
+                let mut out = std::io::stdout().lock();
+                let mut left = stdout_bytes;
+                while left > 0 {
+                    let n = left.min(1023);
+                    out.write_all(&line[..n])?;
+                    out.write_all(b"\n")?;
+                    left = left.saturating_sub(n + 1);
+                }
+                out.flush()?;
+                for i in 0..stderr_lines {
+                    eprintln!("stderr line {i}");
+                }
+                Ok(stdout_bytes)
+            },
+        )
         .unary("alloc_mb", |mb: usize, _: &Context| {
             let mut block = vec![0u8; mb << 20];
             // Touch every page so it counts in RSS.
@@ -168,54 +200,70 @@ fn main() -> std::io::Result<()> {
             HELD.lock().unwrap().push(block);
             Ok(mb)
         })
-        .stream_blocking("decls", |n: u64, ctx: &Context, rows: &BlockingRowSink<Decl>| {
-            let mut name = String::new();
-            for i in 0..n {
-                if ctx.is_cancelled() {
-                    break;
+        .stream_blocking(
+            "decls",
+            |n: u64, ctx: &Context, rows: &BlockingRowSink<Decl>| {
+                let mut name = String::new();
+                for i in 0..n {
+                    if ctx.is_cancelled() {
+                        break;
+                    }
+                    use std::fmt::Write;
+                    name.clear();
+                    let _ = write!(name, "decl_{i}");
+                    rows.send(Decl {
+                        i,
+                        name: name.clone(),
+                        kind: "theorem",
+                    })?;
                 }
-                use std::fmt::Write;
-                name.clear();
-                let _ = write!(name, "decl_{i}");
-                rows.send(Decl { i, name: name.clone(), kind: "theorem" })?;
-            }
-            Ok(Some(n))
-        })
+                Ok(Some(n))
+            },
+        )
         .codecs(&all_serde)
         // Raw codec end to end: the request is the text "<rows> <row size>", no summary.
-        .stream_blocking("raw_rows", |req: String, ctx: &Context, rows: &BlockingRowSink<Bytes>| {
-            let mut it = req.split_whitespace().map(|s| s.parse::<u64>());
-            let (Some(Ok(n)), Some(Ok(size))) = (it.next(), it.next()) else {
-                return Err(HandlerError::new("expected \"<rows> <size>\"").with_code(1400));
-            };
-            let row = Bytes::from(vec![7u8; size as usize]);
-            for i in 0..n {
-                if i % 4096 == 0 && ctx.is_cancelled() {
-                    break;
+        .stream_blocking(
+            "raw_rows",
+            |req: String, ctx: &Context, rows: &BlockingRowSink<Bytes>| {
+                let mut it = req.split_whitespace().map(|s| s.parse::<u64>());
+                let (Some(Ok(n)), Some(Ok(size))) = (it.next(), it.next()) else {
+                    return Err(HandlerError::new("expected \"<rows> <size>\"").with_code(1400));
+                };
+                let row = Bytes::from(vec![7u8; size as usize]);
+                for i in 0..n {
+                    if i % 4096 == 0 && ctx.is_cancelled() {
+                        break;
+                    }
+                    rows.send_ref(&row)?;
                 }
-                rows.send_ref(&row)?;
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
         .codecs(&[Codec::Raw])
-        .stream("count_slowly", |(n, ms): (u64, u64), _ctx: Context, rows: RowSink<u64>| async move {
-            for i in 0..n {
-                rows.send(i).await?;
-                rows.flush().await?;
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-            }
-            Ok::<_, HandlerError>(())
-        })
+        .stream(
+            "count_slowly",
+            |(n, ms): (u64, u64), _ctx: Context, rows: RowSink<u64>| async move {
+                for i in 0..n {
+                    rows.send(i).await?;
+                    rows.flush().await?;
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                Ok::<_, HandlerError>(())
+            },
+        )
         // Streams some rows, then dies (the crash-mid-stream test).
-        .stream_blocking("rows_then_crash", |n: u64, _: &Context, rows: &BlockingRowSink<u64>| -> Result<(), HandlerError> {
-            for i in 0..n {
-                rows.send(i)?;
-            }
-            rows.flush()?;
-            eprintln!("crashing mid-stream after {n} rows");
-            std::thread::sleep(Duration::from_millis(20));
-            std::process::abort()
-        })
+        .stream_blocking(
+            "rows_then_crash",
+            |n: u64, _: &Context, rows: &BlockingRowSink<u64>| -> Result<(), HandlerError> {
+                for i in 0..n {
+                    rows.send(i)?;
+                }
+                rows.flush()?;
+                eprintln!("crashing mid-stream after {n} rows");
+                std::thread::sleep(Duration::from_millis(20));
+                std::process::abort()
+            },
+        )
         .max_concurrency(1024)
         .run()
 }

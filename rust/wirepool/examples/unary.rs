@@ -31,7 +31,10 @@ async fn run() -> wirepool::Result<()> {
     }
     println!("sum of 1000 calls = {total}");
     let latency = &pool.metrics().methods["add"];
-    println!("add latency: p50 {:?}, p99 {:?} over {} calls", latency.p50, latency.p99, latency.count);
+    println!(
+        "add latency: p50 {:?}, p99 {:?} over {} calls",
+        latency.p50, latency.p99, latency.count
+    );
     pool.shutdown().await;
     Ok(())
 }

@@ -36,7 +36,10 @@ impl BlockingPool {
             .thread_name("wirepool-io")
             .enable_all()
             .build()
-            .map_err(|e| crate::Error::SpawnFailed { program: "tokio runtime".into(), source: std::sync::Arc::new(e) })?;
+            .map_err(|e| crate::Error::SpawnFailed {
+                program: "tokio runtime".into(),
+                source: std::sync::Arc::new(e),
+            })?;
         let pool = runtime.block_on(builder.start())?;
         Ok(BlockingPool { pool, runtime })
     }
@@ -61,7 +64,8 @@ impl BlockingPool {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + 'static,
     {
-        self.runtime.block_on(self.pool.call_with(method, req, opts))
+        self.runtime
+            .block_on(self.pool.call_with(method, req, opts))
     }
 
     /// See [`Pool::stream`]; the result is a blocking iterator of rows.
@@ -72,13 +76,20 @@ impl BlockingPool {
     {
         let inner = self.runtime.block_on(self.pool.stream(method, req))?;
         let idle_waker = std::task::Waker::from(std::sync::Arc::new(IdleWaker));
-        Ok(BlockingRows { inner, runtime: &self.runtime, idle_waker })
+        Ok(BlockingRows {
+            inner,
+            runtime: &self.runtime,
+            idle_waker,
+        })
     }
 
     /// See [`Pool::lease`].
     pub fn lease(&self) -> Result<BlockingLease<'_>> {
         let lease = self.runtime.block_on(self.pool.lease())?;
-        Ok(BlockingLease { lease, runtime: &self.runtime })
+        Ok(BlockingLease {
+            lease,
+            runtime: &self.runtime,
+        })
     }
 
     /// See [`Pool::metrics`].

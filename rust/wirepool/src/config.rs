@@ -90,7 +90,9 @@ impl PoolConfig {
     pub fn new(command: WorkerCommand) -> Self {
         PoolConfig {
             command,
-            workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             max_in_flight: 256,
             startup_timeout: Duration::from_secs(10),
             codec: Codec::Json,

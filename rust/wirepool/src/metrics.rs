@@ -19,7 +19,11 @@ const BUCKETS: usize = (64 << SUB_BITS) as usize;
 fn bucket_of(ns: u64) -> usize {
     let ns = ns.max(1);
     let exp = 63 - ns.leading_zeros();
-    let sub = if exp >= SUB_BITS { (ns >> (exp - SUB_BITS)) & ((1 << SUB_BITS) - 1) } else { 0 };
+    let sub = if exp >= SUB_BITS {
+        (ns >> (exp - SUB_BITS)) & ((1 << SUB_BITS) - 1)
+    } else {
+        0
+    };
     ((exp << SUB_BITS) as u64 + sub) as usize
 }
 
@@ -32,7 +36,8 @@ fn bucket_high(b: usize) -> u64 {
     }
     let base = 1u64 << exp;
     let step = base >> SUB_BITS;
-    base.saturating_add(step.saturating_mul(sub + 1)).saturating_sub(1)
+    base.saturating_add(step.saturating_mul(sub + 1))
+        .saturating_sub(1)
 }
 
 impl LatencyHistogram {
@@ -186,9 +191,28 @@ mod tests {
             assert!(hi >= last, "bucket {b}");
             last = hi;
         }
-        for ns in [1u64, 2, 3, 4, 5, 7, 8, 100, 1000, 1023, 1024, 1025, 123_456_789, u64::MAX / 2] {
+        for ns in [
+            1u64,
+            2,
+            3,
+            4,
+            5,
+            7,
+            8,
+            100,
+            1000,
+            1023,
+            1024,
+            1025,
+            123_456_789,
+            u64::MAX / 2,
+        ] {
             let b = bucket_of(ns);
-            assert!(bucket_high(b) >= ns, "{ns} in bucket {b} high {}", bucket_high(b));
+            assert!(
+                bucket_high(b) >= ns,
+                "{ns} in bucket {b} high {}",
+                bucket_high(b)
+            );
             if b > 0 {
                 assert!(bucket_high(b - 1) < ns, "{ns} also fits bucket {}", b - 1);
             }

@@ -32,7 +32,10 @@ pub struct CallOptions {
 impl CallOptions {
     /// Options with a time budget.
     pub fn timeout(timeout: Duration) -> Self {
-        CallOptions { timeout: Some(timeout), codec: None }
+        CallOptions {
+            timeout: Some(timeout),
+            codec: None,
+        }
     }
 }
 
@@ -83,12 +86,25 @@ impl PoolBuilder {
     /// Declares a method the pool will call with the default codec: workers lacking it are
     /// refused at start-up with `CODEC_MISMATCH`.
     pub fn require_method(mut self, name: impl Into<String>, kind: MethodKind) -> Self {
-        self.cfg.methods.push(MethodSpec { name: name.into(), kind, codec: None });
+        self.cfg.methods.push(MethodSpec {
+            name: name.into(),
+            kind,
+            codec: None,
+        });
         self
     }
     /// Declares a method with its own codec.
-    pub fn require_method_with_codec(mut self, name: impl Into<String>, kind: MethodKind, codec: Codec) -> Self {
-        self.cfg.methods.push(MethodSpec { name: name.into(), kind, codec: Some(codec) });
+    pub fn require_method_with_codec(
+        mut self,
+        name: impl Into<String>,
+        kind: MethodKind,
+        codec: Codec,
+    ) -> Self {
+        self.cfg.methods.push(MethodSpec {
+            name: name.into(),
+            kind,
+            codec: Some(codec),
+        });
         self
     }
     /// Heartbeat interval (default 1 s; zero disables). A worker silent for three intervals is
@@ -197,12 +213,19 @@ pub(crate) struct PoolInner {
 impl Pool {
     /// A builder for a pool running `command`.
     pub fn builder(command: WorkerCommand) -> PoolBuilder {
-        PoolBuilder { cfg: PoolConfig::new(command) }
+        PoolBuilder {
+            cfg: PoolConfig::new(command),
+        }
     }
 
     async fn start(cfg: PoolConfig) -> Result<Pool> {
         let n = cfg.workers;
-        let shared = Arc::new(PoolShared { cfg, capacity: Notify::new(), epoch: Instant::now(), methods: OnceLock::new() });
+        let shared = Arc::new(PoolShared {
+            cfg,
+            capacity: Notify::new(),
+            epoch: Instant::now(),
+            methods: OnceLock::new(),
+        });
         let inner = Arc::new(PoolInner {
             shared: shared.clone(),
             slots: (0..n)
@@ -254,7 +277,10 @@ impl Pool {
         for (slot, inc) in first.into_iter().enumerate() {
             tokio::spawn(run_slot(inner.clone(), slot, Some(inc)));
         }
-        Ok(Pool { _guard: Arc::new(DropGuard(inner.clone())), inner })
+        Ok(Pool {
+            _guard: Arc::new(DropGuard(inner.clone())),
+            inner,
+        })
     }
 
     /// Calls a unary method on the least-loaded worker and decodes its result.
@@ -269,21 +295,31 @@ impl Pool {
     }
 
     /// [`call`](Self::call) with a timeout or codec.
-    pub async fn call_with<Req, Resp>(&self, method: &str, req: &Req, opts: CallOptions) -> Result<Resp>
+    pub async fn call_with<Req, Resp>(
+        &self,
+        method: &str,
+        req: &Req,
+        opts: CallOptions,
+    ) -> Result<Resp>
     where
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + 'static,
     {
         let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
-        let result = self.inner.unary(None, method_no, codec, opts.timeout, body).await?;
+        let result = self
+            .inner
+            .unary(None, method_no, codec, opts.timeout, body)
+            .await?;
         decode_result(codec, result)
     }
 
     /// Calls a unary method with raw bytes in and out (codec 0), without copying the result.
     pub async fn call_raw(&self, method: &str, body: Bytes) -> Result<Bytes> {
         let (method_no, _) = self.inner.resolve(method, Some(Codec::Raw))?;
-        self.inner.unary(None, method_no, Codec::Raw, None, body).await
+        self.inner
+            .unary(None, method_no, Codec::Raw, None, body)
+            .await
     }
 
     /// Starts a stream on the least-loaded worker. Rows are decoded lazily as you read them,
@@ -296,13 +332,20 @@ impl Pool {
     }
 
     /// [`stream`](Self::stream) with a timeout or codec.
-    pub async fn stream_with<Req, Row>(&self, method: &str, req: &Req, opts: CallOptions) -> Result<RowStream<Row>>
+    pub async fn stream_with<Req, Row>(
+        &self,
+        method: &str,
+        req: &Req,
+        opts: CallOptions,
+    ) -> Result<RowStream<Row>>
     where
         Req: Serialize + ?Sized,
     {
         let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
-        self.inner.open_stream(None, method_no, codec, opts.timeout, body).await
+        self.inner
+            .open_stream(None, method_no, codec, opts.timeout, body)
+            .await
     }
 
     /// Takes a worker for exclusive use by a sequence of calls (its session state and caches
@@ -317,13 +360,18 @@ impl Pool {
             let ready = self.inner.ready.read().unwrap().clone();
             let mut best: Option<&Arc<Worker>> = None;
             for w in ready.iter() {
-                if w.state() == WorkerState::Ready && best.map_or(true, |b| w.in_flight() < b.in_flight()) {
+                if w.state() == WorkerState::Ready
+                    && best.map_or(true, |b| w.in_flight() < b.in_flight())
+                {
                     best = Some(w);
                 }
             }
             if let Some(w) = best {
                 if w.try_lease() {
-                    return Ok(Lease { pool: self.clone(), worker: w.clone() });
+                    return Ok(Lease {
+                        pool: self.clone(),
+                        worker: w.clone(),
+                    });
                 }
                 continue;
             }
@@ -361,7 +409,13 @@ impl Pool {
 
     /// Process ids of the workers currently running (including draining ones).
     pub fn worker_pids(&self) -> Vec<u32> {
-        self.inner.live.lock().unwrap().values().map(|w| w.pid).collect()
+        self.inner
+            .live
+            .lock()
+            .unwrap()
+            .values()
+            .map(|w| w.pid)
+            .collect()
     }
 
     /// Waits until every slot has a ready worker (e.g. after a crash), up to `timeout`.
@@ -372,7 +426,14 @@ impl Pool {
             let notified = self.inner.shared.capacity.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let up = self.inner.ready.read().unwrap().iter().filter(|w| matches!(w.state(), WorkerState::Ready | WorkerState::Leased)).count();
+            let up = self
+                .inner
+                .ready
+                .read()
+                .unwrap()
+                .iter()
+                .filter(|w| matches!(w.state(), WorkerState::Ready | WorkerState::Leased))
+                .count();
             if up == self.inner.slots.len() {
                 return true;
             }
@@ -416,14 +477,23 @@ impl Lease {
     }
 
     /// A unary call on the leased worker, with options.
-    pub async fn call_with<Req, Resp>(&self, method: &str, req: &Req, opts: CallOptions) -> Result<Resp>
+    pub async fn call_with<Req, Resp>(
+        &self,
+        method: &str,
+        req: &Req,
+        opts: CallOptions,
+    ) -> Result<Resp>
     where
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + 'static,
     {
         let (method_no, codec) = self.pool.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
-        let result = self.pool.inner.unary(Some(&self.worker), method_no, codec, opts.timeout, body).await?;
+        let result = self
+            .pool
+            .inner
+            .unary(Some(&self.worker), method_no, codec, opts.timeout, body)
+            .await?;
         decode_result(codec, result)
     }
 
@@ -434,7 +504,10 @@ impl Lease {
     {
         let (method_no, codec) = self.pool.inner.resolve(method, None)?;
         let body = encode(codec, req)?;
-        self.pool.inner.open_stream(Some(&self.worker), method_no, codec, None, body).await
+        self.pool
+            .inner
+            .open_stream(Some(&self.worker), method_no, codec, None, body)
+            .await
     }
 }
 
@@ -446,12 +519,17 @@ impl Drop for Lease {
 
 fn encode<T: Serialize + ?Sized>(codec: Codec, value: &T) -> Result<Bytes> {
     let mut buf = BytesMut::new();
-    codec.encode(value, &mut buf).map_err(|e| Error::Encode(e.to_string()))?;
+    codec
+        .encode(value, &mut buf)
+        .map_err(|e| Error::Encode(e.to_string()))?;
     Ok(buf.freeze())
 }
 
 fn decode_result<T: DeserializeOwned + 'static>(codec: Codec, body: Bytes) -> Result<T> {
-    codec.decode_bytes(body).map_err(|e| Error::Decode { what: "result", message: e.to_string() })
+    codec.decode_bytes(body).map_err(|e| Error::Decode {
+        what: "result",
+        message: e.to_string(),
+    })
 }
 
 /// Cancels a request whose caller went away before its outcome.
@@ -472,7 +550,9 @@ impl Drop for CancelOnDrop<'_> {
 impl PoolInner {
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Acquire) {
-            return Err(Error::PoolClosed(self.close_reason.get().copied().unwrap_or("shut down")));
+            return Err(Error::PoolClosed(
+                self.close_reason.get().copied().unwrap_or("shut down"),
+            ));
         }
         Ok(())
     }
@@ -489,10 +569,24 @@ impl PoolInner {
     }
 
     fn resolve(&self, method: &str, codec: Option<Codec>) -> Result<(usize, Codec)> {
-        let table = self.shared.methods.get().ok_or(Error::PoolClosed("not started"))?;
-        let no = *table.by_name.get(method).ok_or_else(|| Error::UnknownMethod(method.to_string()))?;
+        let table = self
+            .shared
+            .methods
+            .get()
+            .ok_or(Error::PoolClosed("not started"))?;
+        let no = *table
+            .by_name
+            .get(method)
+            .ok_or_else(|| Error::UnknownMethod(method.to_string()))?;
         let codec = codec
-            .or_else(|| self.shared.cfg.methods.iter().find(|m| m.name == method).and_then(|m| m.codec))
+            .or_else(|| {
+                self.shared
+                    .cfg
+                    .methods
+                    .iter()
+                    .find(|m| m.name == method)
+                    .and_then(|m| m.codec)
+            })
             .unwrap_or(self.shared.cfg.codec);
         Ok((no, codec))
     }
@@ -533,7 +627,11 @@ impl PoolInner {
             return None;
         }
         // Rotate the starting point so equally loaded workers share the traffic.
-        let start = if n > 1 { self.rotate.fetch_add(1, Relaxed) % n } else { 0 };
+        let start = if n > 1 {
+            self.rotate.fetch_add(1, Relaxed) % n
+        } else {
+            0
+        };
         for _attempt in 0..4 {
             let mut best: Option<&Arc<Worker>> = None;
             for i in 0..n {
@@ -570,21 +668,33 @@ impl PoolInner {
             let (req, rx) = match worker.submit(method_no, codec, timeout, body.clone(), None) {
                 Ok(sent) => sent,
                 Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
-                Err(NotSent::WorkerGone(_)) if leased.is_some() => return Err(Error::LeaseLost(worker.exit_info())),
+                Err(NotSent::WorkerGone(_)) if leased.is_some() => {
+                    return Err(Error::LeaseLost(worker.exit_info()))
+                }
                 Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
             };
             let rx = rx.expect("unary has a receiver");
-            let mut guard = CancelOnDrop { worker: &worker, id: req.id, armed: true };
+            let mut guard = CancelOnDrop {
+                worker: &worker,
+                id: req.id,
+                armed: true,
+            };
             let outcome = rx.await;
             guard.armed = false;
             let outcome = match outcome {
                 Ok(o) => o,
                 // The route was dropped without an outcome: only when the worker is gone.
-                Err(_) => Err(worker.exit_info().map(Error::WorkerExited).unwrap_or(Error::PoolClosed("worker gone"))),
+                Err(_) => Err(worker
+                    .exit_info()
+                    .map(Error::WorkerExited)
+                    .unwrap_or(Error::PoolClosed("worker gone"))),
             };
             worker.record_latency(method_no, req.started.elapsed());
             match outcome {
-                Err(Error::Remote { code: codes::DRAINING, .. }) if leased.is_none() && attempts < 4 => continue,
+                Err(Error::Remote {
+                    code: codes::DRAINING,
+                    ..
+                }) if leased.is_none() && attempts < 4 => continue,
                 Err(Error::WorkerExited(_) | Error::WorkerHung(_)) if leased.is_some() => {
                     return outcome;
                 }
@@ -607,10 +717,18 @@ impl PoolInner {
             attempts += 1;
             let worker = self.acquire(leased).await?;
             let shared = StreamShared::new();
-            match worker.submit(method_no, codec, timeout, body.clone(), Some(shared.clone())) {
+            match worker.submit(
+                method_no,
+                codec,
+                timeout,
+                body.clone(),
+                Some(shared.clone()),
+            ) {
                 Ok((req, _)) => return Ok(RowStream::new(req, shared, codec)),
                 Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
-                Err(NotSent::WorkerGone(_)) if leased.is_some() => return Err(Error::LeaseLost(worker.exit_info())),
+                Err(NotSent::WorkerGone(_)) if leased.is_some() => {
+                    return Err(Error::LeaseLost(worker.exit_info()))
+                }
                 Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
             }
         }
@@ -622,7 +740,8 @@ impl PoolInner {
         // Counted from before the spawn until the worker is in `live` (or has failed and been
         // reaped), so `shutdown` never returns while a process is half started.
         self.starting.fetch_add(1, SeqCst);
-        let started = worker::start(&self.shared, slot, id, self.slots[slot].counters.clone()).await;
+        let started =
+            worker::start(&self.shared, slot, id, self.slots[slot].counters.clone()).await;
         if let Ok(inc) = &started {
             self.live.lock().unwrap().insert(id, inc.worker.clone());
         }
@@ -634,10 +753,17 @@ impl PoolInner {
     fn publish(&self, slot: usize, worker: Option<Arc<Worker>>) {
         let s = &self.slots[slot];
         let old = std::mem::replace(&mut *s.current.lock().unwrap(), worker.clone());
-        *s.state.lock().unwrap() = if worker.is_some() { WorkerState::Ready } else { WorkerState::Dead };
+        *s.state.lock().unwrap() = if worker.is_some() {
+            WorkerState::Ready
+        } else {
+            WorkerState::Dead
+        };
         let mut ready = self.ready.write().unwrap();
-        let mut list: Vec<Arc<Worker>> =
-            ready.iter().filter(|w| !old.as_ref().is_some_and(|o| Arc::ptr_eq(o, w))).cloned().collect();
+        let mut list: Vec<Arc<Worker>> = ready
+            .iter()
+            .filter(|w| !old.as_ref().is_some_and(|o| Arc::ptr_eq(o, w)))
+            .cloned()
+            .collect();
         if let Some(w) = worker {
             if !self.closed.load(Acquire) {
                 list.push(w);
@@ -655,7 +781,12 @@ impl PoolInner {
 
     fn record_cause(&self, slot: usize, cause: ExitCause) {
         self.slots[slot].counters.restarts.fetch_add(1, Relaxed);
-        *self.slots[slot].causes.lock().unwrap().entry(cause.as_str().to_string()).or_default() += 1;
+        *self.slots[slot]
+            .causes
+            .lock()
+            .unwrap()
+            .entry(cause.as_str().to_string())
+            .or_default() += 1;
     }
 
     /// Counts a crash against the restart-intensity limit; `false` means the pool gives up.
@@ -663,7 +794,10 @@ impl PoolInner {
         let p = &self.shared.cfg.restart;
         let now = Instant::now();
         let mut times = self.crash_times.lock().unwrap();
-        while times.front().is_some_and(|t| now.duration_since(*t) > p.within) {
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > p.within)
+        {
             times.pop_front();
         }
         times.push_back(now);
@@ -698,7 +832,13 @@ impl PoolInner {
             })
             .collect();
         let methods = match self.shared.methods.get() {
-            Some(t) => t.names.iter().cloned().zip(t.latency.iter().map(|h| h.snapshot())).filter(|(_, s)| s.count > 0).collect(),
+            Some(t) => t
+                .names
+                .iter()
+                .cloned()
+                .zip(t.latency.iter().map(|h| h.snapshot()))
+                .filter(|(_, s)| s.count > 0)
+                .collect(),
             None => BTreeMap::new(),
         };
         PoolMetrics { workers, methods }
@@ -713,7 +853,8 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
     loop {
         if inner.closed.load(Acquire) {
             if let Some(inc) = first.take() {
-                inc.worker.begin_drain(ExitCause::Shutdown, inner.shared.cfg.drain_grace);
+                inc.worker
+                    .begin_drain(ExitCause::Shutdown, inner.shared.cfg.drain_grace);
                 let _ = inc.lifecycle.await;
                 inner.forget(&inc.worker);
             }

@@ -36,7 +36,13 @@ pub struct WorkerCommand {
 impl WorkerCommand {
     /// A command that runs `program` (looked up in `PATH` if it has no slash).
     pub fn new(program: impl Into<OsString>) -> Self {
-        WorkerCommand { program: program.into(), args: Vec::new(), env: Vec::new(), env_clear: false, cwd: None }
+        WorkerCommand {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_clear: false,
+            cwd: None,
+        }
     }
     /// Appends one argument.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
@@ -107,7 +113,10 @@ pub(crate) fn spawn_worker(
     worker_id: u32,
     stderr_lines: usize,
 ) -> Result<Spawned, Error> {
-    let fail = |e: std::io::Error| Error::SpawnFailed { program: cmd.program().to_string(), source: Arc::new(e) };
+    let fail = |e: std::io::Error| Error::SpawnFailed {
+        program: cmd.program().to_string(),
+        source: Arc::new(e),
+    };
     // std creates both ends with SOCK_CLOEXEC, so no other child spawned concurrently (by us or
     // by another thread) inherits either end; only this child gets its end, via pre_exec below.
     let (parent_end, worker_end) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
@@ -160,7 +169,13 @@ pub(crate) fn spawn_worker(
     let logs_done = tokio::spawn(async move {
         tokio::join!(out_task, err_task);
     });
-    Ok(Spawned { child, pid, socket, stderr_tail: tail, logs_done })
+    Ok(Spawned {
+        child,
+        pid,
+        socket,
+        stderr_tail: tail,
+        logs_done,
+    })
 }
 
 /// A bounded ring of the last lines a worker wrote to stderr.
@@ -171,7 +186,10 @@ pub(crate) struct StderrTail {
 
 impl StderrTail {
     fn new(cap: usize) -> Self {
-        StderrTail { cap, lines: Mutex::new(VecDeque::with_capacity(cap.min(64))) }
+        StderrTail {
+            cap,
+            lines: Mutex::new(VecDeque::with_capacity(cap.min(64))),
+        }
     }
     fn push(&self, line: String) {
         if self.cap == 0 {
@@ -265,7 +283,11 @@ pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
 
 /// Peak resident set size (`VmHWM`) of a process, in bytes; `None` once it is gone.
 pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
-    let path = if pid == 0 { "/proc/self/status".to_string() } else { format!("/proc/{pid}/status") };
+    let path = if pid == 0 {
+        "/proc/self/status".to_string()
+    } else {
+        format!("/proc/{pid}/status")
+    };
     let text = std::fs::read_to_string(path).ok()?;
     let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

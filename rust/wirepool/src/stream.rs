@@ -38,7 +38,12 @@ struct StreamState {
 impl StreamShared {
     pub fn new() -> Arc<Self> {
         Arc::new(StreamShared {
-            state: Mutex::new(StreamState { frames: VecDeque::new(), terminal: None, waker: None, abandoned: false }),
+            state: Mutex::new(StreamState {
+                frames: VecDeque::new(),
+                terminal: None,
+                waker: None,
+                abandoned: false,
+            }),
         })
     }
 
@@ -79,7 +84,10 @@ impl StreamShared {
     }
 
     /// The next frame, or the terminal outcome (handed out once) after the last frame.
-    fn poll_frame(&self, cx: &mut Context<'_>) -> Poll<std::result::Result<RowsPayload, Result<Bytes>>> {
+    fn poll_frame(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::result::Result<RowsPayload, Result<Bytes>>> {
         let mut s = self.state.lock().unwrap();
         if let Some(f) = s.frames.pop_front() {
             return Poll::Ready(Ok(f));
@@ -157,11 +165,15 @@ impl<T> RowStream<T> {
     /// worker sent none.
     pub fn summary<S: DeserializeOwned + 'static>(&self) -> Result<Option<S>> {
         match &self.summary {
-            Some(b) if !b.is_empty() => self
-                .codec
-                .decode_bytes(b.clone())
-                .map(Some)
-                .map_err(|e| Error::Decode { what: "summary", message: e.to_string() }),
+            Some(b) if !b.is_empty() => {
+                self.codec
+                    .decode_bytes(b.clone())
+                    .map(Some)
+                    .map_err(|e| Error::Decode {
+                        what: "summary",
+                        message: e.to_string(),
+                    })
+            }
             _ => Ok(None),
         }
     }
@@ -194,7 +206,8 @@ impl<T> RowStream<T> {
             }
             Poll::Ready(Err(outcome)) => {
                 self.done = true;
-                self.worker.record_latency(self.method_no, self.started.elapsed());
+                self.worker
+                    .record_latency(self.method_no, self.started.elapsed());
                 match outcome {
                     Ok(summary) => {
                         self.summary = Some(summary);
@@ -205,7 +218,6 @@ impl<T> RowStream<T> {
             }
         }
     }
-
 }
 
 /// The row starting at `start` in a checked ROWS payload, and where the next one starts.
@@ -241,7 +253,10 @@ impl<T: DeserializeOwned + 'static> RowStream<T> {
                 if *left > 0 {
                     let Some((row, next)) = row_at(frame, *offset) else {
                         self.current = None;
-                        return Poll::Ready(Some(Err(Error::Decode { what: "row", message: "row out of bounds".into() })));
+                        return Poll::Ready(Some(Err(Error::Decode {
+                            what: "row",
+                            message: "row out of bounds".into(),
+                        })));
                     };
                     let (_, offset, left) = self.current.as_mut().expect("current frame");
                     *offset = next;
@@ -251,9 +266,10 @@ impl<T: DeserializeOwned + 'static> RowStream<T> {
                     } else {
                         self.codec.decode(&row)
                     };
-                    return Poll::Ready(Some(
-                        decoded.map_err(|e| Error::Decode { what: "row", message: e.to_string() }),
-                    ));
+                    return Poll::Ready(Some(decoded.map_err(|e| Error::Decode {
+                        what: "row",
+                        message: e.to_string(),
+                    })));
                 }
                 self.current = None;
             }

@@ -13,7 +13,10 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use wirepool_codec::Codec;
 
-use wirepool_proto::{check_methods, Connection, ErrorClass, ErrorCode, Event, MethodKind, MethodRequirement, ProtocolError, Welcome};
+use wirepool_proto::{
+    check_methods, Connection, ErrorClass, ErrorCode, Event, MethodKind, MethodRequirement,
+    ProtocolError, Welcome,
+};
 
 use crate::config::PoolConfig;
 use crate::error::{Error, ExitCause, ExitInfo, Result};
@@ -202,7 +205,10 @@ impl Worker {
             if cur >= self.max_in_flight {
                 return false;
             }
-            match self.in_flight.compare_exchange_weak(cur, cur + 1, AcqRel, Relaxed) {
+            match self
+                .in_flight
+                .compare_exchange_weak(cur, cur + 1, AcqRel, Relaxed)
+            {
                 Ok(_) => return true,
                 Err(now) => cur = now,
             }
@@ -216,11 +222,17 @@ impl Worker {
 
     /// Ready -> Leased. The caller then owns the worker until [`end_lease`](Self::end_lease).
     pub fn try_lease(&self) -> bool {
-        self.state.compare_exchange(STATE_READY, STATE_LEASED, AcqRel, Relaxed).is_ok()
+        self.state
+            .compare_exchange(STATE_READY, STATE_LEASED, AcqRel, Relaxed)
+            .is_ok()
     }
 
     pub fn end_lease(&self) {
-        if self.state.compare_exchange(STATE_LEASED, STATE_READY, AcqRel, Relaxed).is_ok() {
+        if self
+            .state
+            .compare_exchange(STATE_LEASED, STATE_READY, AcqRel, Relaxed)
+            .is_ok()
+        {
             self.pool.capacity.notify_waiters();
             self.check_request_quota();
         }
@@ -238,19 +250,37 @@ impl Worker {
     ) -> Result<(WorkerRequest, Option<UnaryOutcome>), NotSent> {
         let Some(Some(wire)) = self.wire.get(method_no) else {
             self.release_slot();
-            let name = self.pool.methods.get().and_then(|t| t.names.get(method_no)).cloned();
-            return Err(NotSent::Final(Error::UnknownMethod(name.unwrap_or_default())));
+            let name = self
+                .pool
+                .methods
+                .get()
+                .and_then(|t| t.names.get(method_no))
+                .cloned();
+            return Err(NotSent::Final(Error::UnknownMethod(
+                name.unwrap_or_default(),
+            )));
         };
-        let want_kind = if sink_stream.is_some() { MethodKind::Stream } else { MethodKind::Unary };
+        let want_kind = if sink_stream.is_some() {
+            MethodKind::Stream
+        } else {
+            MethodKind::Unary
+        };
         if wire.kind != want_kind {
             self.release_slot();
-            let name = self.pool.methods.get().map(|t| t.names[method_no].clone()).unwrap_or_default();
+            let name = self
+                .pool
+                .methods
+                .get()
+                .map(|t| t.names[method_no].clone())
+                .unwrap_or_default();
             return Err(NotSent::Final(Error::UnknownMethod(format!(
                 "{name} (is {:?}, called as {:?})",
                 wire.kind, want_kind
             ))));
         }
-        let timeout_us = timeout.map(|t| t.as_micros().clamp(1, u64::MAX as u128) as u64).unwrap_or(0);
+        let timeout_us = timeout
+            .map(|t| t.as_micros().clamp(1, u64::MAX as u128) as u64)
+            .unwrap_or(0);
         let now = Instant::now();
         let (sink, rx) = match sink_stream {
             Some(s) => (Sink::Stream(s), None),
@@ -270,25 +300,41 @@ impl Worker {
                 return Err(NotSent::WorkerGone(e));
             }
             let c = &mut *core;
-            let id = match c.conn.send_request(wire.index, codec.id(), timeout_us, &body, &mut c.out) {
-                Ok(id) => id,
-                Err(e) => {
-                    drop(core);
-                    self.release_slot();
-                    return Err(if e.code == ErrorCode::Draining {
-                        NotSent::WorkerGone(refusal(e, self.id))
-                    } else {
-                        NotSent::Final(refusal(e, self.id))
-                    });
-                }
-            };
+            let id =
+                match c
+                    .conn
+                    .send_request(wire.index, codec.id(), timeout_us, &body, &mut c.out)
+                {
+                    Ok(id) => id,
+                    Err(e) => {
+                        drop(core);
+                        self.release_slot();
+                        return Err(if e.code == ErrorCode::Draining {
+                            NotSent::WorkerGone(refusal(e, self.id))
+                        } else {
+                            NotSent::Final(refusal(e, self.id))
+                        });
+                    }
+                };
             let deadline = timeout.map(|t| (now + t + self.pool.cfg.deadline_grace, t));
-            core.routes.insert(id, Route { sink: Some(sink), cancelled_at: None, deadline });
+            core.routes.insert(
+                id,
+                Route {
+                    sink: Some(sink),
+                    cancelled_at: None,
+                    deadline,
+                },
+            );
             // Latency fast path: when this is the only request and the writer is idle, write
             // now instead of waking the writer task (a task switch, or a cross-thread wake-up).
             // Under load requests keep queueing for the writer, so they still share a write.
             let c = &mut *core;
-            if let (false, 0, false, Some(sock)) = (c.writer_busy, core_in_flight, c.out.is_empty(), &c.socket_out) {
+            if let (false, 0, false, Some(sock)) = (
+                c.writer_busy,
+                core_in_flight,
+                c.out.is_empty(),
+                &c.socket_out,
+            ) {
                 // WouldBlock (or a broken socket) leaves the bytes for the writer task.
                 if let Ok(n) = sock.try_write(&c.out) {
                     self.counters.bytes_out.fetch_add(n as u64, Relaxed);
@@ -303,10 +349,21 @@ impl Worker {
             self.writer_wake.notify_one();
         }
         self.counters.requests.fetch_add(1, Relaxed);
-        self.last_request_ms.store(now.saturating_duration_since(self.pool.epoch).as_millis() as u64, Relaxed);
+        self.last_request_ms.store(
+            now.saturating_duration_since(self.pool.epoch).as_millis() as u64,
+            Relaxed,
+        );
         self.requests.fetch_add(1, Relaxed);
         self.check_request_quota();
-        Ok((WorkerRequest { worker: self.clone(), id, method_no, started: now }, rx))
+        Ok((
+            WorkerRequest {
+                worker: self.clone(),
+                id,
+                method_no,
+                started: now,
+            },
+            rx,
+        ))
     }
 
     fn check_request_quota(&self) {
@@ -353,7 +410,12 @@ impl Worker {
     }
 
     pub fn record_latency(&self, method_no: usize, d: Duration) {
-        if let Some(h) = self.pool.methods.get().and_then(|t| t.latency.get(method_no)) {
+        if let Some(h) = self
+            .pool
+            .methods
+            .get()
+            .and_then(|t| t.latency.get(method_no))
+        {
             h.record(d);
         }
     }
@@ -368,12 +430,15 @@ impl Worker {
             }
             return;
         }
-        *self.drain_deadline.lock().unwrap() = Some(Instant::now() + grace + Duration::from_secs(1));
+        *self.drain_deadline.lock().unwrap() =
+            Some(Instant::now() + grace + Duration::from_secs(1));
         {
             let mut core = self.core.lock().unwrap();
             if core.closed.is_none() {
                 let c = &mut *core;
-                let _ = c.conn.send_drain(grace.as_millis().min(u32::MAX as u128) as u32, &mut c.out);
+                let _ = c
+                    .conn
+                    .send_drain(grace.as_millis().min(u32::MAX as u128) as u32, &mut c.out);
             }
         }
         self.writer_wake.notify_one();
@@ -400,8 +465,16 @@ impl Worker {
 /// OVERLOADED, CODEC_UNSUPPORTED, ...) keep their code, anything else is a protocol failure.
 fn refusal(e: ProtocolError, worker_id: u32) -> Error {
     match ErrorClass::of(e.code.code()) {
-        ErrorClass::Request => Error::Remote { code: e.code.code(), message: e.message, details: String::new() },
-        _ => Error::ProtocolViolation { code: e.code.code(), message: e.message, worker_id },
+        ErrorClass::Request => Error::Remote {
+            code: e.code.code(),
+            message: e.message,
+            details: String::new(),
+        },
+        _ => Error::ProtocolViolation {
+            code: e.code.code(),
+            message: e.message,
+            worker_id,
+        },
     }
 }
 
@@ -415,7 +488,13 @@ pub(crate) async fn start(
 ) -> Result<Incarnation> {
     let cfg = &pool.cfg;
     let spawned = spawn::spawn_worker(&cfg.command, worker_id, cfg.stderr_tail_lines)?;
-    let spawn::Spawned { mut child, pid, socket, stderr_tail, logs_done } = spawned;
+    let spawn::Spawned {
+        mut child,
+        pid,
+        socket,
+        stderr_tail,
+        logs_done,
+    } = spawned;
     let (mut rd, mut wr) = socket.into_split();
     let mut conn = Connection::new_parent();
 
@@ -424,7 +503,10 @@ pub(crate) async fn start(
             match conn.poll_event() {
                 Ok(Some(Event::Hello(h))) => return Ok(h),
                 Ok(Some(Event::Error { code, message, .. })) => {
-                    return Err(HandshakeFail::Protocol(code, format!("worker reported: {message}")))
+                    return Err(HandshakeFail::Protocol(
+                        code,
+                        format!("worker reported: {message}"),
+                    ))
                 }
                 Ok(Some(other)) => {
                     return Err(HandshakeFail::Protocol(
@@ -438,7 +520,9 @@ pub(crate) async fn start(
             match rd.read_buf(conn.read_buf()).await {
                 Ok(0) | Err(_) => {
                     return Err(match conn.eof() {
-                        Err(e) if e.code != ErrorCode::Truncated => HandshakeFail::Protocol(e.code.code(), e.message),
+                        Err(e) if e.code != ErrorCode::Truncated => {
+                            HandshakeFail::Protocol(e.code.code(), e.message)
+                        }
                         _ => HandshakeFail::Eof,
                     })
                 }
@@ -451,19 +535,54 @@ pub(crate) async fn start(
     let hello = match outcome {
         Ok(Ok(h)) => h,
         Ok(Err(HandshakeFail::Eof)) => {
-            let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Crashed, &stderr_tail, logs_done).await;
+            let exit = reap_failed(
+                &mut child,
+                pid,
+                worker_id,
+                ExitCause::Crashed,
+                &stderr_tail,
+                logs_done,
+            )
+            .await;
             return Err(Error::WorkerExited(exit));
         }
         Ok(Err(HandshakeFail::Protocol(code, message))) => {
-            let e = ProtocolError::new(ErrorCode::from_code(code).unwrap_or(ErrorCode::Protocol), 0, message.clone());
+            let e = ProtocolError::new(
+                ErrorCode::from_code(code).unwrap_or(ErrorCode::Protocol),
+                0,
+                message.clone(),
+            );
             let _ = conn.encode_fatal(&e, &mut out);
             let _ = write_now(&mut wr, &out).await;
-            let _ = reap_failed(&mut child, pid, worker_id, ExitCause::ProtocolViolation, &stderr_tail, logs_done).await;
-            return Err(Error::ProtocolViolation { code, message, worker_id });
+            let _ = reap_failed(
+                &mut child,
+                pid,
+                worker_id,
+                ExitCause::ProtocolViolation,
+                &stderr_tail,
+                logs_done,
+            )
+            .await;
+            return Err(Error::ProtocolViolation {
+                code,
+                message,
+                worker_id,
+            });
         }
         Err(_) => {
-            let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Hung, &stderr_tail, logs_done).await;
-            return Err(Error::StartupTimeout { after: cfg.startup_timeout, stderr_tail: exit.stderr_tail.clone() });
+            let exit = reap_failed(
+                &mut child,
+                pid,
+                worker_id,
+                ExitCause::Hung,
+                &stderr_tail,
+                logs_done,
+            )
+            .await;
+            return Err(Error::StartupTimeout {
+                after: cfg.startup_timeout,
+                stderr_tail: exit.stderr_tail.clone(),
+            });
         }
     };
 
@@ -471,7 +590,11 @@ pub(crate) async fn start(
     let required: Vec<MethodRequirement> = cfg
         .methods
         .iter()
-        .map(|m| MethodRequirement { name: m.name.clone(), kind: m.kind, codec: m.codec.unwrap_or(cfg.codec).id() })
+        .map(|m| MethodRequirement {
+            name: m.name.clone(),
+            kind: m.kind,
+            codec: m.codec.unwrap_or(cfg.codec).id(),
+        })
         .collect();
     let welcome = check_methods(&hello, &required).and_then(|_| {
         let mut w = Welcome::for_hello(&hello, worker_id)?;
@@ -489,16 +612,36 @@ pub(crate) async fn start(
             out.clear();
             let _ = conn.refuse(e.code, &e.message, &mut out);
             let _ = write_now(&mut wr, &out).await;
-            let _ = reap_failed(&mut child, pid, worker_id, ExitCause::ProtocolViolation, &stderr_tail, logs_done).await;
+            let _ = reap_failed(
+                &mut child,
+                pid,
+                worker_id,
+                ExitCause::ProtocolViolation,
+                &stderr_tail,
+                logs_done,
+            )
+            .await;
             return Err(if e.code == ErrorCode::CodecMismatch {
                 Error::CodecMismatch(e.message)
             } else {
-                Error::ProtocolViolation { code: e.code.code(), message: e.message, worker_id }
+                Error::ProtocolViolation {
+                    code: e.code.code(),
+                    message: e.message,
+                    worker_id,
+                }
             });
         }
     };
     if write_now(&mut wr, &out).await.is_err() {
-        let exit = reap_failed(&mut child, pid, worker_id, ExitCause::Crashed, &stderr_tail, logs_done).await;
+        let exit = reap_failed(
+            &mut child,
+            pid,
+            worker_id,
+            ExitCause::Crashed,
+            &stderr_tail,
+            logs_done,
+        )
+        .await;
         return Err(Error::WorkerExited(exit));
     }
     out.clear();
@@ -508,7 +651,11 @@ pub(crate) async fn start(
     let table = pool.methods.get_or_init(|| {
         let names: Vec<String> = hello.methods.iter().map(|m| m.name.clone()).collect();
         MethodTable {
-            by_name: names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect(),
+            by_name: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), i))
+                .collect(),
             latency: names.iter().map(|_| LatencyHistogram::new()).collect(),
             names,
         }
@@ -516,7 +663,10 @@ pub(crate) async fn start(
     let mut wire: Vec<Option<WireMethod>> = vec![None; table.names.len()];
     for (index, m) in hello.methods.iter().enumerate() {
         if let Some(&no) = table.by_name.get(&m.name) {
-            wire[no] = Some(WireMethod { index: index as u16, kind: m.kind });
+            wire[no] = Some(WireMethod {
+                index: index as u16,
+                kind: m.kind,
+            });
         }
     }
 
@@ -554,8 +704,19 @@ pub(crate) async fn start(
     });
     let reader = tokio::spawn(reader_loop(worker.clone(), rd));
     let writer = tokio::spawn(writer_loop(worker.clone(), wr));
-    let lifecycle = tokio::spawn(lifecycle(worker.clone(), child, reader, writer, logs_done, control_rx));
-    Ok(Incarnation { worker, lifecycle, retiring: retire_rx })
+    let lifecycle = tokio::spawn(lifecycle(
+        worker.clone(),
+        child,
+        reader,
+        writer,
+        logs_done,
+        control_rx,
+    ));
+    Ok(Incarnation {
+        worker,
+        lifecycle,
+        retiring: retire_rx,
+    })
 }
 
 enum HandshakeFail {
@@ -582,7 +743,11 @@ async fn reap_failed(
 ) -> Arc<ExitInfo> {
     // A worker that closed its end is usually exiting: give it a moment so its own exit
     // status (not our SIGKILL) is reported; otherwise kill its group.
-    let grace = if cause == ExitCause::Crashed { Duration::from_millis(500) } else { Duration::ZERO };
+    let grace = if cause == ExitCause::Crashed {
+        Duration::from_millis(500)
+    } else {
+        Duration::ZERO
+    };
     let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(Ok(s)) => Some(s),
         _ => {
@@ -652,7 +817,10 @@ async fn reader_loop(worker: Arc<Worker>, rd: OwnedReadHalf) -> ReaderEnd {
                     Err(e) => {
                         let _ = c.conn.encode_fatal(&e, &mut c.out);
                         wake_writer = true;
-                        break Some(ReaderEnd::Protocol { code: e.code.code(), message: e.message });
+                        break Some(ReaderEnd::Protocol {
+                            code: e.code.code(),
+                            message: e.message,
+                        });
                     }
                 };
                 match ev {
@@ -662,24 +830,45 @@ async fn reader_loop(worker: Arc<Worker>, rd: OwnedReadHalf) -> ReaderEnd {
                             completed.push(r);
                         }
                     }
-                    Event::Error { id: 0, code, message, .. } => {
+                    Event::Error {
+                        id: 0,
+                        code,
+                        message,
+                        ..
+                    } => {
                         // The worker's fatal report; it closes next.
-                        break Some(ReaderEnd::Protocol { code, message: format!("worker reported: {message}") });
+                        break Some(ReaderEnd::Protocol {
+                            code,
+                            message: format!("worker reported: {message}"),
+                        });
                     }
-                    Event::Error { id, code, message, details } => {
+                    Event::Error {
+                        id,
+                        code,
+                        message,
+                        details,
+                    } => {
                         if let Some(mut r) = c.routes.remove(&id) {
-                            r.deliver(Err(Error::Remote { code, message, details }));
+                            r.deliver(Err(Error::Remote {
+                                code,
+                                message,
+                                details,
+                            }));
                             completed.push(r);
                         }
                     }
                     Event::Rows { id, rows } => {
                         worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
                         match c.routes.get(&id) {
-                            Some(Route { sink: Some(Sink::Stream(s)), .. }) => s.push_rows(rows),
+                            Some(Route {
+                                sink: Some(Sink::Stream(s)),
+                                ..
+                            }) => s.push_rows(rows),
                             // Nobody reads this stream any more (cancelled): give the credit
                             // back so a handler blocked on credit can see its cancellation.
                             _ => {
-                                if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out) {
+                                if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out)
+                                {
                                     wake_writer |= g > 0;
                                 }
                             }
@@ -912,11 +1101,25 @@ async fn lifecycle(
     worker.core.lock().unwrap().socket_out = None;
     let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
     let drained = worker.retire.lock().unwrap().is_none();
-    let cause = cause.unwrap_or(if drained { ExitCause::Shutdown } else { ExitCause::Crashed });
-    let info = Arc::new(exit_info(worker.id, worker.pid, status, cause, &worker.stderr_tail));
+    let cause = cause.unwrap_or(if drained {
+        ExitCause::Shutdown
+    } else {
+        ExitCause::Crashed
+    });
+    let info = Arc::new(exit_info(
+        worker.id,
+        worker.pid,
+        status,
+        cause,
+        &worker.stderr_tail,
+    ));
     let _ = worker.exit.set(info.clone());
     let error = match (&protocol_error, cause) {
-        (Some((code, message)), _) => Error::ProtocolViolation { code: *code, message: message.clone(), worker_id: worker.id },
+        (Some((code, message)), _) => Error::ProtocolViolation {
+            code: *code,
+            message: message.clone(),
+            worker_id: worker.id,
+        },
         (None, ExitCause::Hung) => Error::WorkerHung(info.clone()),
         _ => Error::WorkerExited(info.clone()),
     };
@@ -946,8 +1149,12 @@ fn close_core(worker: &Worker) {
         core.closed = Some(Error::PoolClosed("worker connection closed"));
     }
     drop(core);
-    let _ = worker.state.compare_exchange(STATE_READY, STATE_DRAINING, AcqRel, Relaxed);
-    let _ = worker.state.compare_exchange(STATE_LEASED, STATE_DRAINING, AcqRel, Relaxed);
+    let _ = worker
+        .state
+        .compare_exchange(STATE_READY, STATE_DRAINING, AcqRel, Relaxed);
+    let _ = worker
+        .state
+        .compare_exchange(STATE_LEASED, STATE_DRAINING, AcqRel, Relaxed);
 }
 
 /// Parent-side deadlines and cancel grace. Returns a cause when the worker must be killed.

@@ -30,13 +30,19 @@ async fn a_thousand_spawn_kill_cycles_leak_no_fd_and_no_zombie() {
             .unwrap();
         let mut last = 0;
         for cycle in 0..1000 {
-            let pid: u32 = pool.call("pid", &()).await.unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+            let pid: u32 = pool
+                .call("pid", &())
+                .await
+                .unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
             assert_ne!(pid, last, "cycle {cycle}: a fresh worker each time");
             last = pid;
             kill(pid, libc::SIGKILL);
             // The next call lands on the replacement (or fails with WORKER_EXITED if it raced
             // the death); wait for the slot to be ready again.
-            assert!(pool.wait_ready(Duration::from_secs(10)).await, "cycle {cycle}");
+            assert!(
+                pool.wait_ready(Duration::from_secs(10)).await,
+                "cycle {cycle}"
+            );
             while pool.worker_pids().contains(&pid) {
                 tokio::task::yield_now().await;
             }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use serde::Deserialize;
-use wirepool::{codes, CallOptions, Codec, Error, MethodKind, RecyclePolicy, RestartPolicy, WorkerCommand};
+use wirepool::{
+    codes, CallOptions, Codec, Error, MethodKind, RecyclePolicy, RestartPolicy, WorkerCommand,
+};
 
 #[derive(Deserialize, Debug, PartialEq)]
 struct Decl {
@@ -31,12 +33,23 @@ fn fast_restarts() -> RestartPolicy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unary_calls_return_typed_results_in_every_codec() {
     bounded(30, async {
-        let pool = builder(2).require_method("add", MethodKind::Unary).start().await.unwrap();
+        let pool = builder(2)
+            .require_method("add", MethodKind::Unary)
+            .start()
+            .await
+            .unwrap();
         let sum: i64 = pool.call("add", &(2, 40)).await.unwrap();
         assert_eq!(sum, 42);
         for codec in [Codec::Json, Codec::MsgPack, Codec::Cbor] {
             let v: serde_json::Value = pool
-                .call_with("echo", &serde_json::json!({"a": [1, 2, 3], "b": "x"}), CallOptions { codec: Some(codec), ..Default::default() })
+                .call_with(
+                    "echo",
+                    &serde_json::json!({"a": [1, 2, 3], "b": "x"}),
+                    CallOptions {
+                        codec: Some(codec),
+                        ..Default::default()
+                    },
+                )
                 .await
                 .unwrap();
             assert_eq!(v, serde_json::json!({"a": [1, 2, 3], "b": "x"}), "{codec}");
@@ -44,12 +57,10 @@ async fn unary_calls_return_typed_results_in_every_codec() {
         let big = Bytes::from(vec![0xabu8; 3 << 20]); // 3 MiB: continuation frames both ways
         let back = pool.call_raw("echo_raw", big.clone()).await.unwrap();
         assert_eq!(back, big);
-        let many: Vec<i64> = futures_join(
-            (0..1000i64).map(|i| {
-                let pool = pool.clone();
-                async move { pool.call::<_, i64>("add", &(i, 1)).await.unwrap() }
-            }),
-        )
+        let many: Vec<i64> = futures_join((0..1000i64).map(|i| {
+            let pool = pool.clone();
+            async move { pool.call::<_, i64>("add", &(i, 1)).await.unwrap() }
+        }))
         .await;
         assert_eq!(many, (1..=1000).collect::<Vec<i64>>());
         let m = pool.metrics();
@@ -62,7 +73,9 @@ async fn unary_calls_return_typed_results_in_every_codec() {
     .await
 }
 
-async fn futures_join<F: std::future::Future + Send + 'static>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F: std::future::Future + Send + 'static>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output>
 where
     F::Output: Send + 'static,
 {
@@ -77,7 +90,11 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_delivers_every_row_then_the_summary() {
     bounded(60, async {
-        let pool = builder(1).require_method("decls", MethodKind::Stream).start().await.unwrap();
+        let pool = builder(1)
+            .require_method("decls", MethodKind::Stream)
+            .start()
+            .await
+            .unwrap();
         let n = 200_000u64;
         let mut rows = pool.stream::<_, Decl>("decls", &n).await.unwrap();
         let mut expect = 0u64;
@@ -92,7 +109,14 @@ async fn stream_delivers_every_row_then_the_summary() {
         assert_eq!(pool.metrics().total_rows(), n);
         // Raw rows come out as shared slices of the frame.
         let mut raw = pool
-            .stream_with::<_, Bytes>("raw_rows", "10000 16", CallOptions { codec: Some(Codec::Raw), ..Default::default() })
+            .stream_with::<_, Bytes>(
+                "raw_rows",
+                "10000 16",
+                CallOptions {
+                    codec: Some(Codec::Raw),
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
         let mut count = 0;
@@ -111,9 +135,17 @@ async fn stream_delivers_every_row_then_the_summary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_stream_ends_the_stream_with_one_typed_error_and_the_worker_is_replaced() {
     bounded(30, async {
-        let pool = builder(1).stream_window(64 * 1024).restart_policy(fast_restarts()).start().await.unwrap();
+        let pool = builder(1)
+            .stream_window(64 * 1024)
+            .restart_policy(fast_restarts())
+            .start()
+            .await
+            .unwrap();
         let victim = pool.worker_pids()[0];
-        let mut rows = pool.stream::<_, Decl>("decls", &100_000_000u64).await.unwrap();
+        let mut rows = pool
+            .stream::<_, Decl>("decls", &100_000_000u64)
+            .await
+            .unwrap();
         for _ in 0..10 {
             rows.next().await.unwrap().unwrap();
         }
@@ -144,7 +176,11 @@ async fn sigkill_mid_stream_ends_the_stream_with_one_typed_error_and_the_worker_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_death_fails_every_request_in_flight_with_status_and_stderr_tail() {
     bounded(30, async {
-        let pool = builder(1).restart_policy(fast_restarts()).start().await.unwrap();
+        let pool = builder(1)
+            .restart_policy(fast_restarts())
+            .start()
+            .await
+            .unwrap();
         let victim = pool.worker_pids()[0];
         let sleepers: Vec<_> = (0..5)
             .map(|_| {
@@ -154,16 +190,34 @@ async fn worker_death_fails_every_request_in_flight_with_status_and_stderr_tail(
             .collect();
         wait_in_flight(&pool, 5).await;
         let crash = pool.call::<_, ()>("crash", &3i32).await.unwrap_err();
-        for e in std::iter::once(crash).chain(futures_join(sleepers.into_iter().map(|h| async move { h.await.unwrap() })).await.into_iter().map(|r| r.unwrap_err())) {
+        for e in std::iter::once(crash).chain(
+            futures_join(
+                sleepers
+                    .into_iter()
+                    .map(|h| async move { h.await.unwrap() }),
+            )
+            .await
+            .into_iter()
+            .map(|r| r.unwrap_err()),
+        ) {
             assert_eq!(e.code(), codes::WORKER_EXITED, "{e}");
             let info = e.exit_info().unwrap();
             assert_eq!(info.code, Some(3));
-            assert!(info.stderr_tail.iter().any(|l| l.contains("about to crash with status 3")), "{:?}", info.stderr_tail);
+            assert!(
+                info.stderr_tail
+                    .iter()
+                    .any(|l| l.contains("about to crash with status 3")),
+                "{:?}",
+                info.stderr_tail
+            );
         }
         assert_reaped(&[victim]);
         // A stream cut by an abort carries the signal.
         assert!(pool.wait_ready(Duration::from_secs(10)).await);
-        let mut rows = pool.stream::<_, u64>("rows_then_crash", &100u64).await.unwrap();
+        let mut rows = pool
+            .stream::<_, u64>("rows_then_crash", &100u64)
+            .await
+            .unwrap();
         let mut got = 0;
         let err = loop {
             match rows.next().await {
@@ -174,7 +228,10 @@ async fn worker_death_fails_every_request_in_flight_with_status_and_stderr_tail(
         };
         assert_eq!(got, 100);
         assert_eq!(err.exit_info().unwrap().signal, Some(libc::SIGABRT));
-        assert!(rows.next().await.is_none(), "exactly one error, then the end");
+        assert!(
+            rows.next().await.is_none(),
+            "exactly one error, then the end"
+        );
         pool.shutdown().await;
     })
     .await
@@ -183,7 +240,12 @@ async fn worker_death_fails_every_request_in_flight_with_status_and_stderr_tail(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_worker_is_found_by_heartbeat_killed_and_replaced() {
     bounded(30, async {
-        let pool = builder(1).heartbeat(Duration::from_millis(100)).restart_policy(fast_restarts()).start().await.unwrap();
+        let pool = builder(1)
+            .heartbeat(Duration::from_millis(100))
+            .restart_policy(fast_restarts())
+            .start()
+            .await
+            .unwrap();
         let victim = pool.worker_pids()[0];
         let call = {
             let pool = pool.clone();
@@ -198,7 +260,10 @@ async fn a_stopped_worker_is_found_by_heartbeat_killed_and_replaced() {
         assert!(pool.wait_ready(Duration::from_secs(10)).await);
         let pid: u32 = pool.call("pid", &()).await.unwrap();
         assert_ne!(pid, victim);
-        assert_eq!(pool.metrics().workers[0].restart_causes.get("hung"), Some(&1));
+        assert_eq!(
+            pool.metrics().workers[0].restart_causes.get("hung"),
+            Some(&1)
+        );
         pool.shutdown().await;
     })
     .await
@@ -213,7 +278,9 @@ async fn handler_panic_and_handler_error_fail_only_their_request() {
         assert_eq!(e.code(), codes::HANDLER_PANIC, "{e}");
         let e = pool.call::<_, ()>("fail", &1042u32).await.unwrap_err();
         assert_eq!(e.code(), 1042);
-        assert!(matches!(&e, Error::Remote { message, .. } if message.contains("failed on purpose")));
+        assert!(
+            matches!(&e, Error::Remote { message, .. } if message.contains("failed on purpose"))
+        );
         let same: u32 = pool.call("pid", &()).await.unwrap();
         assert_eq!(same, pid, "the worker survived");
         assert_eq!(pool.metrics().total_restarts(), 0);
@@ -237,14 +304,28 @@ async fn deadlines_travel_on_the_wire_and_are_enforced_by_the_parent_too() {
             .unwrap();
         let pid = pool.worker_pids()[0];
         // A cooperative handler: the worker ends it with DEADLINE_EXCEEDED itself.
-        let e = pool.call_with::<_, u64>("sleep", &5_000u64, CallOptions::timeout(Duration::from_millis(100))).await.unwrap_err();
+        let e = pool
+            .call_with::<_, u64>(
+                "sleep",
+                &5_000u64,
+                CallOptions::timeout(Duration::from_millis(100)),
+            )
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), codes::DEADLINE_EXCEEDED, "{e}");
         let same: u32 = pool.call("pid", &()).await.unwrap();
         assert_eq!(same, pid);
         // A handler that ignores its deadline: the parent answers the caller, cancels, and
         // kills the worker once the cancel grace is over.
         let started = std::time::Instant::now();
-        let e = pool.call_with::<_, u64>("spin", &10_000u64, CallOptions::timeout(Duration::from_millis(100))).await.unwrap_err();
+        let e = pool
+            .call_with::<_, u64>(
+                "spin",
+                &10_000u64,
+                CallOptions::timeout(Duration::from_millis(100)),
+            )
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), codes::DEADLINE_EXCEEDED, "{e}");
         assert!(started.elapsed() < Duration::from_secs(5));
         // Other calls are still served meanwhile (by the spinning worker's other threads), until
@@ -259,7 +340,12 @@ async fn deadlines_travel_on_the_wire_and_are_enforced_by_the_parent_too() {
         // The spinning handler would run 10 s: the process ends far sooner only if killed.
         wait_reaped(&[pid], Duration::from_secs(4)).await;
         assert!(started.elapsed() < Duration::from_secs(6));
-        assert_eq!(pool.metrics().workers[0].restart_causes.get("cancel_timeout"), Some(&1));
+        assert_eq!(
+            pool.metrics().workers[0]
+                .restart_causes
+                .get("cancel_timeout"),
+            Some(&1)
+        );
         pool.shutdown().await;
     })
     .await
@@ -271,12 +357,19 @@ async fn dropping_a_call_or_a_stream_cancels_it_on_the_worker() {
         // One slot on one worker: the next call can only run once the cancelled one ended.
         let pool = builder(1).max_in_flight(1).start().await.unwrap();
         let pid = pool.worker_pids()[0];
-        let dropped = tokio::time::timeout(Duration::from_millis(50), pool.call::<_, u64>("sleep", &30_000u64)).await;
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(50),
+            pool.call::<_, u64>("sleep", &30_000u64),
+        )
+        .await;
         assert!(dropped.is_err(), "the call was still running");
         let sum: i64 = pool.call("add", &(1, 2)).await.unwrap();
         assert_eq!(sum, 3);
 
-        let mut rows = pool.stream::<_, Decl>("decls", &100_000_000u64).await.unwrap();
+        let mut rows = pool
+            .stream::<_, Decl>("decls", &100_000_000u64)
+            .await
+            .unwrap();
         for _ in 0..1000 {
             rows.next().await.unwrap().unwrap();
         }
@@ -284,7 +377,11 @@ async fn dropping_a_call_or_a_stream_cancels_it_on_the_worker() {
         let sum: i64 = pool.call("add", &(2, 2)).await.unwrap();
         assert_eq!(sum, 4);
         let m = pool.metrics();
-        assert_eq!(m.total_restarts(), 0, "cancellation never killed the worker");
+        assert_eq!(
+            m.total_restarts(),
+            0,
+            "cancellation never killed the worker"
+        );
         assert_eq!(pool.worker_pids(), vec![pid]);
         pool.shutdown().await;
         assert_reaped(&[pid]);
@@ -298,7 +395,14 @@ async fn a_slow_consumer_bounds_what_the_worker_sends_ahead() {
         let window = 64 * 1024;
         let pool = builder(1).stream_window(window).start().await.unwrap();
         let mut rows = pool
-            .stream_with::<_, Bytes>("raw_rows", "1000000 100", CallOptions { codec: Some(Codec::Raw), ..Default::default() })
+            .stream_with::<_, Bytes>(
+                "raw_rows",
+                "1000000 100",
+                CallOptions {
+                    codec: Some(Codec::Raw),
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
         let mut read = 0u64;
@@ -313,7 +417,10 @@ async fn a_slow_consumer_bounds_what_the_worker_sends_ahead() {
             let consumed = read * 104;
             // At most credit + one frame unread (section 6), plus headers and the handshake.
             let bound = consumed + window as u64 + (1 << 20) + 64 * 1024;
-            assert!(received <= bound, "round {round}: received {received} > bound {bound}");
+            assert!(
+                received <= bound,
+                "round {round}: received {received} > bound {bound}"
+            );
         }
         drop(rows);
         pool.shutdown().await;
@@ -325,7 +432,10 @@ async fn a_slow_consumer_bounds_what_the_worker_sends_ahead() {
 async fn recycling_by_request_count_fails_no_request() {
     bounded(60, async {
         let pool = builder(1)
-            .recycle_policy(RecyclePolicy { max_requests: Some(10), ..Default::default() })
+            .recycle_policy(RecyclePolicy {
+                max_requests: Some(10),
+                ..Default::default()
+            })
             .start()
             .await
             .unwrap();
@@ -341,7 +451,14 @@ async fn recycling_by_request_count_fails_no_request() {
         }
         assert!(pids.len() >= 6, "pids {pids:?}");
         let m = pool.metrics();
-        assert!(m.workers[0].restart_causes.get("recycled_requests").copied().unwrap_or(0) >= 5);
+        assert!(
+            m.workers[0]
+                .restart_causes
+                .get("recycled_requests")
+                .copied()
+                .unwrap_or(0)
+                >= 5
+        );
         pool.shutdown().await;
         assert_reaped(&pids.into_iter().collect::<Vec<_>>());
     })
@@ -352,7 +469,10 @@ async fn recycling_by_request_count_fails_no_request() {
 async fn recycling_by_rss_replaces_a_bloated_worker() {
     bounded(60, async {
         let pool = builder(1)
-            .recycle_policy(RecyclePolicy { max_rss_bytes: Some(150 << 20), ..Default::default() })
+            .recycle_policy(RecyclePolicy {
+                max_rss_bytes: Some(150 << 20),
+                ..Default::default()
+            })
             .start()
             .await
             .unwrap();
@@ -367,7 +487,10 @@ async fn recycling_by_rss_replaces_a_bloated_worker() {
             }
             tokio::task::yield_now().await;
         }
-        assert_eq!(pool.metrics().workers[0].restart_causes.get("recycled_rss"), Some(&1));
+        assert_eq!(
+            pool.metrics().workers[0].restart_causes.get("recycled_rss"),
+            Some(&1)
+        );
         pool.shutdown().await;
         assert_reaped(&[fat]);
     })
@@ -447,7 +570,11 @@ async fn shutdown_drains_work_in_flight_then_refuses_new_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_keeps_its_worker_and_fails_typed_when_the_worker_dies() {
     bounded(30, async {
-        let pool = builder(2).restart_policy(fast_restarts()).start().await.unwrap();
+        let pool = builder(2)
+            .restart_policy(fast_restarts())
+            .start()
+            .await
+            .unwrap();
         let lease = pool.lease().await.unwrap();
         let _: () = lease.call("set", &"warm").await.unwrap();
         for _ in 0..20 {
@@ -458,9 +585,18 @@ async fn a_lease_keeps_its_worker_and_fails_typed_when_the_worker_dies() {
             assert_ne!(other, lease.pid());
         }
         kill(lease.pid(), libc::SIGKILL);
-        let first = lease.call::<_, Option<String>>("get", &()).await.unwrap_err();
-        assert!(matches!(first.code(), codes::WORKER_EXITED | codes::LEASE_LOST), "{first}");
-        let second = lease.call::<_, Option<String>>("get", &()).await.unwrap_err();
+        let first = lease
+            .call::<_, Option<String>>("get", &())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(first.code(), codes::WORKER_EXITED | codes::LEASE_LOST),
+            "{first}"
+        );
+        let second = lease
+            .call::<_, Option<String>>("get", &())
+            .await
+            .unwrap_err();
         assert_eq!(second.code(), codes::LEASE_LOST, "{second}");
         drop(lease);
         assert!(pool.wait_ready(Duration::from_secs(10)).await);
@@ -473,7 +609,10 @@ async fn a_lease_keeps_its_worker_and_fails_typed_when_the_worker_dies() {
 async fn a_worker_printing_100_mb_never_blocks() {
     bounded(60, async {
         let pool = builder(1).start().await.unwrap();
-        let n: usize = pool.call("print", &(100usize << 20, 50usize)).await.unwrap();
+        let n: usize = pool
+            .call("print", &(100usize << 20, 50usize))
+            .await
+            .unwrap();
         assert_eq!(n, 100 << 20);
         let sum: i64 = pool.call("add", &(1, 1)).await.unwrap();
         assert_eq!(sum, 2);
@@ -490,7 +629,14 @@ fn the_blocking_facade_calls_and_streams() {
     let mut rows = pool.stream::<_, Decl>("decls", &1000u64).unwrap();
     let got: Vec<Decl> = rows.by_ref().map(|r| r.unwrap()).collect();
     assert_eq!(got.len(), 1000);
-    assert_eq!(got[999], Decl { i: 999, name: "decl_999".into(), kind: "theorem".into() });
+    assert_eq!(
+        got[999],
+        Decl {
+            i: 999,
+            name: "decl_999".into(),
+            kind: "theorem".into()
+        }
+    );
     assert_eq!(rows.summary::<u64>().unwrap(), Some(1000));
     drop(rows);
     let lease = pool.lease().unwrap();
@@ -503,7 +649,11 @@ fn the_blocking_facade_calls_and_streams() {
 async fn a_crash_loop_past_the_restart_intensity_closes_the_pool() {
     bounded(30, async {
         let pool = builder(1)
-            .restart_policy(RestartPolicy { max_restarts: 3, within: Duration::from_secs(60), ..fast_restarts() })
+            .restart_policy(RestartPolicy {
+                max_restarts: 3,
+                within: Duration::from_secs(60),
+                ..fast_restarts()
+            })
             .start()
             .await
             .unwrap();
@@ -518,7 +668,10 @@ async fn a_crash_loop_past_the_restart_intensity_closes_the_pool() {
         };
         assert_eq!(closed.code(), codes::POOL_CLOSED, "{closed}");
         assert!(closed.to_string().contains("restart intensity"), "{closed}");
-        assert_eq!(crashes, 4, "three restarts allowed, the fourth crash closes the pool");
+        assert_eq!(
+            crashes, 4,
+            "three restarts allowed, the fourth crash closes the pool"
+        );
         pool.shutdown().await;
     })
     .await
@@ -528,7 +681,10 @@ async fn a_crash_loop_past_the_restart_intensity_closes_the_pool() {
 async fn an_idle_worker_is_recycled() {
     bounded(30, async {
         let pool = builder(1)
-            .recycle_policy(RecyclePolicy { max_idle: Some(Duration::from_millis(200)), ..Default::default() })
+            .recycle_policy(RecyclePolicy {
+                max_idle: Some(Duration::from_millis(200)),
+                ..Default::default()
+            })
             .start()
             .await
             .unwrap();
@@ -538,7 +694,14 @@ async fn an_idle_worker_is_recycled() {
         assert!(pool.wait_ready(Duration::from_secs(5)).await);
         let second: u32 = pool.call("pid", &()).await.unwrap();
         assert_ne!(first, second);
-        assert!(pool.metrics().workers[0].restart_causes.get("recycled_idle").copied().unwrap_or(0) >= 1);
+        assert!(
+            pool.metrics().workers[0]
+                .restart_causes
+                .get("recycled_idle")
+                .copied()
+                .unwrap_or(0)
+                >= 1
+        );
         pool.shutdown().await;
         assert_reaped(&[first]);
     })
@@ -584,13 +747,24 @@ async fn garbage_after_the_handshake_is_a_protocol_violation_and_the_worker_is_r
             .await
             .unwrap();
         let first = pool.worker_pids()[0];
-        let e = pool.call::<_, serde_json::Value>("echo", &1).await.unwrap_err();
+        let e = pool
+            .call::<_, serde_json::Value>("echo", &1)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), codes::PROTOCOL_VIOLATION, "{e}");
-        assert!(matches!(e, Error::ProtocolViolation { code: 103, .. }), "UNKNOWN_FRAME_TYPE expected: {e:?}");
+        assert!(
+            matches!(e, Error::ProtocolViolation { code: 103, .. }),
+            "UNKNOWN_FRAME_TYPE expected: {e:?}"
+        );
         assert_reaped(&[first]);
         assert!(pool.wait_ready(Duration::from_secs(10)).await);
         assert_ne!(pool.metrics().workers[0].pid, Some(first));
-        assert_eq!(pool.metrics().workers[0].restart_causes.get("protocol_violation"), Some(&1));
+        assert_eq!(
+            pool.metrics().workers[0]
+                .restart_causes
+                .get("protocol_violation"),
+            Some(&1)
+        );
         pool.shutdown().await;
     })
     .await

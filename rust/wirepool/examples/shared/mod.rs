@@ -34,7 +34,9 @@ pub fn serve_if_worker() {
             s.push(item);
             Ok(s.len())
         })
-        .unary("recall", |_: (), _: &Context| Ok(SESSION.lock().unwrap().clone()))
+        .unary("recall", |_: (), _: &Context| {
+            Ok(SESSION.lock().unwrap().clone())
+        })
         .unary("pid", |_: (), _: &Context| Ok(std::process::id()))
         .unary("sleep_ms", |ms: u64, ctx: &Context| {
             let end = Instant::now() + Duration::from_millis(ms);
@@ -51,15 +53,22 @@ pub fn serve_if_worker() {
             eprintln!("crash: exiting with status 42 on purpose");
             std::process::exit(42)
         })
-        .stream_blocking("decls", |n: u64, ctx: &Context, rows: &BlockingRowSink<Decl>| {
-            for i in 0..n {
-                if i % 1024 == 0 && ctx.is_cancelled() {
-                    break;
+        .stream_blocking(
+            "decls",
+            |n: u64, ctx: &Context, rows: &BlockingRowSink<Decl>| {
+                for i in 0..n {
+                    if i % 1024 == 0 && ctx.is_cancelled() {
+                        break;
+                    }
+                    rows.send(Decl {
+                        i,
+                        name: format!("decl_{i}"),
+                        kind: "theorem".into(),
+                    })?;
                 }
-                rows.send(Decl { i, name: format!("decl_{i}"), kind: "theorem".into() })?;
-            }
-            Ok(Some(n))
-        })
+                Ok(Some(n))
+            },
+        )
         .codecs(&serde_codecs)
         .max_concurrency(256)
         .run();
