@@ -193,15 +193,13 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
         lines += ["", "## Errors and timeouts", ""]
         for r in problems:
             lines.append(f"- {r['runner']} on {r['scenario']}: {r['status']}: {r.get('reason')}")
-    notes = sorted({(r["runner"], r.get("notes", "")) for r in results["results"]
-                    if r.get("notes")})
-    if notes:
-        lines += ["", "## How each baseline was driven", ""]
-        seen = set()
-        for runner, note in notes:
-            if (runner, note) not in seen:
-                seen.add((runner, note))
-                lines.append(f"- {runner}: {note}")
+    notes: dict[str, list[str]] = {}
+    for r in results["results"]:
+        if r.get("notes") and r["notes"] not in notes.setdefault(r["runner"], []):
+            notes[r["runner"]].append(r["notes"])
+    if any(notes.values()):
+        lines += ["", "## How each runner was driven", ""]
+        lines += [f"- {runner}: " + "; ".join(n) for runner, n in notes.items() if n]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
