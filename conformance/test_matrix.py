@@ -238,7 +238,7 @@ def test_no_leaked_processes(parent: str, worker: str) -> None:
 def test_scenario_list_is_consistent() -> None:
     assert len(NAMES) == len(set(NAMES)), "scenario names must be unique"
     kinds = {"call", "stream", "cancel_stream", "cancel_call", "slow_consumer", "concurrent",
-             "startup"}
+             "startup", "shutdown_in_flight"}
     codes = SCENARIOS["error_codes"]
     for sc in SCENARIOS["scenarios"]:
         assert sc["kind"] in kinds, sc["name"]
@@ -298,6 +298,9 @@ def mutants() -> list[dict]:
     mutant("crash_unary", "not_restarted", lambda sc: sc.update(restarted=False))
     mutant("echo_raw_empty", "restarted", lambda sc: sc.update(restarted=True))
     mutant("worker_hung", "exited", error(code="WORKER_EXITED"))
+    mutant("shutdown_cancels_past_grace", "finished", lambda sc: sc.update(
+        expect={"result": {"value": 60000}}))
+    mutant("error_message_longer_than_str16", "uncut", error(message_contains="\u00e9" * 40000))
     mutant("deadline", "too_slow", expect(max_elapsed_s=0.1))
     mutant("deadline", "result", lambda sc: sc.update(expect={"result": "echo"}))
     mutant("crash_mid_stream", "no_rows", rows(max=0))

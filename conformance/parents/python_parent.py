@@ -60,6 +60,7 @@ def pool_options(cfg: dict) -> dict:
         "deadline_grace": float(cfg["deadline_grace_s"]),
         "max_frame_size": int(cfg["max_frame_size"]),
         "initial_credit": int(cfg["window"]),
+        "max_requests": cfg.get("max_requests"),
     }
 
 
@@ -505,6 +506,40 @@ async def startup(suite: Suite, sc: dict, worker: list[str], cfg: dict) -> str:
         await pool.close(grace=1.0)
 
 
+async def shutdown_in_flight(suite: Suite, sc: dict, worker: list[str], cfg: dict) -> str:
+    """Shuts the pool down while a call is in flight: the call ends as expected (finished within
+    the drain grace, or cancelled by the worker when the grace runs out), and the closed pool
+    refuses new calls with POOL_CLOSED."""
+    method, codec, body = method_of(sc)
+    expect = sc["expect"]
+    settle = float(suite.setting(sc, "settle_s"))
+    pool = wirepool.AsyncPool(worker, codec="json", **pool_options(cfg))
+    try:
+        await pool.start()
+    except WirepoolError as e:
+        await pool.close(grace=0)
+        raise ScenarioFailed(f"the pool did not start: {e.code} {e}") from e
+    try:
+        task = asyncio.ensure_future(call(pool, method, codec, body, None))
+        if not await wait_for(settle, lambda: in_flight(pool) >= 1 or task.done()):
+            task.cancel()
+            raise ScenarioFailed(f"the call was not in flight within {settle}s")
+        started = time.monotonic()
+        await pool.close(grace=float(cfg["drain_grace_s"]))
+        shut = time.monotonic() - started
+        result, error = await task
+        check_call(suite, expect, body, result, error)
+        check_elapsed(expect, shut)
+        _, late = await call(pool, "add", "json", {"a": 1, "b": 2}, None)
+        if late is None or late.code != suite.codes["POOL_CLOSED"]:
+            raise ScenarioFailed(f"a call after shutdown ended with {late!r} instead of "
+                                 f"POOL_CLOSED")
+    finally:
+        await asyncio.wait_for(pool.close(grace=0), 15.0)
+    ended = f"error {error.code}" if error is not None else describe(as_plain(result))
+    return f"shut down in {shut:.3f}s; the call ended with {ended}"
+
+
 PROCEDURES = {
     "call": call_scenario,
     "stream": stream_scenario,
@@ -519,6 +554,8 @@ async def run_scenario(suite: Suite, sc: dict, worker: list[str]) -> str:
     cfg = suite.pool_config(sc)
     if sc["kind"] == "startup":
         return await startup(suite, sc, worker, cfg)
+    if sc["kind"] == "shutdown_in_flight":
+        return await shutdown_in_flight(suite, sc, worker, cfg)
     procedure = PROCEDURES.get(sc["kind"])
     if procedure is None:
         raise ScenarioFailed(f"unknown scenario kind {sc['kind']!r}")

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_bytes::ByteBuf;
 use serde_json::{json, Map, Value};
-use wirepool::{CallOptions, Codec, Error, MethodKind, Pool, PoolBuilder, RowStream, WorkerCommand};
+use wirepool::{CallOptions, Codec, Error, MethodKind, Pool, PoolBuilder, RecyclePolicy, RowStream, WorkerCommand};
 
 type Check<T = ()> = Result<T, String>;
 
@@ -107,7 +107,10 @@ fn number(cfg: &Map<String, Value>, key: &str) -> f64 {
 }
 
 fn builder(worker: &[String], cfg: &Map<String, Value>) -> PoolBuilder {
+    let recycle = RecyclePolicy { max_requests: cfg.get("max_requests").and_then(Value::as_u64), ..Default::default() };
     Pool::builder(WorkerCommand::new(&worker[0]).args(&worker[1..]))
+        .recycle_policy(recycle)
+        .drain_grace(Duration::from_secs_f64(number(cfg, "drain_grace_s")))
         .workers(number(cfg, "workers") as usize)
         .max_in_flight(number(cfg, "max_in_flight") as u32)
         .startup_timeout(Duration::from_secs_f64(number(cfg, "startup_timeout_s")))
@@ -537,6 +540,9 @@ async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String]) -> Check<Str
     if kind_name == "startup" {
         return startup(suite, sc, worker, &cfg).await;
     }
+    if kind_name == "shutdown_in_flight" {
+        return shutdown_in_flight(suite, sc, worker, &cfg).await;
+    }
     let pool = builder(worker, &cfg).start().await.map_err(|e| format!("the pool did not start: {} {e}", e.code()))?;
     let before = snapshot(&pool);
     let detail = match kind_name {
@@ -751,4 +757,40 @@ async fn startup(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String,
         (Err(e), Some(want)) => check_error(suite, want, &e).map(|_| format!("refused at start-up: {e}")),
         (Err(e), None) => Err(format!("the pool did not start: {} {e}", e.code())),
     }
+}
+
+/// Shuts the pool down while a call is in flight: the call ends as expected (finished within
+/// the drain grace, or cancelled by the worker when the grace runs out), and the closed pool
+/// refuses new calls with `POOL_CLOSED`.
+async fn shutdown_in_flight(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String, Value>) -> Check<String> {
+    let (method, codec, body) = method_of(sc)?;
+    let expect = &sc["expect"];
+    let settle = Duration::from_secs_f64(setting(suite, sc, "settle_s").as_f64().unwrap_or(3.0));
+    let pool = builder(worker, cfg).start().await.map_err(|e| format!("the pool did not start: {} {e}", e.code()))?;
+    let sent = body.clone();
+    let task = {
+        let pool = pool.clone();
+        let method = method.to_string();
+        tokio::spawn(async move { call(&pool, &method, codec, &body, None).await })
+    };
+    if !wait_for(&pool, settle, |p| in_flight(p) >= 1).await {
+        task.abort();
+        pool.shutdown().await;
+        return Err(format!("the call was not in flight within {settle:?}"));
+    }
+    let started = Instant::now();
+    pool.shutdown().await;
+    let shut = started.elapsed();
+    let outcome = task.await.map_err(|e| format!("the call task failed: {e}"))?;
+    check_call(suite, expect, &sent, &outcome)?;
+    check_elapsed(expect, shut)?;
+    match call(&pool, "add", Codec::Json, &Body::Value(json!({ "a": 1, "b": 2 })), None).await {
+        Err(e) if e.code() == wirepool::codes::POOL_CLOSED => {}
+        Err(e) => return Err(format!("a call after shutdown failed with {} instead of POOL_CLOSED: {e}", e.code())),
+        Ok(b) => return Err(format!("a call after shutdown returned {}", describe(&b))),
+    }
+    Ok(format!("shut down in {shut:?}; the call ended with {}", match &outcome {
+        Ok(b) => describe(b),
+        Err(e) => format!("error {}", e.code()),
+    }))
 }
