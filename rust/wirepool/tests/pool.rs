@@ -769,3 +769,18 @@ async fn garbage_after_the_handshake_is_a_protocol_violation_and_the_worker_is_r
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_pool_without_shutdown_kills_and_reaps_its_workers() {
+    bounded(30, async {
+        let pool = builder(2).start().await.unwrap();
+        let pids = pool.worker_pids();
+        assert_eq!(pids.len(), 2);
+        let sum: i64 = pool.call("add", &(1, 1)).await.unwrap();
+        assert_eq!(sum, 2);
+        drop(pool);
+        // Killed at once, reaped by the pool's tasks still running on this runtime.
+        wait_reaped(&pids, Duration::from_secs(5)).await;
+    })
+    .await
+}
