@@ -16,7 +16,7 @@ help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
 	@echo "make test    every test of every language"
 	@echo "make bench   end-to-end benchmarks (quick mode); bench-full for the full matrix"
-	@echo "make fuzz    the decoders' fuzz targets, FUZZ_SECONDS each"
+	@echo "make fuzz    the Rust and Python fuzz targets, FUZZ_SECONDS per language"
 
 demo:
 	cd rust && $(CARGO) run --release -q -p wirepool --example demo
@@ -52,11 +52,18 @@ test-bench: $(VPY)
 lint:
 	cd rust && $(CARGO) clippy --workspace --all-targets -q -- -D warnings
 
-fuzz:
+# New inputs go to a scratch corpus: the committed corpora only grow by a deliberate commit.
+fuzz: $(VPY)
 	bash rust/wirepool-proto/fuzz/run.sh $(FUZZ_SECONDS)
+	$(VPY) -m pip install -q atheris
+	scratch=$$(mktemp -d); cp -r python/fuzz/corpus/. "$$scratch"; rc=0; \
+	  $(VPY) python/fuzz/fuzz_proto.py "$$scratch" -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -print_final_stats=1 || rc=$$?; \
+	  rm -rf "$$scratch"; exit $$rc
 
 bench:
 	$(PYTHON) bench/run.py --quick
+	$(PYTHON) bench/run.py check
 
 bench-full:
 	$(PYTHON) bench/run.py --full
