@@ -193,6 +193,9 @@ pub enum Error {
         message: String,
         /// The worker concerned.
         worker_id: u32,
+        /// How the worker ended, once it was disconnected and reaped (`None` for a request the
+        /// local core refused to send).
+        exit: Option<Arc<ExitInfo>>,
     },
     /// The worker lacks a method or codec the pool is configured to call (code 120, at start-up).
     #[error("codec mismatch: {0}")]
@@ -230,6 +233,7 @@ impl Error {
         match self {
             Error::WorkerExited(e) | Error::WorkerHung(e) => Some(e),
             Error::LeaseLost(Some(e)) => Some(e),
+            Error::ProtocolViolation { exit: Some(e), .. } => Some(e),
             _ => None,
         }
     }

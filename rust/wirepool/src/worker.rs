@@ -474,6 +474,7 @@ fn refusal(e: ProtocolError, worker_id: u32) -> Error {
             code: e.code.code(),
             message: e.message,
             worker_id,
+            exit: None,
         },
     }
 }
@@ -554,7 +555,7 @@ pub(crate) async fn start(
             );
             let _ = conn.encode_fatal(&e, &mut out);
             let _ = write_now(&mut wr, &out).await;
-            let _ = reap_failed(
+            let exit = reap_failed(
                 &mut child,
                 pid,
                 worker_id,
@@ -567,6 +568,7 @@ pub(crate) async fn start(
                 code,
                 message,
                 worker_id,
+                exit: Some(exit),
             });
         }
         Err(_) => {
@@ -612,7 +614,7 @@ pub(crate) async fn start(
             out.clear();
             let _ = conn.refuse(e.code, &e.message, &mut out);
             let _ = write_now(&mut wr, &out).await;
-            let _ = reap_failed(
+            let exit = reap_failed(
                 &mut child,
                 pid,
                 worker_id,
@@ -628,6 +630,7 @@ pub(crate) async fn start(
                     code: e.code.code(),
                     message: e.message,
                     worker_id,
+                    exit: Some(exit),
                 }
             });
         }
@@ -1119,6 +1122,7 @@ async fn lifecycle(
             code: *code,
             message: message.clone(),
             worker_id: worker.id,
+            exit: Some(info.clone()),
         },
         (None, ExitCause::Hung) => Error::WorkerHung(info.clone()),
         _ => Error::WorkerExited(info.clone()),

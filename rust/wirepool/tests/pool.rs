@@ -752,6 +752,11 @@ async fn garbage_after_the_handshake_is_a_protocol_violation_and_the_worker_is_r
             .await
             .unwrap_err();
         assert_eq!(e.code(), codes::PROTOCOL_VIOLATION, "{e}");
+        let exit = e
+            .exit_info()
+            .expect("the violation carries the worker's exit");
+        assert_eq!(exit.pid, first);
+        assert_eq!(exit.stderr_tail, vec!["sent garbage".to_string()]);
         assert!(
             matches!(e, Error::ProtocolViolation { code: 103, .. }),
             "UNKNOWN_FRAME_TYPE expected: {e:?}"
