@@ -221,15 +221,13 @@ impl<T> RowStream<T> {
 }
 
 /// The row starting at `start` in a checked ROWS payload, and where the next one starts.
-fn row_at(frame: &RowsPayload, start: usize) -> Option<(Bytes, usize)> {
-    {
-        let payload = frame.payload();
-        let len_bytes: [u8; 4] = payload.get(start..start + 4)?.try_into().ok()?;
-        let len = u32::from_le_bytes(len_bytes) as usize;
-        let end = start + 4 + len;
-        payload.get(start + 4..end)?;
-        Some((payload.slice(start + 4..end), end))
-    }
+fn row_at(frame: &RowsPayload, start: usize) -> Option<(std::ops::Range<usize>, usize)> {
+    let payload = frame.payload();
+    let len_bytes: [u8; 4] = payload.get(start..start + 4)?.try_into().ok()?;
+    let len = u32::from_le_bytes(len_bytes) as usize;
+    let end = start + 4 + len;
+    payload.get(start + 4..end)?;
+    Some((start + 4..end, end))
 }
 
 impl<T: DeserializeOwned + 'static> RowStream<T> {
@@ -251,20 +249,21 @@ impl<T: DeserializeOwned + 'static> RowStream<T> {
         loop {
             if let Some((frame, offset, left)) = &mut self.current {
                 if *left > 0 {
-                    let Some((row, next)) = row_at(frame, *offset) else {
+                    let Some((range, next)) = row_at(frame, *offset) else {
                         self.current = None;
                         return Poll::Ready(Some(Err(Error::Decode {
                             what: "row",
                             message: "row out of bounds".into(),
                         })));
                     };
-                    let (_, offset, left) = self.current.as_mut().expect("current frame");
                     *offset = next;
                     *left -= 1;
+                    // Opaque codecs hand out a shared slice of the frame (no copy); serde codecs
+                    // decode straight from the frame's bytes (no reference-count traffic).
                     let decoded = if self.codec.is_opaque() {
-                        self.codec.decode_bytes(row)
+                        self.codec.decode_bytes(frame.payload().slice(range))
                     } else {
-                        self.codec.decode(&row)
+                        self.codec.decode(&frame.payload()[range])
                     };
                     return Poll::Ready(Some(decoded.map_err(|e| Error::Decode {
                         what: "row",
