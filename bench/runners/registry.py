@@ -49,8 +49,14 @@ RUNNERS: list[Runner] = [
            ("{node}", "{bench}/node/procwire_parent.mjs"), needs=("npm",)),
     Runner("wirepool_rust", "wirepool", "wirepool, Rust parent + Rust worker",
            discover="wirepool_rust"),
+    Runner("wirepool_rust_pyworker", "wirepool", "wirepool, Rust parent + Python worker",
+           discover="wirepool_rust_pyworker", needs=("venv",)),
     Runner("wirepool_python", "wirepool", "wirepool, Python parent + Python worker",
            discover="wirepool_python", needs=("venv",)),
+    # The Rust worker binary is built by wirepool_rust's --prepare (run before any scenario);
+    # without it this runner answers "unsupported" with the reason.
+    Runner("wirepool_python_rsworker", "wirepool", "wirepool, Python parent + Rust worker",
+           ("{python}", "{bench}/runners/wirepool_python.py", "--worker", "rust"), needs=("venv",)),
 ]
 
 

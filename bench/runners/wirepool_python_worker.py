@@ -1,0 +1,57 @@
+"""The Python worker of the wirepool benchmark runners (python/wirepool's worker SDK).
+
+Same methods as the Rust bench worker (rust/wirepool-bench/src/bin/wirepool-bench-worker.rs):
+``echo`` and ``oneway`` (raw), ``rows`` (JSON: ``{"shape", "n"}`` -> the rows of bench/README.md),
+``raw_rows`` (raw: ``b"N"`` -> the small rows' JSON text as bytes) and ``spin`` (JSON: burn ``us``
+of thread CPU time). ``echo``, ``oneway`` and ``spin`` run inline on the I/O loop: a worker
+serves one task at a time (like every baseline's child) with no thread hand-off.
+
+Started by a wirepool parent (it needs ``WIREPOOL_FD``); ``PYTHONPATH`` must reach python/.
+"""
+
+from __future__ import annotations
+
+import time
+
+import wirepool
+
+LARGE_TAIL = "x" * 4088
+
+
+@wirepool.method(codecs=["raw"], inline=True)
+def echo(body: memoryview) -> memoryview:
+    return body
+
+
+@wirepool.method(codecs=["raw"], inline=True)
+def oneway(body: memoryview) -> bytes:
+    return len(body).to_bytes(8, "little")
+
+
+@wirepool.stream(codecs=["json"])
+def rows(req: dict):
+    n = req["n"]
+    if req["shape"] == "large_rows":
+        for i in range(n):
+            yield {"i": i, "name": f"decl_{i}", "kind": "theorem", "blob": f"{i:08d}" + LARGE_TAIL}
+    else:
+        for i in range(n):
+            yield {"i": i, "name": f"decl_{i}", "kind": "theorem"}
+
+
+@wirepool.stream(codecs=["raw"])
+def raw_rows(req: memoryview):
+    for i in range(int(bytes(req))):
+        yield b'{"i":%d,"name":"decl_%d","kind":"theorem"}' % (i, i)
+
+
+@wirepool.method(codecs=["json"], inline=True)
+def spin(us: int) -> int:
+    deadline = time.thread_time_ns() + us * 1000
+    while time.thread_time_ns() < deadline:
+        pass
+    return us
+
+
+if __name__ == "__main__":
+    wirepool.serve(max_concurrency=256)

@@ -1,0 +1,99 @@
+//! The Rust worker of the wirepool benchmark runners (started by a wirepool parent with
+//! `WIREPOOL_FD`). Its methods are the scenarios of `bench/README.md`:
+//!
+//! | method | kind | codec | request -> answer |
+//! |---|---|---|---|
+//! | `echo` | unary (async, served on the I/O thread) | raw | bytes -> the same bytes (no copy) |
+//! | `oneway` | unary (async) | raw | bytes -> their length, 8 bytes little-endian |
+//! | `rows` | stream | json | `{"shape": "small_rows"\|"large_rows", "n": N}` -> rows `0..N` |
+//! | `raw_rows` | stream | raw | `"N"` -> N rows whose bytes are the small row's JSON text |
+//! | `spin` | unary (async) | json | `us` -> burns `us` of this thread's CPU time, returns `us` |
+//!
+//! `spin` computes on the I/O thread on purpose: a worker then runs one task at a time on one
+//! core, like every baseline's child (the floor's forked child, a Python process under its GIL),
+//! while the next request already waits in its socket. A blocking handler would let one worker
+//! use both cores of this machine and make the W5 efficiency figures incomparable.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_bytes::ByteBuf;
+use wirepool_bench::{thread_cpu_ns, RowsReq, LARGE_TAIL};
+use wirepool_worker::{Codec, Context, HandlerError, RowSink, Worker};
+
+#[derive(Serialize)]
+struct Row {
+    i: u64,
+    name: String,
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blob: Option<String>,
+}
+
+async fn rows(req: RowsReq, sink: RowSink<Row>) -> Result<(), HandlerError> {
+    let large = match req.shape.as_str() {
+        "small_rows" => false,
+        "large_rows" => true,
+        other => return Err(HandlerError::new(format!("unknown shape {other:?}"))),
+    };
+    // One row rewritten in place per index: no allocation per row.
+    let mut row = Row {
+        i: 0,
+        name: String::with_capacity(32),
+        kind: "theorem",
+        blob: large.then(|| format!("{:08}{}", 0, "x".repeat(LARGE_TAIL))),
+    };
+    let mut digits = String::with_capacity(16);
+    for i in 0..req.n {
+        row.i = i;
+        row.name.clear();
+        let _ = write!(row.name, "decl_{i}");
+        if let Some(blob) = row.blob.as_mut() {
+            digits.clear();
+            let _ = write!(digits, "{i:08}");
+            blob.replace_range(..8, &digits[digits.len() - 8..]);
+        }
+        sink.send_ref(&row).await?;
+    }
+    Ok(())
+}
+
+async fn raw_rows(req: Bytes, rows: RowSink<ByteBuf>) -> Result<(), HandlerError> {
+    let n: u64 = std::str::from_utf8(&req)?.trim().parse()?;
+    let mut row = ByteBuf::with_capacity(64);
+    let mut text = String::with_capacity(64);
+    for i in 0..n {
+        text.clear();
+        let _ = write!(text, r#"{{"i":{i},"name":"decl_{i}","kind":"theorem"}}"#);
+        row.clear();
+        row.extend_from_slice(text.as_bytes());
+        rows.send_ref(&row).await?;
+    }
+    Ok(())
+}
+
+fn main() -> std::io::Result<()> {
+    Worker::new("wirepool-bench-worker")
+        .unary_async("echo", |body: Bytes, _ctx: Context| async move { Ok(body) })
+        .codecs(&[Codec::Raw])
+        .unary_async("oneway", |body: Bytes, _ctx: Context| async move {
+            Ok(Bytes::copy_from_slice(&(body.len() as u64).to_le_bytes()))
+        })
+        .codecs(&[Codec::Raw])
+        .stream("rows", |req: RowsReq, _ctx: Context, sink: RowSink<Row>| rows(req, sink))
+        .codecs(&[Codec::Json])
+        .stream("raw_rows", |req: Bytes, _ctx: Context, sink: RowSink<ByteBuf>| raw_rows(req, sink))
+        .codecs(&[Codec::Raw])
+        .unary_async("spin", |us: u64, _ctx: Context| async move {
+            let end = thread_cpu_ns() + us * 1000;
+            let mut turns = 0u64;
+            while thread_cpu_ns() < end {
+                turns = std::hint::black_box(turns + 1);
+            }
+            Ok(us)
+        })
+        .codecs(&[Codec::Json])
+        .max_concurrency(256)
+        .run()
+}

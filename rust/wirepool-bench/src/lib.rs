@@ -1,0 +1,67 @@
+//! Shared pieces of the wirepool benchmark runners: the row shapes of `bench/README.md` (W4), the
+//! requests of the bench worker's methods, and small process helpers.
+//!
+//! Binaries: `wirepool-bench` (the runner of the harness contract, a Rust parent driving Rust or
+//! Python workers), `wirepool-bench-worker` (the Rust worker it drives) and `slow_consumer` (the
+//! issue-3 memory check: a 10 M-row stream read by a consumer that pauses).
+
+use serde::{Deserialize, Serialize};
+
+/// The `rows` method's request: which shape, how many rows.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RowsReq {
+    pub shape: String,
+    pub n: u64,
+}
+
+/// `{"i": i, "name": "decl_<i>", "kind": "theorem"}`, as the parent decodes it (owned strings).
+#[derive(Deserialize, Debug)]
+pub struct SmallRow {
+    pub i: u64,
+    pub name: String,
+    pub kind: String,
+}
+
+/// A small row plus a 4 KiB `blob`: 8 digits of `i`, then 4088 `x` (distinct in every row).
+#[derive(Deserialize, Debug)]
+pub struct LargeRow {
+    pub i: u64,
+    pub name: String,
+    pub kind: String,
+    pub blob: String,
+}
+
+/// The 4,088 `x` that follow the 8 digits of a large row's blob.
+pub const LARGE_TAIL: usize = 4088;
+
+/// VmHWM (peak resident set) of a process in KiB, `pid` 0 for this one.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_field_kib(pid, "VmHWM:")
+}
+
+/// VmRSS (current resident set) of a process in KiB, `pid` 0 for this one.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_field_kib(pid, "VmRSS:")
+}
+
+fn status_field_kib(pid: u32, field: &str) -> Option<u64> {
+    let path = if pid == 0 { "/proc/self/status".to_string() } else { format!("/proc/{pid}/status") };
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// CPU time of the calling thread, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `b"wirepool"` repeated to `size` bytes (never all zeros, so nothing can shortcut a page).
+pub fn payload_bytes(size: usize) -> Vec<u8> {
+    b"wirepool".iter().copied().cycle().take(size).collect()
+}

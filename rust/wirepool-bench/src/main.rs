@@ -1,0 +1,369 @@
+//! `wirepool-bench`: the wirepool runner of `bench/` with the Rust parent (`rust/wirepool`).
+//!
+//! ```sh
+//! wirepool-bench [--worker rust|python] '<scenario json>'   # one JSON result line on stdout
+//! ```
+//! Called by `bench/runners/wirepool_rust.sh` (Rust workers) and
+//! `bench/runners/wirepool_rust_pyworker.sh` (Python workers); see `bench/README.md` for the
+//! scenario kinds. The workers are `wirepool-bench-worker` (built next to this binary) or
+//! `bench/runners/wirepool_python_worker.py`; both serve the same methods.
+//!
+//! How the SDK is used (the fast way a user would): a `current_thread` tokio runtime (measured
+//! faster than `multi_thread` on 2 vCPUs); 16 MiB frames, the largest the protocol allows and
+//! what both worker SDKs offer, so 1 MiB payloads travel in one frame; raw codec and `call_raw`
+//! for payloads (no copy of the result); `inflight` spawned tasks each looping on `call_raw` for
+//! pipelined echo; `pool.stream::<_, SmallRow>` decoding JSON rows into typed structs one at a
+//! time as they are read; a pool of `workers` with two tasks in flight each for W5.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use wirepool::{CallOptions, Codec, Pool, WorkerCommand};
+use wirepool_bench::{payload_bytes, peak_rss_kib, LargeRow, RowsReq, SmallRow};
+
+const MAX_FRAME: u32 = 16 << 20;
+
+#[derive(Clone, Copy, PartialEq)]
+enum WorkerLang {
+    Rust,
+    Python,
+}
+
+fn repo_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WIREPOOL_REPO") {
+        return dir.into();
+    }
+    // <repo>/rust/target/release/wirepool-bench
+    let exe = std::env::current_exe().expect("own path");
+    exe.ancestors().nth(4).expect("repo root above target/release").to_path_buf()
+}
+
+fn worker_command(lang: WorkerLang) -> WorkerCommand {
+    match lang {
+        WorkerLang::Rust => {
+            let exe = std::env::current_exe().expect("own path");
+            WorkerCommand::new(exe.with_file_name("wirepool-bench-worker"))
+        }
+        WorkerLang::Python => {
+            let root = repo_root();
+            let python = std::env::var("WIREPOOL_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+            WorkerCommand::new(python)
+                .arg(root.join("bench/runners/wirepool_python_worker.py"))
+                .env("PYTHONPATH", root.join("python"))
+        }
+    }
+}
+
+async fn start_pool(lang: WorkerLang, workers: usize, max_in_flight: u32) -> wirepool::Result<Pool> {
+    Pool::builder(worker_command(lang))
+        .workers(workers)
+        .max_in_flight(max_in_flight)
+        .max_frame_size(MAX_FRAME)
+        .startup_timeout(Duration::from_secs(20))
+        .start()
+        .await
+}
+
+fn figure(name: &str, unit: &str, values: &[f64], better: &str) -> Value {
+    json!({"name": name, "unit": unit, "better": better, "values": values})
+}
+
+/// Nearest-rank percentile of sorted nanoseconds, in microseconds (same rule as floor.c).
+fn percentile_us(sorted: &[u64], q: f64) -> f64 {
+    let n = sorted.len();
+    let rank = ((q / 100.0 * n as f64 + 0.5) as usize).clamp(1, n);
+    sorted[rank - 1] as f64 / 1000.0
+}
+
+fn children_peak_kib(pool: &Pool) -> Option<u64> {
+    pool.worker_pids().into_iter().filter_map(peak_rss_kib).max()
+}
+
+/// One timed window of echo/oneway calls with `inflight` outstanding; (calls, seconds, latencies).
+async fn echo_window(
+    pool: &Pool,
+    method: &'static str,
+    body: &Bytes,
+    inflight: usize,
+    window: Duration,
+    min_calls: u64,
+    latency: bool,
+    expect: usize,
+) -> wirepool::Result<(u64, f64, Vec<u64>)> {
+    let start = Instant::now();
+    let deadline = start + window;
+    if inflight == 1 {
+        let mut lat = Vec::new();
+        let mut calls = 0u64;
+        let mut now = start;
+        while now < deadline || calls < min_calls {
+            let t0 = now;
+            let reply = pool.call_raw(method, body.clone()).await?;
+            check_reply(method, &reply, expect)?;
+            now = Instant::now();
+            if latency {
+                lat.push((now - t0).as_nanos() as u64);
+            }
+            calls += 1;
+        }
+        return Ok((calls, (now - start).as_secs_f64(), lat));
+    }
+    // `inflight` tasks each keep one call outstanding until the window and min_calls are done.
+    let calls = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::with_capacity(inflight);
+    for _ in 0..inflight {
+        let (pool, body, calls, stop) = (pool.clone(), body.clone(), calls.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Relaxed) {
+                let reply = pool.call_raw(method, body.clone()).await?;
+                check_reply(method, &reply, expect)?;
+                let done = calls.fetch_add(1, Relaxed) + 1;
+                if done >= min_calls && Instant::now() >= deadline {
+                    stop.store(true, Relaxed);
+                }
+            }
+            Ok::<_, wirepool::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await.expect("echo task panicked")?;
+    }
+    Ok((calls.load(Relaxed), start.elapsed().as_secs_f64(), Vec::new()))
+}
+
+fn check_reply(method: &str, reply: &Bytes, expect: usize) -> wirepool::Result<()> {
+    let got = if method == "oneway" {
+        u64::from_le_bytes(reply[..8].try_into().unwrap_or([0; 8])) as usize
+    } else {
+        reply.len()
+    };
+    if got != expect {
+        panic!("{method} answered {got} bytes, expected {expect}");
+    }
+    Ok(())
+}
+
+async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
+    let kind = sc["kind"].as_str().unwrap_or("echo");
+    let payload = sc["payload"].as_u64().unwrap_or(64) as usize;
+    let inflight = sc["inflight"].as_u64().unwrap_or(1) as usize;
+    let window = Duration::from_secs_f64(sc["duration_s"].as_f64().unwrap_or(0.1));
+    let warmup = Duration::from_secs_f64(sc["warmup_s"].as_f64().unwrap_or(0.0));
+    let min_calls = sc["min_calls"].as_u64().unwrap_or(1);
+    let repeats = sc["repeats"].as_u64().unwrap_or(3);
+    let method = if kind == "oneway" { "oneway" } else { "echo" };
+    let latency = kind == "echo" && inflight == 1;
+    let pool = start_pool(lang, 1, inflight.max(1) as u32).await?;
+    let body = Bytes::from(payload_bytes(payload));
+    echo_window(&pool, method, &body, inflight, warmup, 1, false, payload).await?;
+    let (mut rates, mut mbs, mut p50s, mut p99s) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..repeats {
+        let (calls, secs, mut lat) =
+            echo_window(&pool, method, &body, inflight, window, min_calls, latency, payload).await?;
+        rates.push(calls as f64 / secs);
+        let dirs = if kind == "echo_large" { 2.0 } else { 1.0 };
+        mbs.push(calls as f64 * payload as f64 * dirs / secs / 1e6);
+        if !lat.is_empty() {
+            lat.sort_unstable();
+            p50s.push(percentile_us(&lat, 50.0));
+            p99s.push(percentile_us(&lat, 99.0));
+        }
+    }
+    let children = children_peak_kib(&pool);
+    pool.shutdown().await;
+    let figs = if kind == "oneway" || kind == "echo_large" {
+        vec![figure("mb_per_s", "MB/s", &mbs, "higher")]
+    } else {
+        let mut f = vec![figure("calls_per_s", "calls/s", &rates, "higher")];
+        if !p50s.is_empty() {
+            f.push(figure("p50_us", "us", &p50s, "lower"));
+            f.push(figure("p99_us", "us", &p99s, "lower"));
+        }
+        f
+    };
+    let notes = format!(
+        "call_raw, raw codec, {} frames; {}",
+        "16 MiB",
+        if inflight > 1 { format!("{inflight} tasks each keeping one call outstanding") } else { "one call at a time".into() }
+    );
+    Ok((figs, children, notes))
+}
+
+/// Reads one stream of `n` rows decoded into `Row`; pauses `pause` after every `every` rows.
+async fn read_rows<Row: serde::de::DeserializeOwned + 'static>(
+    pool: &Pool,
+    req: &RowsReq,
+    every: u64,
+    pause: Duration,
+    index: impl Fn(&Row) -> u64,
+) -> wirepool::Result<u64> {
+    let mut rows = pool.stream::<_, Row>("rows", req).await?;
+    let mut count = 0u64;
+    while let Some(row) = rows.next().await {
+        let row = row?;
+        if index(&row) != count {
+            panic!("row {count} carried index {}", index(&row));
+        }
+        count += 1;
+        if every > 0 && count % every == 0 {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    Ok(count)
+}
+
+/// The raw rows of `raw_rows` (the small row's JSON text as bytes), walked a frame at a time.
+async fn read_raw_rows(pool: &Pool, n: u64) -> wirepool::Result<u64> {
+    let opts = CallOptions { codec: Some(Codec::Raw), ..Default::default() };
+    let req = Bytes::from(n.to_string());
+    let mut rows = pool.stream_with::<_, Bytes>("raw_rows", &req, opts).await?;
+    let (mut count, mut bytes) = (0u64, 0usize);
+    while let Some(frame) = rows.next_frame().await {
+        for row in frame?.iter() {
+            count += 1;
+            bytes += row.len();
+        }
+    }
+    assert!(bytes >= count as usize * 30, "raw rows too short");
+    Ok(count)
+}
+
+async fn run_rows(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
+    let shape = sc["shape"].as_str().unwrap_or("small_rows").to_string();
+    let n = sc["n"].as_u64().unwrap_or(0);
+    let repeats = sc["repeats"].as_u64().unwrap_or(3);
+    let every = sc["every"].as_u64().unwrap_or(0);
+    let pause = Duration::from_secs_f64(sc["pause_ms"].as_f64().unwrap_or(0.0) / 1000.0);
+    let pool = start_pool(lang, 1, 4).await?;
+    let req = RowsReq { shape: shape.clone(), n };
+    let mut rates = Vec::new();
+    for _ in 0..repeats {
+        let t = Instant::now();
+        let got = if shape == "large_rows" {
+            read_rows::<LargeRow>(&pool, &req, every, pause, |r| {
+                debug_assert!(r.blob.len() == 4096 && r.kind == "theorem" && !r.name.is_empty());
+                r.i
+            })
+            .await?
+        } else {
+            read_rows::<SmallRow>(&pool, &req, every, pause, |r| {
+                debug_assert!(r.kind == "theorem" && !r.name.is_empty());
+                r.i
+            })
+            .await?
+        };
+        assert_eq!(got, n, "row count");
+        rates.push(n as f64 / t.elapsed().as_secs_f64());
+    }
+    let mut figs = vec![figure("rows_per_s", "rows/s", &rates, "higher")];
+    let mut notes = format!("pool.stream::<_, {}> (JSON, serde into typed structs, one row per next())",
+        if shape == "large_rows" { "LargeRow" } else { "SmallRow" });
+    // Extra figure: the same rows as raw bytes (no decode), for the issue-3 raw-rows target.
+    if shape == "small_rows" && sc["kind"] == "rows" {
+        let mut raw = Vec::new();
+        for _ in 0..repeats {
+            let t = Instant::now();
+            let got = read_raw_rows(&pool, n).await?;
+            assert_eq!(got, n, "raw row count");
+            raw.push(n as f64 / t.elapsed().as_secs_f64());
+        }
+        figs.push(figure("raw_rows_per_s", "rows/s", &raw, "higher"));
+        notes.push_str("; raw_rows_per_s: the same row text with the raw codec, walked a ROWS frame at a time (next_frame)");
+    }
+    let children = children_peak_kib(&pool);
+    pool.shutdown().await;
+    Ok((figs, children, notes))
+}
+
+async fn run_pool(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
+    let workers = sc["workers"].as_u64().unwrap_or(1) as usize;
+    let task_us = sc["task_us"].as_u64().unwrap_or(50);
+    let tasks = sc["tasks"].as_u64().unwrap_or(100);
+    let repeats = sc["repeats"].as_u64().unwrap_or(3);
+    let pool = start_pool(lang, workers, 2).await?;
+    // Warm every worker (and its first call) outside the measurement.
+    let warm: Vec<_> = (0..workers * 2)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.call::<_, u64>("spin", &1u64).await })
+        })
+        .collect();
+    for w in warm {
+        w.await.expect("warm-up task")?;
+    }
+    let mut rates = Vec::new();
+    for _ in 0..repeats {
+        let next = Arc::new(AtomicU64::new(0));
+        let t = Instant::now();
+        let drivers: Vec<_> = (0..workers * 2)
+            .map(|_| {
+                let (pool, next) = (pool.clone(), next.clone());
+                tokio::spawn(async move {
+                    while next.fetch_add(1, Relaxed) < tasks {
+                        let us: u64 = pool.call("spin", &task_us).await?;
+                        assert_eq!(us, task_us);
+                    }
+                    Ok::<_, wirepool::Error>(())
+                })
+            })
+            .collect();
+        for d in drivers {
+            d.await.expect("driver task")?;
+        }
+        rates.push(tasks as f64 / t.elapsed().as_secs_f64());
+    }
+    let children = children_peak_kib(&pool);
+    pool.shutdown().await;
+    Ok((vec![figure("tasks_per_s", "tasks/s", &rates, "higher")], children,
+        "pool.call(\"spin\") from 2 x workers tasks, max_in_flight 2 per worker; the worker spins on thread CPU time, one task at a time".into()))
+}
+
+fn load_scenario() -> Value {
+    let last = std::env::args().skip(1).filter(|a| !a.starts_with("--") && a != "rust" && a != "python").last();
+    let text = match last {
+        Some(a) if a.trim_start().starts_with('{') => a,
+        _ => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),
+    };
+    serde_json::from_str(&text).expect("scenario JSON")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let lang = match args.iter().position(|a| a == "--worker").and_then(|i| args.get(i + 1)) {
+        Some(l) if l == "python" => WorkerLang::Python,
+        _ => WorkerLang::Rust,
+    };
+    let runner = if lang == WorkerLang::Python { "wirepool_rust_pyworker" } else { "wirepool_rust" };
+    let sc = load_scenario();
+    let id = sc["id"].clone();
+    let kind = sc["kind"].as_str().unwrap_or("").to_string();
+    if kind == "frames" {
+        println!("{}", json!({"runner": runner, "scenario": id, "status": "unsupported", "reason": "floor-only scenario"}));
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let outcome = rt.block_on(async {
+        match kind.as_str() {
+            "echo" | "oneway" | "echo_large" => run_echo(&sc, lang).await,
+            "rows" | "slow_rows" => run_rows(&sc, lang).await,
+            "pool" => run_pool(&sc, lang).await,
+            other => panic!("unknown scenario kind {other}"),
+        }
+    });
+    match outcome {
+        Ok((figs, children, notes)) => println!(
+            "{}",
+            json!({"runner": runner, "scenario": id, "status": "ok", "figures": figs,
+                   "rss_kib": {"parent": peak_rss_kib(0), "children": children}, "notes": notes})
+        ),
+        Err(e) => {
+            eprintln!("wirepool-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}
