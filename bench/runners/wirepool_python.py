@@ -1,0 +1,211 @@
+"""The wirepool runner with the Python parent (python/wirepool ``AsyncPool``).
+
+Usage: wirepool_python.py [--worker python|rust] '<scenario json>'
+
+Workers: ``wirepool_python_worker.py`` (Python SDK, this interpreter) or the Rust bench worker
+``rust/target/release/wirepool-bench-worker`` (built by ``wirepool_rust.sh --prepare``); both
+serve the same methods. The SDK is used the fast way a user would: ``AsyncPool`` on one asyncio
+loop in the calling thread (no thread hand-off between caller and pool), 16 MiB frames (the
+largest the protocol allows, offered by both worker SDKs: 1 MiB payloads travel in one frame),
+the raw codec for payloads, ``inflight`` tasks each keeping one call outstanding for pipelined
+echo, ``stream.batches()`` (a ROWS frame of rows decoded with orjson in one loop) for rows, and a
+pool of ``workers`` with two tasks in flight each for W5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+from common import (echo_figures, figure, load_scenario, ok, payload_bytes, peak_rss_kib,
+                    unsupported)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+import wirepool  # noqa: E402
+
+WORKER_LANG = sys.argv[sys.argv.index("--worker") + 1] if "--worker" in sys.argv else "python"
+RUNNER = "wirepool_python_rsworker" if WORKER_LANG == "rust" else "wirepool_python"
+RUST_WORKER = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "rust", "target")),
+                           "release", "wirepool-bench-worker")
+MAX_FRAME = 16 << 20
+
+
+def worker_argv() -> list[str]:
+    if WORKER_LANG == "rust":
+        return [RUST_WORKER]
+    return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                         "wirepool_python_worker.py")]
+
+
+def make_pool(workers: int, max_in_flight: int) -> wirepool.AsyncPool:
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    return wirepool.AsyncPool(worker_argv(), workers=workers, max_in_flight=max_in_flight,
+                              max_frame_size=MAX_FRAME, startup_timeout=20.0, env=env)
+
+
+def children_peak_kib(pool: wirepool.AsyncPool) -> int | None:
+    peaks = [peak_rss_kib(w["pid"]) for w in pool.metrics()["workers"] if w["alive"]]
+    peaks = [p for p in peaks if p is not None]
+    return max(peaks) if peaks else None
+
+
+async def echo_window(pool, method: str, body: bytes, inflight: int, window: float,
+                      min_calls: int, latency: bool, expect: int) -> tuple[int, float, list[int]]:
+    def check(reply) -> None:
+        got = int.from_bytes(reply, "little") if method == "oneway" else len(reply)
+        if got != expect:
+            raise RuntimeError(f"{method} answered {got} bytes, expected {expect}")
+
+    clock = time.perf_counter_ns
+    start = clock()
+    deadline = start + int(window * 1e9)
+    call = pool.call
+    if inflight == 1:
+        lat: list[int] = []
+        calls = 0
+        now = start
+        while now < deadline or calls < min_calls:
+            t0 = now
+            check(await call(method, body, codec="raw"))
+            now = clock()
+            if latency:
+                lat.append(now - t0)
+            calls += 1
+        return calls, (now - start) / 1e9, lat
+    done = [0]
+    stop = [False]
+
+    async def one_slot() -> None:
+        while not stop[0]:
+            check(await call(method, body, codec="raw"))
+            done[0] += 1
+            if done[0] >= min_calls and clock() >= deadline:
+                stop[0] = True
+
+    await asyncio.gather(*(one_slot() for _ in range(inflight)))
+    return done[0], (clock() - start) / 1e9, []
+
+
+async def run_echo(sc: dict) -> tuple[list[dict], int | None, str]:
+    kind = sc["kind"]
+    inflight = sc.get("inflight", 1)
+    method = "oneway" if kind == "oneway" else "echo"
+    body = payload_bytes(sc["payload"])
+    latency = kind == "echo" and inflight == 1
+    async with make_pool(1, max(inflight, 1)) as pool:
+        await echo_window(pool, method, body, inflight, sc["warmup_s"], 1, False, sc["payload"])
+        results = []
+        for _ in range(sc["repeats"]):
+            results.append(await echo_window(pool, method, body, inflight, sc["duration_s"],
+                                             sc["min_calls"], latency, sc["payload"]))
+        children = children_peak_kib(pool)
+    it = iter(results)
+    figs = echo_figures(sc, lambda: next(it))
+    how = f"{inflight} tasks each keeping one call outstanding" if inflight > 1 else "one call at a time"
+    return figs, children, f"AsyncPool.call(codec='raw'), 16 MiB frames; {how}"
+
+
+async def read_rows(pool, sc: dict) -> int:
+    every = sc.get("every", 0)
+    pause = sc.get("pause_ms", 0) / 1000.0
+    count = 0
+    stream = pool.stream("rows", {"shape": sc["shape"], "n": sc["n"]})
+    async for batch in stream.batches():
+        if batch[0]["i"] != count:
+            raise RuntimeError(f"row {count} carried index {batch[0]['i']}")
+        if not every:
+            count += len(batch)
+            continue
+        for _ in batch:
+            count += 1
+            if count % every == 0:
+                await asyncio.sleep(pause)
+    return count
+
+
+async def read_raw_rows(pool, n: int) -> int:
+    count = 0
+    stream = pool.stream("raw_rows", str(n).encode(), codec="raw")
+    async for batch in stream.batches():
+        count += len(batch)
+    return count
+
+
+async def run_rows(sc: dict) -> tuple[list[dict], int | None, str]:
+    n = sc["n"]
+    rates, raw = [], []
+    async with make_pool(1, 4) as pool:
+        for _ in range(sc["repeats"]):
+            start = time.perf_counter()
+            got = await read_rows(pool, sc)
+            if got != n:
+                raise RuntimeError(f"got {got} rows, expected {n}")
+            rates.append(n / (time.perf_counter() - start))
+        extra = sc["shape"] == "small_rows" and sc["kind"] == "rows"
+        if extra:
+            for _ in range(sc["repeats"]):
+                start = time.perf_counter()
+                got = await read_raw_rows(pool, n)
+                if got != n:
+                    raise RuntimeError(f"got {got} raw rows, expected {n}")
+                raw.append(n / (time.perf_counter() - start))
+        children = children_peak_kib(pool)
+    figs = [figure("rows_per_s", "rows/s", rates)]
+    notes = "stream().batches(): JSON rows decoded into dicts a ROWS frame at a time (orjson)"
+    if raw:
+        figs.append(figure("raw_rows_per_s", "rows/s", raw))
+        notes += "; raw_rows_per_s: the same row text with the raw codec (memoryview slices)"
+    return figs, children, notes
+
+
+async def run_pool(sc: dict) -> tuple[list[dict], int | None, str]:
+    workers, task_us, tasks = sc["workers"], sc["task_us"], sc["tasks"]
+    rates = []
+    async with make_pool(workers, 2) as pool:
+        await asyncio.gather(*(pool.call("spin", 1) for _ in range(workers * 2)))
+        for _ in range(sc["repeats"]):
+            left = [tasks]
+
+            async def driver() -> None:
+                while left[0] > 0:
+                    left[0] -= 1
+                    if await pool.call("spin", task_us) != task_us:
+                        raise RuntimeError("spin answered a different value")
+
+            start = time.perf_counter()
+            await asyncio.gather(*(driver() for _ in range(workers * 2)))
+            rates.append(tasks / (time.perf_counter() - start))
+        children = children_peak_kib(pool)
+    return ([figure("tasks_per_s", "tasks/s", rates)], children,
+            "AsyncPool.call('spin') from 2 x workers tasks, max_in_flight 2; the worker spins "
+            "on thread CPU time, one task at a time")
+
+
+def main() -> None:
+    sc = load_scenario()
+    kind = sc["kind"]
+    if kind == "frames":
+        unsupported(RUNNER, sc, "floor-only scenario")
+        return
+    if WORKER_LANG == "rust" and not os.access(RUST_WORKER, os.X_OK):
+        unsupported(RUNNER, sc, f"{RUST_WORKER} not built (bench/runners/wirepool_rust.sh --prepare)")
+        return
+    if kind in ("echo", "oneway", "echo_large"):
+        coro = run_echo(sc)
+    elif kind in ("rows", "slow_rows"):
+        coro = run_rows(sc)
+    elif kind == "pool":
+        coro = run_pool(sc)
+    else:
+        unsupported(RUNNER, sc, f"unknown kind {kind}")
+        return
+    figs, children, notes = asyncio.run(coro)
+    ok(RUNNER, sc, figs, peak_rss_kib(), children, notes)
+
+
+if __name__ == "__main__":
+    main()
