@@ -27,6 +27,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -52,6 +53,13 @@ worker_log = logging.getLogger("wirepool.worker")
 
 EventCallback = Callable[[str, Any], None]
 
+# 16 MiB frames by default (PROTOCOL.md suggests 1 MiB): a payload up to 16 MiB then travels
+# in one frame, received straight into its buffer, instead of MORE + CONTINUATION frames
+# reassembled by a copy. A frame is only ever allocated at the size its header announces, so
+# the larger limit costs nothing for small messages.
+DEFAULT_MAX_FRAME_SIZE = proto.MAX_FRAME_SIZE_LIMIT
+# Socket buffers that hold a whole 1 MiB message (the kernel caps them at net.core.wmem_max).
+_SOCKET_BUFFER = 4 << 20
 _STDERR_TAIL_LINES = 20
 _LOG_LINE_MAX = 8192
 
@@ -68,7 +76,7 @@ class PoolMetrics(dict):
 class _Request:
     __slots__ = ("id", "worker", "kind", "codec", "future", "frames", "waiter", "end", "error",
                  "deadline_handle", "cancel_handle", "on_event", "method", "abandoned",
-                 "consumed", "rows")
+                 "consumed", "rows", "outcome", "sink")
 
     def __init__(self, id: int, worker: "_Worker", kind: int, codec: _codecs.Codec, method: str,
                  on_event: EventCallback | None) -> None:
@@ -89,6 +97,9 @@ class _Request:
         self.abandoned = False  # the caller has its outcome already (deadline, cancel)
         self.consumed = 0  # ROWS payload bytes read by the consumer since the last grant
         self.rows = 0
+        # (ok, value or exception) once finished: readable from any thread, unlike the future.
+        self.outcome: tuple[bool, Any] | None = None
+        self.sink: Callable[[_Request], None] | None = None  # called once, when finished
 
     def _wake(self) -> None:
         w = self.waiter
@@ -106,9 +117,13 @@ class _Request:
             self.error = error
             self.future.set_exception(error)
             self.future.exception()  # mark retrieved: an abandoned request must not warn
+            self.outcome = (False, error)
         else:
             self.future.set_result(result)
+            self.outcome = (True, result)
         self._wake()
+        if self.sink is not None:
+            self.sink(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,8 +173,8 @@ class _Worker(asyncio.BufferedProtocol):
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             for s in (parent_sock, child_sock):  # room for whole frames in flight
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER)
             env = dict(os.environ if pool.env is None else pool.env)
             env["WIREPOOL_FD"] = str(child_sock.fileno())
             try:
@@ -811,7 +826,7 @@ class AsyncPool:
                  max_rss_bytes: int | None = None, idle_timeout: float | None = None,
                  restart_backoff: float = 0.05, restart_backoff_max: float = 5.0,
                  max_restarts: int = 10, restart_window: float = 60.0,
-                 max_frame_size: int = proto.DEFAULT_MAX_FRAME_SIZE,
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  initial_credit: int = proto.DEFAULT_INITIAL_CREDIT,
                  max_message_size: int = proto.DEFAULT_MAX_MESSAGE_SIZE,
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
@@ -1094,6 +1109,26 @@ class AsyncPool:
 
     # -- calls ----------------------------------------------------------------------------
 
+    def _try_submit(self, method: str, request: Any, codec: _codecs.Codec, timeout: float | None,
+                    on_event: EventCallback | None) -> _Request | None:
+        """Submit a unary call now if a worker has room and nobody waits ahead (on the loop);
+        else None. Encoding errors propagate to the caller."""
+        if self._closed or (self._slot_waiters and not self._slot_waiters[0].done()):
+            return None
+        w = self._pick()
+        if w is None:
+            return None
+        body = codec.encode(request)
+        self._counters["calls"] += 1
+        return w.submit(method, body, codec, timeout, on_event, MethodKind.UNARY)
+
+    def _wait_for_slot(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the loop) once a slot may be free, in FIFO order with
+        :meth:`_acquire`."""
+        fut = self.loop.create_future()
+        fut.add_done_callback(lambda f: callback())
+        self._slot_waiters.append(fut)
+
     async def call(self, method: str, request: Any = None, *, codec: str | None = None,
                    timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
         """Call a unary method on the least-loaded worker; returns the decoded result.
@@ -1189,26 +1224,39 @@ class SyncStream:
         self._rows: Iterator[Any] = iter(())
         self._finished = False
 
-    def __iter__(self) -> "SyncStream":
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        # A generator: ``for row in stream`` then costs no Python-level call per row.
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Any]:
+        while True:
+            yield from self._rows
+            if not self._next_frame():
+                return
 
     def __next__(self) -> Any:
         for row in self._rows:
             return row
-        while not self._finished:
-            try:
-                batch = self._pool._run(self._stream.next_batch())
-            except BaseException:
-                self._finished = True
-                raise
-            if batch is None:
-                self._finished = True
-                break
-            # Decode the whole frame here, in the caller's thread, in one tight loop.
-            self._rows = iter(batch.decode(self._stream._decode))  # type: ignore[arg-type]
+        while self._next_frame():
             for row in self._rows:
                 return row
         raise StopIteration
+
+    def _next_frame(self) -> bool:
+        """Fetch and decode the next ROWS frame into ``_rows``; False at the end."""
+        if self._finished:
+            return False
+        try:
+            batch = self._pool._run(self._stream.next_batch())
+        except BaseException:
+            self._finished = True
+            raise
+        if batch is None:
+            self._finished = True
+            return False
+        # Decode the whole frame here, in the caller's thread, in one tight loop.
+        self._rows = iter(batch.decode(self._stream._decode))  # type: ignore[arg-type]
+        return True
 
     @property
     def summary(self) -> Any:
@@ -1234,6 +1282,149 @@ class SyncStream:
         if not self._finished:
             with contextlib.suppress(Exception):
                 asyncio.run_coroutine_threadsafe(self._stream.aclose(), self._pool._loop)
+
+
+class _Failed:
+    """A map item that never became a request (its body did not encode, the pool closed)."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.outcome = (False, error)
+
+
+class _MapRun:
+    """The loop side of :meth:`Pool.map`: requests in, results out in order.
+
+    ``results`` holds the submitted requests in order; the map thread pops finished ones from
+    the front (deque appends and pops are atomic, and ``outcome`` is set once). The loop keeps
+    at most ``window`` calls in flight and at most two windows of results unread: past that it
+    stalls until the reader catches up.
+    """
+
+    def __init__(self, pool: "AsyncPool", method: str, codec: _codecs.Codec,
+                 timeout: float | None, window: int) -> None:
+        self.pool = pool
+        self.method = method
+        self.codec = codec
+        self.timeout = timeout
+        self.window = window
+        self.items: collections.deque[Any] = collections.deque()
+        self.results: collections.deque[Any] = collections.deque()
+        self.in_flight = 0
+        self.stopped = False
+        self.stalled = False  # the reader must call pump() once it has read some results
+        self.waiting_slot = False
+        self.cond = threading.Condition(threading.Lock())
+        self.reader_waiting = False
+
+    # -- loop thread ----------------------------------------------------------------------
+
+    def add(self, chunk: list[Any]) -> None:
+        self.items.extend(chunk)
+        self.pump()
+
+    def pump(self) -> None:
+        self.stalled = False
+        pool = self.pool
+        items = self.items
+        results = self.results
+        while items and not self.stopped:
+            if self.in_flight >= self.window or len(results) >= 2 * self.window:
+                self.stalled = len(results) >= 2 * self.window
+                break
+            try:
+                req = pool._try_submit(self.method, items[0], self.codec, self.timeout, None)
+            except Exception as e:  # the request does not encode: its own outcome
+                items.popleft()
+                results.append(_Failed(e))
+                continue
+            if req is None:
+                if pool._closed or (pool._broken is not None
+                                    and not any(w.accepting for w in pool.workers)):
+                    err = pool._broken if not pool._closed else PoolClosed(
+                        ErrorCode.POOL_CLOSED, "the pool is closed")
+                    while items:
+                        items.popleft()
+                        results.append(_Failed(err))  # type: ignore[arg-type]
+                    break
+                if not self.waiting_slot:
+                    self.waiting_slot = True
+                    pool._wait_for_slot(self._slot_free)
+                break
+            items.popleft()
+            results.append(req)
+            if req.outcome is None:
+                self.in_flight += 1
+                req.sink = self._finished
+        self._notify()
+
+    def _slot_free(self) -> None:
+        self.waiting_slot = False
+        if self.stopped or not self.items:
+            self.pool._capacity_changed(1)  # not ours to use: pass the wake-up on
+        else:
+            self.pump()
+
+    def _finished(self, req: _Request) -> None:
+        self.in_flight -= 1
+        if not req.outcome[0] and isinstance(req.outcome[1], WirepoolError):  # type: ignore[index]
+            self.pool._counters["errors"] += 1
+        if self.items and not self.waiting_slot:
+            self.pump()
+        else:
+            self._notify()
+
+    def _notify(self) -> None:
+        if self.reader_waiting:
+            results = self.results
+            if results and results[0].outcome is not None:
+                with self.cond:
+                    self.cond.notify()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.items.clear()
+
+    # -- map thread -----------------------------------------------------------------------
+
+    def wait_head(self) -> None:
+        results = self.results
+        with self.cond:
+            self.reader_waiting = True
+            try:
+                while not results or results[0].outcome is None:
+                    self.cond.wait()
+            finally:
+                self.reader_waiting = False
+
+
+class _SyncCall:
+    """One blocking call in flight: the caller waits on ``done`` (a plain lock, released once
+    ``outcome`` is set by the loop)."""
+
+    __slots__ = ("done", "outcome", "req", "task", "abandoned")
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.outcome: tuple[bool, Any] | None = None
+        self.req: _Request | None = None
+        self.task: asyncio.Task | None = None
+        self.abandoned = False
+
+    def finish(self, outcome: tuple[bool, Any]) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            self.done.release()
+
+    def task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self.finish((False, error_from_code(ErrorCode.CANCELLED, "the call was cancelled")))
+        elif task.exception() is not None:
+            self.finish((False, task.exception()))
+        else:
+            self.finish((True, task.result()))
 
 
 class Pool:
@@ -1271,8 +1462,62 @@ class Pool:
     def call(self, method: str, request: Any = None, *, codec: str | None = None,
              timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
         """Call a unary method and wait for its result (see :meth:`AsyncPool.call`)."""
-        return self._run(self._apool.call(method, request, codec=codec, timeout=timeout,
-                                          on_event=on_event))
+        # One hand-off each way and no Task: the loop submits the request in a plain callback
+        # and releases our lock when the request finishes.
+        call = _SyncCall()
+        try:
+            self._loop.call_soon_threadsafe(self._start_call, call, method, request, codec,
+                                            timeout, on_event)
+        except RuntimeError:  # the loop is closed
+            raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed") from None
+        try:
+            call.done.acquire()
+        except BaseException:  # e.g. KeyboardInterrupt: cancel the request (CANCEL is sent)
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._abandon_call, call)
+            raise
+        ok, value = call.outcome  # type: ignore[misc]
+        if ok:
+            return value
+        raise value
+
+    def _start_call(self, call: "_SyncCall", method: str, request: Any, codec: str | None,
+                    timeout: float | None, on_event: EventCallback | None) -> None:
+        """On the loop: submit now if a worker has room, else take the full (queueing) path."""
+        ap = self._apool
+        if call.abandoned:
+            return
+        try:
+            c = ap.codec if codec is None else _codecs.get(codec)
+            req = ap._try_submit(method, request, c, timeout, on_event)
+        except BaseException as e:  # noqa: B036 - e.g. the request does not encode: the caller's
+            call.finish((False, e))
+            return
+        if req is None:
+            task = self._loop.create_task(ap.call(method, request, codec=codec, timeout=timeout,
+                                                  on_event=on_event))
+            call.task = task
+            task.add_done_callback(call.task_done)
+            return
+        call.req = req
+        if req.outcome is not None:
+            self._call_finished(req, call)
+        else:
+            req.sink = functools.partial(self._call_finished, call=call)
+
+    def _call_finished(self, req: _Request, call: "_SyncCall") -> None:
+        outcome = req.outcome
+        assert outcome is not None
+        if not outcome[0] and isinstance(outcome[1], WirepoolError):
+            self._apool._counters["errors"] += 1
+        call.finish(outcome)
+
+    def _abandon_call(self, call: "_SyncCall") -> None:
+        call.abandoned = True
+        if call.task is not None:
+            call.task.cancel()
+        elif call.req is not None and call.req.id in call.req.worker.requests:
+            call.req.worker.cancel(call.req)
 
     def submit(self, method: str, request: Any = None, *, codec: str | None = None,
                timeout: float | None = None) -> concurrent.futures.Future:
@@ -1283,15 +1528,45 @@ class Pool:
     def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
             timeout: float | None = None, window: int | None = None) -> Iterator[Any]:
         """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
-        workers x max_in_flight); yields results in order."""
-        limit = window or self._apool.size * self._apool.max_in_flight
-        pending: collections.deque[concurrent.futures.Future] = collections.deque()
-        for r in requests:
-            pending.append(self.submit(method, r, codec=codec, timeout=timeout))
-            if len(pending) >= limit:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        workers x max_in_flight); yields results in order. The first failed call raises its
+        error at its place in the order (the calls after it still run to their end).
+
+        The pool's loop submits calls as slots free up and completes them in bulk; this thread
+        reads ``requests`` a chunk at a time and sleeps only when the next result is not in yet.
+        """
+        ap = self._apool
+        limit = max(1, window or ap.size * ap.max_in_flight)
+        c = ap.codec if codec is None else _codecs.get(codec)
+        run = _MapRun(ap, method, c, timeout, limit)
+        items = iter(requests)
+        results = run.results
+        fed = yielded = 0
+        exhausted = False
+        try:
+            while True:
+                # Hand the loop up to two windows of requests beyond what we have yielded.
+                if not exhausted and fed - yielded < 2 * limit:
+                    chunk = list(itertools.islice(items, limit))
+                    exhausted = len(chunk) < limit
+                    if chunk:
+                        fed += len(chunk)
+                        self._loop.call_soon_threadsafe(run.add, chunk)
+                    continue
+                if yielded == fed:
+                    return
+                if not results or results[0].outcome is None:
+                    run.wait_head()
+                ok, value = results.popleft().outcome  # type: ignore[union-attr,misc]
+                yielded += 1
+                if run.stalled and len(results) <= limit:
+                    self._loop.call_soon_threadsafe(run.pump)
+                if not ok:
+                    raise value
+                yield value
+        finally:
+            if yielded < fed:
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(run.stop)
 
     def stream(self, method: str, request: Any = None, *, codec: str | None = None,
                timeout: float | None = None, on_event: EventCallback | None = None) -> SyncStream:

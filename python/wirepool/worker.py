@@ -26,13 +26,17 @@ credit: a generator producing faster than the parent reads simply waits.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import ctypes
 import inspect
+import itertools
 import json
+import operator
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -196,8 +200,8 @@ class _Cancelled(Exception):
 class _Call:
     """One running request at the worker."""
 
-    __slots__ = ("id", "method", "ctx", "task", "credit_changed", "lock", "builder", "pending",
-                 "timer", "deadline_handle", "event_handle", "last_event", "max_row")
+    __slots__ = ("id", "method", "ctx", "task", "credit_changed", "rows", "pad", "timer",
+                 "deadline_handle", "event_handle", "last_event", "max_row")
 
     def __init__(self, id: int, method: _Method, ctx: Context) -> None:
         self.id = id
@@ -205,9 +209,10 @@ class _Call:
         self.ctx = ctx
         self.task: asyncio.Task | None = None
         self.credit_changed: asyncio.Event | None = None  # streams only
-        self.lock = threading.Lock()
-        self.builder: proto.RowsBuilder | None = None
-        self.pending = 0  # row batches handed to the loop and not yet written
+        # Streams: encoded rows not yet sent (bounded by _produce_sync to about two batches).
+        # (a list: the producer thread only appends, the loop only deletes from the front).
+        self.rows: list[bytes] | None = None
+        self.pad = ctx.codec.id == proto.Codec.JSON  # rows may be padded with spaces
         self.timer: asyncio.TimerHandle | None = None
         self.deadline_handle: asyncio.TimerHandle | None = None
         self.event_handle: asyncio.Handle | None = None
@@ -302,6 +307,11 @@ class _Runtime(asyncio.BufferedProtocol):
                 self._on_event(ev)
         except ProtocolError as e:
             self._fatal(e)
+            return
+        if self._out:
+            # Everything answered while handling this read (inline handlers, PONGs) leaves in
+            # one write now, not a loop pass later.
+            self._flush_out()
 
     def eof_received(self) -> bool:
         try:
@@ -408,6 +418,24 @@ class _Runtime(asyncio.BufferedProtocol):
     def _start(self, req: proto.Request) -> None:
         m = self.methods[req.method]
         codec = m.codecs[req.codec]
+        if m.inline and not m.wants_ctx and not req.timeout_us:
+            # The hot path for microsecond handlers: no Context, no bookkeeping, the RESULT
+            # queued at once (data_received writes every answer of one read together).
+            try:
+                arg = codec.decode(req.body)
+            except Exception:
+                pass  # the full path below decodes again and answers BAD_REQUEST
+            else:
+                try:
+                    body = codec.encode(m.fn(arg))
+                except BaseException as e:  # noqa: B036 - it becomes this request's terminal
+                    call = _Call(req.id, m, Context(req.id, m.name, codec, None, self.worker_id,
+                                                    self._event_requested))
+                    self.calls[req.id] = call
+                    self._finish(call, self._terminal_for(call, e))
+                    return
+                self._write(self.conn.send_message(proto.Result(req.id, body)))
+                return
         deadline = None
         if req.timeout_us:
             deadline = time.monotonic() + req.timeout_us / 1e6
@@ -538,10 +566,9 @@ class _Runtime(asyncio.BufferedProtocol):
         m = call.method
         ctx = call.ctx
         args = (arg, ctx) if m.wants_ctx else (arg,)
-        mfs = self.conn.max_frame_size
         call.credit_changed = asyncio.Event()
-        call.builder = proto.RowsBuilder(mfs)
-        call.max_row = mfs - 8
+        call.rows = []
+        call.max_row = self.conn.max_frame_size - 8
         call.timer = self.loop.call_later(ROWS_FLUSH_INTERVAL, self._tick, call)
         returned: Any = None
         if m.is_asyncgen or m.is_async:
@@ -550,12 +577,18 @@ class _Runtime(asyncio.BufferedProtocol):
                 it = await it
             if hasattr(it, "__aiter__"):
                 encode = ctx.codec.encode
+                append = call.rows.append
+                flush = self.flush_bytes
+                nbytes = 0
                 async for item in it:
                     if ctx._cancel_code is not None:
                         break
-                    full = self._append_row(call, encode(item))
-                    if full is not None:
-                        await self._deliver(call, full)
+                    row = self._row_bytes(call, encode(item))
+                    append(row)
+                    nbytes += 4 + len(row)
+                    if nbytes >= flush:
+                        nbytes = 0
+                        await self._deliver(call)
             else:
                 returned = await self.loop.run_in_executor(self.executor, self._produce_sync, call,
                                                            it)
@@ -564,50 +597,43 @@ class _Runtime(asyncio.BufferedProtocol):
                                                        m.fn, args)
         if ctx._cancel_code is not None:
             raise _Cancelled()
-        with call.lock:
-            last = call.builder if call.builder.count else None
-            call.builder = proto.RowsBuilder(mfs)
-            if last is not None:
-                call.pending += 1
-        if last is not None:
-            await self._deliver(call, last)
+        await self._deliver(call)  # every row produced (the generator has finished)
         if ctx._cancel_code is not None:
             raise _Cancelled()
         summary = ctx._summary if ctx._has_summary else returned
         body = b"" if summary is None else ctx.codec.encode(summary)
         return proto.End(call.id, self.conn.in_flight[call.id].rows, body)
 
-    def _append_row(self, call: _Call, row: Any) -> proto.RowsBuilder | None:
-        """Append an encoded row; returns a full builder to deliver (its ``pending`` counted)."""
+    def _row_bytes(self, call: _Call, row: Any) -> bytes:
+        """An encoded row as immutable bytes (a generator may reuse a bytearray), size-checked."""
+        if type(row) is not bytes:
+            row = bytes(row)
         if len(row) > call.max_row:
             raise _RowTooLarge(f"a row of {len(row)} bytes does not fit in one frame "
                                f"(max_frame_size {self.conn.max_frame_size})")
-        with call.lock:
-            b = call.builder
-            if b.payload_size + 4 + len(row) > self.flush_bytes and b.count:  # type: ignore[union-attr]
-                call.builder = nb = proto.RowsBuilder(b.max_payload)  # type: ignore[union-attr]
-                nb.append(row)
-                call.pending += 1
-                return b
-            b.append(row)  # type: ignore[union-attr]
-        return None
+        return row
 
     def _produce_sync(self, call: _Call, fn: Any, args: tuple = ()) -> Any:
-        """Runs in a handler thread: iterate the generator, hand full batches to the loop.
+        """Runs in a handler thread: iterate the generator, queue encoded rows for the loop.
 
-        The per-row path is inlined (this loop is the worker's row throughput): encode, append
-        length and bytes to the batch under the batch lock (the loop's flush timer may take a
-        partly filled batch), hand a full batch over and keep filling the next one.
+        This loop is the worker's row throughput, so it takes no lock: each row is published
+        by one ``list.append`` (atomic), and only the loop takes rows into ROWS frames, in order
+        (a flush timer sends what a slow generator has queued). After about one batch of rows
+        the thread asks the loop to deliver them and, before asking again, waits for the previous
+        delivery: this is where a fast generator waits for credit, and it bounds the queue to
+        about two batches.
         """
         ctx = call.ctx
         it: Iterable[Any] = fn(*args) if args else fn
         encode = ctx.codec.encode
+        raw = ctx.codec.id == proto.Codec.RAW
         loop = self.loop
-        lock = call.lock
         max_row = call.max_row
-        limit = self.flush_bytes + proto.HEADER_SIZE  # compared with the builder's buffer
-        pack = proto._u32_pack
-        RowsBuilder = proto.RowsBuilder
+        flush = self.flush_bytes
+        append = call.rows.append  # type: ignore[union-attr]
+        deliver = self._deliver
+        submit = asyncio.run_coroutine_threadsafe
+        nbytes = 0
         prev: concurrent.futures.Future | None = None
         box: list[Any] = []
         iterator = _returning(it, box) if inspect.isgenerator(it) else iter(it)
@@ -615,29 +641,23 @@ class _Runtime(asyncio.BufferedProtocol):
             for item in iterator:
                 if ctx._cancel_code is not None:
                     break
-                row = encode(item)
+                if type(item) is bytes and raw:
+                    row = item
+                else:
+                    row = encode(item)
+                    if type(row) is not bytes:
+                        row = bytes(row)  # the generator may reuse its buffer
                 n = len(row)
                 if n > max_row:
                     raise _RowTooLarge(f"a row of {n} bytes does not fit in one frame "
                                        f"(max_frame_size {self.conn.max_frame_size})")
-                full = None
-                with lock:
-                    b = call.builder
-                    buf = b._buf  # type: ignore[union-attr]
-                    if len(buf) + 4 + n > limit and b.count:  # type: ignore[union-attr]
-                        full = b
-                        call.builder = b = RowsBuilder(b.max_payload)  # type: ignore[union-attr]
-                        call.pending += 1
-                        buf = b._buf
-                    buf += pack(n)
-                    buf += row
-                    b.count += 1  # type: ignore[union-attr]
-                if full is not None:
-                    # One batch may be in delivery while the next fills: wait for the older one
-                    # (this is where a fast generator waits for credit).
+                append(row)
+                nbytes += n + 4
+                if nbytes >= flush:
+                    nbytes = 0
                     if prev is not None:
                         prev.result()
-                    prev = asyncio.run_coroutine_threadsafe(self._deliver(call, full), loop)
+                    prev = submit(deliver(call), loop)
         finally:
             if ctx._cancel_code is not None:
                 close = getattr(iterator, "close", None)
@@ -647,34 +667,77 @@ class _Runtime(asyncio.BufferedProtocol):
                 prev.result()
         return box[0] if box else None
 
-    async def _deliver(self, call: _Call, builder: proto.RowsBuilder) -> None:
-        """Send one batch once the stream has credit (on the loop). ``pending`` was counted."""
-        try:
+    async def _deliver(self, call: _Call) -> None:
+        """Send the rows queued now, in ROWS frames, each once the stream has credit (on the
+        loop)."""
+        q = call.rows
+        assert q is not None
+        left = len(q)
+        while left > 0 and call.ctx._cancel_code is None and call.id in self.calls:
             while self.conn.credit(call.id) <= 0 and call.ctx._cancel_code is None:
                 event = call.credit_changed
                 assert event is not None
                 event.clear()
                 await event.wait()
-            if call.ctx._cancel_code is None and call.id in self.calls:
-                self._send_rows(call, builder)
-        finally:
-            call.pending -= 1
+            if call.ctx._cancel_code is not None or call.id not in self.calls:
+                return
+            sent = self._send_rows(call, left)
+            if not sent:
+                return  # the flush timer sent them meanwhile
+            left -= sent
 
-    def _send_rows(self, call: _Call, builder: proto.RowsBuilder) -> None:
-        size, count = builder.payload_size, builder.count
-        self.conn.record_rows_sent(call.id, size, count)
-        self._write([builder.take(call.id)])
+    def _send_rows(self, call: _Call, max_rows: int) -> int:
+        """Move up to ``max_rows`` queued rows (at most ``flush_bytes`` of payload, or one larger
+        row) into one ROWS frame and write it; returns the number of rows sent.
+
+        Built with C-level operations only (no bytecode per row). Rows of one size are joined
+        with their common length field; JSON rows of nearly one size are first padded with
+        trailing spaces (still the same JSON values) to one size, which lets a parent validate
+        and slice the whole frame without a loop per row.
+        """
+        q = call.rows
+        assert q is not None
+        limit = self.flush_bytes
+        k = min(len(q), max_rows, limit // 4)
+        if k <= 0:
+            return 0
+        snap = q[:k]
+        lens = list(map(len, snap))
+        fit = bisect.bisect_right(list(itertools.accumulate(map(operator.add, lens,
+                                                                  itertools.repeat(4)))),
+                                  limit - 4) or 1
+        if fit < k:
+            del snap[fit:], lens[fit:]
+            k = fit
+        del q[:k]  # the producer only appends at the end: no lock needed
+        small, big = min(lens), max(lens)
+        if small != big and call.pad and big - small <= 16 + small // 8 \
+                and 4 + k * (big + 4) <= self.conn.max_frame_size:
+            snap = list(map(operator.methodcaller("ljust", big), snap))
+            small = big
+        if small == big:
+            size = 4 + k * (big + 4)
+            sep = _u32_pack(big)
+            body = sep + sep.join(snap)
+        else:
+            size = 4 + 4 * k + sum(lens)
+            body = b"".join(itertools.chain.from_iterable(zip(map(_u32_pack, lens), snap)))
+        self.conn.record_rows_sent(call.id, size, k)
+        self._write([_rows_header(size, call.id, k) + body])
+        return k
 
     def _tick(self, call: _Call) -> None:
-        """Every few ms: send a partly filled batch so slow producers' rows are not held back."""
+        """Every few ms: send what a slow generator has queued, so its rows are not held back."""
         if call.id not in self.calls:
             return
-        with call.lock:
-            b = call.builder
-            if (b is not None and b.count and call.pending == 0
-                    and self.conn.credit(call.id) > 0 and call.ctx._cancel_code is None):
-                call.builder = proto.RowsBuilder(b.max_payload)
-                self._send_rows(call, b)
+        q = call.rows
+        if q and call.ctx._cancel_code is None:
+            left = len(q)
+            while left > 0 and self.conn.credit(call.id) > 0:
+                sent = self._send_rows(call, left)
+                if not sent:
+                    break
+                left -= sent
         call.timer = self.loop.call_later(ROWS_FLUSH_INTERVAL, self._tick, call)
 
     # -- progress events ------------------------------------------------------------------
@@ -710,6 +773,14 @@ class _Runtime(asyncio.BufferedProtocol):
 
 class _RowTooLarge(Exception):
     pass
+
+
+_u32_pack = proto._u32_pack
+_ROWS_HEAD = struct.Struct("<IBBHQI")  # the frame header plus the ROWS count
+
+
+def _rows_header(payload_size: int, id: int, count: int) -> bytes:
+    return _ROWS_HEAD.pack(payload_size, FrameType.ROWS, 0, 0, id, count)
 
 
 _REJECT_MESSAGES: dict[int, str] = {
