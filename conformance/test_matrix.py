@@ -238,7 +238,7 @@ def test_no_leaked_processes(parent: str, worker: str) -> None:
 def test_scenario_list_is_consistent() -> None:
     assert len(NAMES) == len(set(NAMES)), "scenario names must be unique"
     kinds = {"call", "stream", "cancel_stream", "cancel_call", "slow_consumer", "concurrent",
-             "startup", "shutdown_in_flight"}
+             "startup", "shutdown_in_flight", "parallel_calls"}
     codes = SCENARIOS["error_codes"]
     for sc in SCENARIOS["scenarios"]:
         assert sc["kind"] in kinds, sc["name"]

@@ -540,6 +540,19 @@ async def shutdown_in_flight(suite: Suite, sc: dict, worker: list[str], cfg: dic
     return f"shut down in {shut:.3f}s; the call ended with {ended}"
 
 
+async def parallel_calls(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    """``count`` identical calls at once, each checked against the expectation."""
+    method, codec, body = method_of(sc)
+    outcomes = await asyncio.gather(*(call(pool, method, codec, body, None)
+                                      for _ in range(int(sc["count"]))))
+    for k, (result, error) in enumerate(outcomes):
+        try:
+            check_call(suite, sc["expect"], body, result, error)
+        except ScenarioFailed as e:
+            raise ScenarioFailed(f"call #{k}: {e}") from None
+    return f"{len(outcomes)} calls at once, all as expected"
+
+
 PROCEDURES = {
     "call": call_scenario,
     "stream": stream_scenario,
@@ -547,6 +560,7 @@ PROCEDURES = {
     "cancel_call": cancel_call,
     "slow_consumer": slow_consumer,
     "concurrent": concurrent,
+    "parallel_calls": parallel_calls,
 }
 
 

@@ -19,6 +19,8 @@ codecs and behaviour, so every parent runner can drive every worker with one sce
 | crash_stream | stream | json | {"n": N} -> decl rows 0..N, then a stderr line and abort |
 | fail_long | unary | json | {"n": N} -> code 1042, message "long failure: " then N x "é" (2N bytes of UTF-8) |
 | big_summary | stream | json | {"size": N} -> one row 0, then the summary: the pattern string of N characters |
+| fail_after | stream | json | {"n": N} -> decl rows 0..N, then HANDLER_ERROR "failed after the rows" |
+| gather | unary | json | n -> n, once n gather calls have arrived at this worker (blocks until then; stops if cancelled) |
 | freeze | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
 | print | unary | json | {"stream": "stdout"|"stderr", "n": N} -> writes N bytes "x" there, returns N |
 
@@ -39,6 +41,8 @@ import wirepool
 CRASH_LINE = "conformance worker: crash requested"
 APP_ERROR_CODE = 1042
 
+_gathered = threading.Condition()
+_gathered_count = 0  # gather calls arrived so far (each scenario runs on fresh worker processes)
 _produced_lock = threading.Lock()
 _produced = 0
 
@@ -138,6 +142,27 @@ def _pattern_string(size: int) -> str:
 def big_summary(req, _ctx):
     yield 0
     return _pattern_string(req["size"])
+
+
+@wirepool.stream(codecs=["json"])
+def fail_after(req, _ctx):
+    for i in range(req["n"]):
+        yield _decl(i)
+    raise RuntimeError("failed after the rows")
+
+
+@wirepool.method(codecs=["json"])
+def gather(n, ctx):
+    global _gathered_count
+    with _gathered:
+        _gathered_count += 1
+        _gathered.notify_all()
+        while _gathered_count < n:
+            if ctx.cancelled:
+                raise RuntimeError("cancelled while gathering")
+            # Timed wait: cancellation sets a flag, it does not notify this condition.
+            _gathered.wait(0.005)
+    return n
 
 
 def _abort() -> None:

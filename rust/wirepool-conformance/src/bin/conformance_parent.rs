@@ -552,6 +552,7 @@ async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String]) -> Check<Str
         "cancel_call" => cancel_call(suite, sc, &pool).await,
         "slow_consumer" => slow_consumer(suite, sc, &pool).await,
         "concurrent" => concurrent(sc, &pool).await,
+        "parallel_calls" => parallel_calls(suite, sc, &pool).await,
         other => Err(format!("unknown scenario kind {other:?}")),
     };
     let result = match detail {
@@ -793,4 +794,22 @@ async fn shutdown_in_flight(suite: &Suite, sc: &Value, worker: &[String], cfg: &
         Ok(b) => describe(b),
         Err(e) => format!("error {}", e.code()),
     }))
+}
+
+/// `count` identical calls at once, each checked against the expectation.
+async fn parallel_calls(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
+    let (method, codec, body) = method_of(sc)?;
+    let count = sc["count"].as_u64().ok_or("count is missing")?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..count {
+        let (pool, method, body) = (pool.clone(), method.to_string(), body.clone());
+        tasks.spawn(async move { call(&pool, &method, codec, &body, None).await });
+    }
+    let mut checked = 0;
+    while let Some(joined) = tasks.join_next().await {
+        let outcome = joined.map_err(|e| format!("a call task failed: {e}"))?;
+        check_call(suite, &sc["expect"], &body, &outcome).map_err(|e| format!("call #{checked}: {e}"))?;
+        checked += 1;
+    }
+    Ok(format!("{checked} calls at once, all as expected"))
 }

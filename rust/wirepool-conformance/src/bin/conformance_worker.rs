@@ -22,6 +22,8 @@
 //! | `crash_stream` | stream | json | `{"n": N}` -> decl rows 0..N, then a stderr line and abort |
 //! | `fail_long` | unary | json | `{"n": N}` -> code 1042, message "long failure: " then N x "é" (2N bytes of UTF-8) |
 //! | `big_summary` | stream | json | `{"size": N}` -> one row 0, then the summary: the pattern string of N characters |
+//! | `fail_after` | stream | json | `{"n": N}` -> decl rows 0..N, then `HANDLER_ERROR` "failed after the rows" |
+//! | `gather` | unary | json | n -> n, once n `gather` calls have arrived at this worker (blocks until then; stops if cancelled) |
 //! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
 //! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes `x` there, returns N |
 //!
@@ -30,6 +32,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +44,24 @@ const APP_ERROR_CODE: u32 = 1042;
 
 /// Rows handed to the SDK by the latest `raw_rows` stream (read by `raw_rows_produced`).
 static RAW_ROWS_PRODUCED: AtomicU64 = AtomicU64::new(0);
+
+/// `gather` calls that have arrived so far (each scenario runs on fresh worker processes).
+static GATHERED: Mutex<u64> = Mutex::new(0);
+static GATHER_CHANGED: Condvar = Condvar::new();
+
+fn gather(n: u64, ctx: &Context) -> Result<u64, HandlerError> {
+    let mut arrived = GATHERED.lock().unwrap();
+    *arrived += 1;
+    GATHER_CHANGED.notify_all();
+    while *arrived < n {
+        if ctx.is_cancelled() {
+            return Err(HandlerError::new("cancelled while gathering"));
+        }
+        // Timed wait: cancellation sets a flag, it does not signal this condvar.
+        arrived = GATHER_CHANGED.wait_timeout(arrived, Duration::from_millis(5)).unwrap().0;
+    }
+    Ok(n)
+}
 
 #[derive(Deserialize)]
 struct AddReq {
@@ -173,6 +194,17 @@ fn main() -> std::io::Result<()> {
                 .with_code(APP_ERROR_CODE)
                 .with_details(&serde_json::json!({ "request": req })))
         })
+        .codecs(&[Codec::Json])
+        .stream("fail_after", |req: CountReq, _ctx: Context, rows: RowSink<Decl>| async move {
+            let mut row = Decl::new();
+            for i in 0..req.n {
+                row.set(i);
+                rows.send_ref(&row).await?;
+            }
+            Err::<(), _>(HandlerError::new("failed after the rows"))
+        })
+        .codecs(&[Codec::Json])
+        .unary("gather", gather)
         .codecs(&[Codec::Json])
         .unary("fail_long", |req: CountReq, _ctx: &Context| -> Result<(), HandlerError> {
             let message = format!("long failure: {}", "\u{e9}".repeat(req.n as usize));
