@@ -789,28 +789,25 @@ enum ReaderEnd {
 /// Reads straight into the connection's receive buffer (a non-blocking read under the core's
 /// lock, so the bytes are never copied) and handles every complete frame of that read under the
 /// same lock: results, rows and errors go to their callers, PINGs are answered.
-async fn reader_loop(worker: Arc<Worker>, rd: OwnedReadHalf) -> ReaderEnd {
+async fn reader_loop(worker: Arc<Worker>, mut rd: OwnedReadHalf) -> ReaderEnd {
     let mut completed: Vec<Route> = Vec::with_capacity(64);
     loop {
-        if rd.readable().await.is_err() {
-            return ReaderEnd::Eof;
-        }
+        // The read is polled under the lock (never held across a suspension) straight into the
+        // core's buffer; a short read clears readiness, so there is no extra EAGAIN read per
+        // wake-up.
+        let read = std::future::poll_fn(|cx| {
+            let mut core = worker.core.lock().unwrap();
+            tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut rd), cx, core.conn.read_buf())
+        })
+        .await;
+        let n = match read {
+            Ok(0) | Err(_) => return reader_eof(&worker),
+            Ok(n) => n,
+        };
         let mut wake_writer = false;
         let end = {
             let mut core = worker.core.lock().unwrap();
             let c = &mut *core;
-            let n = match rd.try_read_buf(c.conn.read_buf()) {
-                Ok(0) => {
-                    drop(core);
-                    return reader_eof(&worker);
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(_) => {
-                    drop(core);
-                    return reader_eof(&worker);
-                }
-            };
             worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
             worker.last_heard_ms.store(worker.pool.now_ms(), Relaxed);
             loop {
