@@ -789,3 +789,34 @@ async fn dropping_the_pool_without_shutdown_kills_and_reaps_its_workers() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_past_its_deadline_ends_with_one_deadline_error() {
+    bounded(30, async {
+        let pool = builder(1).start().await.unwrap();
+        let pid = pool.worker_pids()[0];
+        let mut rows = pool
+            .stream_with::<_, Decl>(
+                "decls",
+                &100_000_000u64,
+                CallOptions::timeout(Duration::from_millis(200)),
+            )
+            .await
+            .unwrap();
+        let mut errors = Vec::new();
+        let mut got = 0u64;
+        while let Some(r) = rows.next().await {
+            match r {
+                Ok(_) => got += 1,
+                Err(e) => errors.push(e),
+            }
+        }
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].code(), codes::DEADLINE_EXCEEDED, "{}", errors[0]);
+        assert!(got > 0 && got < 100_000_000);
+        let same: u32 = pool.call("pid", &()).await.unwrap();
+        assert_eq!(same, pid, "the worker honoured its deadline and lives on");
+        pool.shutdown().await;
+    })
+    .await
+}
