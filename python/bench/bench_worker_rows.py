@@ -121,7 +121,7 @@ def main() -> None:
     args = ap.parse_args()
     parent = FakeParent()
     try:
-        for method, codec in (("rows_raw", "raw"), ("rows", "json")):
+        for method, codec in (("rows_raw", "raw"), ("rows", "json"), ("rows", "msgpack")):
             c = codecs.get(codec)
             parent.stream(method, c, {"n": 1000} if codec != "raw" else b"1000")
             rates, cpus = [], []

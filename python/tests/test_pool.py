@@ -440,3 +440,48 @@ def test_dropping_an_async_stream_cancels_it() -> None:
             assert p.metrics()["workers"][0]["in_flight"] == 0
             assert await p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
     asyncio.run(main())
+
+
+def test_map_yields_every_result_in_order() -> None:
+    with pool(workers=2, max_in_flight=4) as p:
+        for method in ("add_inline", "add", "add_async"):
+            got = list(p.map(method, ({"a": i, "b": 1} for i in range(3000)), window=7))
+            assert got == [{"sum": i + 1} for i in range(3000)]
+        assert list(p.map("add", [])) == []
+        assert all(w["in_flight"] == 0 for w in p.metrics()["workers"])
+
+
+def test_map_raises_each_error_at_its_place() -> None:
+    with pool(workers=2) as p:
+        reqs = [{"a": 1, "b": 1}, {"a": 2, "b": 2}, {"fail": True}, {"a": 3, "b": 3}]
+        it = p.map("add_inline", reqs)
+        assert next(it) == {"sum": 2} and next(it) == {"sum": 4}
+        with pytest.raises(wirepool.WorkerError) as e:
+            next(it)
+        assert e.value.code == 1001
+        it = p.map("echo", [1, object(), 3])
+        assert next(it) == 1
+        with pytest.raises(TypeError):  # does not encode as JSON
+            next(it)
+        # Leaving a map early stops it; the pool keeps serving.
+        for i, r in enumerate(p.map("echo", range(100_000), window=4)):
+            if i == 10:
+                break
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+        wait_until(lambda: all(w["in_flight"] == 0 for w in p.metrics()["workers"]))
+
+
+def test_map_queues_behind_busy_workers_and_fails_after_close() -> None:
+    p = pool(workers=1, max_in_flight=1)
+    try:
+        busy = p.submit("sleep", {"seconds": 0.3})
+        assert list(p.map("add", [{"a": i, "b": i} for i in range(5)])) == [
+            {"sum": 2 * i} for i in range(5)]
+        assert busy.result(timeout=10) == {"slept": 0.3}
+        assert p.call("add_inline", {"a": 1, "b": 1}) == {"sum": 2}  # the direct path again
+    finally:
+        p.close()
+    with pytest.raises(wirepool.PoolClosed):
+        list(p.map("add", [{"a": 1, "b": 1}]))
+    with pytest.raises(wirepool.PoolClosed):
+        p.call("add", {"a": 1, "b": 1})

@@ -286,3 +286,31 @@ def test_wrong_direction_is_unexpected() -> None:
     with pytest.raises(ProtocolError) as e:
         events(c, enc(proto.Request(1, 0, 1)))
     assert e.value.code == ErrorCode.UNEXPECTED_FRAME
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 60), st.data())
+def test_rows_of_one_size_take_the_fast_path_and_are_still_checked(size: int, count: int,
+                                                                    data: st.DataObject) -> None:
+    rows = [bytes([i % 251]) * size for i in range(count)]
+    payload = struct.pack("<I", count) + b"".join(struct.pack("<I", size) + r for r in rows)
+    f = proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(payload))
+    assert [bytes(r) for r in f.rows] == rows
+    assert [bytes(r) for r in proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(payload))
+            .decode(bytes)] == rows
+    if count < 2:
+        return
+    # One length field changed (total unchanged or not): never accepted as one-size rows.
+    i = data.draw(st.integers(1, count - 1))
+    delta = data.draw(st.sampled_from([1, -1, 256, 1 << 24]))
+    bad = bytearray(payload)
+    off = 4 + i * (size + 4)
+    struct.pack_into("<I", bad, off, (size + delta) % (1 << 32))
+    try:
+        g = proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(bytes(bad)))
+    except ProtocolError as e:
+        assert e.code == ErrorCode.ROW_BOUNDS
+    else:  # the lengths still tile the payload: then the rows are the lengths' rows
+        total = sum(len(r) for r in g.rows)
+        assert total + 4 * count + 4 == len(bad) and len(g.rows) == count
+        assert bytes(g.rows[i - 1]) != rows[i - 1] or bytes(g.rows[i]) != rows[i]

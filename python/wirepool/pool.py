@@ -1465,11 +1465,7 @@ class Pool:
         # One hand-off each way and no Task: the loop submits the request in a plain callback
         # and releases our lock when the request finishes.
         call = _SyncCall()
-        try:
-            self._loop.call_soon_threadsafe(self._start_call, call, method, request, codec,
-                                            timeout, on_event)
-        except RuntimeError:  # the loop is closed
-            raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed") from None
+        self._post(self._start_call, call, method, request, codec, timeout, on_event)
         try:
             call.done.acquire()
         except BaseException:  # e.g. KeyboardInterrupt: cancel the request (CANCEL is sent)
@@ -1480,6 +1476,13 @@ class Pool:
         if ok:
             return value
         raise value
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the pool's loop; PoolClosed once the pool is closed."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed
+            raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed") from None
 
     def _start_call(self, call: "_SyncCall", method: str, request: Any, codec: str | None,
                     timeout: float | None, on_event: EventCallback | None) -> None:
@@ -1550,7 +1553,7 @@ class Pool:
                     exhausted = len(chunk) < limit
                     if chunk:
                         fed += len(chunk)
-                        self._loop.call_soon_threadsafe(run.add, chunk)
+                        self._post(run.add, chunk)
                     continue
                 if yielded == fed:
                     return
@@ -1559,7 +1562,7 @@ class Pool:
                 ok, value = results.popleft().outcome  # type: ignore[union-attr,misc]
                 yielded += 1
                 if run.stalled and len(results) <= limit:
-                    self._loop.call_soon_threadsafe(run.pump)
+                    self._post(run.pump)
                 if not ok:
                     raise value
                 yield value
