@@ -230,6 +230,43 @@ def test_no_leaked_processes(parent: str, worker: str) -> None:
                             f"{LEAK_WAIT_S}s after the runner exited: {run.leaked}")
 
 
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=[pair_id(p, w) for p, w in PAIRS])
+def test_workers_die_with_their_parent(parent: str, worker: str, tmp_path: Path) -> None:
+    """SIGKILL the parent runner while its worker serves a 60 s call: the worker must not
+    outlive it (parent-death signal, or end-of-file on its socket)."""
+    for lang in (parent, worker):
+        assert build(lang) is None, build(lang)
+    busy = {"name": "parent_dies", "kind": "call", "method": "sleep", "codec": "json",
+            "request": {"value": 60000}, "timeout_s": 120.0, "expect": {"result": "echo"}}
+    path = tmp_path / "parent_dies.json"
+    path.write_text(json.dumps({**SCENARIOS, "scenarios": [busy]}), encoding="utf-8")
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen([*expand(BY_NAME[parent]["parent"]), "--scenarios", str(path), "--",
+                             *expand(BY_NAME[worker]["worker"])], cwd=REPO,
+                            env={**os.environ, MARKER_ENV: marker}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[tuple[int, str]] = []
+        while not workers and time.monotonic() < deadline and proc.poll() is None:
+            workers = [p for p in marked_processes(marker) if p[0] != proc.pid]
+            time.sleep(0.02)  # polling for the spawn, bounded by the deadline
+        assert workers, "the runner never started a worker"
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + LEAK_WAIT_S
+        while marked_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = marked_processes(marker)
+        assert not left, f"workers outlived their killed parent by {LEAK_WAIT_S}s: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        kill_marked(marker)
+
+
 # ---------------------------------------------------------------------------------------------
 # The scenario list itself, and the runners' ability to notice a wrong outcome
 # ---------------------------------------------------------------------------------------------

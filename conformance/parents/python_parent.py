@@ -146,6 +146,11 @@ def check_error(suite: Suite, want: dict, e: BaseException) -> None:
         if sig != want["signal"]:
             raise ScenarioFailed(f"expected the worker to die by signal {want['signal']}, got "
                                  f"{sig!r} ({e})")
+    if "exit_status" in want:
+        status = getattr(e, "exit_status", None)
+        if status != want["exit_status"]:
+            raise ScenarioFailed(f"expected the worker to exit with status {want['exit_status']}, "
+                                 f"got {status!r} ({e})")
     part = want.get("stderr_contains")
     if part is not None:
         tail = getattr(e, "stderr_tail", "") or ""

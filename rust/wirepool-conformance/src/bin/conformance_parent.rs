@@ -255,6 +255,12 @@ fn check_error(suite: &Suite, want: &Value, e: &Error) -> Check {
             return Err(format!("expected the worker to die by signal {signal}, got {:?} ({e})", f.signal));
         }
     }
+    if let Some(status) = want.get("exit_status").and_then(Value::as_i64) {
+        let got = e.exit_info().and_then(|x| x.code);
+        if got != Some(status as i32) {
+            return Err(format!("expected the worker to exit with status {status}, got {got:?} ({e})"));
+        }
+    }
     if let Some(part) = want.get("stderr_contains").and_then(Value::as_str) {
         if !f.stderr.contains(part) {
             return Err(format!("the stderr tail {:?} does not contain {part:?}", f.stderr));

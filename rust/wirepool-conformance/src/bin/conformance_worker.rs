@@ -24,6 +24,7 @@
 //! | `big_summary` | stream | json | `{"size": N}` -> one row 0, then the summary: the pattern string of N characters |
 //! | `fail_after` | stream | json | `{"n": N}` -> decl rows 0..N, then `HANDLER_ERROR` "failed after the rows" |
 //! | `gather` | unary | json | n -> n, once n `gather` calls have arrived at this worker (blocks until then; stops if cancelled) |
+//! | `exit` | unary | json | `{"status": N}` -> the process exits with status N at once |
 //! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
 //! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes `x` there, returns N |
 //!
@@ -97,6 +98,11 @@ impl Decl {
         self.name.clear();
         let _ = write!(self.name, "decl_{i}");
     }
+}
+
+#[derive(Deserialize)]
+struct ExitReq {
+    status: i32,
 }
 
 #[derive(Deserialize)]
@@ -226,6 +232,8 @@ fn main() -> std::io::Result<()> {
             }
             crash_now::<Result<(), HandlerError>>()
         })
+        .codecs(&[Codec::Json])
+        .unary("exit", |req: ExitReq, _ctx: &Context| -> Result<(), HandlerError> { std::process::exit(req.status) })
         .codecs(&[Codec::Json])
         .unary("freeze", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
             // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
