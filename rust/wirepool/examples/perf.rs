@@ -150,6 +150,16 @@ fn main() {
             ours / raw_mib_s
         );
 
+        if only == "ping" {
+            let t = Instant::now();
+            let mut n = 0u64;
+            while t.elapsed() < Duration::from_secs(4) {
+                pool.call_raw(method, body.clone()).await.unwrap();
+                n += 1;
+            }
+            println!("ping-pong: {:.1} us per round trip", 4e6 / n as f64);
+            return;
+        }
         if only == "big" {
             let big = Bytes::from(vec![1u8; 1 << 20]);
             let t = Instant::now();
