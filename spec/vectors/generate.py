@@ -881,7 +881,7 @@ def build_frame_cases() -> None:
                "bytes after the method list are ignored by a v1 reader (room for later versions); "
                "decode only: the re-encoding has no trailing bytes",
                raw("HELLO", 0, with_trailing), [trailing], decode_only=True)
-    valid("welcome_defaults", "WELCOME with the defaults a parent SHOULD use", welcome())
+    valid("welcome_defaults", "WELCOME with the defaults a parent SHOULD use", welcome(max_frame_size=4_194_304))
     valid("welcome_small_limits", "WELCOME at the lowest legal limits",
           welcome(worker_id=0, max_frame_size=65536, initial_credit=1, heartbeat_ms=0,
                   max_in_flight=1, max_message_size=65536))
