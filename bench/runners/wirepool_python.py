@@ -186,6 +186,8 @@ async def run_pool(sc: dict) -> tuple[list[dict], int | None, str]:
 
 
 def main() -> None:
+    if "--prepare" in sys.argv:
+        return  # nothing to build: python/wirepool is imported from the source tree
     sc = load_scenario()
     kind = sc["kind"]
     if kind == "frames":
