@@ -275,7 +275,7 @@ def test_workers_die_with_their_parent(parent: str, worker: str, tmp_path: Path)
 def test_scenario_list_is_consistent() -> None:
     assert len(NAMES) == len(set(NAMES)), "scenario names must be unique"
     kinds = {"call", "stream", "cancel_stream", "cancel_call", "slow_consumer", "concurrent",
-             "startup", "shutdown_in_flight", "parallel_calls"}
+             "startup", "shutdown_in_flight", "parallel_calls", "lease"}
     codes = SCENARIOS["error_codes"]
     for sc in SCENARIOS["scenarios"]:
         assert sc["kind"] in kinds, sc["name"]

@@ -558,6 +558,34 @@ async def parallel_calls(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> st
     return f"{len(outcomes)} calls at once, all as expected"
 
 
+async def lease(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    """A leased worker serves only its holder; once it dies, the lease's calls fail LEASE_LOST."""
+    calls = int(sc["calls"])
+    allowed = [suite.expected_code(c) for c in sc["crash_codes"]]
+    async with pool.lease() as held:
+        pid = held.pid
+        for k in range(calls):
+            got = await held.call("whoami", None)
+            if got != pid:
+                raise ScenarioFailed(f"call #{k} on the lease of pid {pid} was served by pid {got}")
+        other = await pool.call("whoami", None)
+        if other == pid:
+            raise ScenarioFailed(f"a pool call was served by the leased worker {pid}")
+        _, crashed = await call(held, "crash", "json", None, None)
+        if crashed is None or crashed.code not in allowed:
+            raise ScenarioFailed(f"crash on the lease ended with {crashed!r}, expected one of "
+                                 f"{sc['crash_codes']}")
+        try:
+            value = await held.call("add", {"a": 1, "b": 2})
+        except WirepoolError as e:
+            if e.code != suite.codes["LEASE_LOST"]:
+                raise ScenarioFailed(f"a call on the lost lease failed with {e.code} ({e}), "
+                                     f"expected LEASE_LOST") from e
+        else:
+            raise ScenarioFailed(f"a call on the lost lease returned {value!r}")
+    return f"{calls} calls on pid {pid}; crash -> {crashed.code}; then LEASE_LOST"
+
+
 PROCEDURES = {
     "call": call_scenario,
     "stream": stream_scenario,
@@ -566,6 +594,7 @@ PROCEDURES = {
     "slow_consumer": slow_consumer,
     "concurrent": concurrent,
     "parallel_calls": parallel_calls,
+    "lease": lease,
 }
 
 

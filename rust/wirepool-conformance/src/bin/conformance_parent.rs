@@ -559,6 +559,7 @@ async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String]) -> Check<Str
         "slow_consumer" => slow_consumer(suite, sc, &pool).await,
         "concurrent" => concurrent(sc, &pool).await,
         "parallel_calls" => parallel_calls(suite, sc, &pool).await,
+        "lease" => lease(suite, sc, &pool).await,
         other => Err(format!("unknown scenario kind {other:?}")),
     };
     let result = match detail {
@@ -818,4 +819,37 @@ async fn parallel_calls(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String>
         checked += 1;
     }
     Ok(format!("{checked} calls at once, all as expected"))
+}
+
+/// A leased worker serves only its holder; once it dies, the lease's calls fail `LEASE_LOST`.
+async fn lease(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
+    let calls = sc["calls"].as_u64().ok_or("calls is missing")?;
+    let lease = pool.lease().await.map_err(|e| format!("lease: {} {e}", e.code()))?;
+    let pid = lease.pid();
+    for k in 0..calls {
+        let got: u32 = lease.call("whoami", &Value::Null).await.map_err(|e| format!("whoami #{k} on the lease: {e}"))?;
+        if got != pid {
+            return Err(format!("call #{k} on the lease of pid {pid} was served by pid {got}"));
+        }
+    }
+    let other: u32 = pool.call("whoami", &Value::Null).await.map_err(|e| format!("whoami on the pool: {e}"))?;
+    if other == pid {
+        return Err(format!("a pool call was served by the leased worker {pid}"));
+    }
+    let crashed = lease.call::<Value, Value>("crash", &Value::Null).await;
+    let allowed = sc["crash_codes"].as_array().ok_or("crash_codes is missing")?;
+    let codes: Vec<u32> = allowed.iter().map(|c| expected_code(suite, c)).collect::<Check<_>>()?;
+    match &crashed {
+        Err(e) if codes.contains(&e.code()) => {}
+        Err(e) => return Err(format!("crash on the lease failed with {} ({e}), expected one of {allowed:?}", e.code())),
+        Ok(v) => return Err(format!("crash on the lease returned {v}")),
+    }
+    let lost = expected_code(suite, &json!("LEASE_LOST"))?;
+    match lease.call::<Value, Value>("add", &json!({ "a": 1, "b": 2 })).await {
+        Err(e) if e.code() == lost => {}
+        Err(e) => return Err(format!("a call on the lost lease failed with {} ({e}), expected LEASE_LOST", e.code())),
+        Ok(v) => return Err(format!("a call on the lost lease returned {v}")),
+    }
+    drop(lease);
+    Ok(format!("{calls} calls on pid {pid}; crash -> {}; then LEASE_LOST", crashed.err().map_or(0, |e| e.code())))
 }

@@ -24,6 +24,7 @@
 //! | `big_summary` | stream | json | `{"size": N}` -> one row 0, then the summary: the pattern string of N characters |
 //! | `fail_after` | stream | json | `{"n": N}` -> decl rows 0..N, then `HANDLER_ERROR` "failed after the rows" |
 //! | `gather` | unary | json | n -> n, once n `gather` calls have arrived at this worker (blocks until then; stops if cancelled) |
+//! | `whoami` | unary | json | any -> this worker's process id |
 //! | `exit` | unary | json | `{"status": N}` -> the process exits with status N at once |
 //! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
 //! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes `x` there, returns N |
@@ -232,6 +233,8 @@ fn main() -> std::io::Result<()> {
             }
             crash_now::<Result<(), HandlerError>>()
         })
+        .codecs(&[Codec::Json])
+        .unary("whoami", |_: serde_json::Value, _ctx: &Context| Ok(std::process::id()))
         .codecs(&[Codec::Json])
         .unary("exit", |req: ExitReq, _ctx: &Context| -> Result<(), HandlerError> { std::process::exit(req.status) })
         .codecs(&[Codec::Json])
