@@ -73,6 +73,9 @@ class PoolMetrics(dict):
 # ---------------------------------------------------------------------------------------------
 
 
+_NO_FRAMES: collections.deque = collections.deque(maxlen=0)  # unary requests receive no ROWS
+
+
 class _Request:
     __slots__ = ("id", "worker", "kind", "codec", "future", "frames", "waiter", "end", "error",
                  "deadline_handle", "cancel_handle", "on_event", "method", "abandoned",
@@ -88,7 +91,9 @@ class _Request:
         self.on_event = on_event
         loop = worker.pool.loop
         self.future: asyncio.Future[Any] = loop.create_future()  # unary result / stream end
-        self.frames: collections.deque[proto.Rows] = collections.deque()  # bounded by credit
+        # Streams: ROWS frames received and not yet read (bounded by credit).
+        self.frames: collections.deque[proto.Rows] = (
+            collections.deque() if kind == MethodKind.STREAM else _NO_FRAMES)
         self.waiter: asyncio.Future[None] | None = None
         self.end: proto.End | None = None
         self.error: BaseException | None = None
@@ -547,7 +552,10 @@ class _Worker(asyncio.BufferedProtocol):
             self.requests.pop(id)
             req.finish(error=self._failure_for(req))
             return req
-        self._write(self.conn.send_message(proto.Request(id, index, codec.id, body, timeout_us)))
+        parts = self.conn.send_request(id, index, codec.id, body, timeout_us)
+        if parts is None:
+            parts = self.conn.send_message(proto.Request(id, index, codec.id, body, timeout_us))
+        self._write(parts)
         if len(self.requests) == 1:
             # A lone request: write it now rather than a loop pass later (latency); with more
             # in flight, requests submitted in the same pass share one write.
@@ -1315,6 +1323,8 @@ class _MapRun:
         self.stopped = False
         self.stalled = False  # the reader must call pump() once it has read some results
         self.waiting_slot = False
+        self.pump_scheduled = False
+        self.notify_scheduled = False
         self.cond = threading.Condition(threading.Lock())
         self.reader_waiting = False
 
@@ -1326,20 +1336,21 @@ class _MapRun:
 
     def pump(self) -> None:
         self.stalled = False
+        self.pump_scheduled = False
         pool = self.pool
         items = self.items
         results = self.results
+        encode = self.codec.encode
         while items and not self.stopped:
-            if self.in_flight >= self.window or len(results) >= 2 * self.window:
+            free = min(self.window - self.in_flight, 2 * self.window - len(results))
+            if free <= 0:
                 self.stalled = len(results) >= 2 * self.window
                 break
-            try:
-                req = pool._try_submit(self.method, items[0], self.codec, self.timeout, None)
-            except Exception as e:  # the request does not encode: its own outcome
-                items.popleft()
-                results.append(_Failed(e))
-                continue
-            if req is None:
+            w = None
+            if not pool._closed and not (pool._slot_waiters
+                                         and not pool._slot_waiters[0].done()):
+                w = pool._pick()
+            if w is None:
                 if pool._closed or (pool._broken is not None
                                     and not any(w.accepting for w in pool.workers)):
                     err = pool._broken if not pool._closed else PoolClosed(
@@ -1352,11 +1363,21 @@ class _MapRun:
                     self.waiting_slot = True
                     pool._wait_for_slot(self._slot_free)
                 break
-            items.popleft()
-            results.append(req)
-            if req.outcome is None:
-                self.in_flight += 1
-                req.sink = self._finished
+            # As many as this worker has room for, in one burst (their frames share a write).
+            for _ in range(min(free, w.max_in_flight - len(w.requests), len(items))):
+                item = items.popleft()
+                try:
+                    body = encode(item)
+                except Exception as e:  # the request does not encode: its own outcome
+                    results.append(_Failed(e))
+                    continue
+                pool._counters["calls"] += 1
+                req = w.submit(self.method, body, self.codec, self.timeout, None,
+                               MethodKind.UNARY)
+                results.append(req)
+                if req.outcome is None:
+                    self.in_flight += 1
+                    req.sink = self._finished
         self._notify()
 
     def _slot_free(self) -> None:
@@ -1370,17 +1391,24 @@ class _MapRun:
         self.in_flight -= 1
         if not req.outcome[0] and isinstance(req.outcome[1], WirepoolError):  # type: ignore[index]
             self.pool._counters["errors"] += 1
-        if self.items and not self.waiting_slot:
-            self.pump()
-        else:
-            self._notify()
+        if self.items and not self.waiting_slot and not self.pump_scheduled:
+            # Results arrive many per read: refill once after them, not once per result.
+            self.pump_scheduled = True
+            self.pool.loop.call_soon(self.pump)
+        self._notify()
 
     def _notify(self) -> None:
-        if self.reader_waiting:
+        if self.reader_waiting and not self.notify_scheduled:
             results = self.results
             if results and results[0].outcome is not None:
-                with self.cond:
-                    self.cond.notify()
+                # Wake the reader once, after every result of this loop pass is in.
+                self.notify_scheduled = True
+                self.pool.loop.call_soon(self._notify_now)
+
+    def _notify_now(self) -> None:
+        self.notify_scheduled = False
+        with self.cond:
+            self.cond.notify()
 
     def stop(self) -> None:
         self.stopped = True

@@ -64,6 +64,7 @@ _U64 = struct.Struct("<Q")
 _HELLO_FIXED = struct.Struct("<8sHHIII")
 _WELCOME = struct.Struct("<HHIIIIIQ")
 _REQUEST_PREFIX = struct.Struct("<HBBQ")
+_REQUEST_HEAD_pack = struct.Struct("<IBBHQHBBQ").pack  # header + REQUEST prefix
 _ERROR_PREFIX = struct.Struct("<IH")
 _EVENT_PREFIX = struct.Struct("<H")
 
@@ -1321,7 +1322,7 @@ class Connection:
         if code is not None:
             return Reject(f.id, code)
         kind = self.hello.methods[f.method].kind  # type: ignore[union-attr]
-        self.in_flight[f.id] = _Stream(kind, self.initial_credit)
+        self.in_flight[f.id] = self._new_stream(kind)
         return f
 
     def _reject_code(self, f: Request) -> int | None:
@@ -1356,8 +1357,49 @@ class Connection:
         self.max_message_size = w.max_message_size
         self.initial_credit = w.initial_credit
         self.max_in_flight = w.max_in_flight
+        # A unary request's state never changes (credit and rows belong to streams, and every
+        # path that would touch them checks the kind first): all unary requests share one.
+        self._unary = _Stream(MethodKind.UNARY, w.initial_credit)
+
+    def _new_stream(self, kind: int) -> _Stream:
+        return self._unary if kind == MethodKind.UNARY else _Stream(kind, self.initial_credit)
 
     # -- sending --------------------------------------------------------------------------
+
+    def send_request(self, id: int, method: int, codec: int, body: Buffer,
+                     timeout_us: int = 0) -> list[Buffer] | None:
+        """Parent fast path: the same checks and effects as ``send(Request(...))`` for a
+        request that fits one frame, without building frame objects. Returns None when the
+        general path is needed (a body larger than one frame)."""
+        size = 12 + len(body)
+        if size > self.max_frame_size:
+            return None
+        if (not self.is_parent or self.state != _OPEN or self.draining or id <= self.last_id
+                or self.goodbye_sent):
+            return self.send(Request(id, method, codec, body, timeout_us))  # raises the error
+        methods = self.hello.methods  # type: ignore[union-attr]
+        if method >= len(methods):
+            raise ValueError(f"method index {method} not in HELLO")
+        self.last_id = id
+        self.in_flight[id] = self._new_stream(methods[method].kind)
+        head = _REQUEST_HEAD_pack(size, FrameType.REQUEST, 0, 0, id, method, codec, 0, timeout_us)
+        if len(body) < 4096:
+            return [head + body]
+        return [head, body]
+
+    def send_result(self, id: int, body: Buffer) -> list[Buffer] | None:
+        """Worker fast path: ``send(Result(id, body))`` for a result that fits one frame and
+        ends a unary request in flight. Returns None when the general path is needed."""
+        if len(body) > self.max_frame_size or self.goodbye_sent or id in self._outgoing:
+            return None
+        req = self.in_flight.get(id)
+        if req is None or req.kind != MethodKind.UNARY or self.is_parent:
+            return None
+        del self.in_flight[id]
+        head = _hdr_pack(len(body), FrameType.RESULT, 0, 0, id)
+        if len(body) < 4096:
+            return [head + body]
+        return [head, body]
 
     def send(self, f: Frame) -> list[Buffer]:
         """Record that the local side sends ``f``; returns its encoded pieces.
@@ -1423,7 +1465,7 @@ class Connection:
             if f.method >= len(methods):  # type: ignore[attr-defined]
                 raise ValueError(f"method index {f.method} not in HELLO")  # type: ignore[attr-defined]
             self.last_id = id
-            self.in_flight[id] = _Stream(methods[f.method].kind, self.initial_credit)  # type: ignore[attr-defined]
+            self.in_flight[id] = self._new_stream(methods[f.method].kind)  # type: ignore[attr-defined]
             if f.more:
                 self._outgoing.add(id)
             return

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import concurrent.futures
 import ctypes
+import functools
 import inspect
 import itertools
 import json
@@ -241,6 +243,10 @@ class _Runtime(asyncio.BufferedProtocol):
         self._direct = False
         self.draining = False
         self.flush_bytes = ROWS_FLUSH_BYTES
+        # Finished sync handlers, appended by handler threads (deque appends are atomic).
+        self._done: collections.deque[tuple[_Call, concurrent.futures.Future]] = \
+            collections.deque()
+        self._done_wakeup = False
 
     # -- transport ------------------------------------------------------------------------
 
@@ -434,7 +440,14 @@ class _Runtime(asyncio.BufferedProtocol):
                     self.calls[req.id] = call
                     self._finish(call, self._terminal_for(call, e))
                     return
-                self._write(self.conn.send_message(proto.Result(req.id, body)))
+                conn = self.conn
+                parts = conn.send_result(req.id, body)
+                if parts is None:
+                    parts = conn.send_message(proto.Result(req.id, body))
+                self._out.extend(parts)
+                if not self._out_scheduled:
+                    self._out_scheduled = True
+                    self.loop.call_soon(self._flush_out)
                 return
         deadline = None
         if req.timeout_us:
@@ -473,14 +486,25 @@ class _Runtime(asyncio.BufferedProtocol):
             return
         assert self.executor is not None
         fut = self.executor.submit(_call_and_encode, m.fn, args, ctx.codec.encode)
-        loop = self.loop
+        fut.add_done_callback(functools.partial(self._handler_done, call))
 
-        def done(f: concurrent.futures.Future) -> None:  # in the handler thread
+    def _handler_done(self, call: _Call, f: concurrent.futures.Future) -> None:
+        """In a handler thread: queue the outcome; only the first outcome since the loop last
+        looked wakes it (one wake-up, and one write, for many results)."""
+        self._done.append((call, f))
+        if not self._done_wakeup:
+            self._done_wakeup = True
             try:
-                loop.call_soon_threadsafe(self._sync_unary_done, call, f)
+                self.loop.call_soon_threadsafe(self._drain_done)
             except RuntimeError:  # the loop is gone: the worker is exiting
                 pass
-        fut.add_done_callback(done)
+
+    def _drain_done(self) -> None:
+        self._done_wakeup = False  # before popping: a later append wakes us again
+        done = self._done
+        while done:
+            call, f = done.popleft()
+            self._sync_unary_done(call, f)
 
     def _sync_unary_done(self, call: _Call, f: concurrent.futures.Future) -> None:
         exc = f.exception()
@@ -538,10 +562,17 @@ class _Runtime(asyncio.BufferedProtocol):
         for h in (call.timer, call.deadline_handle, call.event_handle):
             if h is not None:
                 h.cancel()
-        self._flush_events(call, force=True)
+        if call.ctx._events:  # unlocked peek: the handler has finished adding events
+            self._flush_events(call, force=True)
         if self.transport is not None and not self.conn.closed:
             try:
-                self._send_message(terminal)
+                parts = None
+                if terminal.TYPE == FrameType.RESULT:
+                    parts = self.conn.send_result(call.id, terminal.body)  # type: ignore[attr-defined]
+                if parts is None:
+                    self._send_message(terminal)
+                else:
+                    self._write(parts)
             except ValueError as e:  # e.g. END with more rows than sent: a driver bug, say so
                 self._send(proto.ErrorFrame(call.id, ErrorCode.HANDLER_PANIC, str(e)))
             if not self.calls:
