@@ -16,7 +16,7 @@ pub const HANDSHAKE_MAX_FRAME_SIZE: u32 = 65_536;
 /// The highest `max_frame_size` a HELLO or WELCOME may set.
 pub const MAX_MAX_FRAME_SIZE: u32 = 16_777_216;
 /// The `max_frame_size` a parent should choose by default.
-pub const DEFAULT_MAX_FRAME_SIZE: u32 = 1_048_576;
+pub const DEFAULT_MAX_FRAME_SIZE: u32 = 4_194_304;
 /// The `initial_credit` a parent should choose by default.
 pub const DEFAULT_INITIAL_CREDIT: u32 = 1_048_576;
 /// The `heartbeat_ms` a parent should choose by default.

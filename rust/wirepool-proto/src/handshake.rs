@@ -295,7 +295,7 @@ impl Hello {
 /// let hello = Hello::new("sdk", "1");
 /// let welcome = Welcome::for_hello(&hello, 7).unwrap();
 /// assert_eq!(welcome.version, 1);
-/// assert_eq!(welcome.max_frame_size, 1_048_576);
+/// assert_eq!(welcome.max_frame_size, 4_194_304);
 /// assert!(welcome.check_against(&hello).is_ok());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

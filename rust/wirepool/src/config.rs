@@ -103,7 +103,7 @@ impl PoolConfig {
             drain_grace: Duration::from_secs(10),
             restart: RestartPolicy::default(),
             recycle: RecyclePolicy::default(),
-            max_frame_size: 1 << 20,
+            max_frame_size: wirepool_proto::DEFAULT_MAX_FRAME_SIZE,
             initial_credit: 1 << 20,
             max_message_size: 1 << 30,
             stderr_tail_lines: 20,

@@ -139,7 +139,7 @@ impl PoolBuilder {
         self.cfg.recycle = p;
         self
     }
-    /// Largest frame payload (default 1 MiB; 64 KiB - 16 MiB).
+    /// Largest frame payload (default 4 MiB, so a 1 MiB payload fits one frame; 64 KiB - 16 MiB).
     pub fn max_frame_size(mut self, bytes: u32) -> Self {
         self.cfg.max_frame_size = bytes.clamp(65_536, 16_777_216);
         self
