@@ -2,8 +2,8 @@
 //! a raw-socketpair baseline measured in the same run (same machine, same moment).
 //!
 //! ```sh
-//! cargo run --release -p wirepool --example perf            # multi-thread runtime, 2 threads
-//! cargo run --release -p wirepool --example perf -- current # current_thread runtime
+//! cargo run --release -p wirepool --example perf            # current_thread runtime (fastest here)
+//! cargo run --release -p wirepool --example perf -- multi   # multi-thread runtime, PERF_THREADS (2)
 //! ```
 //! Numbers on a shared 2-vCPU machine move 20-40% between runs; compare ratios within a run.
 
@@ -71,7 +71,8 @@ fn p50(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    let current = std::env::args().any(|a| a == "current");
+    let current = !std::env::args().any(|a| a == "multi");
+    let threads: usize = std::env::var("PERF_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let rt = if current {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -79,19 +80,16 @@ fn main() {
             .unwrap()
     } else {
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(threads)
             .enable_all()
             .build()
             .unwrap()
     };
-    println!(
-        "runtime: {}",
-        if current {
-            "current_thread"
-        } else {
-            "multi_thread(2)"
-        }
-    );
+    if current {
+        println!("runtime: current_thread");
+    } else {
+        println!("runtime: multi_thread({threads})");
+    }
 
     // Baselines.
     let (mut child, mut sock) = raw_echo_child();
@@ -107,7 +105,7 @@ fn main() {
     rt.block_on(async {
         let method = std::env::var("PERF_METHOD").unwrap_or_else(|_| "echo_raw_async".into());
         let method = method.as_str();
-        let frame: u32 = std::env::var("PERF_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
+        let frame: u32 = std::env::var("PERF_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE);
         let mut cmd = WorkerCommand::new(worker_path());
         if std::env::var_os("PERF_FAST_ECHO").is_some() {
             cmd = cmd.env("WIREPOOL_FAST_ECHO", "1");

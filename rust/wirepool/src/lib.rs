@@ -50,6 +50,7 @@ pub mod blocking;
 mod config;
 mod error;
 mod metrics;
+mod outbox;
 mod pool;
 mod spawn;
 mod stream;

@@ -21,6 +21,7 @@ use wirepool_proto::{
 use crate::config::PoolConfig;
 use crate::error::{Error, ExitCause, ExitInfo, Result};
 use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
+use crate::outbox::{Outbox, WriteQueue};
 use crate::spawn::{self, StderrTail};
 use crate::stream::StreamShared;
 
@@ -108,7 +109,7 @@ type RouteMap = HashMap<u64, Route, std::hash::BuildHasherDefault<IdHasher>>;
 struct Core {
     conn: Connection,
     /// Encoded frames waiting for the writer task, which takes them all at once.
-    out: BytesMut,
+    out: Outbox,
     routes: RouteMap,
     /// Set when the connection is gone: new requests fail with this.
     closed: Option<Error>,
@@ -303,7 +304,13 @@ impl Worker {
             let id =
                 match c
                     .conn
-                    .send_request(wire.index, codec.id(), timeout_us, &body, &mut c.out)
+                    .send_request(
+                        wire.index,
+                        codec.id(),
+                        timeout_us,
+                        &body,
+                        &mut c.out.message_writer(&body),
+                    )
                 {
                     Ok(id) => id,
                     Err(e) => {
@@ -328,17 +335,19 @@ impl Worker {
             // Latency fast path: when this is the only request and the writer is idle, write
             // now instead of waking the writer task (a task switch, or a cross-thread wake-up).
             // Under load requests keep queueing for the writer, so they still share a write.
+            // Only a request of small frames is written here; a large body queued by
+            // reference goes to the writer task's vectored writes.
             let c = &mut *core;
-            if let (false, 0, false, Some(sock)) = (
+            if let (false, 0, Some(tail), Some(sock)) = (
                 c.writer_busy,
                 core_in_flight,
-                c.out.is_empty(),
+                c.out.tail_only(),
                 &c.socket_out,
             ) {
                 // WouldBlock (or a broken socket) leaves the bytes for the writer task.
-                if let Ok(n) = sock.try_write(&c.out) {
+                if let Ok(n) = sock.try_write(tail) {
                     self.counters.bytes_out.fetch_add(n as u64, Relaxed);
-                    let _ = c.out.split_to(n);
+                    let _ = tail.split_to(n);
                 }
             }
             let pending = !core.out.is_empty();
@@ -688,7 +697,7 @@ pub(crate) async fn start(
         max_in_flight: welcome.max_in_flight,
         core: Mutex::new(Core {
             conn,
-            out,
+            out: Outbox::default(),
             routes: RouteMap::default(),
             closed: None,
             writer_busy: false,
@@ -919,37 +928,33 @@ fn reader_eof(worker: &Worker) -> ReaderEnd {
 /// core's output buffer under the lock and wake this task, so under load hundreds of requests
 /// share one syscall.
 async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<OwnedWriteHalf>) {
-    let mut out = BytesMut::with_capacity(64 * 1024);
+    let mut queue = WriteQueue::default();
     loop {
         {
             let mut core = worker.core.lock().unwrap();
-            std::mem::swap(&mut core.out, &mut out);
-            core.writer_busy = !out.is_empty();
+            core.out.take_into(&mut queue);
+            core.writer_busy = !queue.is_empty();
         }
-        if out.is_empty() {
+        if queue.is_empty() {
             worker.writer_wake.notified().await;
             // Let the callers woken with this one (by the same batch of results) queue their
             // requests first, so they share this write.
             tokio::task::yield_now().await;
             continue;
         }
-        while !out.is_empty() {
+        while !queue.is_empty() {
             if socket_out.writable().await.is_err() {
                 return;
             }
-            match socket_out.try_write(&out) {
+            let written = queue.with_slices(|slices| socket_out.try_write_vectored(slices));
+            match written {
                 Ok(n) => {
                     worker.counters.bytes_out.fetch_add(n as u64, Relaxed);
-                    let _ = out.split_to(n);
+                    queue.advance(n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => return,
             }
-        }
-        out.clear();
-        // A rare huge message should not pin its buffer for the worker's lifetime.
-        if out.capacity() > 8 << 20 {
-            out = BytesMut::with_capacity(64 * 1024);
         }
     }
 }
