@@ -21,6 +21,7 @@ codecs and behaviour, so every parent runner can drive every worker with one sce
 | big_summary | stream | json | {"size": N} -> one row 0, then the summary: the pattern string of N characters |
 | fail_after | stream | json | {"n": N} -> decl rows 0..N, then HANDLER_ERROR "failed after the rows" |
 | gather | unary | json | n -> n, once n gather calls have arrived at this worker (blocks until then; stops if cancelled) |
+| spin | unary | json | ms -> ms, after busy-looping ms on a handler thread (stops if cancelled) |
 | whoami | unary | json | any -> this worker's process id |
 | exit | unary | json | {"status": N} -> the process exits with status N at once |
 | freeze | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
@@ -183,6 +184,15 @@ def crash_stream(req, _ctx):
     for i in range(req["n"]):
         yield _decl(i)
     _abort()
+
+
+@wirepool.method(codecs=["json"])
+def spin(ms, ctx):
+    end = time.monotonic() + ms / 1000
+    turns = 0
+    while time.monotonic() < end and not ctx.cancelled:
+        turns += 1
+    return ms
 
 
 @wirepool.method(codecs=["json"])

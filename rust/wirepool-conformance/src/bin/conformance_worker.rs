@@ -24,6 +24,7 @@
 //! | `big_summary` | stream | json | `{"size": N}` -> one row 0, then the summary: the pattern string of N characters |
 //! | `fail_after` | stream | json | `{"n": N}` -> decl rows 0..N, then `HANDLER_ERROR` "failed after the rows" |
 //! | `gather` | unary | json | n -> n, once n `gather` calls have arrived at this worker (blocks until then; stops if cancelled) |
+//! | `spin` | unary | json | ms -> ms, after busy-looping ms on a handler thread (stops if cancelled) |
 //! | `whoami` | unary | json | any -> this worker's process id |
 //! | `exit` | unary | json | `{"status": N}` -> the process exits with status N at once |
 //! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
@@ -232,6 +233,15 @@ fn main() -> std::io::Result<()> {
                 rows.send_ref(&row).await?;
             }
             crash_now::<Result<(), HandlerError>>()
+        })
+        .codecs(&[Codec::Json])
+        .unary("spin", |ms: u64, ctx: &Context| {
+            let end = std::time::Instant::now() + Duration::from_millis(ms);
+            let mut turns = 0u64;
+            while std::time::Instant::now() < end && !ctx.is_cancelled() {
+                turns = std::hint::black_box(turns + 1);
+            }
+            Ok(ms)
         })
         .codecs(&[Codec::Json])
         .unary("whoami", |_: serde_json::Value, _ctx: &Context| Ok(std::process::id()))
