@@ -43,7 +43,7 @@ test-rust:
 	cd rust && $(CARGO) test --workspace --benches -q
 
 test-python: $(VPY)
-	$(VPY) -m pytest -q python/tests
+	$(VPY) -m pytest -q python/tests examples/python
 
 test-conformance: $(VPY)
 	@if [ -d conformance ]; then $(VPY) -m pytest -q conformance; else echo "conformance: not yet present"; fi
