@@ -52,6 +52,7 @@ mod error;
 mod metrics;
 mod outbox;
 mod pool;
+mod socket;
 mod spawn;
 mod stream;
 mod worker;

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncReadExt;
-use tokio::net::UnixStream;
+use crate::socket::Socket;
 use tokio::process::{Child, Command};
 
 use crate::error::Error;
@@ -83,7 +83,7 @@ impl WorkerCommand {
 pub(crate) struct Spawned {
     pub child: Child,
     pub pid: u32,
-    pub socket: UnixStream,
+    pub socket: Socket,
     pub stderr_tail: Arc<StderrTail>,
     /// Completes when both stdout and stderr reached end of file.
     pub logs_done: tokio::task::JoinHandle<()>,
@@ -159,7 +159,7 @@ pub(crate) fn spawn_worker(
     let pid = child.id().unwrap_or(0);
 
     parent_end.set_nonblocking(true).map_err(fail)?;
-    let socket = UnixStream::from_std(parent_end).map_err(fail)?;
+    let socket = Socket::new(parent_end.into()).map_err(fail)?;
 
     let tail = Arc::new(StderrTail::new(stderr_lines));
     let stdout = child.stdout.take().expect("stdout is piped");

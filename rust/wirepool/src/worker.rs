@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use crate::socket::Socket;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use wirepool_codec::Codec;
@@ -117,7 +116,7 @@ struct Core {
     writer_busy: bool,
     /// The socket's sending half for the direct-write fast path; dropped when the worker is
     /// gone, so a `Worker` kept alive by a caller's handle does not keep the descriptor open.
-    socket_out: Option<Arc<OwnedWriteHalf>>,
+    socket_out: Option<Arc<Socket>>,
 }
 
 /// Orders for the lifecycle task.
@@ -505,7 +504,7 @@ pub(crate) async fn start(
         stderr_tail,
         logs_done,
     } = spawned;
-    let (mut rd, mut wr) = socket.into_split();
+    let socket = Arc::new(socket);
     let mut conn = Connection::new_parent();
 
     let handshake = async {
@@ -527,7 +526,7 @@ pub(crate) async fn start(
                 Ok(None) => {}
                 Err(e) => return Err(HandshakeFail::Protocol(e.code.code(), e.message)),
             }
-            match rd.read_buf(conn.read_buf()).await {
+            match std::future::poll_fn(|cx| socket.poll_read_buf(cx, conn.read_buf())).await {
                 Ok(0) | Err(_) => {
                     return Err(match conn.eof() {
                         Err(e) if e.code != ErrorCode::Truncated => {
@@ -563,7 +562,7 @@ pub(crate) async fn start(
                 message.clone(),
             );
             let _ = conn.encode_fatal(&e, &mut out);
-            let _ = write_now(&mut wr, &out).await;
+            let _ = write_now(&socket, &out).await;
             let exit = reap_failed(
                 &mut child,
                 pid,
@@ -622,7 +621,7 @@ pub(crate) async fn start(
         Err(e) => {
             out.clear();
             let _ = conn.refuse(e.code, &e.message, &mut out);
-            let _ = write_now(&mut wr, &out).await;
+            let _ = write_now(&socket, &out).await;
             let exit = reap_failed(
                 &mut child,
                 pid,
@@ -644,7 +643,7 @@ pub(crate) async fn start(
             });
         }
     };
-    if write_now(&mut wr, &out).await.is_err() {
+    if write_now(&socket, &out).await.is_err() {
         let exit = reap_failed(
             &mut child,
             pid,
@@ -682,7 +681,6 @@ pub(crate) async fn start(
         }
     }
 
-    let wr = Arc::new(wr);
     let (control_tx, control_rx) = mpsc::channel(8);
     let (retire_tx, retire_rx) = oneshot::channel();
     let worker = Arc::new(Worker {
@@ -701,7 +699,7 @@ pub(crate) async fn start(
             routes: RouteMap::default(),
             closed: None,
             writer_busy: false,
-            socket_out: Some(wr.clone()),
+            socket_out: Some(socket.clone()),
         }),
         writer_wake: Notify::new(),
         control: control_tx,
@@ -714,8 +712,8 @@ pub(crate) async fn start(
         exit: OnceLock::new(),
         stderr_tail,
     });
-    let reader = tokio::spawn(reader_loop(worker.clone(), rd));
-    let writer = tokio::spawn(writer_loop(worker.clone(), wr));
+    let reader = tokio::spawn(reader_loop(worker.clone(), socket.clone()));
+    let writer = tokio::spawn(writer_loop(worker.clone(), socket));
     let lifecycle = tokio::spawn(lifecycle(
         worker.clone(),
         child,
@@ -736,12 +734,12 @@ enum HandshakeFail {
     Protocol(u32, String),
 }
 
-async fn write_now(wr: &mut OwnedWriteHalf, bytes: &[u8]) -> std::io::Result<()> {
+async fn write_now(socket: &Socket, bytes: &[u8]) -> std::io::Result<()> {
     // Only used before the writer task exists (handshake).
     if bytes.is_empty() {
         return Ok(());
     }
-    wr.write_all(bytes).await
+    socket.write_all(bytes).await
 }
 
 /// Kills and reaps a worker that failed before it served anything.
@@ -798,7 +796,7 @@ enum ReaderEnd {
 /// Reads straight into the connection's receive buffer (a non-blocking read under the core's
 /// lock, so the bytes are never copied) and handles every complete frame of that read under the
 /// same lock: results, rows and errors go to their callers, PINGs are answered.
-async fn reader_loop(worker: Arc<Worker>, mut rd: OwnedReadHalf) -> ReaderEnd {
+async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
     let mut completed: Vec<Route> = Vec::with_capacity(64);
     loop {
         // The read is polled under the lock (never held across a suspension) straight into the
@@ -806,7 +804,7 @@ async fn reader_loop(worker: Arc<Worker>, mut rd: OwnedReadHalf) -> ReaderEnd {
         // wake-up.
         let read = std::future::poll_fn(|cx| {
             let mut core = worker.core.lock().unwrap();
-            tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut rd), cx, core.conn.read_buf())
+            socket.poll_read_buf(cx, core.conn.read_buf())
         })
         .await;
         let n = match read {
@@ -927,7 +925,7 @@ fn reader_eof(worker: &Worker) -> ReaderEnd {
 /// Writes every pending outgoing frame in one `write` per wake-up: callers only append to the
 /// core's output buffer under the lock and wake this task, so under load hundreds of requests
 /// share one syscall.
-async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<OwnedWriteHalf>) {
+async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
     let mut queue = WriteQueue::default();
     loop {
         {
@@ -943,16 +941,17 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<OwnedWriteHalf>) {
             continue;
         }
         while !queue.is_empty() {
-            if socket_out.writable().await.is_err() {
-                return;
-            }
             let written = queue.with_slices(|slices| socket_out.try_write_vectored(slices));
             match written {
                 Ok(n) => {
                     worker.counters.bytes_out.fetch_add(n as u64, Relaxed);
                     queue.advance(n);
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if socket_out.writable().await.is_err() {
+                        return;
+                    }
+                }
                 Err(_) => return,
             }
         }
