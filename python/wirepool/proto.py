@@ -359,11 +359,11 @@ class Rows(Frame):
 
     def _fixed_slices(self) -> Iterator[memoryview]:
         # All rows the same size: the slices come from C iterators, no bytecode per row.
-        p = self._payload
+        p: memoryview = self._payload  # type: ignore[assignment]
         size = self._row_size
         stride = size + 4
         span = self.count * stride
-        return map(p.__getitem__, map(slice, range(8, 8 + span, stride),  # type: ignore[union-attr]
+        return map(p.__getitem__, map(slice, range(8, 8 + span, stride),  # type: ignore[arg-type]
                                       range(8 + size, 8 + size + span, stride)))
 
     @property

@@ -672,12 +672,13 @@ class _Runtime(asyncio.BufferedProtocol):
             for item in iterator:
                 if ctx._cancel_code is not None:
                     break
+                row: bytes
                 if type(item) is bytes and raw:
                     row = item
                 else:
-                    row = encode(item)
-                    if type(row) is not bytes:
-                        row = bytes(row)  # the generator may reuse its buffer
+                    encoded = encode(item)
+                    # a bytearray or memoryview is copied: the generator may reuse its buffer
+                    row = encoded if type(encoded) is bytes else bytes(encoded)
                 n = len(row)
                 if n > max_row:
                     raise _RowTooLarge(f"a row of {n} bytes does not fit in one frame "
