@@ -7,9 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::UnixStream;
 use tokio::sync::Notify;
 use wirepool_codec::Codec;
 use wirepool_proto::{ErrorCode, Event, Hello, MethodInfo, MethodKind, ProtocolError, Welcome};
@@ -17,6 +14,7 @@ use wirepool_proto::{ErrorCode, Event, Hello, MethodInfo, MethodKind, ProtocolEr
 use crate::core::{send_error, CancelReason, RequestShared, Shared, Terminal};
 use crate::error::HandlerError;
 use crate::outbox::WriteQueue;
+use crate::socket::Socket;
 use crate::pool::{Pool, Task};
 use crate::sink::StreamShared;
 use crate::worker::{Handler, Method, Worker};
@@ -87,9 +85,7 @@ fn protocol_io_error(e: ProtocolError) -> io::Error {
 }
 
 pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<()> {
-    socket.set_nonblocking(true)?;
-    let socket = UnixStream::from_std(socket)?;
-    let (mut rd, wr) = socket.into_split();
+    let socket = Arc::new(Socket::new(socket.into())?);
     let hello = hello_for(&worker);
     let shared = Shared::new();
     {
@@ -97,7 +93,7 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
         let core = &mut *guard;
         core.conn.send_hello(&hello, core.out.tail()).map_err(protocol_io_error)?;
     }
-    let writer = tokio::spawn(write_loop(Arc::clone(&shared), wr));
+    let writer = tokio::spawn(write_loop(Arc::clone(&shared), Arc::clone(&socket)));
     let mut driver = Driver {
         pool: Pool::new(worker.max_concurrency as usize),
         methods: worker.methods.into_iter().map(Arc::new).collect(),
@@ -109,7 +105,7 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
         goodbye: Arc::new(Notify::new()),
         tasks: Vec::new(),
     };
-    let outcome = driver.read_loop(&mut rd).await;
+    let outcome = driver.read_loop(&socket).await;
     match &outcome {
         Ok(Exit::Goodbye) => {
             // GOODBYE is queued and the outbox closed: the writer ends once it is written.
@@ -161,7 +157,7 @@ struct Driver {
 }
 
 impl Driver {
-    async fn read_loop(&mut self, rd: &mut OwnedReadHalf) -> io::Result<Exit> {
+    async fn read_loop(&mut self, socket: &Socket) -> io::Result<Exit> {
         let mut events = Vec::new();
         let mut spare = bytes::BytesMut::with_capacity(64 * 1024);
         loop {
@@ -183,7 +179,7 @@ impl Driver {
             // returning allocate nothing.
             let mut buf = std::mem::replace(self.shared.lock().conn.read_buf(), std::mem::take(&mut spare));
             let read = tokio::select! {
-                read = rd.read_buf(&mut buf) => read,
+                read = std::future::poll_fn(|cx| socket.poll_read_buf(cx, &mut buf)) => read,
                 _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
             };
             let eof = {
@@ -413,7 +409,7 @@ async fn wait_until(shared: &Shared, until: tokio::time::Instant, done: impl Fn(
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, mut wr: OwnedWriteHalf) -> io::Result<()> {
+async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> {
     let mut queue = WriteQueue::default();
     loop {
         let closed = {
@@ -423,7 +419,7 @@ async fn write_loop(shared: Arc<Shared>, mut wr: OwnedWriteHalf) -> io::Result<(
         };
         if queue.is_empty() {
             if closed {
-                let _ = wr.shutdown().await;
+                let _ = socket.shutdown_write();
                 return Ok(());
             }
             shared.out_drained.notify_waiters();
@@ -431,10 +427,13 @@ async fn write_loop(shared: Arc<Shared>, mut wr: OwnedWriteHalf) -> io::Result<(
             continue;
         }
         while !queue.is_empty() {
-            let written = {
-                let mut slices = Vec::new();
-                queue.slices(&mut slices);
-                wr.write_vectored(&slices).await?
+            let written = match queue.with_slices(|slices| socket.try_write_vectored(slices)) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    socket.writable().await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             if written == 0 {
                 return Err(io::ErrorKind::WriteZero.into());

@@ -58,6 +58,7 @@ mod core;
 mod driver;
 mod error;
 mod outbox;
+mod socket;
 mod pool;
 mod sink;
 mod worker;

@@ -77,10 +77,15 @@ impl WriteQueue {
         self.chunks.is_empty()
     }
 
-    /// Up to [`MAX_IOV`] slices, in order.
-    pub(crate) fn slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
-        out.clear();
-        out.extend(self.chunks.iter().take(MAX_IOV).map(|c| IoSlice::new(c)));
+    /// Calls `write` with up to [`MAX_IOV`] slices, in order (an array on the stack).
+    pub(crate) fn with_slices<R>(&self, write: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
+        let mut slices = [IoSlice::new(&[]); MAX_IOV];
+        let mut n = 0;
+        for (slot, chunk) in slices.iter_mut().zip(&self.chunks) {
+            *slot = IoSlice::new(chunk);
+            n += 1;
+        }
+        write(&slices[..n])
     }
 
     /// Drop `n` written bytes from the front.
