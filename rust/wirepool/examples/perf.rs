@@ -72,7 +72,10 @@ fn p50(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let current = !std::env::args().any(|a| a == "multi");
-    let threads: usize = std::env::var("PERF_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let threads: usize = std::env::var("PERF_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     let rt = if current {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

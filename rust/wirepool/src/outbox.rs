@@ -226,14 +226,24 @@ mod tests {
     fn large_body_is_queued_by_reference_and_encodes_the_same_bytes() {
         let body = Bytes::from((0..200_000u32).map(|i| i as u8).collect::<Vec<_>>());
         let mut expected = Vec::new();
-        let head = MessageHead::Request { method: 1, codec: 3, timeout_us: 9 };
+        let head = MessageHead::Request {
+            method: 1,
+            codec: 3,
+            timeout_us: 9,
+        };
         encode_message(&mut expected, 4, head, &body, 65_536).unwrap();
 
         let mut out = Outbox::default();
         encode_message(&mut out.message_writer(&body), 4, head, &body, 65_536).unwrap();
-        assert!(out.chunks.iter().any(|c| c.as_ptr() >= body.as_ptr()
-            && c.as_ptr() < body.as_ptr().wrapping_add(body.len())));
-        assert!(out.tail.len() < COPY_LIMIT, "the body was copied into the tail");
+        assert!(out
+            .chunks
+            .iter()
+            .any(|c| c.as_ptr() >= body.as_ptr()
+                && c.as_ptr() < body.as_ptr().wrapping_add(body.len())));
+        assert!(
+            out.tail.len() < COPY_LIMIT,
+            "the body was copied into the tail"
+        );
         let wire = drain(&mut out);
         assert_eq!(wire, expected);
         let frame = decode_frame(&wire[..16 + 65_536], 65_536).unwrap();

@@ -173,7 +173,9 @@ mod tests {
             let mut got = 0;
             while got < sent + 1 {
                 buf.clear();
-                got += std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf)).await.unwrap();
+                got += std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf))
+                    .await
+                    .unwrap();
             }
             got
         };
@@ -187,7 +189,9 @@ mod tests {
         assert_eq!(bounded.await.unwrap(), sent + 1);
         drop(a);
         let mut buf = BytesMut::new();
-        let eof = std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf)).await.unwrap();
+        let eof = std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf))
+            .await
+            .unwrap();
         assert_eq!(eof, 0);
     }
 }

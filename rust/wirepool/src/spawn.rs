@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use tokio::io::AsyncReadExt;
 use crate::socket::Socket;
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use crate::error::Error;

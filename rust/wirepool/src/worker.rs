@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use crate::socket::Socket;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use wirepool_codec::Codec;
@@ -300,28 +300,24 @@ impl Worker {
                 return Err(NotSent::WorkerGone(e));
             }
             let c = &mut *core;
-            let id =
-                match c
-                    .conn
-                    .send_request(
-                        wire.index,
-                        codec.id(),
-                        timeout_us,
-                        &body,
-                        &mut c.out.message_writer(&body),
-                    )
-                {
-                    Ok(id) => id,
-                    Err(e) => {
-                        drop(core);
-                        self.release_slot();
-                        return Err(if e.code == ErrorCode::Draining {
-                            NotSent::WorkerGone(refusal(e, self.id))
-                        } else {
-                            NotSent::Final(refusal(e, self.id))
-                        });
-                    }
-                };
+            let id = match c.conn.send_request(
+                wire.index,
+                codec.id(),
+                timeout_us,
+                &body,
+                &mut c.out.message_writer(&body),
+            ) {
+                Ok(id) => id,
+                Err(e) => {
+                    drop(core);
+                    self.release_slot();
+                    return Err(if e.code == ErrorCode::Draining {
+                        NotSent::WorkerGone(refusal(e, self.id))
+                    } else {
+                        NotSent::Final(refusal(e, self.id))
+                    });
+                }
+            };
             let deadline = timeout.map(|t| (now + t + self.pool.cfg.deadline_grace, t));
             core.routes.insert(
                 id,
