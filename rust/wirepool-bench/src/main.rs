@@ -243,7 +243,9 @@ async fn run_rows(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     let pool = start_pool(lang, 1, 4).await?;
     let req = RowsReq { shape: shape.clone(), n };
     let mut rates = Vec::new();
-    for _ in 0..repeats {
+    // Profiling aid: WIREPOOL_BENCH_ONLY_RAW=1 skips the JSON rows (so a profile shows raw rows).
+    let json_repeats = if std::env::var_os("WIREPOOL_BENCH_ONLY_RAW").is_some() { 0 } else { repeats };
+    for _ in 0..json_repeats {
         let t = Instant::now();
         let got = if shape == "large_rows" {
             read_rows::<LargeRow>(&pool, &req, every, pause, |r| {
