@@ -296,8 +296,9 @@ def test_rows_of_one_size_take_the_fast_path_and_are_still_checked(size: int, co
     payload = struct.pack("<I", count) + b"".join(struct.pack("<I", size) + r for r in rows)
     f = proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(payload))
     assert [bytes(r) for r in f.rows] == rows
-    assert [bytes(r) for r in proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(payload))
-            .decode(bytes)] == rows
+    for copy_rows in (False, True):
+        f = proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(payload))
+        assert f.decode(bytes, copy_rows) == rows
     if count < 2:
         return
     # One length field changed (total unchanged or not): never accepted as one-size rows.

@@ -688,6 +688,7 @@ class Stream:
         self._req: _Request | None = None
         self._rows: Iterator[Any] = iter(())
         self._decode: Callable[[Any], Any] | None = None
+        self._copy_rows = False  # raw rows stay memoryview slices; decoded rows may be copies
         self.summary: Any = None
         self.row_count = 0
         self._done = False
@@ -699,6 +700,7 @@ class Stream:
         if self._req is None:
             self._req = await self._factory()
             self._decode = self._req.codec.decode
+            self._copy_rows = self._req.codec.id != proto.Codec.RAW
         return self._req
 
     async def __anext__(self) -> Any:
@@ -708,7 +710,7 @@ class Stream:
             batch = await self.next_batch()
             if batch is None:
                 raise StopAsyncIteration
-            self._rows = iter(batch.decode(self._decode))  # type: ignore[arg-type]
+            self._rows = iter(batch.decode(self._decode, self._copy_rows))  # type: ignore[arg-type]
             for row in self._rows:
                 return row
 
@@ -719,7 +721,7 @@ class Stream:
             batch = await self.next_batch()
             if batch is None:
                 return
-            yield batch.decode(self._decode)  # type: ignore[arg-type]
+            yield batch.decode(self._decode, self._copy_rows)  # type: ignore[arg-type]
 
     async def next_batch(self) -> proto.Rows | None:
         """The next ROWS frame (undecoded rows), or None at the end. Raises the request's error."""
@@ -1263,7 +1265,7 @@ class SyncStream:
             self._finished = True
             return False
         # Decode the whole frame here, in the caller's thread, in one tight loop.
-        self._rows = iter(batch.decode(self._stream._decode))  # type: ignore[arg-type]
+        self._rows = iter(batch.decode(self._stream._decode, self._stream._copy_rows))  # type: ignore[arg-type]
         return True
 
     @property
