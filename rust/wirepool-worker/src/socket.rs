@@ -40,9 +40,17 @@ impl Socket {
         if buf.capacity() == buf.len() {
             buf.reserve(MIN_READ);
         }
+        let room = buf.capacity() - buf.len();
         loop {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             match guard.try_io(|fd| recv_into(fd.get_ref(), buf)) {
+                Ok(Ok(n)) if n > 0 && n < room => {
+                    // A short read emptied the socket: forget the readiness now instead of
+                    // learning it from an EAGAIN read next time (one syscall per message).
+                    // Readiness that arrived meanwhile is kept (tokio compares event ticks).
+                    guard.clear_ready();
+                    return Poll::Ready(Ok(n));
+                }
                 Ok(result) => return Poll::Ready(result),
                 Err(_would_block) => continue,
             }
