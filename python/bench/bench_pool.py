@@ -100,18 +100,22 @@ def unary(k: float, r: int) -> None:
         async def gather(apool: wirepool.AsyncPool) -> None:
             await asyncio.gather(*(apool.call("echo_inline", SMALL) for _ in range(n)))
 
-        async def async_rates() -> list[float]:
+        async def amap(apool: wirepool.AsyncPool) -> None:
+            assert len([x async for x in apool.map("echo_inline", [SMALL] * n)]) == n
+
+        async def async_rates(how: Callable) -> list[float]:
             async with wirepool.AsyncPool(WORKER, workers=workers) as apool:
-                await gather(apool)
+                await how(apool)
                 out = []
                 for _ in range(r):
                     t0 = time.perf_counter()
-                    await gather(apool)
+                    await how(apool)
                     out.append(n / (time.perf_counter() - t0))
                 return out
-        ours_async = asyncio.run(async_rates())
-        report(f"{head}: AsyncPool.call x gather, inline", "calls/s", ours_async,
-               [apply_async() for _ in range(r)], "mp.Pool.apply_async loop")
+        for how, label in ((amap, "AsyncPool.map"), (gather, "AsyncPool.call x gather")):
+            ours_async = asyncio.run(async_rates(how))
+            report(f"{head}: {label}, inline", "calls/s", ours_async,
+                   [apply_async() for _ in range(r)], "mp.Pool.apply_async loop")
 
     n = int(3000 * k)
     with wirepool.Pool(WORKER, workers=1) as pool, mp.Pool(1) as mpool:

@@ -485,3 +485,19 @@ def test_map_queues_behind_busy_workers_and_fails_after_close() -> None:
         list(p.map("add", [{"a": 1, "b": 1}]))
     with pytest.raises(wirepool.PoolClosed):
         p.call("add", {"a": 1, "b": 1})
+
+
+def test_async_map_yields_in_order_and_raises_in_place() -> None:
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=2, max_in_flight=4) as p:
+            got = [r async for r in p.map("add_inline", ({"a": i, "b": 2} for i in range(2000)),
+                                           window=5)]
+            assert got == [{"sum": i + 2} for i in range(2000)]
+            seen = []
+            with pytest.raises(wirepool.WorkerError):
+                async for r in p.map("add_inline", [{"a": 1, "b": 1}, {"fail": True},
+                                                    {"a": 2, "b": 2}]):
+                    seen.append(r)
+            assert seen == [{"sum": 2}]
+            assert await p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -1166,6 +1166,46 @@ class AsyncPool:
             self._counters["errors"] += 1
             raise
 
+    async def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
+                  timeout: float | None = None,
+                  window: int | None = None) -> AsyncIterator[Any]:
+        """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
+        workers x max_in_flight); yields results in order, like :meth:`Pool.map`::
+
+            async for result in pool.map("add", ({"a": i, "b": i} for i in range(1000))):
+                ...
+        """
+        limit = max(1, window or self.size * self.max_in_flight)
+        c = self.codec if codec is None else _codecs.get(codec)
+        run = _MapRun(self, method, c, timeout, limit)
+        items = iter(requests)
+        results = run.results
+        fed = yielded = 0
+        exhausted = False
+        try:
+            while True:
+                if not exhausted and fed - yielded < 2 * limit:
+                    chunk = list(itertools.islice(items, limit))
+                    exhausted = len(chunk) < limit
+                    if chunk:
+                        fed += len(chunk)
+                        run.add(chunk)
+                    continue
+                if yielded == fed:
+                    return
+                if not results or results[0].outcome is None:
+                    await run.wait_head_async()
+                ok, value = results.popleft().outcome  # type: ignore[union-attr,misc]
+                yielded += 1
+                if run.stalled and len(results) <= limit:
+                    run.pump()
+                if not ok:
+                    raise value
+                yield value
+        finally:
+            if yielded < fed:
+                run.stop()
+
     def stream(self, method: str, request: Any = None, *, codec: str | None = None,
                timeout: float | None = None, on_event: EventCallback | None = None) -> Stream:
         """Start a streaming method; iterate the returned :class:`Stream` for decoded rows."""
@@ -1304,7 +1344,8 @@ class _Failed:
 
 
 class _MapRun:
-    """The loop side of :meth:`Pool.map`: requests in, results out in order.
+    """The loop side of :meth:`Pool.map` and :meth:`AsyncPool.map`: requests in, results out
+    in order.
 
     ``results`` holds the submitted requests in order; the map thread pops finished ones from
     the front (deque appends and pops are atomic, and ``outcome`` is set once). The loop keeps
@@ -1327,6 +1368,7 @@ class _MapRun:
         self.waiting_slot = False
         self.pump_scheduled = False
         self.notify_scheduled = False
+        self.async_waiter: asyncio.Future[None] | None = None  # AsyncPool.map's reader
         self.cond = threading.Condition(threading.Lock())
         self.reader_waiting = False
 
@@ -1409,8 +1451,25 @@ class _MapRun:
 
     def _notify_now(self) -> None:
         self.notify_scheduled = False
+        waiter = self.async_waiter
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)
+            return
         with self.cond:
             self.cond.notify()
+
+    async def wait_head_async(self) -> None:
+        """AsyncPool.map: wait (on the loop) until the first result is in."""
+        results = self.results
+        while not results or results[0].outcome is None:
+            self.async_waiter = self.pool.loop.create_future()
+            self.reader_waiting = True
+            try:
+                await self.async_waiter
+            finally:
+                self.reader_waiting = False
+                self.async_waiter = None
 
     def stop(self) -> None:
         self.stopped = True
