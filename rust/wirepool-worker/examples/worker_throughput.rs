@@ -66,7 +66,7 @@ fn start(initial_credit: u32) -> (Parent, std::process::Child) {
     drop(theirs);
     let mut p = Parent { sock: ours, decoder: FrameDecoder::new(65_536), hello: Hello::new("x", ""), buf: Vec::new(), next_id: 0 };
     let FrameBody::Hello(hello) = p.next_frame().body else { panic!("no HELLO") };
-    let max_frame_size = std::env::var("MAX_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
+    let max_frame_size = std::env::var("MAX_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE);
     let welcome = Welcome { initial_credit, heartbeat_ms: 0, max_frame_size, ..Welcome::for_hello(&hello, 1).unwrap() };
     let mut out = Vec::new();
     Frame::new(0, FrameBody::Welcome(welcome)).encode(&mut out).unwrap();
