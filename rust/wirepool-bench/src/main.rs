@@ -212,7 +212,11 @@ async fn read_rows<Row: serde::de::DeserializeOwned + 'static>(
         }
         count += 1;
         if every > 0 && count % every == 0 {
-            tokio::time::sleep(pause).await;
+            // A blocking sleep, like the floor's nanosleep: tokio's timer has a 1 ms resolution
+            // and rounds up, so `tokio::time::sleep(1 ms)` pauses 1-2 ms and would charge the
+            // SDK for the timer. Blocking the current-thread runtime also stops the reader, as
+            // a busy consumer would.
+            std::thread::sleep(pause);
         }
     }
     Ok(count)
