@@ -67,7 +67,8 @@ def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
     names = [r.name for r in RUNNERS]
     assert len(names) == len(set(names))
     assert [r.name for r in RUNNERS if r.kind == "floor"] == ["floor_c"]
-    assert {r.name for r in RUNNERS if r.kind == "wirepool"} == {"wirepool_rust",
-                                                                  "wirepool_python"}
+    # One wirepool runner per parent x worker language pair.
+    assert {r.name for r in RUNNERS if r.kind == "wirepool"} == {
+        "wirepool_rust", "wirepool_rust_pyworker", "wirepool_python", "wirepool_python_rsworker"}
     for s in scenarios.build("full"):
         assert set(s.get("only") or []) <= set(names)
