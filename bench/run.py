@@ -250,7 +250,11 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         log(f"bench: no plots ({exc}); matplotlib comes from bench/.venv")
     (out_dir / "report.md").write_text(report.render(doc, plots))
 
-    if args.mode == "full" and not only and not selected and not args.no_history:
+    # The committed history records whole full runs only, so its lines stay comparable; an
+    # explicit --history FILE records any run (e.g. one scenario before and after a change).
+    whole_full_run = args.mode == "full" and not only and not selected
+    explicit_history = Path(args.history).resolve() != HISTORY.resolve()
+    if (whole_full_run or explicit_history) and not args.no_history:
         history.append(Path(args.history), history.history_line(doc))
         log(f"bench: appended ratios to {args.history}")
     bad = [r for r in results if r["status"] in ("error", "timeout")]
