@@ -501,3 +501,13 @@ def test_async_map_yields_in_order_and_raises_in_place() -> None:
             assert seen == [{"sum": 2}]
             assert await p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_error_details_larger_than_a_frame_keep_the_code_and_message() -> None:
+    with pool(max_frame_size=65536) as p:
+        with pytest.raises(wirepool.WorkerError) as e:
+            p.call("fail", {"thing": "x" * 100_000})
+        assert e.value.code == 1042 and e.value.message == "no such thing"
+        assert e.value.details["truncated"] is True
+        assert e.value.details["details_bytes"] > 100_000
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}

@@ -564,6 +564,8 @@ class _Runtime(asyncio.BufferedProtocol):
                 h.cancel()
         if call.ctx._events:  # unlocked peek: the handler has finished adding events
             self._flush_events(call, force=True)
+        if terminal.TYPE == FrameType.ERROR:
+            terminal = _fit_error(terminal, self.conn.max_frame_size)  # type: ignore[arg-type]
         if self.transport is not None and not self.conn.closed:
             try:
                 parts = None
@@ -822,6 +824,20 @@ _REJECT_MESSAGES: dict[int, str] = {
     ErrorCode.DRAINING: "the worker is draining",
     ErrorCode.CANCELLED: "cancelled while the request was being sent",
 }
+
+
+def _fit_error(e: proto.ErrorFrame, max_frame_size: int) -> proto.ErrorFrame:
+    """An ERROR that fits one frame (ERROR cannot be continued): the code stays; details too
+    large are replaced by a note of their size, then the message is cut (on a UTF-8 boundary)."""
+    message = e.message.encode()[:0xFFFF]
+    details = e.details.encode()
+    if 6 + len(message) + len(details) <= max_frame_size:
+        return e
+    note = json.dumps({"truncated": True, "details_bytes": len(details)})
+    room = max_frame_size - 6 - len(note)
+    if len(message) > room:
+        message = message[:room]
+    return proto.ErrorFrame(e.id, e.code, message.decode("utf-8", "ignore"), note)
 
 
 def _cancel_message(code: int | None) -> str:
