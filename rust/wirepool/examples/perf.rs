@@ -66,6 +66,16 @@ fn raw_roundtrips(sock: &mut UnixStream, size: usize, count: usize) -> Vec<Durat
     lat
 }
 
+/// Resident set of this process (VmRSS), KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn p50(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -115,6 +125,35 @@ fn main() {
         println!("unary method {method}, max_frame_size {frame}");
 
         let only = std::env::var("PERF_ONLY").unwrap_or_default();
+        if only == "slow" {
+            // Slow consumer: 1 ms pause every 1,000 rows; the credit window bounds what waits.
+            let start = rss_kib();
+            let mut peak = start;
+            let n = 10_000_000u64;
+            let t = Instant::now();
+            let mut rows = pool.stream::<_, Decl>("decls", &n).await.unwrap();
+            let mut got = 0u64;
+            while let Some(r) = rows.next().await {
+                r.unwrap();
+                got += 1;
+                if got % 1000 == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    if got % 100_000 == 0 {
+                        peak = peak.max(rss_kib());
+                    }
+                }
+            }
+            assert_eq!(got, n);
+            println!(
+                "slow consumer, {n} JSON rows: {:.1} s, parent RSS {} KiB at start, peak {} KiB (+{} KiB; target <= +65536)",
+                t.elapsed().as_secs_f64(),
+                start,
+                peak,
+                peak - start
+            );
+            pool.shutdown().await;
+            return;
+        }
         // One call at a time, alternating blocks of raw and wirepool round trips.
         let body = Bytes::from(vec![1u8; 64]);
         for _ in 0..2000 {
