@@ -20,6 +20,7 @@
 //! | `fail` | unary | json | any -> `HANDLER_ERROR` with details `{"request": <it>}` |
 //! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes there, returns N |
 //! | `progress` | unary | json | `n` -> sends n `progress` events (coalesced), returns n |
+//! | `add_inline` | unary (inline) | json | as `add`, run straight from the read loop; `a == -1` panics |
 //!
 //! Run it from a wirepool parent (it needs `WIREPOOL_FD`); `--max-concurrency N` changes the
 //! limit it declares.
@@ -220,6 +221,11 @@ fn main() -> std::io::Result<()> {
                 ctx.event("progress", &serde_json::json!({ "i": i, "of": n }));
             }
             Ok(n)
+        })
+        .codecs(&[Codec::Json])
+        .unary_inline("add_inline", |req: AddReq, _ctx: &Context| {
+            assert!(req.a != -1, "add_inline was asked to panic");
+            Ok(AddResp { sum: req.a + req.b })
         })
         .codecs(&[Codec::Json])
         .max_concurrency(max_concurrency)

@@ -332,6 +332,7 @@ impl Driver {
                 let run = Arc::clone(run);
                 self.tasks.push(Box::new(move || run(req, body)));
             }
+            Handler::Inline(run) => run(req, body),
             Handler::Async(run) => {
                 // Most calls of a trivial async handler complete on their first poll: run that
                 // poll here and spawn a task only for a handler that really waits. A waker

@@ -26,6 +26,8 @@ pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 pub(crate) enum Handler {
     /// Runs on a handler thread.
     Blocking(Arc<dyn Fn(Arc<RequestShared>, Bytes) + Send + Sync>),
+    /// Runs to completion on the I/O thread, straight from the read loop.
+    Inline(Arc<dyn Fn(Arc<RequestShared>, Bytes) + Send + Sync>),
     /// Runs as a task on the I/O thread.
     Async(Arc<dyn Fn(Arc<RequestShared>, Bytes) -> BoxFuture + Send + Sync>),
 }
@@ -129,24 +131,28 @@ impl Worker {
         Resp: Serialize + Send + 'static,
         F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
     {
-        let run = move |req: Arc<RequestShared>, body: Bytes| {
-            if let Some(e) = req.cancel_error() {
-                // Cancelled or timed out while queued for a thread: do not start it.
-                return end(&req, Terminal::Error(e));
-            }
-            let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
-                let input: Req = decode_request(&req, body)?;
-                let ctx = Context { req: Arc::clone(&req) };
-                let out = handler(input, &ctx)?;
-                req.codec.encode_bytes(out).map_err(encode_failed)
-            }));
-            let terminal = match flatten_panic(outcome) {
-                Ok(body) => Terminal::Result(body),
-                Err(e) => Terminal::Error(e),
-            };
-            end(&req, terminal);
-        };
-        self.add(name, MethodKind::Unary, Handler::Blocking(Arc::new(run)))
+        self.add(name, MethodKind::Unary, Handler::Blocking(Arc::new(sync_unary(handler))))
+    }
+
+    /// Register a unary method whose handler is cheap (microseconds, never blocking): it runs
+    /// on the I/O thread straight from the read loop, with no thread hand-off, task or future.
+    /// The fastest path for small calls; anything slower delays every other request and PONG,
+    /// so use [`unary`](Worker::unary) for real work.
+    ///
+    /// ```no_run
+    /// use wirepool_worker::{Context, Worker};
+    /// Worker::new("demo")
+    ///     .unary_inline("add", |(a, b): (i64, i64), _ctx: &Context| Ok(a + b))
+    ///     .run()
+    ///     .unwrap();
+    /// ```
+    pub fn unary_inline<Req, Resp, F>(self, name: &str, handler: F) -> Worker
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize + Send + 'static,
+        F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
+    {
+        self.add(name, MethodKind::Unary, Handler::Inline(Arc::new(sync_unary(handler))))
     }
 
     /// Register a unary method served by an async function on the I/O thread: for handlers
@@ -375,5 +381,31 @@ impl<F: Future> Future for CatchUnwind<F> {
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
             Err(payload) => Poll::Ready(Err(payload)),
         }
+    }
+}
+
+/// The request runner of a synchronous unary handler: decode, call (panics caught), encode, end.
+fn sync_unary<Req, Resp, F>(handler: F) -> impl Fn(Arc<RequestShared>, Bytes) + Send + Sync + 'static
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
+{
+    move |req: Arc<RequestShared>, body: Bytes| {
+        if let Some(e) = req.cancel_error() {
+            // Cancelled or timed out while queued for a thread: do not start it.
+            return end(&req, Terminal::Error(e));
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
+            let input: Req = decode_request(&req, body)?;
+            let ctx = Context { req: Arc::clone(&req) };
+            let out = handler(input, &ctx)?;
+            req.codec.encode_bytes(out).map_err(encode_failed)
+        }));
+        let terminal = match flatten_panic(outcome) {
+            Ok(body) => Terminal::Result(body),
+            Err(e) => Terminal::Error(e),
+        };
+        end(&req, terminal);
     }
 }

@@ -62,6 +62,24 @@ fn unary_add_decodes_and_encodes_json() {
 }
 
 #[test]
+fn inline_unary_answers_errors_and_panics_per_request() {
+    let mut p = Parent::start();
+    let ids: Vec<u64> =
+        (0..100).map(|i| p.request("add_inline", JSON, 0, &json_body(json!({"a": i, "b": 1})))).collect();
+    for (i, id) in ids.into_iter().enumerate() {
+        let body = result_body(&p.terminal(id));
+        assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"sum": i + 1}));
+    }
+    let id = p.request("add_inline", JSON, 0, b"{not json");
+    assert_eq!(error_code(&p.terminal(id)), ErrorCode::BadRequest.code());
+    let id = p.request("add_inline", JSON, 0, &json_body(json!({"a": -1, "b": 0})));
+    assert_eq!(error_code(&p.terminal(id)), ErrorCode::HandlerPanic.code());
+    let id = p.request("add_inline", JSON, 0, &json_body(json!({"a": 2, "b": 3})));
+    let body = result_body(&p.terminal(id));
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"sum": 5}));
+}
+
+#[test]
 fn bad_request_body_is_bad_request_and_worker_carries_on() {
     let mut p = Parent::start();
     let id = p.request("add", JSON, 0, b"{not json");

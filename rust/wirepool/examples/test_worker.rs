@@ -117,6 +117,8 @@ fn main() -> std::io::Result<()> {
         .unary("echo_raw", |b: Bytes, _: &Context| Ok(b))
         .codecs(&[Codec::Raw])
         // Served on the worker's I/O thread: no handler-thread hop (the latency benchmarks).
+        .unary_inline("echo_raw_inline", |b: Bytes, _: &Context| Ok(b))
+        .codecs(&[Codec::Raw])
         .unary_async(
             "echo_raw_async",
             |b: Bytes, _: Context| async move { Ok(b) },
