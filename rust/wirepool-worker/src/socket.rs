@@ -122,6 +122,19 @@ impl Socket {
     }
 }
 
+/// Polls `fd` for input without sleeping for up to `budget` (see the worker's park hook).
+pub(crate) fn spin_until_readable(fd: std::os::fd::RawFd, budget: std::time::Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, zero timeout.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 || start.elapsed() >= budget {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: the `AsyncFd` owns the `OwnedFd`, which keeps the descriptor open and the same
     // until the `AsyncFd` is dropped.

@@ -305,10 +305,20 @@ impl Worker {
 
     /// Serve the parent on an already connected socket (tests, or a custom launcher).
     pub fn serve(self, socket: std::os::unix::net::UnixStream) -> io::Result<()> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        use std::os::fd::AsRawFd;
+        let fd = socket.as_raw_fd();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_park(move || crate::socket::spin_until_readable(fd, SPIN_BEFORE_PARK))
+            .build()?;
         runtime.block_on(crate::driver::serve(self, socket))
     }
 }
+
+/// How long the I/O thread watches the socket before it sleeps. A parent making one call at a
+/// time answers within microseconds; catching its next request while still awake saves the
+/// wake-up of a sleeping (virtual) CPU, measured at several microseconds per call.
+const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(30);
 
 fn decode_request<Req: DeserializeOwned + 'static>(req: &RequestShared, body: Bytes) -> Result<Req, HandlerError> {
     req.codec

@@ -65,7 +65,7 @@ fn unary_add_decodes_and_encodes_json() {
 fn inline_unary_answers_errors_and_panics_per_request() {
     let mut p = Parent::start();
     let ids: Vec<u64> =
-        (0..100).map(|i| p.request("add_inline", JSON, 0, &json_body(json!({"a": i, "b": 1})))).collect();
+        (0..50).map(|i| p.request("add_inline", JSON, 0, &json_body(json!({"a": i, "b": 1})))).collect();
     for (i, id) in ids.into_iter().enumerate() {
         let body = result_body(&p.terminal(id));
         assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"sum": i + 1}));
