@@ -83,17 +83,24 @@ fn children_peak_kib(pool: &Pool) -> Option<u64> {
     pool.worker_pids().into_iter().filter_map(peak_rss_kib).max()
 }
 
+/// What an echo window sends: the method, its body, how many calls stay outstanding, and the
+/// reply size each call must get.
+struct EchoLoad {
+    method: &'static str,
+    body: Bytes,
+    inflight: usize,
+    expect: usize,
+}
+
 /// One timed window of echo/oneway calls with `inflight` outstanding; (calls, seconds, latencies).
 async fn echo_window(
     pool: &Pool,
-    method: &'static str,
-    body: &Bytes,
-    inflight: usize,
+    load: &EchoLoad,
     window: Duration,
     min_calls: u64,
     latency: bool,
-    expect: usize,
 ) -> wirepool::Result<(u64, f64, Vec<u64>)> {
+    let EchoLoad { method, ref body, inflight, expect } = *load;
     let start = Instant::now();
     let deadline = start + window;
     if inflight == 1 {
@@ -160,12 +167,12 @@ async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     let method = if kind == "oneway" { "oneway" } else { "echo" };
     let latency = kind == "echo" && inflight == 1;
     let pool = start_pool(lang, 1, inflight.max(1) as u32).await?;
-    let body = Bytes::from(payload_bytes(payload));
-    echo_window(&pool, method, &body, inflight, warmup, 1, false, payload).await?;
+    let load = EchoLoad { method, body: Bytes::from(payload_bytes(payload)), inflight, expect: payload };
+    echo_window(&pool, &load, warmup, 1, false).await?;
     let (mut rates, mut mbs, mut p50s, mut p99s) = (vec![], vec![], vec![], vec![]);
     for _ in 0..repeats {
         let (calls, secs, mut lat) =
-            echo_window(&pool, method, &body, inflight, window, min_calls, latency, payload).await?;
+            echo_window(&pool, &load, window, min_calls, latency).await?;
         rates.push(calls as f64 / secs);
         let dirs = if kind == "echo_large" { 2.0 } else { 1.0 };
         mbs.push(calls as f64 * payload as f64 * dirs / secs / 1e6);
@@ -331,7 +338,7 @@ async fn run_pool(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
 }
 
 fn load_scenario() -> Value {
-    let last = std::env::args().skip(1).filter(|a| !a.starts_with("--") && a != "rust" && a != "python").last();
+    let last = std::env::args().skip(1).rfind(|a| !a.starts_with("--") && a != "rust" && a != "python");
     let text = match last {
         Some(a) if a.trim_start().starts_with('{') => a,
         _ => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),
