@@ -28,6 +28,11 @@ def wait_until(condition, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def in_flight(p: wirepool.Pool) -> int:
+    """Requests the pool has sent and not yet seen end, over all workers."""
+    return sum(w["in_flight"] for w in p.metrics()["workers"])
+
+
 def pool(workers: int = 1, **kw) -> wirepool.Pool:
     return wirepool.Pool([sys.executable, BASIC], workers=workers, **kw)
 
@@ -206,7 +211,7 @@ def test_hung_worker_detected_by_heartbeat_and_replaced() -> None:
     with pool(heartbeat_ms=100) as p:
         (victim,) = p.pids
         fut = p.submit("sleep", {"seconds": 30})
-        time.sleep(0.1)  # the request is in flight before the worker freezes
+        wait_until(lambda: in_flight(p) == 1)  # in flight before the worker freezes
         os.kill(victim, signal.SIGSTOP)
         try:
             with pytest.raises(wirepool.WorkerHung):
@@ -264,7 +269,7 @@ def test_recycle_by_request_count_fails_nothing() -> None:
 def test_shutdown_with_work_in_flight_lets_it_finish() -> None:
     p = pool(workers=2)
     futs = [p.submit("sleep", {"seconds": 0.3}) for _ in range(4)]
-    time.sleep(0.05)
+    wait_until(lambda: in_flight(p) == 4)
     p.close(grace=10)
     assert [f.result(timeout=1) for f in futs] == [{"slept": 0.3}] * 4
 
@@ -272,7 +277,7 @@ def test_shutdown_with_work_in_flight_lets_it_finish() -> None:
 def test_shutdown_now_cancels_work_in_flight() -> None:
     p = pool()
     futs = [p.submit("sleep", {"seconds": 30}) for _ in range(2)]
-    time.sleep(0.1)
+    wait_until(lambda: in_flight(p) == 2)
     p.close(grace=0)
     for f in futs:
         with pytest.raises((wirepool.Cancelled, wirepool.WorkerExited)):
