@@ -195,17 +195,7 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
     git = git_info()  # at the start: other people may commit while the benchmark runs
     runners = resolve_runners(selected, venv_failure)
 
-    results: list[dict[str, Any]] = []
-    jobs = []
-    for sc in catalogue:
-        for r in runners:
-            if sc.get("only") and r["name"] not in sc["only"]:
-                continue
-            if not r["available"]:
-                results.append({"runner": r["name"], "scenario": sc["id"],
-                                "status": "not_available", "reason": r["reason"]})
-            else:
-                jobs.append((sc, r))
+    results, jobs = execute.plan(catalogue, runners)
 
     progress = Progress(len(jobs))
     try:

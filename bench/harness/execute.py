@@ -89,6 +89,31 @@ def prepare(argv: list[str], timeout_s: float = 900.0) -> str | None:
     return None
 
 
+def plan(catalogue: list[dict[str, Any]], runners: list[dict[str, Any]]
+         ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """(results known without running, (scenario, runner) jobs to run).
+
+    A scenario's `only` drops other runners entirely (floor-only references); its
+    `runner_kinds` keeps the others as `not_applicable` results with the scenario's reason
+    (baselines on a codec they do not have), so the report shows "n/a", never a silent gap.
+    """
+    results: list[dict[str, Any]] = []
+    jobs = []
+    for sc in catalogue:
+        for r in runners:
+            if sc.get("only") and r["name"] not in sc["only"]:
+                continue
+            if sc.get("runner_kinds") and r["kind"] not in sc["runner_kinds"]:
+                results.append({"runner": r["name"], "scenario": sc["id"],
+                                "status": "not_applicable", "reason": sc["not_applicable"]})
+            elif not r["available"]:
+                results.append({"runner": r["name"], "scenario": sc["id"],
+                                "status": "not_available", "reason": r["reason"]})
+            else:
+                jobs.append((sc, r))
+    return results, jobs
+
+
 def run_scenario(argv: list[str], scenario: dict[str, Any]) -> dict[str, Any]:
     """One runner on one scenario. Always returns a result with a status, never raises."""
     limit = float(scenario.get("time_limit_s", 60))

@@ -11,8 +11,9 @@ STYLE = {"floor": dict(color="black", linewidth=2.5), "wirepool": dict(linewidth
 def _series(results: dict[str, Any], workload: str, figure: str, id_prefix: str = ""
             ) -> dict[str, list[tuple[float, float, float, float]]]:
     """runner -> [(x, min, median, max)] for one figure of one workload."""
+    # One line per runner: the JSON rows (the codec scenarios would stack points on one x).
     scen = {s["id"]: s for s in results["scenarios"] if s["workload"] == workload
-            and s["id"].startswith(id_prefix)}
+            and s["id"].startswith(id_prefix) and s.get("codec", "json") == "json"}
     out: dict[str, list[tuple[float, float, float, float]]] = {}
     for res in results["results"]:
         if res.get("status") != "ok" or res["scenario"] not in scen:

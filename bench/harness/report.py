@@ -10,7 +10,16 @@ from .scenarios import WORKLOAD_TITLES
 NOISY_SPREAD = 0.5
 
 STATUS_CELL = {"unsupported": "unsupported", "timeout": "TIMEOUT", "error": "ERROR",
-               "not_available": "not available"}
+               "not_available": "not available", "not_applicable": "n/a"}
+
+
+CODEC_NOTE = (
+    "Codecs: the `wirepool codec` column is the codec the wirepool runners used (rows decoded "
+    "into typed structs in Rust, dicts in Python; `raw` rows are the JSON text handed over as "
+    "bytes, not decoded). Every baseline uses its own codec whatever the column says: floor_c "
+    "JSON bytes it never parses, jsonl_* and node_fork_json JSON, node_fork_advanced V8 "
+    "serialization, mp_* and process_pool_executor pickle, procwire msgpack; on the other "
+    "codecs they show `n/a`.")
 
 
 def fmt(v: float | None) -> str:
@@ -46,18 +55,24 @@ def _status_index(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
 
 def _workload_table(results: dict[str, Any], workload: str, runners: list[dict[str, Any]]
                     ) -> list[str]:
-    scen_ids = [s["id"] for s in results["scenarios"] if s["workload"] == workload]
+    scens = {s["id"]: s for s in results["scenarios"] if s["workload"] == workload}
+    scen_ids = list(scens)
     if not scen_ids:
         return []
     idx = _status_index(results)
     rows = [c for c in results["comparisons"] if c["scenario"] in scen_ids]
     names = [r["name"] for r in runners]
-    head = ["scenario", "figure"] + names + ["best incumbent"]
+    # Which codec the wirepool runners used; the baselines always use their own (CODEC_NOTE).
+    codec_col = any("codec" in s for s in scens.values())
+    head = ["scenario", "figure"] + (["wirepool codec"] if codec_col else []) + names + [
+        "best incumbent"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     covered = set()
     for c in rows:
         covered.add(c["scenario"])
         cells = [c["scenario"], f"{c['figure']} ({c['unit']})"]
+        if codec_col:
+            cells.append(scens[c["scenario"]].get("codec", "-"))
         for name in names:
             fig = c["runners"].get(name)
             if fig is not None:
@@ -79,7 +94,7 @@ def _workload_table(results: dict[str, Any], workload: str, runners: list[dict[s
     for sid in scen_ids:
         if sid in covered:
             continue
-        cells = [sid, "-"]
+        cells = [sid, "-"] + ([scens[sid].get("codec", "-")] if codec_col else [])
         for name in names:
             res = idx.get((name, sid))
             cells.append(STATUS_CELL.get(res["status"], res["status"]) if res else "-")
@@ -180,7 +195,10 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
     for wl in ("W1", "W2", "W3", "W4", "W5"):
         table = _workload_table(results, wl, runners)
         if table:
-            lines += ["", f"## {WORKLOAD_TITLES[wl]}", ""] + table
+            lines += ["", f"## {WORKLOAD_TITLES[wl]}", ""]
+            if wl == "W4":
+                lines += [CODEC_NOTE, ""]
+            lines += table
     mem = _memory_table(results, runners)
     if mem:
         lines += ["", f"## {WORKLOAD_TITLES['W6']}", "",

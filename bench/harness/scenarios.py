@@ -23,6 +23,13 @@ WORKLOAD_TITLES = {
 }
 
 
+# Codecs of the W4 small-rows scenarios, JSON first (every runner's rows scenarios use JSON or
+# the runner's own codec). raw: the row's JSON text as bytes, handed over undecoded.
+CODECS = ("json", "msgpack", "cbor", "raw")
+NOT_APPLICABLE = ("a baseline has one codec of its own (pickle, V8 or JSON), measured on the "
+                  "scenario without a codec suffix")
+
+
 def size_label(n: int) -> str:
     if n >= MIB and n % MIB == 0:
         return f"{n // MIB}MiB"
@@ -83,7 +90,16 @@ def build(mode: str) -> list[dict[str, Any]]:
     for shape, counts in (("small_rows", small), ("large_rows", large)):
         for n in counts:
             add(id=f"W4.{shape}.{count_label(n)}", workload="W4", kind="rows", shape=shape,
-                n=n, x=n)
+                n=n, codec="json", x=n)
+    # The codec dimension: the same small rows in the wirepool runners' other codecs (quick mode:
+    # the largest size only, to stay within its time budget). The baselines each have one codec
+    # of their own (pickle, V8, JSON), so they show "n/a" here; the floor moves bytes whatever
+    # the codec and stays as the reference.
+    for n in small if full else small[-1:]:
+        for codec in CODECS[1:]:
+            add(id=f"W4.small_rows.{count_label(n)}.{codec}", workload="W4", kind="rows",
+                shape="small_rows", n=n, codec=codec, runner_kinds=["floor", "wirepool"],
+                not_applicable=NOT_APPLICABLE, x=n)
 
     target = 0.5 if full else 0.08
     for task_us in (50, 1000, 10000) if full else (50, 1000):
@@ -96,8 +112,8 @@ def build(mode: str) -> list[dict[str, Any]]:
 
     n_slow = 16384 if full else 4096
     add(id=f"W6.slow_consumer.large_rows.{count_label(n_slow)}", workload="W6",
-        kind="slow_rows", shape="large_rows", n=n_slow, every=n_slow // 256, pause_ms=1.0,
-        repeats=1 if not full else 3, x=n_slow)
+        kind="slow_rows", shape="large_rows", n=n_slow, codec="json", every=n_slow // 256,
+        pause_ms=1.0, repeats=1 if not full else 3, x=n_slow)
     return out
 
 

@@ -8,13 +8,15 @@ serve the same methods. The SDK is used the fast way a user would: ``AsyncPool``
 loop in the calling thread (no thread hand-off between caller and pool), 16 MiB frames (the
 largest the protocol allows, offered by both worker SDKs: 1 MiB payloads travel in one frame),
 the raw codec for payloads, ``inflight`` tasks each keeping one call outstanding for pipelined
-echo, ``stream.batches()`` (a ROWS frame of rows decoded with orjson in one loop) for rows, and a
-pool of ``workers`` with two tasks in flight each for W5.
+echo, ``stream.batches()`` (a ROWS frame of rows decoded in one loop, with the scenario's codec:
+orjson, ormsgpack or cbor2 into dicts; raw rows stay memoryview slices) for rows, and a pool of
+``workers`` with two tasks in flight each for W5.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import sys
 import time
@@ -113,7 +115,8 @@ async def read_rows(pool, sc: dict) -> int:
     every = sc.get("every", 0)
     pause = sc.get("pause_ms", 0) / 1000.0
     count = 0
-    stream = pool.stream("rows", {"shape": sc["shape"], "n": sc["n"]})
+    stream = pool.stream("rows", {"shape": sc["shape"], "n": sc["n"]},
+                         codec=sc.get("codec", "json"))
     async for batch in stream.batches():
         if batch[0]["i"] != count:
             raise RuntimeError(f"row {count} carried index {batch[0]['i']}")
@@ -135,31 +138,30 @@ async def read_raw_rows(pool, n: int) -> int:
     return count
 
 
+# The library each codec of python/wirepool/codecs.py decodes with (it prefers the fast ones).
+ROW_DECODERS = {"json": "orjson" if importlib.util.find_spec("orjson") else "json",
+                "msgpack": "ormsgpack" if importlib.util.find_spec("ormsgpack") else "msgpack",
+                "cbor": "cbor2"}
+
+
 async def run_rows(sc: dict) -> tuple[list[dict], int | None, str]:
-    n = sc["n"]
-    rates, raw = [], []
+    n, codec = sc["n"], sc.get("codec", "json")
+    rates = []
     async with make_pool(1, 4) as pool:
         for _ in range(sc["repeats"]):
             start = time.perf_counter()
-            got = await read_rows(pool, sc)
+            got = await (read_raw_rows(pool, n) if codec == "raw" else read_rows(pool, sc))
             if got != n:
                 raise RuntimeError(f"got {got} rows, expected {n}")
             rates.append(n / (time.perf_counter() - start))
-        extra = sc["shape"] == "small_rows" and sc["kind"] == "rows"
-        if extra:
-            for _ in range(sc["repeats"]):
-                start = time.perf_counter()
-                got = await read_raw_rows(pool, n)
-                if got != n:
-                    raise RuntimeError(f"got {got} raw rows, expected {n}")
-                raw.append(n / (time.perf_counter() - start))
         children = children_peak_kib(pool)
-    figs = [figure("rows_per_s", "rows/s", rates)]
-    notes = "stream().batches(): JSON rows decoded into dicts a ROWS frame at a time (orjson)"
-    if raw:
-        figs.append(figure("raw_rows_per_s", "rows/s", raw))
-        notes += "; raw_rows_per_s: the same row text with the raw codec (memoryview slices)"
-    return figs, children, notes
+    if codec == "raw":
+        notes = ("stream(codec='raw').batches(): the small row's JSON text as bytes, memoryview "
+                 "slices a ROWS frame at a time, not decoded")
+    else:
+        notes = (f"stream(codec={codec!r}).batches(): rows decoded into dicts a ROWS frame at a "
+                 f"time ({ROW_DECODERS[codec]})")
+    return [figure("rows_per_s", "rows/s", rates)], children, notes
 
 
 async def run_pool(sc: dict) -> tuple[list[dict], int | None, str]:
@@ -195,6 +197,11 @@ def main() -> None:
         return
     if WORKER_LANG == "rust" and not os.access(RUST_WORKER, os.X_OK):
         unsupported(RUNNER, sc, f"{RUST_WORKER} not built (bench/runners/wirepool_rust.sh --prepare)")
+        return
+    codec = sc.get("codec", "json")
+    if kind in ("rows", "slow_rows") and codec not in ("raw", *wirepool.codecs.available()):
+        unsupported(RUNNER, sc, f"codec {codec!r}: its library is not installed in "
+                                f"{sys.executable} (bench/requirements.txt)")
         return
     if kind in ("echo", "oneway", "echo_large"):
         coro = run_echo(sc)

@@ -1,7 +1,8 @@
 """The Python worker of the wirepool benchmark runners (python/wirepool's worker SDK).
 
 Same methods as the Rust bench worker (rust/wirepool-bench/src/bin/wirepool-bench-worker.rs):
-``echo`` and ``oneway`` (raw), ``rows`` (JSON: ``{"shape", "n"}`` -> the rows of bench/README.md),
+``echo`` and ``oneway`` (raw), ``rows`` (json, msgpack or cbor, whichever this interpreter has:
+``{"shape", "n"}`` -> the rows of bench/README.md, in the request's codec),
 ``raw_rows`` (raw: ``b"N"`` -> the small rows' JSON text as bytes) and ``spin`` (JSON: burn ``us``
 of thread CPU time). ``echo``, ``oneway`` and ``spin`` run inline on the I/O loop: a worker
 serves one task at a time (like every baseline's child) with no thread hand-off.
@@ -28,7 +29,12 @@ def oneway(body: memoryview) -> bytes:
     return len(body).to_bytes(8, "little")
 
 
-@wirepool.stream(codecs=["json"])
+# Only the codecs whose library is installed: a missing one is then refused by the parent
+# with a typed error naming it, instead of failing the worker's start.
+ROW_CODECS = [c for c in ("json", "msgpack", "cbor") if c in wirepool.codecs.available()]
+
+
+@wirepool.stream(codecs=ROW_CODECS)
 def rows(req: dict):
     n = req["n"]
     if req["shape"] == "large_rows":

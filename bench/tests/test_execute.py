@@ -131,3 +131,60 @@ def test_discovery_maps_extensions_to_interpreters_and_prepare_reports_failure(t
     assert failure is not None and "exited 101" in failure and "no such crate" in failure
     build.write_text('[ "$1" = --prepare ] && exit 0\n')
     assert execute.prepare(argv, timeout_s=30) is None
+
+
+def test_plan_marks_baselines_not_applicable_on_a_codec_scenario():
+    runners = [{"name": "floor_c", "kind": "floor", "available": True, "reason": ""},
+               {"name": "mp_pipe", "kind": "incumbent", "available": True, "reason": ""},
+               {"name": "wirepool_rust", "kind": "wirepool", "available": True, "reason": ""},
+               {"name": "wirepool_python", "kind": "wirepool", "available": False,
+                "reason": "no venv"}]
+    json_rows = {"id": "W4.small_rows.8K", "workload": "W4", "codec": "json"}
+    cbor_rows = {"id": "W4.small_rows.8K.cbor", "workload": "W4", "codec": "cbor",
+                 "runner_kinds": ["floor", "wirepool"], "not_applicable": "own codec"}
+    frames = {"id": "W2.frames", "workload": "W2", "only": ["floor_c"]}
+    known, jobs = execute.plan([json_rows, cbor_rows, frames], runners)
+    assert [(sc["id"], r["name"]) for sc, r in jobs] == [
+        ("W4.small_rows.8K", "floor_c"), ("W4.small_rows.8K", "mp_pipe"),
+        ("W4.small_rows.8K", "wirepool_rust"), ("W4.small_rows.8K.cbor", "floor_c"),
+        ("W4.small_rows.8K.cbor", "wirepool_rust"), ("W2.frames", "floor_c")]
+    assert {(k["scenario"], k["runner"], k["status"], k["reason"]) for k in known} == {
+        ("W4.small_rows.8K", "wirepool_python", "not_available", "no venv"),
+        ("W4.small_rows.8K.cbor", "mp_pipe", "not_applicable", "own codec"),
+        ("W4.small_rows.8K.cbor", "wirepool_python", "not_available", "no venv")}
+
+
+def test_w4_table_names_the_codec_of_every_row_and_shows_n_a_for_baselines():
+    from harness import analysis
+
+    kinds = {"floor_c": "floor", "mp_pipe": "incumbent", "wirepool_rust": "wirepool"}
+    results = []
+    for runner, scen, rate in (("floor_c", "W4.small_rows.8K", 9e6),
+                               ("mp_pipe", "W4.small_rows.8K", 1e6),
+                               ("wirepool_rust", "W4.small_rows.8K", 3e6),
+                               ("floor_c", "W4.small_rows.8K.msgpack", 9e6),
+                               ("wirepool_rust", "W4.small_rows.8K.msgpack", 4e6)):
+        res = {"runner": runner, "scenario": scen, "status": "ok", "figures": [
+            {"name": "rows_per_s", "unit": "rows/s", "better": "higher", "values": [rate]}]}
+        analysis.attach_stats(res)
+        results.append(res)
+    results.append({"runner": "mp_pipe", "scenario": "W4.small_rows.8K.msgpack",
+                    "status": "not_applicable", "reason": "own codec"})
+    doc = {
+        "mode": "quick", "started": "s", "finished": "f", "repeats": 1, "git": {"commit": "c"},
+        "machine": {"cpu": "x", "cores": 2, "mem_gib": 1, "kernel": "k", "load_before": "0",
+                    "load_after": "0", "versions": {}},
+        "runners": [{"name": n, "kind": k, "label": n, "available": True, "reason": ""}
+                    for n, k in kinds.items()],
+        "scenarios": [{"id": "W4.small_rows.8K", "workload": "W4", "codec": "json"},
+                      {"id": "W4.small_rows.8K.msgpack", "workload": "W4", "codec": "msgpack"}],
+        "results": results,
+        "comparisons": analysis.compare(results, kinds),
+    }
+    text = report.render(doc, [])
+    w4 = text.split("## W4")[1].split("\n## ")[0]
+    assert "| scenario | figure | wirepool codec | floor_c | mp_pipe | wirepool_rust |" in w4
+    assert "| W4.small_rows.8K | rows_per_s (rows/s) | json | 9.00M | 1.00M (0.11x) |" in w4
+    assert ("| W4.small_rows.8K.msgpack | rows_per_s (rows/s) | msgpack | 9.00M | n/a "
+            "| 4.00M (0.44x) | - |") in w4
+    assert "mp_* and process_pool_executor pickle" in w4  # the baselines' own codecs are named

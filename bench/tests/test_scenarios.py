@@ -25,9 +25,11 @@ def test_full_mode_has_the_specified_grid():
     assert echo2 == [(p, k) for p in (64, KIB) for k in (16, 64, 256)]
     w3 = {(s["kind"], s["payload"]) for s in of("full", "W3")}
     assert w3 == {(k, p) for k in ("oneway", "echo_large") for p in (MIB, 16 * MIB, 256 * MIB)}
-    w4 = [(s["shape"], s["n"]) for s in of("full", "W4")]
+    w4 = [(s["shape"], s["n"]) for s in of("full", "W4") if s["codec"] == "json"]
     assert w4 == [("small_rows", 8192), ("small_rows", 1 << 20), ("large_rows", 512),
                   ("large_rows", 16384)]
+    codecs = [(s["n"], s["codec"]) for s in of("full", "W4") if s["codec"] != "json"]
+    assert codecs == [(n, c) for n in (8192, 1 << 20) for c in ("msgpack", "cbor", "raw")]
     w5 = [(s["task_us"], s["workers"]) for s in of("full", "W5")]
     assert w5 == [(t, w) for t in (50, 1000, 10000) for w in (1, 2, 4)]
     assert [s["kind"] for s in of("full", "W6")] == ["slow_rows"]
@@ -72,3 +74,23 @@ def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
         "wirepool_rust", "wirepool_rust_pyworker", "wirepool_python", "wirepool_python_rsworker"}
     for s in scenarios.build("full"):
         assert set(s.get("only") or []) <= set(names)
+
+
+def test_small_rows_come_in_every_codec_and_baselines_are_not_applicable_there():
+    kinds = {r.kind for r in RUNNERS}
+    for mode in ("quick", "full"):
+        rows = [s for s in scenarios.build(mode) if s["kind"] in ("rows", "slow_rows")]
+        # Every rows scenario names its codec, so the report can say which one a figure used.
+        assert all(s["codec"] in scenarios.CODECS for s in rows)
+        for s in rows:
+            if s["codec"] == "json":
+                assert "runner_kinds" not in s  # every runner measures the JSON rows
+                continue
+            assert s["shape"] == "small_rows" and s["kind"] == "rows"
+            assert s["id"].endswith("." + s["codec"])
+            assert set(s["runner_kinds"]) == {"floor", "wirepool"}
+            assert set(s["runner_kinds"]) <= kinds
+            assert s["not_applicable"]
+    # Quick mode adds the codecs at its largest small-rows size only (time budget).
+    quick = [(s["n"], s["codec"]) for s in of("quick", "W4") if s["codec"] != "json"]
+    assert quick == [(1 << 16, c) for c in ("msgpack", "cbor", "raw")]

@@ -12,8 +12,9 @@
 //! faster than `multi_thread` on 2 vCPUs); 16 MiB frames, the largest the protocol allows and
 //! what both worker SDKs offer, so 1 MiB payloads travel in one frame; raw codec and `call_raw`
 //! for payloads (no copy of the result); `inflight` spawned tasks each looping on `call_raw` for
-//! pipelined echo; `pool.stream::<_, SmallRow>` decoding JSON rows into typed structs one at a
-//! time as they are read; a pool of `workers` with two tasks in flight each for W5.
+//! pipelined echo; `pool.stream_with::<_, SmallRow>` decoding rows (in the scenario's codec:
+//! json, msgpack or cbor) into typed structs one at a time as they are read, or walking raw rows
+//! a frame at a time; a pool of `workers` with two tasks in flight each for W5.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -202,15 +203,18 @@ async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     Ok((figs, children, notes))
 }
 
-/// Reads one stream of `n` rows decoded into `Row`; pauses `pause` after every `every` rows.
+/// Reads one stream of `n` rows in `codec`, decoded into `Row`; pauses `pause` after every
+/// `every` rows.
 async fn read_rows<Row: serde::de::DeserializeOwned + 'static>(
     pool: &Pool,
     req: &RowsReq,
+    codec: Codec,
     every: u64,
     pause: Duration,
     index: impl Fn(&Row) -> u64,
 ) -> wirepool::Result<u64> {
-    let mut rows = pool.stream::<_, Row>("rows", req).await?;
+    let opts = CallOptions { codec: Some(codec), ..Default::default() };
+    let mut rows = pool.stream_with::<_, Row>("rows", req, opts).await?;
     let mut count = 0u64;
     while let Some(row) = rows.next().await {
         let row = row?;
@@ -245,7 +249,23 @@ async fn read_raw_rows(pool: &Pool, n: u64) -> wirepool::Result<u64> {
     Ok(count)
 }
 
-async fn run_rows(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
+/// The scenario's row codec (`None`: raw rows, not decoded).
+fn row_codec(sc: &Value) -> Result<Option<Codec>, String> {
+    match sc["codec"].as_str().unwrap_or("json") {
+        "json" => Ok(Some(Codec::Json)),
+        "msgpack" => Ok(Some(Codec::MsgPack)),
+        "cbor" => Ok(Some(Codec::Cbor)),
+        "raw" if sc["shape"] == "small_rows" && sc["kind"] == "rows" => Ok(None),
+        "raw" => Err("raw rows exist for small_rows scenarios of kind rows only".into()),
+        other => Err(format!("codec {other:?} is not one of json, msgpack, cbor, raw")),
+    }
+}
+
+async fn run_rows(
+    sc: &Value,
+    lang: WorkerLang,
+    codec: Option<Codec>,
+) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
     let shape = sc["shape"].as_str().unwrap_or("small_rows").to_string();
     let n = sc["n"].as_u64().unwrap_or(0);
     let repeats = sc["repeats"].as_u64().unwrap_or(3);
@@ -254,18 +274,20 @@ async fn run_rows(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     let pool = start_pool(lang, 1, 4).await?;
     let req = RowsReq { shape: shape.clone(), n };
     let mut rates = Vec::new();
-    // Profiling aid: WIREPOOL_BENCH_ONLY_RAW=1 skips the JSON rows (so a profile shows raw rows).
-    let json_repeats = if std::env::var_os("WIREPOOL_BENCH_ONLY_RAW").is_some() { 0 } else { repeats };
-    for _ in 0..json_repeats {
+    for _ in 0..repeats {
         let t = Instant::now();
-        let got = if shape == "large_rows" {
-            read_rows::<LargeRow>(&pool, &req, every, pause, |r| {
+        let got = if let (None, "small_rows") = (codec, shape.as_str()) {
+            read_raw_rows(&pool, n).await?
+        } else if shape == "large_rows" {
+            let codec = codec.unwrap_or(Codec::Json);
+            read_rows::<LargeRow>(&pool, &req, codec, every, pause, |r| {
                 debug_assert!(r.blob.len() == 4096 && r.kind == "theorem" && !r.name.is_empty());
                 r.i
             })
             .await?
         } else {
-            read_rows::<SmallRow>(&pool, &req, every, pause, |r| {
+            let codec = codec.unwrap_or(Codec::Json);
+            read_rows::<SmallRow>(&pool, &req, codec, every, pause, |r| {
                 debug_assert!(r.kind == "theorem" && !r.name.is_empty());
                 r.i
             })
@@ -274,21 +296,16 @@ async fn run_rows(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
         assert_eq!(got, n, "row count");
         rates.push(n as f64 / t.elapsed().as_secs_f64());
     }
-    let mut figs = vec![figure("rows_per_s", "rows/s", &rates, "higher")];
-    let mut notes = format!("pool.stream::<_, {}> (JSON, serde into typed structs, one row per next())",
-        if shape == "large_rows" { "LargeRow" } else { "SmallRow" });
-    // Extra figure: the same rows as raw bytes (no decode), for the issue-3 raw-rows target.
-    if shape == "small_rows" && sc["kind"] == "rows" {
-        let mut raw = Vec::new();
-        for _ in 0..repeats {
-            let t = Instant::now();
-            let got = read_raw_rows(&pool, n).await?;
-            assert_eq!(got, n, "raw row count");
-            raw.push(n as f64 / t.elapsed().as_secs_f64());
-        }
-        figs.push(figure("raw_rows_per_s", "rows/s", &raw, "higher"));
-        notes.push_str("; raw_rows_per_s: the same row text with the raw codec, walked a ROWS frame at a time (next_frame)");
-    }
+    let figs = vec![figure("rows_per_s", "rows/s", &rates, "higher")];
+    let notes = match codec {
+        None => "raw codec: the small row's JSON text as bytes, walked a ROWS frame at a time \
+                 (next_frame), not decoded"
+            .to_string(),
+        Some(c) => format!(
+            "pool.stream_with::<_, {}> ({c:?} codec, serde into typed structs, one row per next())",
+            if shape == "large_rows" { "LargeRow" } else { "SmallRow" }
+        ),
+    };
     let children = children_peak_kib(&pool);
     pool.shutdown().await;
     Ok((figs, children, notes))
@@ -360,11 +377,18 @@ fn main() {
         println!("{}", json!({"runner": runner, "scenario": id, "status": "unsupported", "reason": "floor-only scenario"}));
         return;
     }
+    let codec = match row_codec(&sc) {
+        Ok(c) => c,
+        Err(reason) => {
+            println!("{}", json!({"runner": runner, "scenario": id, "status": "unsupported", "reason": reason}));
+            return;
+        }
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let outcome = rt.block_on(async {
         match kind.as_str() {
             "echo" | "oneway" | "echo_large" => run_echo(&sc, lang).await,
-            "rows" | "slow_rows" => run_rows(&sc, lang).await,
+            "rows" | "slow_rows" => run_rows(&sc, lang, codec).await,
             "pool" => run_pool(&sc, lang).await,
             other => panic!("unknown scenario kind {other}"),
         }

@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | `echo` | unary (async, served on the I/O thread) | raw | bytes -> the same bytes (no copy) |
 //! | `oneway` | unary (async) | raw | bytes -> their length, 8 bytes little-endian |
-//! | `rows` | stream | json | `{"shape": "small_rows"\|"large_rows", "n": N}` -> rows `0..N` |
+//! | `rows` | stream | json, msgpack, cbor | `{"shape": "small_rows"\|"large_rows", "n": N}` -> rows `0..N`, in the request's codec |
 //! | `raw_rows` | stream | raw | `"N"` -> N rows whose bytes are the small row's JSON text |
 //! | `spin` | unary (async) | json | `us` -> burns `us` of this thread's CPU time, returns `us` |
 //!
@@ -86,7 +86,7 @@ fn main() -> std::io::Result<()> {
         })
         .codecs(&[Codec::Raw])
         .stream("rows", |req: RowsReq, _ctx: Context, sink: RowSink<Row>| rows(req, sink))
-        .codecs(&[Codec::Json])
+        .codecs(&[Codec::Json, Codec::MsgPack, Codec::Cbor])
         .stream("raw_rows", |req: Bytes, _ctx: Context, sink: RowSink<ByteBuf>| raw_rows(req, sink))
         .codecs(&[Codec::Raw])
         .unary_async("spin", |us: u64, _ctx: Context| async move {
