@@ -89,10 +89,14 @@ impl Shared {
     pub(crate) fn finish(&self, req: &RequestShared, terminal: Terminal) {
         let mut guard = self.lock();
         let core = &mut *guard;
-        if core.requests.remove(&req.id).is_none() {
+        // An inline request is not in the map (it starts and ends within one dispatch, so
+        // nothing can cancel or end it meanwhile) and has exactly one caller of `finish`.
+        if !req.inline && core.requests.remove(&req.id).is_none() {
             return;
         }
-        core.streams.remove(&req.id);
+        if req.stream.is_some() {
+            core.streams.remove(&req.id);
+        }
         if core.closed {
             return;
         }
@@ -212,6 +216,8 @@ pub(crate) struct RequestShared {
     pub(crate) shared: Arc<Shared>,
     events: Mutex<EventGate>,
     pub(crate) stream: Option<Arc<StreamShared>>,
+    /// Run by an inline handler: not in `Core::requests`, no deadline timer.
+    pub(crate) inline: bool,
 }
 
 #[derive(Default)]
@@ -227,6 +233,7 @@ impl RequestShared {
         deadline: Option<Instant>,
         shared: Arc<Shared>,
         stream: Option<Arc<StreamShared>>,
+        inline: bool,
     ) -> RequestShared {
         RequestShared {
             id,
@@ -237,7 +244,20 @@ impl RequestShared {
             shared,
             events: Mutex::new(EventGate::default()),
             stream,
+            inline,
         }
+    }
+
+    /// Make an ended inline request's state the fresh state of the next inline request, so
+    /// small inline calls allocate nothing here.
+    pub(crate) fn reuse(&mut self, id: u64, codec: Codec, deadline: Option<Instant>) {
+        debug_assert!(self.inline && self.stream.is_none());
+        self.id = id;
+        self.codec = codec;
+        self.deadline = deadline;
+        *self.token.set.get_mut() = false;
+        *self.reason.get_mut() = NOT_CANCELLED;
+        *self.events.get_mut().unwrap_or_else(|p| p.into_inner()) = EventGate::default();
     }
 
     /// Set the cancellation flag (first reason wins) and wake a sink waiting for credit.

@@ -104,6 +104,7 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
         draining: false,
         goodbye: Arc::new(Notify::new()),
         tasks: Vec::new(),
+        inline_req: None,
     };
     let outcome = driver.read_loop(&socket).await;
     match &outcome {
@@ -154,6 +155,8 @@ struct Driver {
     goodbye: Arc<Notify>,
     /// Blocking handlers of the current read, handed to the pool together.
     tasks: Vec<Task>,
+    /// The state of the last inline request, reused by the next one.
+    inline_req: Option<Arc<RequestShared>>,
 }
 
 impl Driver {
@@ -307,7 +310,24 @@ impl Driver {
         let stream = (m.kind == MethodKind::Stream).then(|| {
             Arc::new(StreamShared::new(id, codec, max_frame_size, self.batch_bytes, Arc::clone(&self.shared)))
         });
-        let req = Arc::new(RequestShared::new(id, codec, deadline, Arc::clone(&self.shared), stream.clone()));
+        if let Handler::Inline(run) = &m.handler {
+            // No map entry and no timer: the handler runs to its end right here, before the
+            // reader looks at another frame, so no CANCEL or timer could reach it meanwhile.
+            let mut req = match self.inline_req.take() {
+                Some(mut req) => {
+                    Arc::get_mut(&mut req).expect("kept only while unshared").reuse(id, codec, deadline);
+                    req
+                }
+                None => Arc::new(RequestShared::new(id, codec, deadline, Arc::clone(&self.shared), None, true)),
+            };
+            run(&req, body);
+            // A handler that kept a clone of its `Context` keeps that state; take a fresh one.
+            if Arc::get_mut(&mut req).is_some() {
+                self.inline_req = Some(req);
+            }
+            return;
+        }
+        let req = Arc::new(RequestShared::new(id, codec, deadline, Arc::clone(&self.shared), stream.clone(), false));
         {
             let mut core = self.shared.lock();
             core.requests.insert(id, Arc::clone(&req));
@@ -332,7 +352,7 @@ impl Driver {
                 let run = Arc::clone(run);
                 self.tasks.push(Box::new(move || run(req, body)));
             }
-            Handler::Inline(run) => run(req, body),
+            Handler::Inline(_) => unreachable!("inline handlers return above"),
             Handler::Async(run) => {
                 // Most calls of a trivial async handler complete on their first poll: run that
                 // poll here and spawn a task only for a handler that really waits. A waker

@@ -21,13 +21,15 @@ use crate::error::HandlerError;
 use crate::sink::{BlockingRowSink, RowSink};
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+/// An inline handler borrows its request's state, so the driver can reuse it.
+type InlineFn = dyn Fn(&Arc<RequestShared>, Bytes) + Send + Sync;
 
 /// A handler with its types erased: it decodes the body, runs, encodes, and ends the request.
 pub(crate) enum Handler {
     /// Runs on a handler thread.
     Blocking(Arc<dyn Fn(Arc<RequestShared>, Bytes) + Send + Sync>),
     /// Runs to completion on the I/O thread, straight from the read loop.
-    Inline(Arc<dyn Fn(Arc<RequestShared>, Bytes) + Send + Sync>),
+    Inline(Arc<InlineFn>),
     /// Runs as a task on the I/O thread.
     Async(Arc<dyn Fn(Arc<RequestShared>, Bytes) -> BoxFuture + Send + Sync>),
 }
@@ -152,7 +154,7 @@ impl Worker {
         Resp: Serialize + Send + 'static,
         F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
     {
-        self.add(name, MethodKind::Unary, Handler::Inline(Arc::new(sync_unary(handler))))
+        self.add(name, MethodKind::Unary, Handler::Inline(Arc::new(inline_unary(handler))))
     }
 
     /// Register a unary method served by an async function on the I/O thread: for handlers
@@ -401,21 +403,38 @@ where
     Resp: Serialize + Send + 'static,
     F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
 {
-    move |req: Arc<RequestShared>, body: Bytes| {
-        if let Some(e) = req.cancel_error() {
-            // Cancelled or timed out while queued for a thread: do not start it.
-            return end(&req, Terminal::Error(e));
-        }
-        let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
-            let input: Req = decode_request(&req, body)?;
-            let ctx = Context { req: Arc::clone(&req) };
-            let out = handler(input, &ctx)?;
-            req.codec.encode_bytes(out).map_err(encode_failed)
-        }));
-        let terminal = match flatten_panic(outcome) {
-            Ok(body) => Terminal::Result(body),
-            Err(e) => Terminal::Error(e),
-        };
-        end(&req, terminal);
+    move |req: Arc<RequestShared>, body: Bytes| run_sync_unary(&handler, &req, body)
+}
+
+/// The inline variant borrows the request, so the driver can reuse its allocation.
+fn inline_unary<Req, Resp, F>(handler: F) -> impl Fn(&Arc<RequestShared>, Bytes) + Send + Sync + 'static
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
+{
+    move |req: &Arc<RequestShared>, body: Bytes| run_sync_unary(&handler, req, body)
+}
+
+fn run_sync_unary<Req, Resp, F>(handler: &F, req: &Arc<RequestShared>, body: Bytes)
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
+{
+    if let Some(e) = req.cancel_error() {
+        // Cancelled or timed out while queued for a thread: do not start it.
+        return end(req, Terminal::Error(e));
     }
+    let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
+        let input: Req = decode_request(req, body)?;
+        let ctx = Context { req: Arc::clone(req) };
+        let out = handler(input, &ctx)?;
+        req.codec.encode_bytes(out).map_err(encode_failed)
+    }));
+    let terminal = match flatten_panic(outcome) {
+        Ok(body) => Terminal::Result(body),
+        Err(e) => Terminal::Error(e),
+    };
+    end(req, terminal);
 }
