@@ -135,6 +135,8 @@ pub(crate) struct Worker {
     state: AtomicU8,
     in_flight: AtomicU32,
     max_in_flight: u32,
+    /// When the reader's latest read returned, in nanoseconds since the pool's epoch.
+    last_read_ns: AtomicU64,
     core: Mutex<Core>,
     writer_wake: Notify,
     control: mpsc::Sender<Control>,
@@ -413,6 +415,12 @@ impl Worker {
         }
     }
 
+    /// When the reader's latest read returned: a call whose result it delivered completed
+    /// then or a little earlier (the store precedes every delivery of that read).
+    pub fn received_at(&self) -> Instant {
+        self.pool.epoch + Duration::from_nanos(self.last_read_ns.load(Relaxed))
+    }
+
     pub fn record_latency(&self, method_no: usize, d: Duration) {
         if let Some(h) = self
             .pool
@@ -689,6 +697,7 @@ pub(crate) async fn start(
         state: AtomicU8::new(STATE_READY),
         in_flight: AtomicU32::new(0),
         max_in_flight: welcome.max_in_flight,
+        last_read_ns: AtomicU64::new(0),
         core: Mutex::new(Core {
             conn,
             out: Outbox::default(),
@@ -812,7 +821,10 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
             let mut core = worker.core.lock().unwrap();
             let c = &mut *core;
             worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
-            worker.last_heard_ms.store(worker.pool.now_ms(), Relaxed);
+            // One clock read per read serves the heartbeat and every call this read completes.
+            let since_epoch = worker.pool.epoch.elapsed();
+            worker.last_heard_ms.store(since_epoch.as_millis() as u64, Relaxed);
+            worker.last_read_ns.store(since_epoch.as_nanos() as u64, Relaxed);
             loop {
                 let ev = match c.conn.poll_event() {
                     Ok(Some(ev)) => ev,
