@@ -58,7 +58,8 @@ mod core;
 mod driver;
 mod error;
 mod outbox;
-mod socket;
+// The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.
+use wirepool_io as socket;
 mod pool;
 mod sink;
 mod worker;

@@ -52,7 +52,8 @@ mod error;
 mod metrics;
 mod outbox;
 mod pool;
-mod socket;
+// The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.
+use wirepool_io as socket;
 mod spawn;
 mod stream;
 mod worker;

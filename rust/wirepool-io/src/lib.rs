@@ -1,4 +1,7 @@
-//! The worker connection's socket, registered with the runtime for read readiness only.
+//! Socket plumbing shared by wirepool's tokio drivers (the parent in `wirepool`, the worker in
+//! `wirepool-worker`); the protocol itself lives in the sans-IO `wirepool-proto`.
+//!
+//! The connection's socket, registered with the runtime for read readiness only.
 //!
 //! A Unix socket signals write space (EPOLLOUT) every time the peer reads from it. With write
 //! interest registered for the socket's lifetime (what `tokio::net::UnixStream` does), each
@@ -6,6 +9,8 @@
 //! each side, measured as most of the latency above a raw blocking socketpair. Writes here are
 //! plain non-blocking `sendmsg` calls; only when one would block is a duplicate descriptor
 //! registered for write readiness, and dropped again once the socket is writable.
+
+#![warn(missing_docs)]
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -18,13 +23,14 @@ use tokio::io::Interest;
 /// Free space offered to one `recv` when the caller reserved none.
 const MIN_READ: usize = 64 * 1024;
 
-pub(crate) struct Socket {
+/// A connected stream socket: read readiness from the runtime, writes by plain `sendmsg`.
+pub struct Socket {
     fd: AsyncFd<OwnedFd>,
 }
 
 impl Socket {
     /// Takes a connected stream socket (set non-blocking here).
-    pub(crate) fn new(fd: OwnedFd) -> io::Result<Socket> {
+    pub fn new(fd: OwnedFd) -> io::Result<Socket> {
         set_nonblocking(&fd)?;
         Ok(Socket {
             fd: register(fd, Interest::READABLE)?,
@@ -32,7 +38,7 @@ impl Socket {
     }
 
     /// Reads once into the spare capacity of `buf`; `Ok(0)` is end of file.
-    pub(crate) fn poll_read_buf(
+    pub fn poll_read_buf(
         &self,
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
@@ -58,7 +64,7 @@ impl Socket {
     }
 
     /// Writes what the socket takes now; `WouldBlock` when it takes nothing.
-    pub(crate) fn try_write_vectored(&self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+    pub fn try_write_vectored(&self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
         // SAFETY: msghdr is plain data; an all-zero value is valid (no name, no control).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = slices.as_ptr() as *mut libc::iovec;
@@ -84,21 +90,30 @@ impl Socket {
     }
 
     /// [`try_write_vectored`](Self::try_write_vectored) with one slice.
-    pub(crate) fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+    pub fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
         self.try_write_vectored(&[IoSlice::new(bytes)])
+    }
+
+    /// End of file for the parent after what was written (`shutdown(SHUT_WR)`).
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        // SAFETY: shutdown on a descriptor we own.
+        if unsafe { libc::shutdown(self.fd.get_ref().as_raw_fd(), libc::SHUT_WR) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Waits until the socket has write space, with a write registration that lives only for
     /// this wait (see the module note).
-    pub(crate) async fn writable(&self) -> io::Result<()> {
+    pub async fn writable(&self) -> io::Result<()> {
         let dup = self.fd.get_ref().try_clone()?;
         let waiter = register(dup, Interest::WRITABLE)?;
         let _ready = waiter.writable().await?;
         Ok(())
     }
 
-    /// Waits for write space, then writes everything (the handshake).
-    pub(crate) async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
+    /// Waits for write space, then writes everything (e.g. the handshake).
+    pub async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
             match self.try_write(bytes) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -108,6 +123,19 @@ impl Socket {
             }
         }
         Ok(())
+    }
+}
+
+/// Polls `fd` for input without sleeping for up to `budget` (see the worker's park hook).
+pub fn spin_until_readable(fd: std::os::fd::RawFd, budget: std::time::Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, zero timeout.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 || start.elapsed() >= budget {
+            return;
+        }
+        std::hint::spin_loop();
     }
 }
 
@@ -181,9 +209,7 @@ mod tests {
             let mut got = 0;
             while got < sent + 1 {
                 buf.clear();
-                got += std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf))
-                    .await
-                    .unwrap();
+                got += std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf)).await.unwrap();
             }
             got
         };
@@ -197,9 +223,7 @@ mod tests {
         assert_eq!(bounded.await.unwrap(), sent + 1);
         drop(a);
         let mut buf = BytesMut::new();
-        let eof = std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf))
-            .await
-            .unwrap();
+        let eof = std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf)).await.unwrap();
         assert_eq!(eof, 0);
     }
 }
