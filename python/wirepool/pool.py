@@ -41,6 +41,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Se
 
 from . import codecs as _codecs
 from . import proto
+from ._transport import FrameProtocol
 from .errors import (DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
                      SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
                      error_from_code)
@@ -136,16 +137,15 @@ class _Request:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Worker(asyncio.BufferedProtocol):
+class _Worker(FrameProtocol):
     _ids = itertools.count(1)
 
     def __init__(self, pool: "AsyncPool") -> None:
+        super().__init__(proto.Connection("parent"), pool.loop)
         self.pool = pool
         self.worker_id = next(self._ids)
-        self.conn = proto.Connection("parent")
         self.proc: asyncio.subprocess.Process | None = None
         self.pid = 0
-        self.transport: asyncio.Transport | None = None
         self.requests: dict[int, _Request] = {}
         self.next_id = 1
         self.methods: dict[str, tuple[int, int, tuple[int, ...]]] = {}
@@ -163,10 +163,6 @@ class _Worker(asyncio.BufferedProtocol):
         self.failure: WirepoolError | None = None  # why it died, for requests in flight
         self.exit_status: int | None = None
         self.exit_signal: int | None = None
-        self._out: list[Any] = []
-        self._out_scheduled = False
-        self._recv_view: memoryview | None = None
-        self._direct = False
         self._tasks: list[asyncio.Task] = []
         self.heartbeat_task: asyncio.Task | None = None
 
@@ -260,54 +256,6 @@ class _Worker(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-
-    def _write(self, parts: list[Any]) -> None:
-        self._out.extend(parts)
-        if not self._out_scheduled:
-            self._out_scheduled = True
-            self.pool.loop.call_soon(self._flush_out)
-
-    def _flush_out(self) -> None:
-        # Small frames produced during one loop pass leave in one write (one syscall).
-        self._out_scheduled = False
-        out, self._out = self._out, []
-        t = self.transport
-        if t is None or t.is_closing():
-            return
-        small = bytearray()
-        for p in out:
-            if len(p) < 65536:
-                small += p
-            else:
-                if small:
-                    t.write(small)
-                    small = bytearray()
-                t.write(p)
-        if small:
-            t.write(small)
-
-    def _send(self, frame: proto.Frame) -> None:
-        self._write(self.conn.send(frame))
-
-    # Receiving: a reused buffer (recv_into) instead of a fresh 256 KiB bytes object per read,
-    # whose mmap/munmap churn cost more than the copy; large payloads are received straight
-    # into their frame's buffer.
-    def get_buffer(self, sizehint: int) -> memoryview:
-        direct = self.conn.decoder.writable()
-        if direct is not None:
-            self._direct = True
-            return direct
-        self._direct = False
-        if self._recv_view is None:
-            self._recv_view = memoryview(bytearray(256 * 1024))
-        return self._recv_view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._direct:
-            self.conn.decoder.wrote(nbytes)
-            self.data_received(b"")
-        else:
-            self.data_received(bytes(self._recv_view[:nbytes]))  # type: ignore[index]
 
     def data_received(self, data: bytes) -> None:
         self.last_heard = time.monotonic()

@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar, overload
 
 from . import codecs as _codecs
 from . import proto
+from ._transport import FrameProtocol
 from .errors import ErrorCode, ProtocolError, WorkerError
 from .proto import FrameType, MethodKind
 
@@ -222,25 +223,20 @@ class _Call:
         self.max_row = 0
 
 
-class _Runtime(asyncio.BufferedProtocol):
+class _Runtime(FrameProtocol):
     def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
                  loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(proto.Connection("worker"), loop)
         self.methods = methods
         self.loop = loop
-        self.conn = proto.Connection("worker")
         self.hello = proto.Hello(pid=os.getpid(), max_concurrency=max_concurrency,
                                  max_frame_size=max_frame_size, sdk_name=SDK_NAME,
                                  sdk_version=SDK_VERSION, methods=[m.info() for m in methods])
-        self.transport: asyncio.Transport | None = None
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.calls: dict[int, _Call] = {}
         self.worker_id = 0
         self.done: asyncio.Future[int] = loop.create_future()
         self.lost: asyncio.Future[None] = loop.create_future()
-        self._out: list[Any] = []
-        self._out_scheduled = False
-        self._recv_view: memoryview | None = None
-        self._direct = False
         self.draining = False
         self.flush_bytes = ROWS_FLUSH_BYTES
         # Finished sync handlers, appended by handler threads (deque appends are atomic).
@@ -254,56 +250,8 @@ class _Runtime(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
         self._send(self.hello)
 
-    def _write(self, parts: list[Any]) -> None:
-        self._out.extend(parts)
-        if not self._out_scheduled:
-            self._out_scheduled = True
-            self.loop.call_soon(self._flush_out)
-
-    def _flush_out(self) -> None:
-        # Small frames queued during one loop pass go out in one write (one syscall).
-        self._out_scheduled = False
-        out, self._out = self._out, []
-        t = self.transport
-        if t is None or t.is_closing():
-            return
-        small = bytearray()
-        for p in out:
-            if len(p) < 65536:
-                small += p
-            else:
-                if small:
-                    t.write(small)
-                    small = bytearray()
-                t.write(p)
-        if small:
-            t.write(small)
-
-    def _send(self, frame: proto.Frame) -> None:
-        self._write(self.conn.send(frame))
-
     def _send_message(self, frame: proto.Frame) -> None:
         self._write(self.conn.send_message(frame))
-
-    # Receiving: a reused buffer (recv_into) instead of a fresh 256 KiB bytes object per read,
-    # whose mmap/munmap churn cost more than the copy; large payloads are received straight
-    # into their frame's buffer.
-    def get_buffer(self, sizehint: int) -> memoryview:
-        direct = self.conn.decoder.writable()
-        if direct is not None:
-            self._direct = True
-            return direct
-        self._direct = False
-        if self._recv_view is None:
-            self._recv_view = memoryview(bytearray(256 * 1024))
-        return self._recv_view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._direct:
-            self.conn.decoder.wrote(nbytes)
-            self.data_received(b"")
-        else:
-            self.data_received(bytes(self._recv_view[:nbytes]))  # type: ignore[index]
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn

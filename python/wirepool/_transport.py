@@ -1,0 +1,79 @@
+"""The asyncio side of one connection, shared by the pool's workers and the worker runtime.
+
+The sans-IO core (`proto.Connection`) decides every byte; this base only moves them: frames
+queued during one loop pass leave in one write, and reads land in a reused buffer (or straight
+in a large frame's own buffer). Subclasses implement `data_received`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from . import proto
+
+# Frames below this size are joined into one buffer before the write; larger ones go as they are.
+_JOIN_BELOW = 65536
+_RECV_BUFFER = 256 * 1024
+
+
+class FrameProtocol(asyncio.BufferedProtocol):
+    def __init__(self, conn: proto.Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport | None = None
+        self._loop = loop
+        self._out: list[Any] = []
+        self._out_scheduled = False
+        self._recv_view: memoryview | None = None
+        self._direct = False
+
+    def _write(self, parts: list[Any]) -> None:
+        self._out.extend(parts)
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            self._loop.call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        # Small frames queued during one loop pass go out in one write (one syscall).
+        self._out_scheduled = False
+        out, self._out = self._out, []
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        small = bytearray()
+        for p in out:
+            if len(p) < _JOIN_BELOW:
+                small += p
+            else:
+                if small:
+                    t.write(small)
+                    small = bytearray()
+                t.write(p)
+        if small:
+            t.write(small)
+
+    def _send(self, frame: proto.Frame) -> None:
+        self._write(self.conn.send(frame))
+
+    # Receiving: a reused buffer (recv_into) instead of a fresh 256 KiB bytes object per read,
+    # whose mmap/munmap churn cost more than the copy; large payloads are received straight
+    # into their frame's buffer.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        direct = self.conn.decoder.writable()
+        if direct is not None:
+            self._direct = True
+            return direct
+        self._direct = False
+        if self._recv_view is None:
+            self._recv_view = memoryview(bytearray(_RECV_BUFFER))
+        return self._recv_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._direct:
+            self.conn.decoder.wrote(nbytes)
+            self.data_received(b"")
+        else:
+            self.data_received(bytes(self._recv_view[:nbytes]))  # type: ignore[index]
+
+    def data_received(self, data: bytes) -> None:
+        raise NotImplementedError
