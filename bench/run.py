@@ -15,6 +15,7 @@ exits 1 when a tracked ratio dropped by more than the threshold. See bench/READM
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import json
 import os
@@ -34,6 +35,14 @@ from harness import analysis, execute, history, report, scenarios, setup  # noqa
 from registry import RUNNERS  # noqa: E402
 
 HISTORY = BENCH / "history" / "ratios.jsonl"
+T0_ENV = "WIREPOOL_BENCH_T0"  # wall-clock start of the run (seconds since the epoch)
+
+
+def run_start() -> float:
+    try:
+        return float(os.environ[T0_ENV])
+    except (KeyError, ValueError):
+        return time.time()
 
 
 def log(msg: str) -> None:
@@ -186,7 +195,7 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
     if unknown:
         log(f"bench: unknown runner(s): {', '.join(sorted(unknown))}")
         return 2
-    catalogue = scenarios.select(scenarios.build(args.mode), only)
+    catalogue = scenarios.select(scenarios.build(args.mode, every_scenario=bool(only)), only)
     if not catalogue:
         log(f"bench: --only {args.only} matches no scenario")
         return 2
@@ -197,6 +206,8 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
 
     results, jobs = execute.plan(catalogue, runners)
 
+    t0 = run_start()
+    measuring_from = time.time()
     progress = Progress(len(jobs))
     try:
         for sc, r in jobs:
@@ -212,6 +223,7 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         progress.close()
         execute.kill_live_groups()
 
+    measuring_s = time.time() - measuring_from
     machine["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     kinds = {r["name"]: r["kind"] for r in runners}
     out_dir = Path(args.out) if args.out else (
@@ -222,7 +234,7 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         "command": " ".join(["python3", "bench/run.py", *sys.argv[1:]]),
         "started": started.isoformat(timespec="seconds"),
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "repeats": 5 if args.mode == "full" else 3,
+        "repeats": collections.Counter(sc["repeats"] for sc in catalogue).most_common(1)[0][0],
         "machine": machine, "git": git,
         "runners": [{k: v for k, v in r.items() if k != "argv"} for r in runners],
         "scenarios": [{k: v for k, v in sc.items() if k != "only"} | {"only": sc.get("only")}
@@ -230,7 +242,6 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         "results": results,
         "comparisons": analysis.compare(results, kinds),
     }
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
 
     plots: list[str] = []
     try:
@@ -238,6 +249,11 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         plots = plotting.render(doc, out_dir)
     except ImportError as exc:
         log(f"bench: no plots ({exc}); matplotlib comes from bench/.venv")
+    # The total covers everything up to here (setup, measuring, plots); the two writes left
+    # take milliseconds.
+    doc["durations"] = analysis.durations(results, measuring_from - t0, measuring_s,
+                                          time.time() - t0)
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out_dir / "report.md").write_text(report.render(doc, plots))
 
     # The committed history records whole full runs only, so its lines stay comparable; an
@@ -248,8 +264,12 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
         history.append(Path(args.history), history.history_line(doc))
         log(f"bench: appended ratios to {args.history}")
     bad = [r for r in results if r["status"] in ("error", "timeout")]
+    d = doc["durations"]
     log(f"bench: {len(results)} results, {len(bad)} errors/timeouts; report: "
         f"{out_dir / 'report.md'}")
+    log(f"bench: {args.mode} run took {analysis.fmt_duration(d['total_s'])} "
+        f"(setup {analysis.fmt_duration(d['setup_s'])}, measuring "
+        f"{analysis.fmt_duration(d['measuring_s'])})")
     print(out_dir / "report.md")
     return 0
 
@@ -260,6 +280,9 @@ def main(argv: list[str]) -> int:
         kinds = ("wirepool", "incumbent") if args.all_kinds else ("wirepool",)
         return history.check(Path(args.history), args.threshold, kinds)
 
+    # The run's clock starts before the venv step; the re-executed harness inherits it.
+    if not setup.in_venv() or T0_ENV not in os.environ:
+        os.environ[T0_ENV] = repr(time.time())
     venv_failure = setup.ensure_venv(log)
     if venv_failure is None and not setup.in_venv():
         python = str(setup.venv_python())

@@ -39,6 +39,33 @@ def attach_stats(result: dict[str, Any]) -> None:
         fig.update(summarize(fig["values"]))
 
 
+def durations(results: list[dict[str, Any]], setup_s: float, measuring_s: float,
+              total_s: float) -> dict[str, Any]:
+    """Where a run's time went: setup (venv, npm, builds, --prepare), the runner processes
+    (`wall_s` of every result, summed per scenario and per runner, each sorted slowest first),
+    and the whole run including the report and plots."""
+    per_scenario: dict[str, float] = {}
+    per_runner: dict[str, float] = {}
+    for res in results:
+        wall = res.get("wall_s")
+        if wall is None:
+            continue
+        per_scenario[res["scenario"]] = per_scenario.get(res["scenario"], 0.0) + wall
+        per_runner[res["runner"]] = per_runner.get(res["runner"], 0.0) + wall
+
+    def slowest_first(d: dict[str, float]) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in sorted(d.items(), key=lambda kv: -kv[1])}
+
+    return {"setup_s": round(setup_s, 3), "measuring_s": round(measuring_s, 3),
+            "total_s": round(total_s, 3), "per_scenario_s": slowest_first(per_scenario),
+            "per_runner_s": slowest_first(per_runner)}
+
+
+def fmt_duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
 def compare(results: list[dict[str, Any]], kinds: dict[str, str]) -> list[dict[str, Any]]:
     """One comparison row per (scenario, figure): the floor, the best incumbent, every runner's
     median and its ratios against both."""

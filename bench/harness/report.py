@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .analysis import fmt_duration
 from .scenarios import WORKLOAD_TITLES
 
 # Repeats whose max - min exceeds half the median are marked `~` in the tables.
@@ -160,6 +161,23 @@ def _losses(results: dict[str, Any], runners: list[dict[str, Any]]) -> list[str]
     return out
 
 
+def _other_repeats(results: dict[str, Any]) -> str:
+    other = [f"{s['id']} {s['repeats']}" for s in results["scenarios"]
+             if s.get("repeats", results["repeats"]) != results["repeats"]]
+    return f" (except {', '.join(other)})" if other else ""
+
+
+def _duration_lines(d: dict[str, Any] | None) -> list[str]:
+    """The run's wall time, and where it went (the slowest scenarios and runners)."""
+    if not d:
+        return []
+    top = ", ".join(f"{k} {v:.0f} s" for k, v in list(d["per_scenario_s"].items())[:5])
+    runners = ", ".join(f"{k} {v:.0f} s" for k, v in d["per_runner_s"].items())
+    return [f"- duration: {fmt_duration(d['total_s'])} (setup {fmt_duration(d['setup_s'])}, "
+            f"measuring {fmt_duration(d['measuring_s'])}, the rest the report and plots); "
+            f"slowest scenarios (all runners): {top}; per runner: {runners}"]
+
+
 def render(results: dict[str, Any], plots: list[str]) -> str:
     m = results["machine"]
     runners = results["runners"]
@@ -173,8 +191,9 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
         f"- machine: {m['cpu']}, {m['cores']} logical cores, {m['mem_gib']} GiB, "
         f"kernel {m['kernel']}",
         f"- load average before / after: {m['load_before']} / {m['load_after']}",
+        *_duration_lines(results.get("durations")),
         f"- versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
-        f"- {results['repeats']} repeats per figure; cells are medians. `(0.42x)` is the ratio "
+        f"- {results['repeats']} repeats per figure{_other_repeats(results)}; cells are medians. `(0.42x)` is the ratio "
         "against the C floor and `[1.3x best]` against the best incumbent of the same run "
         "(> 1 is better; for latencies the ratio is inverted so > 1 still means better). "
         "A `~` marks a figure whose repeats spread by more than half its median.",

@@ -199,3 +199,21 @@ def test_w4_table_names_the_codec_of_every_row_and_shows_n_a_for_baselines():
     assert ("| W4.small_rows.8K.msgpack | rows_per_s (rows/s) | msgpack | 9.00M | n/a "
             "| 4.00M (0.44x) | - |") in w4
     assert "mp_* and process_pool_executor pickle" in w4  # the baselines' own codecs are named
+
+
+def test_durations_sum_wall_time_per_scenario_and_runner_and_the_report_states_them():
+    from harness import analysis
+
+    results = [{"runner": "a", "scenario": "W1.echo.64B", "status": "ok", "wall_s": 1.5},
+               {"runner": "b", "scenario": "W1.echo.64B", "status": "timeout", "wall_s": 45.0},
+               {"runner": "a", "scenario": "W5.task50us.w2", "status": "ok", "wall_s": 2.0},
+               {"runner": "b", "scenario": "W4.x.raw", "status": "not_applicable"}]
+    d = analysis.durations(results, setup_s=3.0, measuring_s=48.6, total_s=125.0)
+    assert d["per_scenario_s"] == {"W1.echo.64B": 46.5, "W5.task50us.w2": 2.0}
+    assert list(d["per_runner_s"]) == ["b", "a"] and d["per_runner_s"]["a"] == 3.5
+    assert (d["setup_s"], d["measuring_s"], d["total_s"]) == (3.0, 48.6, 125.0)
+    assert analysis.fmt_duration(125.0) == "2 min 05 s"
+    assert analysis.fmt_duration(42.4) == "42 s"
+    lines = report._duration_lines(d)
+    assert lines[0].startswith("- duration: 2 min 05 s (setup 3 s, measuring 49 s")
+    assert "W1.echo.64B 46 s, W5.task50us.w2 2 s" in lines[0]

@@ -33,14 +33,38 @@ def test_full_mode_has_the_specified_grid():
     w5 = [(s["task_us"], s["workers"]) for s in of("full", "W5")]
     assert w5 == [(t, w) for t in (50, 1000, 10000) for w in (1, 2, 4)]
     assert [s["kind"] for s in of("full", "W6")] == ["slow_rows"]
-    assert all(s["repeats"] == 5 for s in scenarios.build("full") if s["workload"] != "W6")
+
+def test_full_mode_repeats_five_times_and_three_only_where_one_repeat_takes_seconds():
+    for s in scenarios.build("full"):
+        heavy = s.get("payload", 0) >= 256 * MIB or s.get("n", 0) >= 1 << 20
+        if s["workload"] != "W6":
+            assert s["repeats"] == (3 if heavy else 5), s["id"]
 
 
-def test_quick_mode_repeats_three_times_and_keeps_w1_ids():
+def test_quick_mode_keeps_every_workload_and_both_ends_of_each_axis():
     quick = scenarios.build("quick")
     assert all(s["repeats"] == 3 for s in quick if s["workload"] != "W6")
-    assert [s["id"] for s in of("quick", "W1")] == [s["id"] for s in of("full", "W1")]
-    assert max(s["payload"] for s in of("quick", "W3")) == 16 * MIB
+    assert {s["workload"] for s in quick} == {"W1", "W2", "W3", "W4", "W5", "W6"}
+    # Every workload keeps a scenario that every runner runs (none floor-only or codec-only),
+    # so each runner is exercised on each workload.
+    for wl in ("W1", "W2", "W3", "W4", "W5", "W6"):
+        assert any(not s.get("only") and not s.get("runner_kinds") for s in of("quick", wl)), wl
+    assert [s["payload"] for s in of("quick", "W1")] == [64, 64 * KIB]
+    w2 = {(s["payload"], s["inflight"]) for s in of("quick", "W2") if s["kind"] == "echo"}
+    assert w2 == {(64, 256), (KIB, 16)}
+    assert {(s["kind"], s["payload"]) for s in of("quick", "W3")} == {
+        ("oneway", MIB), ("echo_large", 16 * MIB)}
+    assert {(s["task_us"], s["workers"]) for s in of("quick", "W5")} == {(50, 2), (1000, 4)}
+    # Every kept id exists in the full catalogue's naming, and nothing is kept by accident.
+    every = {s["id"] for s in scenarios.build("quick", every_scenario=True)}
+    assert scenarios.QUICK_KEEP <= every
+    assert len(quick) < len(every)
+
+
+def test_quick_only_can_pick_a_scenario_quick_drops_by_default():
+    every = scenarios.build("quick", every_scenario=True)
+    assert [s["id"] for s in scenarios.select(every, ["W1.echo.1KiB"])] == ["W1.echo.1KiB"]
+    assert "W1.echo.1KiB" not in {s["id"] for s in scenarios.build("quick")}
 
 
 def test_ids_are_unique_and_every_scenario_is_bounded_in_time():
