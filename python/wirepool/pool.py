@@ -78,20 +78,22 @@ _NO_FRAMES: collections.deque = collections.deque(maxlen=0)  # unary requests re
 
 
 class _Request:
-    __slots__ = ("id", "worker", "kind", "codec", "future", "frames", "waiter", "end", "error",
+    __slots__ = ("id", "worker", "kind", "codec", "_future", "frames", "waiter", "end", "error",
                  "deadline_handle", "cancel_handle", "on_event", "method", "abandoned",
                  "consumed", "rows", "outcome", "sink")
 
     def __init__(self, id: int, worker: "_Worker", kind: int, codec: _codecs.Codec, method: str,
-                 on_event: EventCallback | None) -> None:
+                 on_event: EventCallback | None,
+                 sink: "Callable[[_Request], None] | None" = None) -> None:
         self.id = id
         self.worker = worker
         self.kind = kind
         self.codec = codec
         self.method = method
         self.on_event = on_event
-        loop = worker.pool.loop
-        self.future: asyncio.Future[Any] = loop.create_future()  # unary result / stream end
+        # Created only for a caller that awaits it (AsyncPool.call): map and Pool.call read
+        # ``outcome`` through ``sink`` instead, and an asyncio Future per call costs ~1 us.
+        self._future: asyncio.Future[Any] | None = None
         # Streams: ROWS frames received and not yet read (bounded by credit).
         self.frames: collections.deque[proto.Rows] = (
             collections.deque() if kind == MethodKind.STREAM else _NO_FRAMES)
@@ -105,7 +107,22 @@ class _Request:
         self.rows = 0
         # (ok, value or exception) once finished: readable from any thread, unlike the future.
         self.outcome: tuple[bool, Any] | None = None
-        self.sink: Callable[[_Request], None] | None = None  # called once, when finished
+        self.sink = sink  # called once, when finished
+
+    @property
+    def future(self) -> asyncio.Future[Any]:
+        """The outcome as an asyncio Future (unary result / stream end), made on first use."""
+        fut = self._future
+        if fut is None:
+            fut = self._future = self.worker.pool.loop.create_future()
+            outcome = self.outcome
+            if outcome is not None:
+                if outcome[0]:
+                    fut.set_result(outcome[1])
+                else:
+                    fut.set_exception(outcome[1])
+                    fut.exception()
+        return fut
 
     def _wake(self) -> None:
         w = self.waiter
@@ -114,20 +131,27 @@ class _Request:
 
     def finish(self, result: Any = None, error: BaseException | None = None) -> None:
         """Deliver the terminal outcome exactly once."""
-        for h in (self.deadline_handle, self.cancel_handle):
-            if h is not None:
-                h.cancel()
-        if self.future.done():
+        if self.deadline_handle is not None:
+            self.deadline_handle.cancel()
+        if self.cancel_handle is not None:
+            self.cancel_handle.cancel()
+        if self.outcome is not None:
+            return
+        fut = self._future
+        if fut is not None and fut.done():  # its awaiting task was cancelled
             return
         if error is not None:
             self.error = error
-            self.future.set_exception(error)
-            self.future.exception()  # mark retrieved: an abandoned request must not warn
             self.outcome = (False, error)
+            if fut is not None:
+                fut.set_exception(error)
+                fut.exception()  # mark retrieved: an abandoned request must not warn
         else:
-            self.future.set_result(result)
             self.outcome = (True, result)
-        self._wake()
+            if fut is not None:
+                fut.set_result(result)
+        if self.waiter is not None:
+            self._wake()
         if self.sink is not None:
             self.sink(self)
 
@@ -260,9 +284,19 @@ class _Worker(FrameProtocol):
     def data_received(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
         conn = self.conn
+        results: list[Any] = []
         try:
             conn.feed(data)
-            while (ev := conn.next_event()) is not None:
+            while True:
+                # The RESULT frames of one read, in one tight loop; the first other frame goes
+                # through the general path below.
+                conn.take_results(results)
+                if results:
+                    self._results(results)
+                    results.clear()
+                ev = conn.next_event()
+                if ev is None:
+                    break
                 self._on_event(ev)
         except ProtocolError as e:
             log.error("worker %d (pid %d): protocol violation %s", self.worker_id, self.pid, e)
@@ -457,6 +491,29 @@ class _Worker(FrameProtocol):
             return
         # PONG: last_heard is already updated; LATE: nothing to do.
 
+    def _results(self, results: list[Any]) -> None:
+        """Finish the requests of ``results`` (``id, body`` flat, from take_results)."""
+        requests = self.requests
+        ended = 0
+        it = iter(results)
+        for id, body in zip(it, it):
+            req = requests.pop(id, None)
+            if req is None:
+                continue  # already failed here (e.g. its worker was declared hung)
+            ended += 1
+            try:
+                value = req.codec.decode(body)
+            except Exception as e:
+                req.finish(error=error_from_code(
+                    ErrorCode.DECODE_FAILED, f"cannot decode the result as {req.codec.name}: "
+                    f"{e}", id=req.id))
+            else:
+                req.finish(value)
+        if ended:
+            self.served += ended
+            self.last_busy = self.last_heard
+            self.pool._requests_ended(self, ended)
+
     def _ended(self, req: _Request) -> None:
         self.served += 1
         self.last_busy = time.monotonic()
@@ -510,6 +567,38 @@ class _Worker(FrameProtocol):
             self._flush_out()
         return req
 
+    def submit_batch(self, method: str, bodies: list[Any], codec: _codecs.Codec,
+                     sink: Callable[[_Request], None]) -> list[_Request]:
+        """Submit unary calls without timeouts for ``bodies`` (the caller checked there is room):
+        their REQUEST frames are built as one buffer and leave in one write."""
+        info = self.methods.get(method)
+        parts = None
+        if info is not None and info[1] == MethodKind.UNARY and self.alive \
+                and self.transport is not None:
+            parts = self.conn.send_requests(self.next_id, info[0], codec.id, bodies)
+        if parts is None:  # the general path, one by one, with its errors
+            out = []
+            for body in bodies:
+                req = self.submit(method, body, codec, None, None, MethodKind.UNARY)
+                if req.outcome is None:
+                    req.sink = sink
+                out.append(req)
+            return out
+        first = self.next_id
+        self.next_id = first + len(bodies)
+        unary = MethodKind.UNARY
+        reqs = [_Request(id, self, unary, codec, method, None, sink)
+                for id in range(first, self.next_id)]
+        lone = not self.requests
+        self.requests.update(zip(range(first, self.next_id), reqs))
+        self._out.append(parts)
+        if lone and len(reqs) == 1:
+            self._flush_out()  # a lone request leaves now (latency), as in submit()
+        elif not self._out_scheduled:
+            self._out_scheduled = True
+            self._loop.call_soon(self._flush_out)
+        return reqs
+
     def cancel(self, req: _Request, outcome: WirepoolError | None = None) -> None:
         """The caller gave up (cancelled, deadline, closed iterator): send CANCEL, and kill the
         worker if the terminal does not come within the cancel grace."""
@@ -524,7 +613,7 @@ class _Worker(FrameProtocol):
                                                           self._cancel_grace_passed, req)
 
     def _deadline_passed(self, req: _Request, timeout: float) -> None:
-        if req.future.done() and req.kind == MethodKind.UNARY:
+        if req.outcome is not None and req.kind == MethodKind.UNARY:
             return
         self.cancel(req, DeadlineExceeded(ErrorCode.DEADLINE_EXCEEDED,
                                           f"{req.method!r} did not finish within {timeout}s",
@@ -680,7 +769,7 @@ class Stream:
                 self.row_count += frame.count
                 req.worker.grant(req, frame.payload_size)
                 return frame
-            if req.future.done():
+            if req.outcome is not None:
                 if req.error is not None:
                     self._done = True
                     raise req.error
@@ -706,7 +795,7 @@ class Stream:
         req = self._req
         if req is not None and not self._done:
             self._done = True
-            if not req.future.done() or req.id in req.worker.requests:
+            if req.outcome is None or req.id in req.worker.requests:
                 req.worker.cancel(req, error_from_code(ErrorCode.CANCELLED,
                                                        "the stream was closed early", id=req.id))
 
@@ -974,8 +1063,12 @@ class AsyncPool:
                 return best
 
     def _request_ended(self, w: _Worker, req: _Request) -> None:
-        self._counters["completed"] += 1
-        self._capacity_changed(1)
+        self._requests_ended(w, 1)
+
+    def _requests_ended(self, w: _Worker, n: int) -> None:
+        self._counters["completed"] += n
+        if self._slot_waiters or self._idle_waiters:
+            self._capacity_changed(n)
         if self.max_requests is not None and w.served >= self.max_requests:
             self._recycle(w, "served max_requests")
 
@@ -1356,7 +1449,20 @@ class _MapRun:
                     pool._wait_for_slot(self._slot_free)
                 break
             # As many as this worker has room for, in one burst (their frames share a write).
-            for _ in range(min(free, w.max_in_flight - len(w.requests), len(items))):
+            k = min(free, w.max_in_flight - len(w.requests), len(items))
+            if self.timeout is None:
+                bodies: list[Any] = []
+                for _ in range(k):
+                    item = items.popleft()
+                    try:
+                        bodies.append(encode(item))
+                    except Exception as e:  # the request does not encode: its own outcome
+                        self._submit(w, bodies)
+                        bodies = []
+                        results.append(_Failed(e))
+                self._submit(w, bodies)
+                continue
+            for _ in range(k):
                 item = items.popleft()
                 try:
                     body = encode(item)
@@ -1371,6 +1477,16 @@ class _MapRun:
                     self.in_flight += 1
                     req.sink = self._finished
         self._notify()
+
+    def _submit(self, w: _Worker, bodies: list[Any]) -> None:
+        if not bodies:
+            return
+        reqs = w.submit_batch(self.method, bodies, self.codec, self._finished)
+        self.pool._counters["calls"] += len(reqs)
+        self.results.extend(reqs)
+        # (a request that finished inside submit, e.g. an unknown method, has no sink)
+        self.in_flight += sum(1 for req in reqs if req.outcome is None)
+
 
     def _slot_free(self) -> None:
         self.waiting_slot = False

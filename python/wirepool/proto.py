@@ -1412,6 +1412,138 @@ class Connection:
             return [head + body]
         return [head, body]
 
+    # -- batched fast paths (same checks and effects as the frame-by-frame path) --------------
+
+    def _fast_ready(self) -> bool:
+        """True when the received bytes may be scanned frame by frame without the general
+        decoder: the connection is open and no frame or message is half-received."""
+        dec = self.decoder
+        return (self.state == _OPEN and dec._error is None and not dec._hdr and dec._big is None
+                and not self._incoming)
+
+    def take_results(self, out: list[Any]) -> None:
+        """Parent fast path: consume the single-frame RESULT frames of unary requests in flight
+        at the front of the received bytes, appending ``id, body`` (flat) to ``out`` for each.
+
+        Stops at the first frame the general path must see (any other type, a MORE flag, an
+        id that is late or unknown, a frame not complete yet): :meth:`next_event` takes it
+        from there, with its checks and errors.
+        """
+        if not self._fast_ready() or self.goodbye_received:
+            return
+        dec = self.decoder
+        buf = dec._buf
+        pos = dec._pos
+        end = len(buf)
+        limit = dec.max_frame_size
+        last = self.last_id
+        in_flight = self.in_flight
+        unary = MethodKind.UNARY
+        append = out.append
+        while end - pos >= HEADER_SIZE:
+            length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
+            if (ftype != FrameType.RESULT or flags or reserved or length > limit or not 0 < id <= last
+                    or end - pos - HEADER_SIZE < length):
+                break
+            st = in_flight.get(id)
+            if st is None or st.kind != unary:
+                break
+            del in_flight[id]
+            start = pos + HEADER_SIZE
+            pos = start + length
+            append(id)
+            append(buf[start:pos])
+        dec._pos = pos
+
+    def answer_inline(self, table: Sequence[Any], out: list[Buffer]) -> tuple | None:
+        """Worker fast path: answer the REQUEST frames at the front of the received bytes whose
+        method has an inline entry, appending each RESULT frame's pieces to ``out``.
+
+        ``table[method_index]`` is None or a dict ``codec id -> (fn, decode, encode)``; a request
+        is answered here when it is one frame, carries no timeout, its codec has an entry, the
+        body decodes and it would be admitted (not draining, below max_in_flight): its RESULT is
+        ``encode(fn(decode(body)))``. Anything else stops the scan for :meth:`next_event`.
+
+        Returns None, or ``(id, method, codec, value, failed)`` for a request now in flight
+        whose terminal the caller must send: ``fn`` or ``encode`` raised ``value`` (failed), or
+        the encoded ``value`` needs more than one frame.
+        """
+        if (not self._fast_ready() or self.is_parent or self.draining or self.goodbye_sent
+                or len(self.in_flight) >= self.max_in_flight):
+            return None
+        dec = self.decoder
+        buf = dec._buf
+        pos = dec._pos
+        end = len(buf)
+        limit = dec.max_frame_size
+        last = self.last_id
+        n_methods = len(table)
+        append = out.append
+        prefix = _REQUEST_PREFIX.unpack_from
+        failed: tuple | None = None
+        try:
+            while end - pos >= 28:
+                length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
+                if (ftype != FrameType.REQUEST or flags or reserved or length > limit or length < 12
+                        or id <= last or end - pos - HEADER_SIZE < length):
+                    break
+                method, codec, zero, timeout = prefix(buf, pos + HEADER_SIZE)
+                if zero or timeout or method >= n_methods:
+                    break
+                entry = table[method]
+                if entry is None:
+                    break
+                handler = entry.get(codec)
+                if handler is None:
+                    break
+                fn, decode, encode = handler
+                start = pos + 28
+                stop = pos + HEADER_SIZE + length
+                try:
+                    arg = decode(buf[start:stop])
+                except Exception:
+                    break  # the general path answers BAD_REQUEST
+                last = id
+                pos = stop
+                try:
+                    body = encode(fn(arg))
+                except BaseException as e:  # noqa: B036 - it becomes this request's terminal
+                    failed = (id, method, codec, e, True)
+                    break
+                if len(body) > limit:
+                    failed = (id, method, codec, body, False)
+                    break
+                append(_hdr_pack(len(body), FrameType.RESULT, 0, 0, id))
+                append(body)
+        finally:
+            dec._pos = pos
+            self.last_id = last
+        if failed is not None:
+            self.in_flight[failed[0]] = self._unary
+        return failed
+
+    def send_requests(self, first_id: int, method: int, codec: int,
+                      bodies: Sequence[Buffer]) -> bytes | None:
+        """Parent fast path: REQUEST frames (no timeout) with ids ``first_id, first_id + 1, ...``
+        for ``bodies``, as one buffer; the same checks and effects as one :meth:`send_request`
+        each. Returns None when the general path is needed (a body larger than one frame)."""
+        limit = self.max_frame_size - 12
+        for b in bodies:
+            if len(b) > limit:
+                return None
+        if (not self.is_parent or self.state != _OPEN or self.draining or first_id <= self.last_id
+                or self.goodbye_sent):
+            self.send(Request(first_id, method, codec, b""))  # raises the error
+        methods = self.hello.methods  # type: ignore[union-attr]
+        if method >= len(methods):
+            raise ValueError(f"method index {method} not in HELLO")
+        ids = range(first_id, first_id + len(bodies))
+        self.last_id = ids[-1] if bodies else self.last_id
+        self.in_flight.update(dict.fromkeys(ids, self._new_stream(methods[method].kind)))
+        pack = _REQUEST_HEAD_pack
+        return b"".join([pack(12 + len(b), FrameType.REQUEST, 0, 0, id, method, codec, 0, 0) + b
+                         for id, b in zip(ids, bodies)])
+
     def send(self, f: Frame) -> list[Buffer]:
         """Record that the local side sends ``f``; returns its encoded pieces.
 

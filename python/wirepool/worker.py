@@ -243,6 +243,12 @@ class _Runtime(FrameProtocol):
         self._done: collections.deque[tuple[_Call, concurrent.futures.Future]] = \
             collections.deque()
         self._done_wakeup = False
+        # method index -> {codec id: (fn, decode, encode)} for inline methods without a Context
+        # (answered by Connection.answer_inline), None for the others; None without any.
+        table: list[dict[int, tuple[Any, Any, Any]] | None] = [
+            {cid: (m.fn, c.decode, c.encode) for cid, c in m.codecs.items()}
+            if m.inline and not m.wants_ctx else None for m in methods]
+        self._inline_table = table if any(e is not None for e in table) else None
 
     # -- transport ------------------------------------------------------------------------
 
@@ -255,9 +261,20 @@ class _Runtime(FrameProtocol):
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
+        table = self._inline_table
         try:
             conn.feed(data)
-            while (ev := conn.next_event()) is not None:
+            while True:
+                if table is not None:
+                    # Every inline request of this read answered in one tight loop; the first
+                    # frame it does not take goes through the general path below.
+                    pending = conn.answer_inline(table, self._out)
+                    if pending is not None:
+                        self._inline_pending(*pending)
+                        continue
+                ev = conn.next_event()
+                if ev is None:
+                    break
                 self._on_event(ev)
         except ProtocolError as e:
             self._fatal(e)
@@ -368,6 +385,16 @@ class _Runtime(FrameProtocol):
             call.task.cancel()
 
     # -- running a request ----------------------------------------------------------------
+
+    def _inline_pending(self, id: int, index: int, codec_id: int, value: Any,
+                        failed: bool) -> None:
+        """An inline request answered by the fast path whose terminal is not a one-frame RESULT:
+        its handler raised ``value`` (failed), or its encoded result ``value`` needs MORE."""
+        m = self.methods[index]
+        call = _Call(id, m, Context(id, m.name, m.codecs[codec_id], None, self.worker_id,
+                                    self._event_requested))
+        self.calls[id] = call
+        self._finish(call, self._terminal_for(call, value) if failed else proto.Result(id, value))
 
     def _start(self, req: proto.Request) -> None:
         m = self.methods[req.method]
