@@ -5,6 +5,10 @@
 //! cargo run --release -p wirepool --example perf            # current_thread runtime (fastest here)
 //! cargo run --release -p wirepool --example perf -- multi   # multi-thread runtime, PERF_THREADS (2)
 //! ```
+//! `PERF_ONLY` narrows the run: `inflight` (floors, then 256 calls in flight), `inflight_only`
+//! (just the concurrent phase, for profilers; `PERF_CALLS` sets its size), `ping`, `big`, `slow`.
+//! `PERF_METHOD` picks the unary method (default `echo_raw_async`; `echo_raw_inline` is the
+//! worker's no-task path).
 //! Numbers on a shared 2-vCPU machine move 20-40% between runs; compare ratios within a run.
 //! The raw floor and wirepool run in alternating blocks, so load bursts hit both alike.
 
@@ -79,6 +83,29 @@ fn rss_kib() -> u64 {
 fn p50(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
+}
+
+/// 64 B unary calls, 256 in flight (PERF_CALLS in total, default 1 M).
+async fn inflight(pool: &Pool, method: &str, body: &Bytes) {
+    let total: usize = std::env::var("PERF_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let in_flight = 256;
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..in_flight {
+        let pool = pool.clone();
+        let body = body.clone();
+        let method = method.to_string();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..total / in_flight {
+                pool.call_raw(&method, body.clone()).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let rate = (total / in_flight * in_flight) as f64 / t.elapsed().as_secs_f64();
+    println!("64 B unary, 256 in flight: {:.2} M calls/s (target >= 1 M)", rate / 1e6);
 }
 
 fn main() {
@@ -156,6 +183,12 @@ fn main() {
         }
         // One call at a time, alternating blocks of raw and wirepool round trips.
         let body = Bytes::from(vec![1u8; 64]);
+        if only == "inflight_only" {
+            // For profilers: only the concurrent phase, no floors or warm-up blocks around it.
+            inflight(&pool, method, &body).await;
+            pool.shutdown().await;
+            return;
+        }
         for _ in 0..2000 {
             pool.call_raw(method, body.clone()).await.unwrap();
         }
@@ -221,26 +254,7 @@ fn main() {
             return;
         }
         if only == "inflight" || only.is_empty() {
-        // 64 B unary calls, 256 in flight.
-        let total = 1_000_000usize;
-        let in_flight = 256;
-        let t = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..in_flight {
-            let pool = pool.clone();
-            let body = body.clone();
-            let method = method.to_string();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..total / in_flight {
-                    pool.call_raw(&method, body.clone()).await.unwrap();
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        let rate = (total / in_flight * in_flight) as f64 / t.elapsed().as_secs_f64();
-        println!("64 B unary, 256 in flight: {:.2} M calls/s (target >= 1 M)", rate / 1e6);
+            inflight(&pool, method, &body).await;
         }
         if only == "inflight" {
             return;

@@ -51,6 +51,7 @@ mod config;
 mod error;
 mod metrics;
 mod outbox;
+mod pending;
 mod pool;
 // The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.
 use wirepool_io as socket;

@@ -17,7 +17,7 @@ use crate::error::{codes, Error, ExitCause, Result};
 use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
 use crate::spawn::{self, WorkerCommand};
 use crate::stream::{RowStream, StreamShared};
-use crate::worker::{self, Incarnation, NotSent, PoolShared, Worker};
+use crate::worker::{self, Awaiting, Incarnation, NotSent, PoolShared, Worker};
 
 /// Options of one call or stream.
 #[derive(Clone, Debug, Default)]
@@ -179,7 +179,7 @@ struct DropGuard(Arc<PoolInner>);
 impl Drop for DropGuard {
     fn drop(&mut self) {
         self.0.closed.store(true, SeqCst);
-        self.0.shared.capacity.notify_waiters();
+        self.0.shared.notify_state_changed();
         for w in self.0.live.lock().unwrap().values() {
             w.kill_now();
         }
@@ -223,6 +223,8 @@ impl Pool {
         let shared = Arc::new(PoolShared {
             cfg,
             capacity: Notify::new(),
+            slot_waiters: AtomicUsize::new(0),
+            state_changed: Notify::new(),
             epoch: Instant::now(),
             methods: OnceLock::new(),
         });
@@ -353,7 +355,7 @@ impl Pool {
     /// lease fail with `LEASE_LOST`.
     pub async fn lease(&self) -> Result<Lease> {
         loop {
-            let notified = self.inner.shared.capacity.notified();
+            let notified = self.inner.shared.state_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             self.inner.check_open()?;
@@ -423,7 +425,7 @@ impl Pool {
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            let notified = self.inner.shared.capacity.notified();
+            let notified = self.inner.shared.state_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let up = self
@@ -532,17 +534,38 @@ fn decode_result<T: DeserializeOwned + 'static>(codec: Codec, body: Bytes) -> Re
     })
 }
 
-/// Cancels a request whose caller went away before its outcome.
-struct CancelOnDrop<'a> {
-    worker: &'a Worker,
-    id: u64,
-    armed: bool,
+/// A caller counted in `slot_waiters` until it leaves `acquire`.
+struct WaitingForSlot<'a>(&'a AtomicUsize);
+
+impl Drop for WaitingForSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
 }
 
-impl Drop for CancelOnDrop<'_> {
+/// The outcome of a unary request; dropping it before then cancels the request on the worker.
+struct UnaryCall<'a> {
+    worker: &'a Worker,
+    id: u64,
+    done: bool,
+}
+
+impl std::future::Future for UnaryCall<'_> {
+    type Output = Result<Bytes>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Bytes>> {
+        let polled = self.worker.poll_unary(self.id, cx);
+        self.done = polled.is_ready();
+        polled
+    }
+}
+
+impl Drop for UnaryCall<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            self.worker.cancel(self.id);
+        if !self.done {
+            self.worker.abandon_unary(self.id);
         }
     }
 }
@@ -564,7 +587,7 @@ impl PoolInner {
         for w in self.live.lock().unwrap().values() {
             w.begin_drain(ExitCause::Shutdown, self.shared.cfg.drain_grace);
         }
-        self.shared.capacity.notify_waiters();
+        self.shared.notify_state_changed();
         self.live_changed.notify_waiters();
     }
 
@@ -603,6 +626,10 @@ impl PoolInner {
                 return Ok(w);
             }
         }
+        // Counted as waiting from before the first look at the slots until we leave (see
+        // `Worker::release_slots`).
+        self.shared.slot_waiters.fetch_add(1, SeqCst);
+        let _waiting = WaitingForSlot(&self.shared.slot_waiters);
         loop {
             let notified = self.shared.capacity.notified();
             tokio::pin!(notified);
@@ -671,7 +698,11 @@ impl PoolInner {
         loop {
             attempts += 1;
             let worker = self.acquire(leased).await?;
-            let (req, rx) = match worker.submit(method_no, codec, timeout, body.clone(), None) {
+            // The caller's waker travels with the request, so the reader can wake it without
+            // a first poll registering it.
+            let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
+            let awaiting = Awaiting::Unary(waker);
+            let req = match worker.submit(method_no, codec, timeout, body.clone(), awaiting) {
                 Ok(sent) => sent,
                 Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
                 Err(NotSent::WorkerGone(_)) if leased.is_some() => {
@@ -679,22 +710,12 @@ impl PoolInner {
                 }
                 Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
             };
-            let rx = rx.expect("unary has a receiver");
-            let mut guard = CancelOnDrop {
+            let outcome = UnaryCall {
                 worker: &worker,
                 id: req.id,
-                armed: true,
-            };
-            let outcome = rx.await;
-            guard.armed = false;
-            let outcome = match outcome {
-                Ok(o) => o,
-                // The route was dropped without an outcome: only when the worker is gone.
-                Err(_) => Err(worker
-                    .exit_info()
-                    .map(Error::WorkerExited)
-                    .unwrap_or(Error::PoolClosed("worker gone"))),
-            };
+                done: false,
+            }
+            .await;
             // A result came through the reader, which read the clock once for its whole read;
             // count to that read instead of reading the clock again for each call.
             let ended = if outcome.is_ok() { worker.received_at() } else { Instant::now() };
@@ -731,9 +752,9 @@ impl PoolInner {
                 codec,
                 timeout,
                 body.clone(),
-                Some(shared.clone()),
+                Awaiting::Stream(shared.clone()),
             ) {
-                Ok((req, _)) => return Ok(RowStream::new(req, shared, codec)),
+                Ok(req) => return Ok(RowStream::new(req, shared, codec)),
                 Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
                 Err(NotSent::WorkerGone(_)) if leased.is_some() => {
                     return Err(Error::LeaseLost(worker.exit_info()))
@@ -780,7 +801,7 @@ impl PoolInner {
         }
         *ready = Arc::new(list);
         drop(ready);
-        self.shared.capacity.notify_waiters();
+        self.shared.notify_state_changed();
     }
 
     fn forget(&self, worker: &Worker) {

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::socket::Socket;
@@ -21,6 +22,7 @@ use crate::config::PoolConfig;
 use crate::error::{Error, ExitCause, ExitInfo, Result};
 use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
 use crate::outbox::{Outbox, WriteQueue};
+use crate::pending::Pending;
 use crate::spawn::{self, StderrTail};
 use crate::stream::StreamShared;
 
@@ -29,6 +31,11 @@ pub(crate) struct PoolShared {
     pub cfg: PoolConfig,
     /// Woken when a worker gains free capacity, becomes ready, or the pool closes.
     pub capacity: Notify,
+    /// Callers in `acquire` waiting for a free slot: slots freed with nobody waiting wake nobody.
+    pub slot_waiters: std::sync::atomic::AtomicUsize,
+    /// Woken when a worker's state changes (ready, leased, draining, gone) or the pool closes;
+    /// leases and `wait_ready` wait here, so they never take a freed slot's wake-up.
+    pub state_changed: Notify,
     pub epoch: Instant,
     /// Method names the pool can call, and their latency histograms, indexed by method number.
     pub methods: OnceLock<MethodTable>,
@@ -41,6 +48,12 @@ pub(crate) struct MethodTable {
 }
 
 impl PoolShared {
+    /// Wakes everyone waiting for capacity or a state change.
+    pub fn notify_state_changed(&self) {
+        self.capacity.notify_waiters();
+        self.state_changed.notify_waiters();
+    }
+
     pub fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
@@ -59,13 +72,23 @@ const STATE_DRAINING: u8 = 2;
 const STATE_DEAD: u8 = 3;
 
 enum Sink {
-    Unary(oneshot::Sender<Result<Bytes>>),
+    /// A unary caller's completion cell: the reader fills it and wakes the caller, which takes
+    /// the outcome out of the route (no channel, no allocation per call).
+    Unary(UnaryCell),
     Stream(Arc<StreamShared>),
 }
 
+enum UnaryCell {
+    Waiting(Option<Waker>),
+    Done(Result<Bytes>),
+}
+
 struct Route {
-    /// `None` once the caller got its outcome early (deadline) and only the terminal is awaited.
+    /// `None` once nobody waits for an outcome (cancelled, stream finished, or the caller took
+    /// its outcome early at the deadline) and only the terminal is awaited.
     sink: Option<Sink>,
+    /// The worker has not sent the terminal yet: the request holds one in-flight slot.
+    on_wire: bool,
     /// When CANCEL was sent; the worker must end the request within the cancel grace.
     cancelled_at: Option<Instant>,
     /// Parent-side deadline: the request's timeout plus a grace.
@@ -73,37 +96,27 @@ struct Route {
 }
 
 impl Route {
-    fn deliver(&mut self, outcome: Result<Bytes>) {
+    /// Hands the request's outcome to whoever waits; a unary caller's waker goes to `wakers`
+    /// (woken once the core's lock is released). The first outcome wins.
+    fn deliver(&mut self, outcome: Result<Bytes>, wakers: &mut Vec<Waker>) {
         match self.sink.take() {
-            Some(Sink::Unary(tx)) => {
-                let _ = tx.send(outcome);
+            Some(Sink::Unary(UnaryCell::Waiting(w))) => {
+                wakers.extend(w);
+                self.sink = Some(Sink::Unary(UnaryCell::Done(outcome)));
             }
+            done @ Some(Sink::Unary(UnaryCell::Done(_))) => self.sink = done,
             Some(Sink::Stream(s)) => s.finish(outcome),
             None => {}
         }
     }
-}
 
-/// Request ids are sequential: a multiplicative hash spreads them over hashbrown's control bits
-/// at a fraction of SipHash's cost (one lookup per frame, two per call).
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    /// The route may leave the table: its terminal arrived and nobody has an outcome to take.
+    fn finished(&self) -> bool {
+        !self.on_wire && self.sink.is_none()
     }
 }
 
-type RouteMap = HashMap<u64, Route, std::hash::BuildHasherDefault<IdHasher>>;
+type RouteMap = Pending<Route>;
 
 struct Core {
     conn: Connection,
@@ -114,6 +127,8 @@ struct Core {
     closed: Option<Error>,
     /// The writer task holds bytes it has not finished writing: nobody else may write now.
     writer_busy: bool,
+    /// A caller woke the writer since it last took the output: later callers need not.
+    writer_woken: bool,
     /// The socket's sending half for the direct-write fast path; dropped when the worker is
     /// gone, so a `Worker` kept alive by a caller's handle does not keep the descriptor open.
     socket_out: Option<Arc<Socket>>,
@@ -151,8 +166,13 @@ pub(crate) struct Worker {
     stderr_tail: Arc<StderrTail>,
 }
 
-/// Where a unary caller waits for its result.
-pub(crate) type UnaryOutcome = oneshot::Receiver<Result<Bytes>>;
+
+/// Who waits for a request's outcome.
+pub(crate) enum Awaiting {
+    /// A unary caller, woken through this waker once the outcome is in the route.
+    Unary(Waker),
+    Stream(Arc<StreamShared>),
+}
 
 /// Why a request was not sent.
 pub(crate) enum NotSent {
@@ -202,7 +222,7 @@ impl Worker {
         if self.state.load(Acquire) != want {
             return false;
         }
-        let mut cur = self.in_flight.load(Relaxed);
+        let mut cur = self.in_flight.load(SeqCst);
         loop {
             if cur >= self.max_in_flight {
                 return false;
@@ -218,8 +238,23 @@ impl Worker {
     }
 
     fn release_slot(&self) {
-        self.in_flight.fetch_sub(1, AcqRel);
-        self.pool.capacity.notify_one();
+        self.release_slots(1);
+    }
+
+    /// Frees `n` in-flight slots (a read's worth of terminals at once) and wakes as many
+    /// callers waiting for one, if any wait: the common case costs no wake-up at all.
+    fn release_slots(&self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        // SeqCst pairs with `PoolInner::acquire`, which counts itself in `slot_waiters` before
+        // it looks at `in_flight` again: either it sees these slots free, or we see it waiting.
+        self.in_flight.fetch_sub(n, SeqCst);
+        if self.pool.slot_waiters.load(SeqCst) > 0 {
+            for _ in 0..n {
+                self.pool.capacity.notify_one();
+            }
+        }
     }
 
     /// Ready -> Leased. The caller then owns the worker until [`end_lease`](Self::end_lease).
@@ -235,21 +270,22 @@ impl Worker {
             .compare_exchange(STATE_LEASED, STATE_READY, AcqRel, Relaxed)
             .is_ok()
         {
-            self.pool.capacity.notify_waiters();
+            self.pool.notify_state_changed();
             self.check_request_quota();
         }
     }
 
     /// Sends a request on a reserved slot. The reservation is consumed (released when the
-    /// request ends, or now on error).
+    /// request ends, or now on error). A unary caller then follows it with
+    /// [`poll_unary`](Self::poll_unary), a stream through `StreamShared`.
     pub fn submit(
         self: &Arc<Self>,
         method_no: usize,
         codec: Codec,
         timeout: Option<Duration>,
         body: Bytes,
-        sink_stream: Option<Arc<StreamShared>>,
-    ) -> Result<(WorkerRequest, Option<UnaryOutcome>), NotSent> {
+        awaiting: Awaiting,
+    ) -> Result<WorkerRequest, NotSent> {
         let Some(Some(wire)) = self.wire.get(method_no) else {
             self.release_slot();
             let name = self
@@ -262,10 +298,9 @@ impl Worker {
                 name.unwrap_or_default(),
             )));
         };
-        let want_kind = if sink_stream.is_some() {
-            MethodKind::Stream
-        } else {
-            MethodKind::Unary
+        let want_kind = match awaiting {
+            Awaiting::Stream(_) => MethodKind::Stream,
+            Awaiting::Unary(_) => MethodKind::Unary,
         };
         if wire.kind != want_kind {
             self.release_slot();
@@ -284,12 +319,9 @@ impl Worker {
             .map(|t| t.as_micros().clamp(1, u64::MAX as u128) as u64)
             .unwrap_or(0);
         let now = Instant::now();
-        let (sink, rx) = match sink_stream {
-            Some(s) => (Sink::Stream(s), None),
-            None => {
-                let (tx, rx) = oneshot::channel();
-                (Sink::Unary(tx), Some(rx))
-            }
+        let sink = match awaiting {
+            Awaiting::Stream(s) => Sink::Stream(s),
+            Awaiting::Unary(w) => Sink::Unary(UnaryCell::Waiting(Some(w))),
         };
         // in_flight was incremented by try_reserve: 1 means no other request is on this worker.
         let core_in_flight = self.in_flight.load(Relaxed).saturating_sub(1);
@@ -325,6 +357,7 @@ impl Worker {
                 id,
                 Route {
                     sink: Some(sink),
+                    on_wire: true,
                     cancelled_at: None,
                     deadline,
                 },
@@ -347,8 +380,10 @@ impl Worker {
                     let _ = tail.split_to(n);
                 }
             }
-            let pending = !core.out.is_empty();
-            (id, pending)
+            // One wake-up per batch: the writer takes everything queued when it runs.
+            let wake = !core.out.is_empty() && !core.writer_woken;
+            core.writer_woken |= wake;
+            (id, wake)
         };
         let (id, pending) = id;
         if pending {
@@ -361,15 +396,48 @@ impl Worker {
         );
         self.requests.fetch_add(1, Relaxed);
         self.check_request_quota();
-        Ok((
-            WorkerRequest {
-                worker: self.clone(),
-                id,
-                method_no,
-                started: now,
-            },
-            rx,
-        ))
+        Ok(WorkerRequest {
+            worker: self.clone(),
+            id,
+            method_no,
+            started: now,
+        })
+    }
+
+    /// The outcome of unary request `id`, once the reader (or the deadline, or the worker's
+    /// exit) delivered it; until then `cx`'s waker is kept in the route.
+    pub fn poll_unary(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<Bytes>> {
+        let mut core = self.core.lock().unwrap();
+        let Some(route) = core.routes.get_mut(id) else {
+            // Not reachable: the route stays until its outcome is taken. Still one outcome.
+            let e = core.closed.clone();
+            return Poll::Ready(Err(e.unwrap_or(Error::PoolClosed("request lost"))));
+        };
+        match &mut route.sink {
+            Some(Sink::Unary(UnaryCell::Waiting(w))) => {
+                match w {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *w = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            Some(Sink::Unary(UnaryCell::Done(_))) => {
+                let Some(Sink::Unary(UnaryCell::Done(outcome))) = route.sink.take() else {
+                    unreachable!()
+                };
+                if route.finished() {
+                    core.routes.remove(id);
+                }
+                Poll::Ready(outcome)
+            }
+            _ => Poll::Ready(Err(Error::PoolClosed("request lost"))),
+        }
+    }
+
+    /// The caller of unary request `id` went away: cancel it if it is still running, and
+    /// forget an outcome nobody will take.
+    pub fn abandon_unary(&self, id: u64) {
+        self.cancel(id);
     }
 
     fn check_request_quota(&self) {
@@ -384,19 +452,24 @@ impl Worker {
     /// arrives; if that takes longer than the cancel grace, the worker is killed.
     pub fn cancel(&self, id: u64) {
         let mut core = self.core.lock().unwrap();
-        if core.closed.is_some() {
+        let c = &mut *core;
+        let Some(route) = c.routes.get_mut(id) else {
+            return;
+        };
+        route.sink = None;
+        if !route.on_wire {
+            // Ended: the outcome nobody will take now goes.
+            c.routes.remove(id);
             return;
         }
-        if let Some(route) = core.routes.get_mut(&id) {
-            if route.cancelled_at.is_none() {
-                route.cancelled_at = Some(Instant::now());
-                route.sink = None;
-                let c = &mut *core;
-                let _ = c.conn.send_cancel(id, &mut c.out);
-                drop(core);
-                self.writer_wake.notify_one();
-            }
+        // A worker that is gone has nothing to cancel; its routes end with its exit.
+        if route.cancelled_at.is_some() || c.closed.is_some() {
+            return;
         }
+        route.cancelled_at = Some(Instant::now());
+        let _ = c.conn.send_cancel(id, &mut c.out);
+        drop(core);
+        self.writer_wake.notify_one();
     }
 
     /// The consumer of stream `id` has read `bytes` of ROWS payload; the core decides when
@@ -701,9 +774,10 @@ pub(crate) async fn start(
         core: Mutex::new(Core {
             conn,
             out: Outbox::default(),
-            routes: RouteMap::default(),
+            routes: RouteMap::new(welcome.max_in_flight),
             closed: None,
             writer_busy: false,
+            writer_woken: false,
             socket_out: Some(socket.clone()),
         }),
         writer_wake: Notify::new(),
@@ -802,7 +876,7 @@ enum ReaderEnd {
 /// lock, so the bytes are never copied) and handles every complete frame of that read under the
 /// same lock: results, rows and errors go to their callers, PINGs are answered.
 async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
-    let mut completed: Vec<Route> = Vec::with_capacity(64);
+    let mut wakers: Vec<Waker> = Vec::with_capacity(64);
     loop {
         // The read is polled under the lock (never held across a suspension) straight into the
         // core's buffer; a short read clears readiness, so there is no extra EAGAIN read per
@@ -817,6 +891,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
             Ok(n) => n,
         };
         let mut wake_writer = false;
+        let mut completed = 0;
         let end = {
             let mut core = worker.core.lock().unwrap();
             let c = &mut *core;
@@ -840,10 +915,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                 };
                 match ev {
                     Event::Result { id, body } => {
-                        if let Some(mut r) = c.routes.remove(&id) {
-                            r.deliver(Ok(body));
-                            completed.push(r);
-                        }
+                        completed += end_route(&mut c.routes, id, Ok(body), &mut wakers);
                     }
                     Event::Error {
                         id: 0,
@@ -863,18 +935,16 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                         message,
                         details,
                     } => {
-                        if let Some(mut r) = c.routes.remove(&id) {
-                            r.deliver(Err(Error::Remote {
-                                code,
-                                message,
-                                details,
-                            }));
-                            completed.push(r);
-                        }
+                        let e = Err(Error::Remote {
+                            code,
+                            message,
+                            details,
+                        });
+                        completed += end_route(&mut c.routes, id, e, &mut wakers);
                     }
                     Event::Rows { id, rows } => {
                         worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
-                        match c.routes.get(&id) {
+                        match c.routes.get_mut(id) {
                             Some(Route {
                                 sink: Some(Sink::Stream(s)),
                                 ..
@@ -890,10 +960,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                         }
                     }
                     Event::End { id, summary, .. } => {
-                        if let Some(mut r) = c.routes.remove(&id) {
-                            r.deliver(Ok(summary));
-                            completed.push(r);
-                        }
+                        completed += end_route(&mut c.routes, id, Ok(summary), &mut wakers);
                     }
                     Event::Notification { id, topic, data } => {
                         tracing::debug!(target: "wirepool::event", worker = worker.id, id, %topic, %data);
@@ -909,9 +976,10 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                 }
             }
         };
-        for _ in completed.drain(..) {
-            worker.release_slot();
+        for w in wakers.drain(..) {
+            w.wake();
         }
+        worker.release_slots(completed);
         if wake_writer {
             worker.writer_wake.notify_one();
         }
@@ -919,6 +987,20 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
             return end;
         }
     }
+}
+
+/// The terminal of request `id` arrived: its outcome goes to the caller, and the route leaves
+/// the table unless a unary caller has yet to take the outcome. Returns the slots freed.
+fn end_route(routes: &mut RouteMap, id: u64, outcome: Result<Bytes>, wakers: &mut Vec<Waker>) -> u32 {
+    let Some(r) = routes.get_mut(id) else {
+        return 0;
+    };
+    r.on_wire = false;
+    r.deliver(outcome, wakers);
+    if r.finished() {
+        routes.remove(id);
+    }
+    1
 }
 
 /// End of file. Stopping inside a frame (`TRUNCATED`) is what a crash looks like, so it is
@@ -940,6 +1022,7 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
             let mut core = worker.core.lock().unwrap();
             core.out.take_into(&mut queue);
             core.writer_busy = !queue.is_empty();
+            core.writer_woken = false;
         }
         if queue.is_empty() {
             worker.writer_wake.notified().await;
@@ -1136,17 +1219,27 @@ async fn lifecycle(
         (None, ExitCause::Hung) => Error::WorkerHung(info.clone()),
         _ => Error::WorkerExited(info.clone()),
     };
-    let failed = {
+    // Every request still on the wire ends now with the worker's error; unary outcomes stay in
+    // their routes until their callers take them.
+    let mut wakers = Vec::new();
+    let mut freed = 0;
+    {
         let mut core = worker.core.lock().unwrap();
         core.closed = Some(error.clone());
-        let routes: Vec<Route> = core.routes.drain().map(|(_, r)| r).collect();
-        routes
-    };
-    for mut r in failed.into_iter() {
-        r.deliver(Err(error.clone()));
-        worker.release_slot();
+        core.routes.retain(|_, r| {
+            if r.on_wire {
+                r.on_wire = false;
+                freed += 1;
+                r.deliver(Err(error.clone()), &mut wakers);
+            }
+            !r.finished()
+        });
     }
-    worker.pool.capacity.notify_waiters();
+    for w in wakers {
+        w.wake();
+    }
+    worker.release_slots(freed);
+    worker.pool.notify_state_changed();
     if info.cause == ExitCause::Crashed || info.cause == ExitCause::Hung {
         tracing::warn!(worker = worker.id, "{info}");
     } else {
@@ -1178,13 +1271,13 @@ fn close_core(worker: &Worker) {
 fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
     let cancel_grace = worker.pool.cfg.cancel_grace;
     let (overdue, expired) = {
-        let core = worker.core.lock().unwrap();
+        let mut core = worker.core.lock().unwrap();
         if core.closed.is_some() {
             return None;
         }
         let mut overdue = false;
         let mut expired = false;
-        for r in core.routes.values() {
+        for (_, r) in core.routes.iter_mut().filter(|(_, r)| r.on_wire) {
             match (r.cancelled_at, r.deadline) {
                 (Some(at), _) => overdue |= now.duration_since(at) > cancel_grace,
                 (None, Some((deadline, _))) => expired |= now >= deadline,
@@ -1198,11 +1291,12 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
         let mut core = worker.core.lock().unwrap();
         let c = &mut *core;
         let mut cancelled = false;
-        for (&id, r) in c.routes.iter_mut() {
-            if let (None, Some((deadline, budget))) = (r.cancelled_at, r.deadline) {
+        let mut wakers = Vec::new();
+        for (id, r) in c.routes.iter_mut() {
+            if let (true, None, Some((deadline, budget))) = (r.on_wire, r.cancelled_at, r.deadline) {
                 if now >= deadline {
                     // The worker ignored its time budget: answer the caller now, cancel on the wire.
-                    r.deliver(Err(Error::DeadlineExceeded(budget)));
+                    r.deliver(Err(Error::DeadlineExceeded(budget)), &mut wakers);
                     r.cancelled_at = Some(now);
                     let _ = c.conn.send_cancel(id, &mut c.out);
                     cancelled = true;
@@ -1210,6 +1304,9 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
             }
         }
         drop(core);
+        for w in wakers {
+            w.wake();
+        }
         if cancelled {
             worker.writer_wake.notify_one();
         }
