@@ -55,9 +55,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("command", nargs="?", choices=["run", "check"], default="run")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="small counts, 3 repeats, about 3 minutes (default)")
+                      help="16 scenarios (the ends of each axis), small counts, 3 repeats, "
+                           "about 1 minute (default)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
-                      help="the specified sizes, 5 repeats, under 30 minutes")
+                      help="the specified grid, 5 repeats (3 for 256 MiB and 1 M rows), "
+                           "about 15 minutes")
     p.add_argument("--only", default="", help="comma-separated workloads or id prefixes: W1,W3.echo")
     p.add_argument("--runners", default="", help="comma-separated runner names (default: all)")
     p.add_argument("--out", default="", help="output directory (default bench/results/<UTC time>)")
