@@ -150,7 +150,7 @@ impl<T> RowStream<T> {
             rows: 0,
             summary: None,
             done: false,
-            started: req.started,
+            started: req.started.unwrap_or_else(Instant::now),
             method_no: req.method_no,
             _row: PhantomData,
         }

@@ -42,7 +42,7 @@ pub(crate) struct PoolShared {
 }
 
 pub(crate) struct MethodTable {
-    pub by_name: HashMap<String, usize>,
+    pub by_name: HashMap<String, usize, std::hash::BuildHasherDefault<crate::pending::IdHasher>>,
     pub names: Vec<String>,
     pub latency: Vec<LatencyHistogram>,
 }
@@ -52,6 +52,12 @@ impl PoolShared {
     pub fn notify_state_changed(&self) {
         self.capacity.notify_waiters();
         self.state_changed.notify_waiters();
+    }
+
+    pub fn record_latency(&self, method_no: usize, d: Duration) {
+        if let Some(h) = self.methods.get().and_then(|t| t.latency.get(method_no)) {
+            h.record(d);
+        }
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -93,16 +99,27 @@ struct Route {
     cancelled_at: Option<Instant>,
     /// Parent-side deadline: the request's timeout plus a grace.
     deadline: Option<(Instant, Duration)>,
+    /// The method's number in the pool's table, for its latency histogram.
+    method_no: u32,
+    /// When the request left: read in `submit` when the worker was idle (the latency-critical
+    /// case), else when the writer task took it (one clock read per batch of requests).
+    started: Option<Instant>,
 }
 
 impl Route {
     /// Hands the request's outcome to whoever waits; a unary caller's waker goes to `wakers`
     /// (woken once the core's lock is released). The first outcome wins.
-    fn deliver(&mut self, outcome: Result<Bytes>, wakers: &mut Vec<Waker>) {
+    ///
+    /// A unary call's latency is recorded here, ending at `at`; a stream records its own when
+    /// its consumer reaches the end.
+    fn deliver(&mut self, outcome: Result<Bytes>, wakers: &mut Vec<Waker>, at: Instant, pool: &PoolShared) {
         match self.sink.take() {
             Some(Sink::Unary(UnaryCell::Waiting(w))) => {
                 wakers.extend(w);
                 self.sink = Some(Sink::Unary(UnaryCell::Done(outcome)));
+                if let Some(started) = self.started {
+                    pool.record_latency(self.method_no as usize, at.saturating_duration_since(started));
+                }
             }
             done @ Some(Sink::Unary(UnaryCell::Done(_))) => self.sink = done,
             Some(Sink::Stream(s)) => s.finish(outcome),
@@ -129,6 +146,8 @@ struct Core {
     writer_busy: bool,
     /// A caller woke the writer since it last took the output: later callers need not.
     writer_woken: bool,
+    /// Requests sent without a start time: the writer stamps them when it takes the output.
+    unstamped: Vec<u64>,
     /// The socket's sending half for the direct-write fast path; dropped when the worker is
     /// gone, so a `Worker` kept alive by a caller's handle does not keep the descriptor open.
     socket_out: Option<Arc<Socket>>,
@@ -150,8 +169,6 @@ pub(crate) struct Worker {
     state: AtomicU8,
     in_flight: AtomicU32,
     max_in_flight: u32,
-    /// When the reader's latest read returned, in nanoseconds since the pool's epoch.
-    last_read_ns: AtomicU64,
     core: Mutex<Core>,
     writer_wake: Notify,
     control: mpsc::Sender<Control>,
@@ -187,7 +204,9 @@ pub(crate) struct WorkerRequest {
     pub worker: Arc<Worker>,
     pub id: u64,
     pub method_no: usize,
-    pub started: Instant,
+    /// When the request was sent; `None` when the writer task stamps it later (unary calls
+    /// submitted while others are in flight, see `Route::started`).
+    pub started: Option<Instant>,
 }
 
 /// Handles the slot loop keeps on an incarnation.
@@ -283,7 +302,7 @@ impl Worker {
         method_no: usize,
         codec: Codec,
         timeout: Option<Duration>,
-        body: Bytes,
+        body: &Bytes,
         awaiting: Awaiting,
     ) -> Result<WorkerRequest, NotSent> {
         let Some(Some(wire)) = self.wire.get(method_no) else {
@@ -318,13 +337,16 @@ impl Worker {
         let timeout_us = timeout
             .map(|t| t.as_micros().clamp(1, u64::MAX as u128) as u64)
             .unwrap_or(0);
-        let now = Instant::now();
+        // in_flight was incremented by try_reserve: 1 means no other request is on this worker.
+        let core_in_flight = self.in_flight.load(Relaxed).saturating_sub(1);
+        // A clock read per call showed in the profile of small calls; under load the writer
+        // stamps a whole batch with one read instead.
+        let clocked = core_in_flight == 0 || timeout.is_some() || matches!(awaiting, Awaiting::Stream(_));
+        let now = clocked.then(Instant::now);
         let sink = match awaiting {
             Awaiting::Stream(s) => Sink::Stream(s),
             Awaiting::Unary(w) => Sink::Unary(UnaryCell::Waiting(Some(w))),
         };
-        // in_flight was incremented by try_reserve: 1 means no other request is on this worker.
-        let core_in_flight = self.in_flight.load(Relaxed).saturating_sub(1);
         let id = {
             let mut core = self.core.lock().unwrap();
             if let Some(e) = &core.closed {
@@ -338,8 +360,8 @@ impl Worker {
                 wire.index,
                 codec.id(),
                 timeout_us,
-                &body,
-                &mut c.out.message_writer(&body),
+                body,
+                &mut c.out.message_writer(body),
             ) {
                 Ok(id) => id,
                 Err(e) => {
@@ -352,7 +374,7 @@ impl Worker {
                     });
                 }
             };
-            let deadline = timeout.map(|t| (now + t + self.pool.cfg.deadline_grace, t));
+            let deadline = timeout.zip(now).map(|(t, now)| (now + t + self.pool.cfg.deadline_grace, t));
             core.routes.insert(
                 id,
                 Route {
@@ -360,8 +382,13 @@ impl Worker {
                     on_wire: true,
                     cancelled_at: None,
                     deadline,
+                    method_no: method_no as u32,
+                    started: now,
                 },
             );
+            if now.is_none() {
+                core.unstamped.push(id);
+            }
             // Latency fast path: when this is the only request and the writer is idle, write
             // now instead of waking the writer task (a task switch, or a cross-thread wake-up).
             // Under load requests keep queueing for the writer, so they still share a write.
@@ -390,10 +417,12 @@ impl Worker {
             self.writer_wake.notify_one();
         }
         self.counters.requests.fetch_add(1, Relaxed);
-        self.last_request_ms.store(
-            now.saturating_duration_since(self.pool.epoch).as_millis() as u64,
-            Relaxed,
-        );
+        if let Some(now) = now {
+            self.last_request_ms.store(
+                now.saturating_duration_since(self.pool.epoch).as_millis() as u64,
+                Relaxed,
+            );
+        }
         self.requests.fetch_add(1, Relaxed);
         self.check_request_quota();
         Ok(WorkerRequest {
@@ -488,21 +517,8 @@ impl Worker {
         }
     }
 
-    /// When the reader's latest read returned: a call whose result it delivered completed
-    /// then or a little earlier (the store precedes every delivery of that read).
-    pub fn received_at(&self) -> Instant {
-        self.pool.epoch + Duration::from_nanos(self.last_read_ns.load(Relaxed))
-    }
-
     pub fn record_latency(&self, method_no: usize, d: Duration) {
-        if let Some(h) = self
-            .pool
-            .methods
-            .get()
-            .and_then(|t| t.latency.get(method_no))
-        {
-            h.record(d);
-        }
+        self.pool.record_latency(method_no, d);
     }
 
     /// Stops sending new requests to this worker, tells it to drain, and hands the slot to a
@@ -770,7 +786,6 @@ pub(crate) async fn start(
         state: AtomicU8::new(STATE_READY),
         in_flight: AtomicU32::new(0),
         max_in_flight: welcome.max_in_flight,
-        last_read_ns: AtomicU64::new(0),
         core: Mutex::new(Core {
             conn,
             out: Outbox::default(),
@@ -778,6 +793,7 @@ pub(crate) async fn start(
             closed: None,
             writer_busy: false,
             writer_woken: false,
+            unstamped: Vec::new(),
             socket_out: Some(socket.clone()),
         }),
         writer_wake: Notify::new(),
@@ -899,7 +915,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
             // One clock read per read serves the heartbeat and every call this read completes.
             let since_epoch = worker.pool.epoch.elapsed();
             worker.last_heard_ms.store(since_epoch.as_millis() as u64, Relaxed);
-            worker.last_read_ns.store(since_epoch.as_nanos() as u64, Relaxed);
+            let read_at = worker.pool.epoch + since_epoch;
             loop {
                 let ev = match c.conn.poll_event() {
                     Ok(Some(ev)) => ev,
@@ -915,7 +931,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                 };
                 match ev {
                     Event::Result { id, body } => {
-                        completed += end_route(&mut c.routes, id, Ok(body), &mut wakers);
+                        completed += end_route(&mut c.routes, id, Ok(body), &mut wakers, read_at, &worker.pool);
                     }
                     Event::Error {
                         id: 0,
@@ -940,7 +956,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                             message,
                             details,
                         });
-                        completed += end_route(&mut c.routes, id, e, &mut wakers);
+                        completed += end_route(&mut c.routes, id, e, &mut wakers, read_at, &worker.pool);
                     }
                     Event::Rows { id, rows } => {
                         worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
@@ -960,7 +976,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                         }
                     }
                     Event::End { id, summary, .. } => {
-                        completed += end_route(&mut c.routes, id, Ok(summary), &mut wakers);
+                        completed += end_route(&mut c.routes, id, Ok(summary), &mut wakers, read_at, &worker.pool);
                     }
                     Event::Notification { id, topic, data } => {
                         tracing::debug!(target: "wirepool::event", worker = worker.id, id, %topic, %data);
@@ -991,12 +1007,19 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
 
 /// The terminal of request `id` arrived: its outcome goes to the caller, and the route leaves
 /// the table unless a unary caller has yet to take the outcome. Returns the slots freed.
-fn end_route(routes: &mut RouteMap, id: u64, outcome: Result<Bytes>, wakers: &mut Vec<Waker>) -> u32 {
+fn end_route(
+    routes: &mut RouteMap,
+    id: u64,
+    outcome: Result<Bytes>,
+    wakers: &mut Vec<Waker>,
+    read_at: Instant,
+    pool: &PoolShared,
+) -> u32 {
     let Some(r) = routes.get_mut(id) else {
         return 0;
     };
     r.on_wire = false;
-    r.deliver(outcome, wakers);
+    r.deliver(outcome, wakers, read_at, pool);
     if r.finished() {
         routes.remove(id);
     }
@@ -1023,6 +1046,17 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
             core.out.take_into(&mut queue);
             core.writer_busy = !queue.is_empty();
             core.writer_woken = false;
+            if !core.unstamped.is_empty() {
+                let now = Instant::now();
+                let c = &mut *core;
+                for id in c.unstamped.drain(..) {
+                    if let Some(r) = c.routes.get_mut(id) {
+                        r.started.get_or_insert(now);
+                    }
+                }
+                let ms = now.saturating_duration_since(worker.pool.epoch).as_millis() as u64;
+                worker.last_request_ms.store(ms, Relaxed);
+            }
         }
         if queue.is_empty() {
             worker.writer_wake.notified().await;
@@ -1223,6 +1257,7 @@ async fn lifecycle(
     // their routes until their callers take them.
     let mut wakers = Vec::new();
     let mut freed = 0;
+    let now = Instant::now();
     {
         let mut core = worker.core.lock().unwrap();
         core.closed = Some(error.clone());
@@ -1230,7 +1265,7 @@ async fn lifecycle(
             if r.on_wire {
                 r.on_wire = false;
                 freed += 1;
-                r.deliver(Err(error.clone()), &mut wakers);
+                r.deliver(Err(error.clone()), &mut wakers, now, &worker.pool);
             }
             !r.finished()
         });
@@ -1296,7 +1331,7 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
             if let (true, None, Some((deadline, budget))) = (r.on_wire, r.cancelled_at, r.deadline) {
                 if now >= deadline {
                     // The worker ignored its time budget: answer the caller now, cancel on the wire.
-                    r.deliver(Err(Error::DeadlineExceeded(budget)), &mut wakers);
+                    r.deliver(Err(Error::DeadlineExceeded(budget)), &mut wakers, now, &worker.pool);
                     r.cancelled_at = Some(now);
                     let _ = c.conn.send_cancel(id, &mut c.out);
                     cancelled = true;

@@ -64,7 +64,9 @@ async fn unary_calls_return_typed_results_in_every_codec() {
         .await;
         assert_eq!(many, (1..=1000).collect::<Vec<i64>>());
         let m = pool.metrics();
-        assert!(m.methods["add"].count >= 1001);
+        // Exactly one latency sample per call, also for calls sent while others were in flight
+        // (their start is stamped by the writer task).
+        assert_eq!(m.methods["add"].count, 1001);
         assert_eq!(m.workers.iter().map(|w| w.in_flight).sum::<u64>(), 0);
         let pids = pool.worker_pids();
         pool.shutdown().await;
@@ -347,6 +349,41 @@ async fn deadlines_travel_on_the_wire_and_are_enforced_by_the_parent_too() {
             Some(&1)
         );
         pool.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_beyond_the_in_flight_limit_wait_and_all_finish() {
+    bounded(30, async {
+        // One worker with 3 slots, leased, serving 300 concurrent calls on the lease: most
+        // callers wait for a freed slot while another caller waits for the worker itself (a
+        // second lease); no freed slot's wake-up may go to that one and be lost.
+        let pool = builder(1).max_in_flight(3).start().await.unwrap();
+        let held = std::sync::Arc::new(pool.lease().await.unwrap());
+        let waiting_lease = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.lease().await.map(|l| l.pid()) })
+        };
+        let sums: Vec<i64> = futures_join((0..300i64).map(|i| {
+            let held = held.clone();
+            async move { held.call::<_, i64>("add", &(i, 1)).await.unwrap() }
+        }))
+        .await;
+        assert_eq!(sums, (1..=300).collect::<Vec<i64>>());
+        assert!(!waiting_lease.is_finished(), "the only worker is still leased");
+        let pid = held.pid();
+        drop(held);
+        let second = tokio::time::timeout(Duration::from_secs(10), waiting_lease)
+            .await
+            .expect("the waiting lease got the released worker")
+            .unwrap()
+            .unwrap();
+        assert_eq!(second, pid);
+        assert_eq!(pool.metrics().methods["add"].count, 300);
+        let pids = pool.worker_pids();
+        pool.shutdown().await;
+        assert_reaped(&pids);
     })
     .await
 }
