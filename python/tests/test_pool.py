@@ -516,3 +516,124 @@ def test_error_details_larger_than_a_frame_keep_the_code_and_message() -> None:
         assert e.value.details["truncated"] is True
         assert e.value.details["details_bytes"] > 100_000
         assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+
+
+# -- the batched fast paths (Pool.map / AsyncPool.map, inline handlers, one read at a time) -----
+
+
+@pytest.mark.parametrize("method", ["item_inline", "item"])
+def test_map_keeps_order_with_many_in_flight(method: str) -> None:
+    with pool(workers=3, max_in_flight=32) as p:
+        n = 20_000
+        got = list(p.map(method, ({"v": i} for i in range(n)), window=96))
+        assert got == list(range(n))
+        # A window wider than the pool's room: the rest queue in the map, still in order.
+        got = list(p.map(method, ({"v": i} for i in range(3000)), window=500))
+        assert got == list(range(3000))
+        assert in_flight(p) == 0
+        m = p.metrics()
+        assert m["calls"] == m["completed"] == n + 3000
+
+
+@pytest.mark.parametrize("method", ["item_inline", "item"])
+def test_map_errors_mixed_with_results_each_typed_at_its_place(method: str) -> None:
+    with pool(workers=2, max_in_flight=8) as p:
+        reqs = [{"v": i, "fail": i % 7 == 3} for i in range(500)]
+        got: list = []
+        errors: list = []
+        start = 0
+        # map raises the first failed call's error at its place; resume after it each time.
+        while start < len(reqs):
+            try:
+                for r in p.map(method, reqs[start:]):
+                    got.append(r)
+                    start += 1
+            except wirepool.WorkerError as e:
+                errors.append(e)
+                got.append(None)
+                start += 1
+        assert got == [None if i % 7 == 3 else i for i in range(500)]
+        assert [e.details["v"] for e in errors] == [i for i in range(500) if i % 7 == 3]
+        assert all(e.code == 1003 for e in errors)
+
+
+def test_inline_result_larger_than_a_frame_and_handler_errors_take_the_general_path() -> None:
+    with pool(max_frame_size=65536) as p:
+        big = [{"v": 0}, {"v": 1, "size": 200_000}, {"v": 2}]
+        got = list(p.map("item_inline", big))
+        assert got[0] == 0 and got[2] == 2 and got[1] == "x" * 200_000
+        it = p.map("add_inline", [b"raw bytes have no .get", b"x"], codec="raw")
+        with pytest.raises(wirepool.WirepoolError) as e:  # raised inside the fast loop
+            next(it)
+        assert e.value.code == wirepool.ErrorCode.HANDLER_ERROR
+        assert "AttributeError" in e.value.message
+        assert list(p.map("item_inline", [{"v": 5}] * 10)) == [5] * 10
+
+
+@pytest.mark.parametrize("method", ["item_inline", "item"])
+def test_crash_during_a_fast_map_is_one_worker_exited_per_outstanding_call(method: str) -> None:
+    with pool(workers=1, max_in_flight=64, restart_backoff=0.01) as p:
+        reqs = [{"v": i, "exit": i == 300} for i in range(2000)]
+        it = p.map(method, reqs, window=64)
+        got = []
+        with pytest.raises(wirepool.WorkerExited) as e:
+            for r in it:
+                got.append(r)
+        # In order up to the crash; answers the worker had not written yet when it died (the
+        # inline loop writes a read's answers together) end as WorkerExited too.
+        assert got == list(range(len(got))) and len(got) <= 300
+        assert e.value.exit_status == 7
+        # Every call sent to the dead worker ended with its own WorkerExited, none hangs.
+        wait_until(lambda: in_flight(p) == 0)
+        m = p.metrics()
+        assert m["errors"] >= 1 and m["calls"] <= 2000
+        # The replacement serves a fast map again.
+        assert list(p.map(method, ({"v": i} for i in range(500)))) == list(range(500))
+
+
+def test_crash_during_an_async_fast_map() -> None:
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=2, max_in_flight=32,
+                                      restart_backoff=0.01) as p:
+            got = []
+            with pytest.raises(wirepool.WorkerExited):
+                async for r in p.map("item_inline", ({"v": i, "exit": i == 700}
+                                                     for i in range(3000))):
+                    got.append(r)
+            assert got == list(range(len(got))) and len(got) <= 700
+            for _ in range(1000):
+                if not any(w["in_flight"] for w in p.metrics()["workers"]):
+                    break
+                await asyncio.sleep(0.01)
+            assert not any(w["in_flight"] for w in p.metrics()["workers"])
+            assert [r async for r in p.map("item_inline", ({"v": i} for i in range(100)))] \
+                == list(range(100))
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+@pytest.mark.parametrize("method", ["item_inline", "item"])
+def test_closing_a_fast_map_stops_sending_the_rest(method: str) -> None:
+    with pool(workers=2, max_in_flight=16) as p:
+        n = 1_000_000
+        it = p.map(method, ({"v": i} for i in range(n)), window=32)
+        for i, r in enumerate(it):
+            assert r == i
+            if i == 2000:
+                break
+        it.close()
+        wait_until(lambda: in_flight(p) == 0)
+        calls = p.metrics()["calls"]
+        assert calls < 2000 + 4 * 32 + 1  # at most the window and the lookahead beyond it
+        assert p.metrics()["calls"] == calls  # nothing more is sent after close
+        assert list(p.map(method, [{"v": 1}, {"v": 2}])) == [1, 2]
+
+
+def test_map_with_timeout_keeps_deadlines() -> None:
+    with pool(workers=1, max_in_flight=4) as p:
+        got = list(p.map("item_inline", ({"v": i} for i in range(200)), timeout=5))
+        assert got == list(range(200))
+        it = p.map("sleep_stubborn", [{"seconds": 5}], timeout=0.1)
+        t0 = time.monotonic()
+        with pytest.raises(wirepool.DeadlineExceeded):
+            next(it)
+        assert time.monotonic() - t0 < 4

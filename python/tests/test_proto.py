@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -315,3 +316,136 @@ def test_rows_of_one_size_take_the_fast_path_and_are_still_checked(size: int, co
         total = sum(len(r) for r in g.rows)
         assert total + 4 * count + 4 == len(bad) and len(g.rows) == count
         assert bytes(g.rows[i - 1]) != rows[i - 1] or bytes(g.rows[i]) != rows[i]
+
+
+# -- batched fast paths: the same events, answers and errors as the frame-by-frame path ---------
+
+def _fail_or_echo(arg: object) -> bytes:
+    if arg == "fail":
+        raise ValueError("handler failed")
+    return json.dumps(arg).encode()
+
+
+# method 0 (unary "add") is inline for codec 1; method 1 (a stream) never is
+INLINE_TABLE = [{1: (lambda arg: arg, lambda b: json.loads(bytes(b)), _fail_or_echo)}, None]
+
+
+def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list) -> None:
+    """The general path's answer to one event, as the worker runtime gives it."""
+    if isinstance(ev, proto.Request):
+        if ev.method == 0 and ev.codec == 1 and not ev.timeout_us:
+            try:
+                arg = json.loads(bytes(ev.body))
+            except ValueError:
+                out += c.send(proto.ErrorFrame(ev.id, ErrorCode.BAD_REQUEST, "bad body"))
+                return
+            try:
+                body = _fail_or_echo(arg)
+            except ValueError:
+                out += c.send(proto.ErrorFrame(ev.id, ErrorCode.HANDLER_ERROR, "failed"))
+                return
+            out += c.send(proto.Result(ev.id, body))
+        # other requests stay in flight (they count against max_in_flight)
+    elif isinstance(ev, proto.Reject):
+        out += c.send(proto.ErrorFrame(ev.id, ev.code, "rejected"))
+    elif isinstance(ev, proto.Ping):
+        out += c.send(proto.Pong(ev.nonce))
+
+
+def _run_worker(data: bytes, fast: bool) -> tuple[bytes, int | None]:
+    c = open_worker()
+    out: list = []
+    try:
+        c.feed(data)
+        while True:
+            if fast:
+                pending = c.answer_inline(INLINE_TABLE, out)
+                if pending is not None:
+                    id, _, _, value, failed = pending
+                    assert failed and isinstance(value, ValueError)
+                    out += c.send(proto.ErrorFrame(id, ErrorCode.HANDLER_ERROR, "failed"))
+                    continue
+            ev = c.next_event()
+            if ev is None:
+                break
+            _worker_answer(c, ev, out)
+    except ProtocolError as e:
+        return b"".join(bytes(p) for p in out), e.code
+    return b"".join(bytes(p) for p in out), None
+
+
+_request = st.builds(
+    lambda id, m, codec, timeout, body: proto.Request(id, m, codec, body, timeout),
+    st.integers(1, 40), st.sampled_from([0, 0, 0, 1, 9]), st.sampled_from([1, 1, 1, 2]),
+    st.sampled_from([0, 0, 0, 5000]),
+    st.sampled_from([b"1", b'{"a":1}', b'"fail"', b"not json", b"[1,2,3]"]))
+_to_worker = st.one_of(_request, _request, _request, st.builds(proto.Ping),
+                       st.builds(proto.Cancel, st.integers(1, 40)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_to_worker, max_size=30))
+def test_answer_inline_matches_the_general_path(frames: list[proto.Frame]) -> None:
+    data = enc(*frames)
+    assert _run_worker(data, fast=True) == _run_worker(data, fast=False)
+
+
+def _run_parent(n: int, data: bytes, fast: bool) -> tuple[list, int | None]:
+    c = open_parent()
+    bodies = [b"%d" % i for i in range(n)]
+    if fast:
+        sent = c.send_requests(1, 0, 1, bodies)
+    else:
+        sent = b"".join(b"".join(bytes(p) for p in c.send_request(i + 1, 0, 1, b))  # type: ignore[union-attr]
+                        for i, b in enumerate(bodies))
+    c.send(proto.Request(n + 1, 1, 1, b"{}"))  # a stream: RESULT on it is KIND_MISMATCH
+    got: list = [bytes(sent or b"")]
+    try:
+        c.feed(data)
+        while True:
+            if fast:
+                results: list = []
+                c.take_results(results)
+                it = iter(results)
+                got += [("RESULT", id, bytes(body)) for id, body in zip(it, it)]
+            ev = c.next_event()
+            if ev is None:
+                break
+            got.append((ev.NAME, ev.id, bytes(getattr(ev, "body", b""))))
+    except ProtocolError as e:
+        return got, e.code
+    return got, None
+
+
+_to_parent = st.one_of(
+    st.builds(proto.Result, st.integers(1, 12), st.sampled_from([b"1", b"[]"])),
+    st.builds(proto.Result, st.integers(1, 12), st.just(b"x"), st.just(True)),  # MORE
+    st.builds(proto.Continuation, st.integers(1, 12), st.just(b"y")),
+    st.builds(proto.ErrorFrame, st.integers(1, 12), st.just(1001), st.just("e")),
+    st.builds(proto.Rows, st.integers(1, 12), st.just([b"r"])),
+    st.builds(proto.Ping))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10), st.lists(_to_parent, max_size=20))
+def test_take_results_and_send_requests_match_the_general_path(
+        n: int, frames: list[proto.Frame]) -> None:
+    data = enc(*frames)
+    fast = _run_parent(n, data, fast=True)
+    assert fast == _run_parent(n, data, fast=False)
+
+
+def test_fast_paths_leave_a_partial_frame_to_the_decoder() -> None:
+    c = open_worker()
+    data = enc(proto.Request(1, 0, 1, b"7"), proto.Request(2, 0, 1, b"8"))
+    out: list = []
+    c.feed(data[:-3])
+    assert c.answer_inline(INLINE_TABLE, out) is None
+    assert c.next_event() is None  # the second request is not complete yet
+    c.feed(data[-3:])
+    # The decoder holds the half-received frame: the general path completes it.
+    assert c.answer_inline(INLINE_TABLE, out) is None
+    assert b"".join(out) == enc(proto.Result(1, b"7"))
+    ev = c.next_event()
+    assert isinstance(ev, proto.Request) and ev.id == 2 and bytes(ev.body) == b"8"
+    assert list(c.in_flight) == [2]

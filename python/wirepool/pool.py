@@ -1238,7 +1238,7 @@ class AsyncPool:
                     await run.wait_head_async()
                 ok, value = results.popleft().outcome  # type: ignore[union-attr,misc]
                 yielded += 1
-                if run.stalled and len(results) <= limit:
+                if run.stalled and run.read_some():
                     run.pump()
                 if not ok:
                     raise value
@@ -1392,6 +1392,11 @@ class _MapRun:
     the front (deque appends and pops are atomic, and ``outcome`` is set once). The loop keeps
     at most ``window`` calls in flight and at most two windows of results unread: past that it
     stalls until the reader catches up.
+
+    The map thread wakes the loop only when the loop has parked: for want of items
+    (``starved``) or because results are unread (``stalled``). Both flags are set by the loop
+    and cleared by the reader, each under ``cond``'s lock, so a wake-up is neither lost nor
+    sent twice; otherwise the loop refills by itself as results come in.
     """
 
     def __init__(self, pool: "AsyncPool", method: str, codec: _codecs.Codec,
@@ -1406,6 +1411,7 @@ class _MapRun:
         self.in_flight = 0
         self.stopped = False
         self.stalled = False  # the reader must call pump() once it has read some results
+        self.starved = True  # the reader must call pump() once it has added items
         self.waiting_slot = False
         self.pump_scheduled = False
         self.notify_scheduled = False
@@ -1416,20 +1422,36 @@ class _MapRun:
     # -- loop thread ----------------------------------------------------------------------
 
     def add(self, chunk: list[Any]) -> None:
+        """Loop thread (AsyncPool.map): more requests."""
         self.items.extend(chunk)
+        self.starved = False
         self.pump()
 
+    def feed(self, chunk: list[Any]) -> bool:
+        """Map thread (Pool.map): more requests; True if the loop must be woken (pump)."""
+        with self.cond:
+            self.items.extend(chunk)
+            wake, self.starved = self.starved, False
+        return wake
+
+    def read_some(self) -> bool:
+        """Map thread: results were read; True if the loop must be woken (pump)."""
+        with self.cond:
+            wake = self.stalled and len(self.results) <= self.window
+            if wake:
+                self.stalled = False
+        return wake
+
     def pump(self) -> None:
-        self.stalled = False
         self.pump_scheduled = False
         pool = self.pool
         items = self.items
         results = self.results
         encode = self.codec.encode
+        cap = 2 * self.window
         while items and not self.stopped:
-            free = min(self.window - self.in_flight, 2 * self.window - len(results))
+            free = min(self.window - self.in_flight, cap - len(results))
             if free <= 0:
-                self.stalled = len(results) >= 2 * self.window
                 break
             w = None
             if not pool._closed and not (pool._slot_waiters
@@ -1447,7 +1469,8 @@ class _MapRun:
                 if not self.waiting_slot:
                     self.waiting_slot = True
                     pool._wait_for_slot(self._slot_free)
-                break
+                self._notify()
+                return
             # As many as this worker has room for, in one burst (their frames share a write).
             k = min(free, w.max_in_flight - len(w.requests), len(items))
             if self.timeout is None:
@@ -1476,6 +1499,15 @@ class _MapRun:
                 if req.outcome is None:
                     self.in_flight += 1
                     req.sink = self._finished
+        if not self.stopped:
+            with self.cond:  # park, under the lock the reader takes to add items or unstall
+                if len(results) >= cap:
+                    self.stalled = True
+                elif not items:
+                    self.starved = True
+                elif self.in_flight < self.window and not self.pump_scheduled:
+                    self.pump_scheduled = True  # items came in meanwhile: go on
+                    pool.loop.call_soon(self.pump)
         self._notify()
 
     def _submit(self, w: _Worker, bodies: list[Any]) -> None:
@@ -1542,6 +1574,8 @@ class _MapRun:
     # -- map thread -----------------------------------------------------------------------
 
     def wait_head(self) -> None:
+        # (No wake-up for a stall here: a stalled loop has the head in flight, and its outcome
+        # notifies us.)
         results = self.results
         with self.cond:
             self.reader_waiting = True
@@ -1698,15 +1732,17 @@ class Pool:
         results = run.results
         fed = yielded = 0
         exhausted = False
+        wake = functools.partial(self._post, run.pump)
         try:
             while True:
-                # Hand the loop up to two windows of requests beyond what we have yielded.
-                if not exhausted and fed - yielded < 2 * limit:
-                    chunk = list(itertools.islice(items, limit))
-                    exhausted = len(chunk) < limit
+                # Keep the loop up to four windows of requests beyond what we have yielded.
+                if not exhausted and fed - yielded < 4 * limit:
+                    chunk = list(itertools.islice(items, 2 * limit))
+                    exhausted = len(chunk) < 2 * limit
                     if chunk:
                         fed += len(chunk)
-                        self._post(run.add, chunk)
+                        if run.feed(chunk):
+                            wake()
                     continue
                 if yielded == fed:
                     return
@@ -1714,8 +1750,8 @@ class Pool:
                     run.wait_head()
                 ok, value = results.popleft().outcome  # type: ignore[union-attr,misc]
                 yielded += 1
-                if run.stalled and len(results) <= limit:
-                    self._post(run.pump)
+                if run.stalled and run.read_some():
+                    wake()
                 if not ok:
                     raise value
                 yield value

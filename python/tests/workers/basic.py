@@ -26,6 +26,27 @@ def add_inline(req: dict) -> dict:
     return {"sum": req["a"] + req["b"]}
 
 
+@wirepool.method(inline=True, codecs=["json"])
+def item_inline(req):
+    """Inline echo of ``req["v"]``; ``fail`` raises, ``exit`` ends the process mid-read,
+    ``size`` answers a string of that many bytes (more than one frame when large)."""
+    if req.get("fail"):
+        raise wirepool.WorkerError(1003, f"item {req['v']} failed", {"v": req["v"]})
+    if req.get("exit"):
+        sys.stderr.write("exiting mid-map\n")
+        sys.stderr.flush()
+        os._exit(7)
+    if req.get("size"):
+        return "x" * req["size"]
+    return req["v"]
+
+
+@wirepool.method(codecs=["json"])
+def item(req):
+    """``item_inline`` on the handler thread pool."""
+    return item_inline(req)
+
+
 @wirepool.method
 async def add_async(req: dict) -> dict:
     await asyncio.sleep(0)
