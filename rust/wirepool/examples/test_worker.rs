@@ -45,6 +45,11 @@ fn raw_echo(fd: i32) -> std::io::Result<()> {
 /// A protocol-floor worker for benchmarks (`WIREPOOL_FAST_ECHO=1`): one thread, the proto core
 /// driven directly, every request answered at once, one write per read. It shows what the
 /// parent can do when the worker costs next to nothing.
+///
+/// Its second method, `event_flood` (raw codec, request text `"<count> <pad bytes>"`), sends
+/// `count` EVENT frames `progress {"i":..,"pad":".."}` as fast as the socket takes them, then
+/// the count as its result: the misbehaving worker a parent's event mailbox must survive (SDK
+/// workers coalesce events; this one does not).
 fn fast_echo() -> std::io::Result<()> {
     use std::io::{Read, Write};
     use std::os::fd::FromRawFd;
@@ -60,11 +65,18 @@ fn fast_echo() -> std::io::Result<()> {
     let hello = Hello {
         pid: std::process::id(),
         max_concurrency: 4096,
-        methods: vec![MethodInfo {
-            name: "echo_raw".into(),
-            kind: MethodKind::Unary,
-            codecs: vec![0],
-        }],
+        methods: vec![
+            MethodInfo {
+                name: "echo_raw".into(),
+                kind: MethodKind::Unary,
+                codecs: vec![0],
+            },
+            MethodInfo {
+                name: "event_flood".into(),
+                kind: MethodKind::Unary,
+                codecs: vec![0],
+            },
+        ],
         ..Hello::new("fast-echo", "0")
     };
     conn.send_hello(&hello, &mut out)
@@ -80,6 +92,25 @@ fn fast_echo() -> std::io::Result<()> {
         conn.push(&buf[..n]);
         while let Some(ev) = conn.poll_event().map_err(std::io::Error::other)? {
             match ev {
+                Event::Request {
+                    id, method: 1, body, ..
+                } => {
+                    let text = String::from_utf8_lossy(&body);
+                    let mut it = text.split_whitespace().map(|v| v.parse::<usize>().unwrap_or(0));
+                    let (count, pad) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+                    let pad = ".".repeat(pad);
+                    for i in 0..count {
+                        let data = format!("{{\"i\":{i},\"pad\":\"{pad}\"}}");
+                        conn.send_event(id, "progress", &data, &mut out)
+                            .map_err(std::io::Error::other)?;
+                        if out.len() >= 1 << 16 {
+                            sock.write_all(&out)?;
+                            out.clear();
+                        }
+                    }
+                    conn.send_result(id, count.to_string().as_bytes(), &mut out)
+                        .map_err(std::io::Error::other)?;
+                }
                 Event::Request { id, body, .. } => conn
                     .send_result(id, &body, &mut out)
                     .map_err(std::io::Error::other)?,
@@ -161,6 +192,15 @@ fn main() -> std::io::Result<()> {
                 std::hint::spin_loop();
             }
             Ok(ms)
+        })
+        // Reports `{"done": i, "of": n}` every 12 ms (just over the SDK's 10 ms event spacing, so
+        // none is coalesced away), then returns n.
+        .unary("progress", |n: u64, ctx: &Context| {
+            for i in 1..=n {
+                std::thread::sleep(Duration::from_millis(12));
+                ctx.event("progress", &serde_json::json!({"done": i, "of": n}));
+            }
+            Ok(n)
         })
         // Cooperative: returns early when cancelled.
         .unary("sleep", |ms: u64, ctx: &Context| {

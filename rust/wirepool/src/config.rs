@@ -84,6 +84,8 @@ pub(crate) struct PoolConfig {
     pub max_message_size: u64,
     pub stderr_tail_lines: usize,
     pub housekeeping_interval: Duration,
+    /// Where events go when their call has no mailbox of its own, and connection-level ones.
+    pub events: Option<crate::events::EventSender>,
 }
 
 impl PoolConfig {
@@ -108,6 +110,7 @@ impl PoolConfig {
             max_message_size: 1 << 30,
             stderr_tail_lines: 20,
             housekeeping_interval: Duration::from_millis(50),
+            events: None,
         }
     }
 }

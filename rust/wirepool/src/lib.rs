@@ -5,6 +5,8 @@
 //! - [`Pool::stream`]: typed rows streamed back with credit flow control; rows are decoded
 //!   lazily from the frame they arrived in, so memory stays bounded whatever the consumer's pace.
 //! - [`Pool::lease`]: one worker held for a sequence of calls (warm session state).
+//! - Progress events from workers ([`event_channel`]): per call or pool-wide, into a bounded
+//!   mailbox that coalesces instead of growing.
 //! - Cancellation by dropping a call or stream; per-call deadlines that travel on the wire.
 //! - Supervision: heartbeats, restarts with backoff and an intensity limit, recycling by request
 //!   count, RSS or idle time (drained first, so no request fails), graceful [`Pool::shutdown`].
@@ -49,6 +51,7 @@
 pub mod blocking;
 mod config;
 mod error;
+mod events;
 mod metrics;
 mod outbox;
 mod pending;
@@ -61,6 +64,7 @@ mod worker;
 
 pub use config::{MethodKind, MethodSpec, RecyclePolicy, RestartPolicy};
 pub use error::{codes, Error, ExitCause, ExitInfo, Result};
+pub use events::{event_channel, Event, EventReceiver, EventSender};
 pub use metrics::{LatencySnapshot, PoolMetrics, WorkerMetrics, WorkerState};
 pub use pool::{CallOptions, Lease, Pool, PoolBuilder};
 pub use spawn::{peak_rss_bytes, WorkerCommand};

@@ -38,6 +38,10 @@ impl std::hash::Hasher for IdHasher {
         tail[..rest.len()].copy_from_slice(rest);
         self.mix(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 56));
     }
+    fn write_u8(&mut self, b: u8) {
+        // `str`'s terminator: one mix, not a padded word.
+        self.mix(b as u64);
+    }
     fn write_u64(&mut self, id: u64) {
         self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }

@@ -14,6 +14,7 @@ use wirepool_codec::Codec;
 
 use crate::config::{MethodKind, MethodSpec, PoolConfig, RecyclePolicy, RestartPolicy};
 use crate::error::{codes, Error, ExitCause, Result};
+use crate::events::EventSender;
 use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
 use crate::spawn::{self, WorkerCommand};
 use crate::stream::{RowStream, StreamShared};
@@ -27,6 +28,10 @@ pub struct CallOptions {
     pub timeout: Option<Duration>,
     /// Codec for this call; default: the method's configured codec, else the pool's.
     pub codec: Option<Codec>,
+    /// Where this call's progress events go (see [`event_channel`](crate::event_channel));
+    /// default: the pool's mailbox ([`PoolBuilder::events`]), else they are only logged
+    /// (`tracing` target `wirepool::event`, debug level).
+    pub events: Option<EventSender>,
 }
 
 impl CallOptions {
@@ -34,7 +39,7 @@ impl CallOptions {
     pub fn timeout(timeout: Duration) -> Self {
         CallOptions {
             timeout: Some(timeout),
-            codec: None,
+            ..Default::default()
         }
     }
 }
@@ -147,6 +152,25 @@ impl PoolBuilder {
     /// Credit window of each stream in bytes (default 1 MiB): bounds the rows buffered per stream.
     pub fn stream_window(mut self, bytes: u32) -> Self {
         self.cfg.initial_credit = bytes.clamp(1, (1 << 31) - 1);
+        self
+    }
+    /// The pool-wide mailbox for progress events: events of calls that have no mailbox of
+    /// their own ([`CallOptions::events`]) and connection-level events (request id 0).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> wirepool::Result<()> {
+    /// use wirepool::{event_channel, Pool, WorkerCommand};
+    /// let (events, mut rx) = event_channel(64);
+    /// let pool = Pool::builder(WorkerCommand::new("./my_worker")).events(events).start().await?;
+    /// tokio::spawn(async move {
+    ///     while let Some(e) = rx.recv().await {
+    ///         println!("worker {} request {}: {} {}", e.worker_id, e.request_id, e.topic, e.data);
+    ///     }
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn events(mut self, sender: EventSender) -> Self {
+        self.cfg.events = Some(sender);
         self
     }
     /// Lines of each worker's stderr kept for error reports (default 20).
@@ -311,7 +335,7 @@ impl Pool {
         let body = encode(codec, req)?;
         let result = self
             .inner
-            .unary(None, method_no, codec, opts.timeout, body)
+            .unary(None, method_no, codec, opts.timeout, body, opts.events.as_ref())
             .await?;
         decode_result(codec, result)
     }
@@ -320,7 +344,7 @@ impl Pool {
     pub async fn call_raw(&self, method: &str, body: Bytes) -> Result<Bytes> {
         let (method_no, _) = self.inner.resolve(method, Some(Codec::Raw))?;
         self.inner
-            .unary(None, method_no, Codec::Raw, None, body)
+            .unary(None, method_no, Codec::Raw, None, body, None)
             .await
     }
 
@@ -346,7 +370,7 @@ impl Pool {
         let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
         self.inner
-            .open_stream(None, method_no, codec, opts.timeout, body)
+            .open_stream(None, method_no, codec, opts.timeout, body, opts.events.as_ref())
             .await
     }
 
@@ -494,7 +518,7 @@ impl Lease {
         let result = self
             .pool
             .inner
-            .unary(Some(&self.worker), method_no, codec, opts.timeout, body)
+            .unary(Some(&self.worker), method_no, codec, opts.timeout, body, opts.events.as_ref())
             .await?;
         decode_result(codec, result)
     }
@@ -508,7 +532,7 @@ impl Lease {
         let body = encode(codec, req)?;
         self.pool
             .inner
-            .open_stream(Some(&self.worker), method_no, codec, None, body)
+            .open_stream(Some(&self.worker), method_no, codec, None, body, None)
             .await
     }
 }
@@ -547,6 +571,10 @@ impl Drop for WaitingForSlot<'_> {
 struct UnaryCall<'a> {
     worker: &'a Worker,
     id: u64,
+    /// Not polled yet: the route already holds this task's waker (given to `submit` in the
+    /// same poll), so the first poll need not look; an outcome that came meanwhile woke the
+    /// task, which polls again.
+    first: bool,
     done: bool,
 }
 
@@ -556,6 +584,9 @@ impl std::future::Future for UnaryCall<'_> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<Bytes>> {
+        if std::mem::take(&mut self.first) {
+            return std::task::Poll::Pending;
+        }
         let polled = self.worker.poll_unary(self.id, cx);
         self.done = polled.is_ready();
         polled
@@ -659,6 +690,10 @@ impl PoolInner {
         if n == 0 {
             return None;
         }
+        if n == 1 {
+            let w = &ready[0];
+            return w.try_reserve(false).then(|| w.clone());
+        }
         // Rotate the starting point so equally loaded workers share the traffic.
         let start = if n > 1 {
             self.rotate.fetch_add(1, Relaxed) % n
@@ -691,6 +726,7 @@ impl PoolInner {
         codec: Codec,
         timeout: Option<Duration>,
         body: Bytes,
+        events: Option<&EventSender>,
     ) -> Result<Bytes> {
         // A worker that started draining between dispatch and receipt answers DRAINING without
         // running the request: that is safe to send elsewhere.
@@ -702,7 +738,7 @@ impl PoolInner {
             // a first poll registering it.
             let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
             let awaiting = Awaiting::Unary(waker);
-            let req = match worker.submit(method_no, codec, timeout, &body, awaiting) {
+            let req = match worker.submit(method_no, codec, timeout, &body, awaiting, events) {
                 Ok(sent) => sent,
                 Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
                 Err(NotSent::WorkerGone(_)) if leased.is_some() => {
@@ -713,6 +749,7 @@ impl PoolInner {
             let outcome = UnaryCall {
                 worker: &worker,
                 id: req.id,
+                first: true,
                 done: false,
             }
             .await;
@@ -736,6 +773,7 @@ impl PoolInner {
         codec: Codec,
         timeout: Option<Duration>,
         body: Bytes,
+        events: Option<&EventSender>,
     ) -> Result<RowStream<Row>> {
         // A worker that began draining after it was picked refuses locally: pick another.
         let mut attempts = 0;
@@ -749,6 +787,7 @@ impl PoolInner {
                 timeout,
                 &body,
                 Awaiting::Stream(shared.clone()),
+                events,
             ) {
                 Ok(req) => return Ok(RowStream::new(req, shared, codec)),
                 Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,

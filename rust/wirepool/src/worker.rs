@@ -20,6 +20,7 @@ use wirepool_proto::{
 
 use crate::config::PoolConfig;
 use crate::error::{Error, ExitCause, ExitInfo, Result};
+use crate::events::EventSender;
 use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
 use crate::outbox::{Outbox, WriteQueue};
 use crate::pending::Pending;
@@ -104,6 +105,8 @@ struct Route {
     /// When the request left: read in `submit` when the worker was idle (the latency-critical
     /// case), else when the writer task took it (one clock read per batch of requests).
     started: Option<Instant>,
+    /// The call's own mailbox for progress events (else the pool's).
+    events: Option<EventSender>,
 }
 
 impl Route {
@@ -304,6 +307,7 @@ impl Worker {
         timeout: Option<Duration>,
         body: &Bytes,
         awaiting: Awaiting,
+        events: Option<&EventSender>,
     ) -> Result<WorkerRequest, NotSent> {
         let Some(Some(wire)) = self.wire.get(method_no) else {
             self.release_slot();
@@ -384,6 +388,7 @@ impl Worker {
                     deadline,
                     method_no: method_no as u32,
                     started: now,
+                    events: events.cloned(),
                 },
             );
             if now.is_none() {
@@ -979,7 +984,22 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
                         completed += end_route(&mut c.routes, id, Ok(summary), &mut wakers, read_at, &worker.pool);
                     }
                     Event::Notification { id, topic, data } => {
-                        tracing::debug!(target: "wirepool::event", worker = worker.id, id, %topic, %data);
+                        // Into a bounded mailbox, never waiting for its reader (events.rs).
+                        let own = match id {
+                            0 => None,
+                            _ => c.routes.get_mut(id).and_then(|r| r.events.as_ref()),
+                        };
+                        match own.or(worker.pool.cfg.events.as_ref()) {
+                            Some(tx) => tx.deliver(crate::events::Event {
+                                worker_id: worker.id,
+                                request_id: id,
+                                topic,
+                                data,
+                            }),
+                            None => {
+                                tracing::debug!(target: "wirepool::event", worker = worker.id, id, %topic, %data)
+                            }
+                        }
                     }
                     Event::Ping { nonce } => {
                         let _ = c.conn.send_pong(nonce, &mut c.out);
