@@ -286,7 +286,7 @@ fn check_elapsed(expect: &Value, elapsed: Duration) -> Check {
 }
 
 async fn call(pool: &Pool, method: &str, codec: Codec, body: &Body, timeout: Option<Duration>) -> Result<Body, Error> {
-    let opts = CallOptions { timeout, codec: Some(codec) };
+    let opts = CallOptions { timeout, codec: Some(codec), ..Default::default() };
     match body {
         Body::Value(v) => pool.call_with::<Value, Value>(method, v, opts).await.map(Body::Value),
         Body::Bytes(b) => {
@@ -383,7 +383,7 @@ struct Reader {
 
 impl Reader {
     async fn open(pool: &Pool, method: &str, codec: Codec, body: &Body, timeout: Option<Duration>, shape: RowShape) -> Reader {
-        let opts = CallOptions { timeout, codec: Some(codec) };
+        let opts = CallOptions { timeout, codec: Some(codec), ..Default::default() };
         let opened = match body {
             Body::Value(v) => pool.stream_with::<Value, Value>(method, v, opts).await.map(Rows::Values),
             Body::Bytes(b) => pool.stream_with::<ByteBuf, ByteBuf>(method, &ByteBuf::from(b.clone()), opts).await.map(Rows::Bytes),
