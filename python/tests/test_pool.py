@@ -637,3 +637,15 @@ def test_map_with_timeout_keeps_deadlines() -> None:
         with pytest.raises(wirepool.DeadlineExceeded):
             next(it)
         assert time.monotonic() - t0 < 4
+
+
+def test_plain_handlers_of_one_read_still_run_concurrently() -> None:
+    with pool(workers=1, max_in_flight=8) as p:
+        # Eight calls that can only finish together: each needs its own handler thread.
+        assert list(p.map("meet", [{"name": "a", "n": 8}] * 8)) == ["a"] * 8
+        # A slow handler does not hold up the fast ones queued behind it in the same read.
+        slow = p.submit("sleep_stubborn", {"seconds": 3})
+        assert list(p.map("add", ({"a": i, "b": 0} for i in range(50)))) == [
+            {"sum": i} for i in range(50)]
+        assert not slow.done()
+        assert slow.result(timeout=10) == {"slept": 3}

@@ -223,6 +223,112 @@ class _Call:
         self.max_row = 0
 
 
+class _HandlerThreads:
+    """The threads that run plain (sync) unary handlers.
+
+    Requests are queued in a deque and a thread, once awake, takes one after another until the
+    queue is empty: a read's worth of microsecond handlers costs one thread wake-up, not one
+    per request (a ThreadPoolExecutor wakes a thread and makes a Future for each). So that a
+    slow handler does not hold up the requests queued behind it, the loop checks every
+    ``_STRAGGLER_CHECK`` seconds while requests wait: when no thread took a request since the
+    previous check, it wakes one more thread for each waiting request (up to ``size``). New
+    requests wake a thread when every awake one is running a handler; a request queued behind
+    slow handlers in the same read starts within about two checks (~2 ms).
+    """
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop,
+                 done: Callable[[_Call, BaseException | None, Any], None]) -> None:
+        self.size = size
+        self.loop = loop
+        self.done = done
+        self.jobs: collections.deque[tuple[_Call, Any, tuple, Any]] = collections.deque()
+        self.cond = threading.Condition(threading.Lock())
+        self.threads = 0
+        self.idle = 0
+        self.taken = 0  # jobs taken by threads so far (read by the loop's check)
+        # busy[i]: thread i runs a handler (each flag written by its thread only).
+        self.busy = [False] * size
+        self.check: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    def submit(self, jobs: list[tuple[_Call, Any, tuple, Any]]) -> None:
+        """On the loop: queue ``(call, fn, args, encode)`` jobs; wake a thread if none is up."""
+        self.jobs.extend(jobs)
+        self._wake(1)
+        if self.check is None:
+            self.check = self.loop.call_later(_STRAGGLER_CHECK, self._check, self.taken)
+
+    def _wake(self, n: int) -> None:
+        """Make sure ``n`` threads are awake and not held by a handler (as far as possible)."""
+        with self.cond:
+            free = self.threads - self.idle - sum(self.busy)
+            if free >= n:
+                return
+            n -= max(free, 0)
+            if self.idle:
+                k = min(n, self.idle)
+                self.cond.notify(k)
+                n -= k
+            start = []
+            while n > 0 and self.threads < self.size:
+                start.append(self.threads)
+                self.threads += 1
+                n -= 1
+        for i in start:
+            threading.Thread(target=self._run, args=(i,), name="wirepool-handler",
+                             daemon=True).start()
+
+    def _check(self, taken_before: int) -> None:
+        self.check = None
+        waiting = len(self.jobs)
+        if not waiting or self.closed:
+            return
+        if self.taken == taken_before:
+            # Requests wait and no thread took one since the last check: every awake thread
+            # is held by a slow handler.
+            self._wake(waiting)
+        self.check = self.loop.call_later(_STRAGGLER_CHECK, self._check, self.taken)
+
+    def _run(self, index: int) -> None:
+        jobs = self.jobs
+        done = self.done
+        busy = self.busy
+        while True:
+            try:
+                call, fn, args, encode = jobs.popleft()
+            except IndexError:
+                with self.cond:
+                    if jobs:
+                        continue
+                    if self.closed:
+                        self.threads -= 1
+                        return
+                    self.idle += 1
+                    self.cond.wait()
+                    self.idle -= 1
+                continue
+            self.taken += 1
+            busy[index] = True
+            try:
+                body = encode(fn(*args))
+            except BaseException as e:  # noqa: B036 - it becomes this request's terminal
+                busy[index] = False
+                done(call, e, None)
+            else:
+                busy[index] = False
+                done(call, None, body)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.check is not None:
+            self.check.cancel()
+        with self.cond:
+            self.cond.notify_all()
+
+
+_STRAGGLER_CHECK = 0.001
+
+
 class _Runtime(FrameProtocol):
     def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -233,6 +339,8 @@ class _Runtime(FrameProtocol):
                                  max_frame_size=max_frame_size, sdk_name=SDK_NAME,
                                  sdk_version=SDK_VERSION, methods=[m.info() for m in methods])
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.handlers: _HandlerThreads | None = None
+        self._jobs: list[tuple[_Call, Any, tuple, Any]] = []  # sync unary calls of this read
         self.calls: dict[int, _Call] = {}
         self.worker_id = 0
         self.done: asyncio.Future[int] = loop.create_future()
@@ -240,7 +348,7 @@ class _Runtime(FrameProtocol):
         self.draining = False
         self.flush_bytes = ROWS_FLUSH_BYTES
         # Finished sync handlers, appended by handler threads (deque appends are atomic).
-        self._done: collections.deque[tuple[_Call, concurrent.futures.Future]] = \
+        self._done: collections.deque[tuple[_Call, BaseException | None, Any]] = \
             collections.deque()
         self._done_wakeup = False
         # method index -> {codec id: (fn, decode, encode)} for inline methods without a Context
@@ -264,21 +372,31 @@ class _Runtime(FrameProtocol):
         table = self._inline_table
         try:
             conn.feed(data)
+            scan = table is not None
             while True:
-                if table is not None:
+                if scan:
                     # Every inline request of this read answered in one tight loop; the first
                     # frame it does not take goes through the general path below.
-                    pending = conn.answer_inline(table, self._out)
+                    pending = conn.answer_inline(table, self._out)  # type: ignore[arg-type]
                     if pending is not None:
                         self._inline_pending(*pending)
                         continue
                 ev = conn.next_event()
                 if ev is None:
                     break
+                if table is not None:
+                    # After a request for another method, the next one is likely the same
+                    # kind: skip the scan (it would take nothing) until another kind of frame.
+                    scan = ev.TYPE != FrameType.REQUEST or table[ev.method] is not None  # type: ignore[attr-defined]
                 self._on_event(ev)
         except ProtocolError as e:
             self._fatal(e)
             return
+        finally:
+            if self._jobs:  # the sync handlers' requests of this read, handed over together
+                jobs, self._jobs = self._jobs, []
+                if self.handlers is not None:
+                    self.handlers.submit(jobs)
         if self._out:
             # Everything answered while handling this read (inline handlers, PONGs) leaves in
             # one write now, not a loop pass later.
@@ -344,6 +462,7 @@ class _Runtime(FrameProtocol):
                                              w.initial_credit // 4))
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=w.max_in_flight, thread_name_prefix="wirepool-handler")
+            self.handlers = _HandlerThreads(w.max_in_flight, self.loop, self._handler_done)
         elif t == FrameType.DRAIN:
             self._drain(ev.grace_ms)  # type: ignore[attr-defined]
         elif t == FrameType.ERROR:  # id 0: the parent refused us or hit a fatal error
@@ -459,14 +578,12 @@ class _Runtime(FrameProtocol):
                 return
             self._finish(call, proto.Result(call.id, body))
             return
-        assert self.executor is not None
-        fut = self.executor.submit(_call_and_encode, m.fn, args, ctx.codec.encode)
-        fut.add_done_callback(functools.partial(self._handler_done, call))
+        self._jobs.append((call, m.fn, args, ctx.codec.encode))  # submitted after this read
 
-    def _handler_done(self, call: _Call, f: concurrent.futures.Future) -> None:
+    def _handler_done(self, call: _Call, exc: BaseException | None, body: Any) -> None:
         """In a handler thread: queue the outcome; only the first outcome since the loop last
         looked wakes it (one wake-up, and one write, for many results)."""
-        self._done.append((call, f))
+        self._done.append((call, exc, body))
         if not self._done_wakeup:
             self._done_wakeup = True
             try:
@@ -477,19 +594,28 @@ class _Runtime(FrameProtocol):
     def _drain_done(self) -> None:
         self._done_wakeup = False  # before popping: a later append wakes us again
         done = self._done
+        calls = self.calls
+        conn = self.conn
+        out = self._out
+        live = self.transport is not None and not conn.closed
         while done:
-            call, f = done.popleft()
-            self._sync_unary_done(call, f)
-
-    def _sync_unary_done(self, call: _Call, f: concurrent.futures.Future) -> None:
-        exc = f.exception()
-        if exc is not None:
-            terminal = self._terminal_for(call, exc)
-        elif call.ctx._cancel_code is not None:
-            terminal = self._terminal_for(call, _Cancelled())
-        else:
-            terminal = proto.Result(call.id, f.result())
-        self._finish(call, terminal)
+            call, exc, body = done.popleft()
+            if exc is not None:
+                self._finish(call, self._terminal_for(call, exc))
+            elif call.ctx._cancel_code is not None:
+                self._finish(call, self._terminal_for(call, _Cancelled()))
+            elif (live and call.deadline_handle is None and call.event_handle is None
+                    and not call.ctx._events and (parts := conn.send_result(call.id, body))):
+                # The common case, as _finish would do it: one RESULT frame, written below
+                # with the others of this batch.
+                if calls.pop(call.id, None) is not None:
+                    out.extend(parts)
+            else:
+                self._finish(call, proto.Result(call.id, body))
+        if out:
+            self._flush_out()
+        if self.draining:
+            self._maybe_goodbye()
 
     def _terminal_for(self, call: _Call, e: BaseException) -> proto.Frame:
         """The ERROR frame that ends ``call`` after its handler raised ``e``."""
@@ -902,4 +1028,6 @@ async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
         pass
     if runtime.executor is not None:
         runtime.executor.shutdown(wait=False, cancel_futures=True)
+    if runtime.handlers is not None:
+        runtime.handlers.close()
     return status

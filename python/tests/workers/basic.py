@@ -4,6 +4,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 import time
 
 import wirepool
@@ -45,6 +46,20 @@ def item_inline(req):
 def item(req):
     """``item_inline`` on the handler thread pool."""
     return item_inline(req)
+
+
+_barriers: dict = {}
+_barriers_lock = threading.Lock()
+
+
+@wirepool.method
+def meet(req):
+    """Returns once ``req["n"]`` calls of one ``req["name"]`` run at the same time (each in its
+    own handler thread); fails after 10 s if they never do."""
+    with _barriers_lock:
+        barrier = _barriers.setdefault(req["name"], threading.Barrier(req["n"], timeout=10))
+    barrier.wait()
+    return req["name"]
 
 
 @wirepool.method
