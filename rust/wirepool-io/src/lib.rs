@@ -12,6 +12,8 @@
 
 #![warn(missing_docs)]
 
+pub mod outbox;
+
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::task::{ready, Context, Poll};

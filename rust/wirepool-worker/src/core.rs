@@ -11,7 +11,7 @@ use wirepool_codec::Codec;
 use wirepool_proto::{Connection, ErrorCode};
 
 use crate::error::HandlerError;
-use crate::outbox::Outbox;
+use wirepool_io::outbox::Outbox;
 use crate::sink::StreamShared;
 
 /// Minimum spacing of EVENT frames per request (PROTOCOL.md 2: events are not flow controlled,
@@ -100,7 +100,7 @@ impl Shared {
         if core.closed {
             return;
         }
-        let wake = core.out.len() == 0;
+        let wake = core.out.is_empty();
         if let Some((topic, data)) = req.take_pending_event() {
             let _ = core.conn.send_event(req.id, &topic, &data, core.out.tail());
         }

@@ -13,7 +13,7 @@ use wirepool_proto::{ErrorCode, Event, Hello, MethodInfo, MethodKind, ProtocolEr
 
 use crate::core::{send_error, CancelReason, RequestShared, Shared, Terminal};
 use crate::error::HandlerError;
-use crate::outbox::WriteQueue;
+use wirepool_io::outbox::WriteQueue;
 use crate::socket::Socket;
 use crate::pool::{Pool, Task};
 use crate::sink::StreamShared;
@@ -267,7 +267,7 @@ impl Driver {
             Event::Ping { nonce } => {
                 let mut guard = self.shared.lock();
                 let core = &mut *guard;
-                let wake = core.out.len() == 0;
+                let wake = core.out.is_empty();
                 if !core.closed && core.conn.send_pong(nonce, core.out.tail()).is_ok() && wake {
                     drop(guard);
                     self.shared.wake_writer.notify_one();
@@ -292,7 +292,7 @@ impl Driver {
         if core.closed {
             return;
         }
-        let wake = core.out.len() == 0;
+        let wake = core.out.is_empty();
         let _ = send_error(&mut core, id, &HandlerError::protocol(code, message));
         drop(core);
         if wake {

@@ -57,7 +57,6 @@ mod context;
 mod core;
 mod driver;
 mod error;
-mod outbox;
 // The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.
 use wirepool_io as socket;
 mod pool;

@@ -53,7 +53,6 @@ mod config;
 mod error;
 mod events;
 mod metrics;
-mod outbox;
 mod pending;
 mod pool;
 // The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.

@@ -22,7 +22,7 @@ use crate::config::PoolConfig;
 use crate::error::{Error, ExitCause, ExitInfo, Result};
 use crate::events::EventSender;
 use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
-use crate::outbox::{Outbox, WriteQueue};
+use wirepool_io::outbox::{Outbox, WriteQueue};
 use crate::pending::Pending;
 use crate::spawn::{self, StderrTail};
 use crate::stream::StreamShared;

@@ -1,0 +1,292 @@
+//! Frames waiting for the socket, with large message bodies queued by reference; shared by the
+//! parent's and the worker's drivers.
+//!
+//! Producers encode under their core's lock; the one writer task takes everything queued and
+//! writes it with vectored writes, so producers never wait for the socket. Small frames land in
+//! a tail buffer, sealed into a chunk each time the writer takes it; a slice of a message body
+//! (a REQUEST's on the parent, a RESULT's or END's on the worker) of at least [`COPY_LIMIT`]
+//! bytes is queued as a `Bytes` slice of that body instead of being copied (a 1 MiB message
+//! costs no user-space copy on the way out).
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::buf::UninitSlice;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use wirepool_proto::FrameBuf;
+
+/// Body slices at least this large are queued by reference instead of copied.
+pub const COPY_LIMIT: usize = 16 * 1024;
+
+/// Most slices handed to one `writev` (Linux IOV_MAX is 1024; fewer keeps the array on the stack
+/// cheap and still amortises the syscall over hundreds of frames).
+const MAX_IOV: usize = 64;
+
+/// Encoded frames waiting for the writer. Small frames are encoded straight into it (it is a
+/// [`FrameBuf`], or use [`tail`](Outbox::tail)); messages with a large body go through
+/// [`message_writer`](Outbox::message_writer).
+#[derive(Default)]
+pub struct Outbox {
+    chunks: VecDeque<Bytes>,
+    tail: BytesMut,
+    queued: usize,
+}
+
+impl Outbox {
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && self.tail.is_empty()
+    }
+
+    /// Bytes waiting (for back-pressure).
+    pub fn len(&self) -> usize {
+        self.queued + self.tail.len()
+    }
+
+    /// The buffer small frames are encoded into, in order after every queued chunk.
+    pub fn tail(&mut self) -> &mut BytesMut {
+        &mut self.tail
+    }
+
+    /// Only small frames wait (no chunk queued by reference): the tail holds everything, and a
+    /// caller may write it directly.
+    pub fn tail_only(&mut self) -> Option<&mut BytesMut> {
+        self.chunks.is_empty().then_some(&mut self.tail)
+    }
+
+    /// A frame buffer for one message whose body is `body`: headers go into the tail, large
+    /// slices of `body` are queued by reference.
+    pub fn message_writer<'a>(&'a mut self, body: &'a Bytes) -> MessageWriter<'a> {
+        MessageWriter { out: self, body }
+    }
+
+    fn push(&mut self, bytes: Bytes) {
+        self.seal();
+        self.queued += bytes.len();
+        self.chunks.push_back(bytes);
+    }
+
+    fn seal(&mut self) {
+        if !self.tail.is_empty() {
+            let sealed = self.tail.split().freeze();
+            self.queued += sealed.len();
+            self.chunks.push_back(sealed);
+        }
+    }
+
+    /// Move everything queued to `into` (which the writer owns while it writes).
+    pub fn take_into(&mut self, into: &mut WriteQueue) {
+        self.seal();
+        into.chunks.append(&mut self.chunks);
+        self.queued = 0;
+    }
+}
+
+// SAFETY: every method delegates to the tail `BytesMut`, whose contract holds.
+unsafe impl BufMut for Outbox {
+    fn remaining_mut(&self) -> usize {
+        self.tail.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: forwarded unchanged; the caller initialised `cnt` bytes of `chunk_mut`.
+        unsafe { self.tail.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut UninitSlice {
+        self.tail.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        self.tail.put_slice(src)
+    }
+}
+
+/// Small frames (credit, cancel, pong, drain, fatal errors): encoded into the tail.
+impl FrameBuf for Outbox {
+    fn written(&self) -> usize {
+        self.queued + self.tail.len()
+    }
+
+    fn truncate_to(&mut self, len: usize) {
+        if len >= self.queued {
+            self.tail.truncate(len - self.queued);
+        }
+    }
+
+    fn written_mut(&mut self) -> &mut [u8] {
+        self.tail.as_mut()
+    }
+
+    fn reserve_more(&mut self, additional: usize) {
+        self.tail.reserve(additional);
+    }
+}
+
+/// What the writer is writing: chunks taken from the [`Outbox`].
+#[derive(Default)]
+pub struct WriteQueue {
+    chunks: VecDeque<Bytes>,
+}
+
+impl WriteQueue {
+    /// Everything was written.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Calls `write` with up to [`MAX_IOV`] slices, in order (an array on the stack).
+    pub fn with_slices<R>(&self, write: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
+        let mut slices = [IoSlice::new(&[]); MAX_IOV];
+        let mut n = 0;
+        for (slot, chunk) in slices.iter_mut().zip(&self.chunks) {
+            *slot = IoSlice::new(chunk);
+            n += 1;
+        }
+        write(&slices[..n])
+    }
+
+    /// Drop `n` written bytes from the front.
+    pub fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                debug_assert!(false, "advance past the queued bytes");
+                return;
+            };
+            if n >= front.len() {
+                n -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+}
+
+/// See [`Outbox::message_writer`]. Only the append operations of [`FrameBuf`] are meaningful:
+/// it is used with the core's message encoders (`send_request`, `send_result`, `send_end`),
+/// which only append; ROWS frames, which are patched in place, go through the plain tail.
+pub struct MessageWriter<'a> {
+    out: &'a mut Outbox,
+    body: &'a Bytes,
+}
+
+impl MessageWriter<'_> {
+    fn slice_of_body(&self, src: &[u8]) -> Option<Bytes> {
+        let start = self.body.as_ptr() as usize;
+        let at = src.as_ptr() as usize;
+        let inside = at >= start && at + src.len() <= start + self.body.len();
+        (src.len() >= COPY_LIMIT && inside).then(|| self.body.slice_ref(src))
+    }
+}
+
+// SAFETY: every method delegates to the tail `BytesMut`, whose contract holds; `put_slice` either
+// delegates too or queues a chunk without touching the tail's uninitialised memory.
+unsafe impl BufMut for MessageWriter<'_> {
+    fn remaining_mut(&self) -> usize {
+        self.out.tail.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: forwarded unchanged; the caller initialised `cnt` bytes of `chunk_mut`.
+        unsafe { self.out.tail.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut UninitSlice {
+        self.out.tail.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        match self.slice_of_body(src) {
+            Some(shared) => self.out.push(shared),
+            None => self.out.tail.put_slice(src),
+        }
+    }
+}
+
+impl FrameBuf for MessageWriter<'_> {
+    fn written(&self) -> usize {
+        self.out.written()
+    }
+
+    fn truncate_to(&mut self, len: usize) {
+        // Message encoders never truncate; keep the contract for the tail part anyway.
+        self.out.truncate_to(len)
+    }
+
+    fn written_mut(&mut self) -> &mut [u8] {
+        // Message encoders never patch; this exposes only the unsealed tail.
+        self.out.tail.as_mut()
+    }
+
+    fn reserve_more(&mut self, additional: usize) {
+        // The body is queued by reference: only headers and small slices land in the tail.
+        self.out.tail.reserve(additional.min(COPY_LIMIT * 2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirepool_proto::{decode_frame, encode_message, FrameBody, MessageHead};
+
+    fn drain(out: &mut Outbox) -> Vec<u8> {
+        let mut q = WriteQueue::default();
+        out.take_into(&mut q);
+        let mut all = Vec::new();
+        while !q.is_empty() {
+            let n = q.with_slices(|slices| {
+                slices.iter().for_each(|s| all.extend_from_slice(s));
+                slices.iter().map(|s| s.len()).sum::<usize>()
+            });
+            q.advance(n);
+        }
+        all
+    }
+
+    #[test]
+    fn large_body_is_queued_by_reference_and_encodes_the_same_bytes() {
+        let body = Bytes::from((0..200_000u32).map(|i| i as u8).collect::<Vec<_>>());
+        let mut expected = Vec::new();
+        let head = MessageHead::Request {
+            method: 1,
+            codec: 3,
+            timeout_us: 9,
+        };
+        encode_message(&mut expected, 4, head, &body, 65_536).unwrap();
+
+        let mut out = Outbox::default();
+        encode_message(&mut out.message_writer(&body), 4, head, &body, 65_536).unwrap();
+        assert!(out
+            .chunks
+            .iter()
+            .any(|c| c.as_ptr() >= body.as_ptr()
+                && c.as_ptr() < body.as_ptr().wrapping_add(body.len())));
+        assert!(
+            out.tail.len() < COPY_LIMIT,
+            "the body was copied into the tail"
+        );
+        let wire = drain(&mut out);
+        assert_eq!(wire, expected);
+        let frame = decode_frame(&wire[..16 + 65_536], 65_536).unwrap();
+        assert!(matches!(frame.body, FrameBody::Request { method: 1, .. }));
+    }
+
+    #[test]
+    fn small_frames_keep_their_order_around_a_large_body() {
+        let body = Bytes::from(vec![5u8; 40_000]);
+        let mut out = Outbox::default();
+        out.put_slice(b"aa");
+        let mut w = out.message_writer(&body);
+        w.put_slice(b"head");
+        w.put_slice(&body);
+        out.put_slice(b"zz");
+        let mut expected = b"aahead".to_vec();
+        expected.extend_from_slice(&body);
+        expected.extend_from_slice(b"zz");
+        assert_eq!(out.written(), expected.len());
+        assert_eq!(drain(&mut out), expected);
+        assert!(out.is_empty());
+    }
+}
