@@ -285,6 +285,8 @@ class _Worker(FrameProtocol):
         self.last_heard = time.monotonic()
         conn = self.conn
         results: list[Any] = []
+        pool = self.pool
+        pool._reading = True
         try:
             conn.feed(data)
             while True:
@@ -308,6 +310,12 @@ class _Worker(FrameProtocol):
             self.kill(error_from_code(ErrorCode.PROTOCOL_VIOLATION,
                                       f"worker pid {self.pid} broke the protocol: {e}",
                                       details={"protocol_code": e.code, "name": e.name}))
+        finally:
+            pool._reading = False
+            if pool._after_read:
+                runs, pool._after_read = pool._after_read, []
+                for run in runs:
+                    run._settle()
 
     def eof_received(self) -> bool:
         try:
@@ -589,14 +597,10 @@ class _Worker(FrameProtocol):
         unary = MethodKind.UNARY
         reqs = [_Request(id, self, unary, codec, method, None, sink)
                 for id in range(first, self.next_id)]
-        lone = not self.requests
         self.requests.update(zip(range(first, self.next_id), reqs))
+        # A burst leaves now, in one write (a map submits one burst per worker and pump).
         self._out.append(parts)
-        if lone and len(reqs) == 1:
-            self._flush_out()  # a lone request leaves now (latency), as in submit()
-        elif not self._out_scheduled:
-            self._out_scheduled = True
-            self._loop.call_soon(self._flush_out)
+        self._flush_out()
         return reqs
 
     def cancel(self, req: _Request, outcome: WirepoolError | None = None) -> None:
@@ -927,6 +931,9 @@ class AsyncPool:
         self._rr = 0
         self._counters: collections.Counter[str] = collections.Counter()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        # Maps with results from the read being handled: settled (refilled) when it ends.
+        self._reading = False
+        self._after_read: list[_MapRun] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -1415,6 +1422,7 @@ class _MapRun:
         self.waiting_slot = False
         self.pump_scheduled = False
         self.notify_scheduled = False
+        self.settling = False  # _settle() is due (after this read, or this loop pass)
         self.async_waiter: asyncio.Future[None] | None = None  # AsyncPool.map's reader
         self.cond = threading.Condition(threading.Lock())
         self.reader_waiting = False
@@ -1531,11 +1539,22 @@ class _MapRun:
         self.in_flight -= 1
         if not req.outcome[0] and isinstance(req.outcome[1], WirepoolError):  # type: ignore[index]
             self.pool._counters["errors"] += 1
-        if self.items and not self.waiting_slot and not self.pump_scheduled:
-            # Results arrive many per read: refill once after them, not once per result.
-            self.pump_scheduled = True
-            self.pool.loop.call_soon(self.pump)
-        self._notify()
+        if not self.settling:
+            # Results arrive many per read: refill and wake the reader once after them (at the
+            # end of the read, or of this loop pass), not once per result.
+            self.settling = True
+            pool = self.pool
+            if pool._reading:
+                pool._after_read.append(self)
+            else:
+                pool.loop.call_soon(self._settle)
+
+    def _settle(self) -> None:
+        self.settling = False
+        if self.items and not self.waiting_slot and not self.pump_scheduled and not self.stopped:
+            self.pump()
+        else:
+            self._notify()
 
     def _notify(self) -> None:
         if self.reader_waiting and not self.notify_scheduled:
