@@ -871,7 +871,7 @@ class AsyncPool:
 
     def __init__(self, argv: Sequence[str], *, workers: int = 1, codec: str = "json",
                  require: Iterable[str] | Mapping[str, str] | None = None,
-                 max_in_flight: int = 16, startup_timeout: float = 10.0,
+                 max_in_flight: int = 64, startup_timeout: float = 10.0,
                  heartbeat_ms: int = proto.DEFAULT_HEARTBEAT_MS, cancel_grace: float = 2.0,
                  deadline_grace: float = 0.25, max_requests: int | None = None,
                  max_rss_bytes: int | None = None, idle_timeout: float | None = None,
