@@ -1194,8 +1194,30 @@ class AsyncPool:
         ``timeout`` (seconds) is sent to the worker as the request's budget and enforced here
         too. Cancelling the awaiting task sends CANCEL.
         """
-        w = await self._acquire()
-        return await self._call_on(w, method, request, codec, timeout, on_event)
+        w = None
+        if not self._closed and self._broken is None and not self._slot_waiters:
+            w = self._pick()  # room now: no coroutine for the wait
+        if w is None:
+            w = await self._acquire()
+        c = self.codec if codec is None else _codecs.get(codec)
+        req = w.submit(method, c.encode(request), c, timeout, on_event, MethodKind.UNARY)
+        self._counters["calls"] += 1
+        if req.outcome is not None:  # ended at once (an unknown method, a dead worker)
+            if req.outcome[0]:
+                return req.outcome[1]
+            if isinstance(req.outcome[1], WirepoolError):
+                self._counters["errors"] += 1
+            raise req.outcome[1]
+        try:
+            return await req.future
+        except asyncio.CancelledError:
+            # Our task was cancelled (which cancelled req.future too): tell the worker.
+            if req.id in w.requests:
+                w.cancel(req)
+            raise
+        except WirepoolError:
+            self._counters["errors"] += 1
+            raise
 
     async def _call_on(self, w: _Worker, method: str, request: Any, codec: str | None,
                        timeout: float | None, on_event: EventCallback | None) -> Any:
