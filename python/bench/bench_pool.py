@@ -1,6 +1,6 @@
 """End-to-end numbers: Python parent + Python workers, beside multiprocessing in the same run.
 
-    python bench/bench_pool.py [--quick] [--repeat R] [--only NAME]
+    python bench/bench_pool.py [--quick] [--repeat R] [--only NAME] [--max-in-flight N]
 
 Each workload runs ``R`` times (default 3); every repeat measures wirepool and then its baseline
 back to back, so both see the same machine. Printed per workload: min / median / max of each
@@ -28,6 +28,7 @@ import wirepool  # noqa: E402
 WORKER = [sys.executable, os.path.join(HERE, "bench_worker.py")]
 SMALL = {"id": 1, "name": "x" * 40}  # ~64 bytes of JSON
 MIB = 1 << 20
+POOL_OPTIONS: dict = {}  # e.g. max_in_flight from the command line
 
 
 def mp_echo(x):  # noqa: ANN001
@@ -66,7 +67,7 @@ def repeat(r: int, ours: Callable[[], float], base: Callable[[], float]) -> tupl
 def unary(k: float, r: int) -> None:
     n = int(20_000 * k)
     workers = 4
-    with wirepool.Pool(WORKER, workers=workers) as pool, mp.Pool(workers) as mpool, \
+    with wirepool.Pool(WORKER, workers=workers, **POOL_OPTIONS) as pool, mp.Pool(workers) as mpool, \
             concurrent.futures.ProcessPoolExecutor(workers) as ex:
         list(pool.map("echo_inline", [SMALL] * 500))
         list(pool.map("echo", [SMALL] * 500))
@@ -104,7 +105,7 @@ def unary(k: float, r: int) -> None:
             assert len([x async for x in apool.map("echo_inline", [SMALL] * n)]) == n
 
         async def async_rates(how: Callable) -> list[float]:
-            async with wirepool.AsyncPool(WORKER, workers=workers) as apool:
+            async with wirepool.AsyncPool(WORKER, workers=workers, **POOL_OPTIONS) as apool:
                 await how(apool)
                 out = []
                 for _ in range(r):
@@ -185,7 +186,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a fifth of the work per measurement")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["unary", "rows", "payloads"])
+    ap.add_argument("--max-in-flight", type=int, help="the pools' max_in_flight (default: theirs)")
     args = ap.parse_args()
+    if args.max_in_flight:
+        POOL_OPTIONS["max_in_flight"] = args.max_in_flight
     k = 0.2 if args.quick else 1.0
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f}; {args.repeat} repeats, each: min median max; MB/s counts "
