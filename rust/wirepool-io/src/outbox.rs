@@ -177,7 +177,7 @@ impl MessageWriter<'_> {
         let start = self.body.as_ptr() as usize;
         let at = src.as_ptr() as usize;
         let inside = at >= start && at + src.len() <= start + self.body.len();
-        (src.len() >= COPY_LIMIT && inside).then(|| self.body.slice_ref(src))
+        inside.then(|| self.body.slice_ref(src))
     }
 }
 
@@ -198,10 +198,31 @@ unsafe impl BufMut for MessageWriter<'_> {
     }
 
     fn put_slice(&mut self, src: &[u8]) {
-        match self.slice_of_body(src) {
-            Some(shared) => self.out.push(shared),
-            None => self.out.tail.put_slice(src),
+        // Headers and small bodies (most messages) go straight to the tail.
+        if src.len() >= COPY_LIMIT {
+            if let Some(shared) = self.slice_of_body(src) {
+                return self.out.push(shared);
+            }
         }
+        self.out.tail.put_slice(src)
+    }
+
+    // A message's fixed fields: straight to the tail, not through `put_slice`'s body check
+    // (the default methods would; the profile of small calls showed it).
+    fn put_u8(&mut self, n: u8) {
+        self.out.tail.put_u8(n)
+    }
+
+    fn put_u16_le(&mut self, n: u16) {
+        self.out.tail.put_u16_le(n)
+    }
+
+    fn put_u32_le(&mut self, n: u32) {
+        self.out.tail.put_u32_le(n)
+    }
+
+    fn put_u64_le(&mut self, n: u64) {
+        self.out.tail.put_u64_le(n)
     }
 }
 

@@ -89,6 +89,11 @@ impl LatencyHistogram {
 }
 
 /// Latency percentiles of one method (bucket upper bounds, so slightly pessimistic).
+///
+/// A unary call counts from when it was sent (the call itself reads the clock when its worker
+/// had nothing else in flight or it has a timeout; otherwise the writer task stamps the batch
+/// it takes, one clock read per batch) to the socket read that delivered its outcome. A stream
+/// counts from its start to the moment its consumer reached the end.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LatencySnapshot {
     /// Number of completed calls or streams.
