@@ -135,7 +135,7 @@ impl WriteQueue {
         self.chunks.is_empty()
     }
 
-    /// Calls `write` with up to [`MAX_IOV`] slices, in order (an array on the stack).
+    /// Calls `write` with up to 64 slices (`MAX_IOV`), in order (an array on the stack).
     pub fn with_slices<R>(&self, write: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
         let mut slices = [IoSlice::new(&[]); MAX_IOV];
         let mut n = 0;
