@@ -326,11 +326,17 @@ def _fail_or_echo(arg: object) -> bytes:
     return json.dumps(arg).encode()
 
 
+def _json_body(b: object) -> object:
+    return json.loads(bytes(b))  # type: ignore[call-overload]
+
+
 # method 0 (unary "add") is inline for codec 1; method 1 (a stream) never is
-INLINE_TABLE = [{1: (lambda arg: arg, lambda b: json.loads(bytes(b)), _fail_or_echo)}, None]
+INLINE_TABLE = [{1: (lambda arg: arg, _json_body, _fail_or_echo)}, None]
+# method 0 runs elsewhere (handler threads): admitted, decoded, handed over, answered later
+DEFERRED_TABLE = [{1: (None, _json_body, None)}, None]
 
 
-def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list) -> None:
+def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list, deferred: bool) -> None:
     """The general path's answer to one event, as the worker runtime gives it."""
     if isinstance(ev, proto.Request):
         if ev.method == 0 and ev.codec == 1 and not ev.timeout_us:
@@ -339,6 +345,8 @@ def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list) -> None:
             except ValueError:
                 out += c.send(proto.ErrorFrame(ev.id, ErrorCode.BAD_REQUEST, "bad body"))
                 return
+            if deferred:
+                return  # stays in flight: its handler runs elsewhere
             try:
                 body = _fail_or_echo(arg)
             except ValueError:
@@ -352,14 +360,17 @@ def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list) -> None:
         out += c.send(proto.Pong(ev.nonce))
 
 
-def _run_worker(data: bytes, fast: bool) -> tuple[bytes, int | None]:
+def _run_worker(data: bytes, fast: bool, deferred: bool) -> tuple[bytes, list, int | None]:
     c = open_worker()
     out: list = []
+    started: list = []
     try:
         c.feed(data)
         while True:
             if fast:
-                pending = c.answer_inline(INLINE_TABLE, out)
+                pending = c.answer_inline(DEFERRED_TABLE if deferred else INLINE_TABLE, out,
+                                          started)
+                assert all(e[1:3] == (0, 1) for e in started)
                 if pending is not None:
                     id, _, _, value, failed = pending
                     assert failed and isinstance(value, ValueError)
@@ -368,10 +379,10 @@ def _run_worker(data: bytes, fast: bool) -> tuple[bytes, int | None]:
             ev = c.next_event()
             if ev is None:
                 break
-            _worker_answer(c, ev, out)
+            _worker_answer(c, ev, out, deferred)
     except ProtocolError as e:
-        return b"".join(bytes(p) for p in out), e.code
-    return b"".join(bytes(p) for p in out), None
+        return b"".join(bytes(p) for p in out), sorted(c.in_flight), e.code
+    return b"".join(bytes(p) for p in out), sorted(c.in_flight), None
 
 
 _request = st.builds(
@@ -383,11 +394,25 @@ _to_worker = st.one_of(_request, _request, _request, st.builds(proto.Ping),
                        st.builds(proto.Cancel, st.integers(1, 40)))
 
 
+@pytest.mark.parametrize("deferred", [False, True])
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_to_worker, max_size=30))
-def test_answer_inline_matches_the_general_path(frames: list[proto.Frame]) -> None:
+@given(frames=st.lists(_to_worker, max_size=30))
+def test_answer_inline_matches_the_general_path(deferred: bool, frames: list[proto.Frame]) -> None:
+    # Most requests get the next id (runs of valid requests reach max_in_flight) and most
+    # CANCELs an id already sent; ids drawn above 35 become 1-5 (duplicates, ids going
+    # backwards, CANCEL of an id never sent).
+    next_id = 0
+    for i, f in enumerate(frames):
+        raw = f.id - 35 if f.id > 35 else None
+        if isinstance(f, proto.Request):
+            if raw is None:
+                next_id += 1
+            frames[i] = proto.Request(raw or next_id, f.method, f.codec, f.body, f.timeout_us)
+            next_id = max(next_id, raw or 0)
+        elif isinstance(f, proto.Cancel):
+            frames[i] = proto.Cancel(raw or max(1, min(f.id, next_id)))
     data = enc(*frames)
-    assert _run_worker(data, fast=True) == _run_worker(data, fast=False)
+    assert _run_worker(data, True, deferred) == _run_worker(data, False, deferred)
 
 
 def _run_parent(n: int, data: bytes, fast: bool) -> tuple[list, int | None]:

@@ -1455,14 +1455,17 @@ class Connection:
             append(buf[start:pos])
         dec._pos = pos
 
-    def answer_inline(self, table: Sequence[Any], out: list[Buffer]) -> tuple | None:
+    def answer_inline(self, table: Sequence[Any], out: list[Buffer],
+                      started: list[tuple[int, int, int, Any]] | None = None) -> tuple | None:
         """Worker fast path: answer the REQUEST frames at the front of the received bytes whose
         method has an inline entry, appending each RESULT frame's pieces to ``out``.
 
         ``table[method_index]`` is None or a dict ``codec id -> (fn, decode, encode)``; a request
-        is answered here when it is one frame, carries no timeout, its codec has an entry, the
-        body decodes and it would be admitted (not draining, below max_in_flight): its RESULT is
-        ``encode(fn(decode(body)))``. Anything else stops the scan for :meth:`next_event`.
+        is taken here when it is one frame, carries no timeout, its codec has an entry, the
+        body decodes and it would be admitted (not draining, below max_in_flight). With a
+        ``fn``, its RESULT is ``encode(fn(decode(body)))``; with ``fn`` None (a handler that
+        runs elsewhere) it is admitted (in flight) and ``(id, method, codec, decoded body)`` is
+        appended to ``started``. Anything else stops the scan for :meth:`next_event`.
 
         Returns None, or ``(id, method, codec, value, failed)`` for a request now in flight
         whose terminal the caller must send: ``fn`` or ``encode`` raised ``value`` (failed), or
@@ -1480,6 +1483,8 @@ class Connection:
         n_methods = len(table)
         append = out.append
         prefix = _REQUEST_PREFIX.unpack_from
+        in_flight = self.in_flight
+        room = self.max_in_flight
         failed: tuple | None = None
         try:
             while end - pos >= 28:
@@ -1497,6 +1502,8 @@ class Connection:
                 if handler is None:
                     break
                 fn, decode, encode = handler
+                if fn is None and (started is None or len(in_flight) >= room):
+                    break  # the general path REJECTs it OVERLOADED
                 start = pos + 28
                 stop = pos + HEADER_SIZE + length
                 try:
@@ -1505,6 +1512,10 @@ class Connection:
                     break  # the general path answers BAD_REQUEST
                 last = id
                 pos = stop
+                if fn is None:
+                    in_flight[id] = self._unary
+                    started.append((id, method, codec, arg))  # type: ignore[union-attr]
+                    continue
                 try:
                     body = encode(fn(arg))
                 except BaseException as e:  # noqa: B036 - it becomes this request's terminal

@@ -354,12 +354,17 @@ class _Runtime(FrameProtocol):
         self._done: collections.deque[tuple[_Call, BaseException | None, Any]] = \
             collections.deque()
         self._done_wakeup = False
-        # method index -> {codec id: (fn, decode, encode)} for inline methods without a Context
-        # (answered by Connection.answer_inline), None for the others; None without any.
+        # method index -> {codec id: (fn, decode, encode)} for Connection.answer_inline: inline
+        # methods without a Context (answered there), plain unary methods (fn None: admitted
+        # there, run by the handler threads); None for the others, and no table without any.
         table: list[dict[int, tuple[Any, Any, Any]] | None] = [
             {cid: (m.fn, c.decode, c.encode) for cid, c in m.codecs.items()}
-            if m.inline and not m.wants_ctx else None for m in methods]
+            if m.inline and not m.wants_ctx else
+            {cid: (None, c.decode, None) for cid, c in m.codecs.items()}
+            if m.kind == MethodKind.UNARY and not m.is_async and not m.inline else None
+            for m in methods]
         self._inline_table = table if any(e is not None for e in table) else None
+        self._started: list[tuple[int, int, int, Any]] = []
 
     # -- transport ------------------------------------------------------------------------
 
@@ -378,9 +383,14 @@ class _Runtime(FrameProtocol):
             scan = table is not None
             while True:
                 if scan:
-                    # Every inline request of this read answered in one tight loop; the first
-                    # frame it does not take goes through the general path below.
-                    pending = conn.answer_inline(table, self._out)  # type: ignore[arg-type]
+                    # Every inline request of this read answered in one tight loop (and plain
+                    # ones admitted); the first frame it does not take goes through the general
+                    # path below.
+                    started = self._started
+                    pending = conn.answer_inline(table, self._out, started)  # type: ignore[arg-type]
+                    if started:
+                        self._start_plain(started)
+                        started.clear()
                     if pending is not None:
                         self._inline_pending(*pending)
                         continue
@@ -507,6 +517,21 @@ class _Runtime(FrameProtocol):
             call.task.cancel()
 
     # -- running a request ----------------------------------------------------------------
+
+    def _start_plain(self, started: list[tuple[int, int, int, Any]]) -> None:
+        """Plain unary requests admitted by answer_inline (body decoded, no timeout): queued
+        for the handler threads at the end of this read, as _start_sync_unary does."""
+        methods = self.methods
+        calls = self.calls
+        jobs = self._jobs
+        worker_id = self.worker_id
+        on_event = self._event_requested
+        for id, index, codec_id, arg in started:
+            m = methods[index]
+            codec = m.codecs[codec_id]
+            ctx = Context(id, m.name, codec, None, worker_id, on_event)
+            call = calls[id] = _Call(id, m, ctx)
+            jobs.append((call, m.fn, (arg, ctx) if m.wants_ctx else (arg,), codec.encode))
 
     def _inline_pending(self, id: int, index: int, codec_id: int, value: Any,
                         failed: bool) -> None:
