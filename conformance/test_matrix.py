@@ -292,6 +292,9 @@ def test_scenario_list_is_consistent() -> None:
             assert sc["max_ahead_rows"] == bound, "max_ahead_rows follows its formula"
             # Without flow control the producer would run far past the bound.
             assert sc["n"] > 10 * bound
+        if sc["kind"] == "lease":  # the matrix asserts one exact code per call
+            assert len(sc["crash_codes"]) == 1, sc["name"]
+            assert sc["crash_codes"][0] in codes, sc["name"]
     # The frame-size scenarios are about the default 1 MiB frame.
     mfs = SCENARIOS["defaults"]["pool"]["max_frame_size"]
     by_name = {sc["name"]: sc for sc in SCENARIOS["scenarios"]}
@@ -348,6 +351,8 @@ def mutants() -> list[dict]:
     mutant("cancel_mid_stream", "finite", lambda sc: sc.update(
         method="decls", request={"value": {"n": 10}}, read_rows=100,
         expect={"rows": {"shape": "decl"}}))
+    mutant("lease_then_lease_lost", "crash_lease_lost",
+           lambda sc: sc.update(crash_codes=["LEASE_LOST"]))
     mutant("cancel_call", "never_in_flight", lambda sc: sc.update(
         method="no_such_method", settle_s=1.0))
     return out

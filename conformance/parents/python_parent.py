@@ -581,6 +581,11 @@ async def lease(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
             if e.code != suite.codes["LEASE_LOST"]:
                 raise ScenarioFailed(f"a call on the lost lease failed with {e.code} ({e}), "
                                      f"expected LEASE_LOST") from e
+            # The lost lease still says how its worker died.
+            for attr in ("signal", "exit_status", "stderr_tail"):
+                if getattr(e, attr, None) != getattr(crashed, attr, None):
+                    raise ScenarioFailed(f"LEASE_LOST {attr} {getattr(e, attr, None)!r} differs "
+                                         f"from the crash's {getattr(crashed, attr, None)!r}")
         else:
             raise ScenarioFailed(f"a call on the lost lease returned {value!r}")
     return f"{calls} calls on pid {pid}; crash -> {crashed.code}; then LEASE_LOST"

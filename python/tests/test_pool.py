@@ -352,6 +352,30 @@ def test_lease_is_exclusive_and_sticky() -> None:
     asyncio.run(main())
 
 
+def test_lease_worker_death_in_flight_is_worker_exited_then_lease_lost() -> None:
+    """As the Rust parent: the call in flight when the leased worker dies ends WORKER_EXITED,
+    later calls through the lease LEASE_LOST; both say how it died."""
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=2) as p:
+            async with p.lease() as w:
+                with pytest.raises(wirepool.WorkerExited) as died:
+                    await w.call("die", {"status": 9})
+                assert type(died.value) is wirepool.WorkerExited
+                assert died.value.code == wirepool.ErrorCode.WORKER_EXITED
+                for _ in range(2):  # every later call, not just the first
+                    with pytest.raises(wirepool.LeaseLost) as lost:
+                        await w.call("add", {"a": 1, "b": 2})
+                    assert lost.value.code == wirepool.ErrorCode.LEASE_LOST
+                    for err in (died.value, lost.value):
+                        assert err.exit_status == 9 and err.signal is None
+                        assert "dying on purpose" in err.stderr_tail
+                    assert "status 9" in str(lost.value)
+                with pytest.raises(wirepool.LeaseLost):
+                    w.stream("rows", {"n": 3})
+            assert await p.call("add", {"a": 1, "b": 2}) == {"sum": 3}  # the pool serves on
+    asyncio.run(main())
+
+
 def test_many_concurrent_calls_async() -> None:
     async def main() -> None:
         async with wirepool.AsyncPool([sys.executable, BASIC], workers=2, max_in_flight=8) as p:

@@ -196,7 +196,14 @@ class PoolClosed(LocalError):
 
 
 class LeaseLost(LocalError):
-    pass
+    """A call through a lease whose worker had already died (the call that was in flight when it
+    died raised :class:`WorkerExited`). ``exit_status``, ``signal`` and ``stderr_tail`` say how
+    it died, as on :class:`WorkerExited` (None/"" while the exit is not yet known).
+    """
+
+    exit_status: int | None = None
+    signal: int | None = None
+    stderr_tail: str = ""
 
 
 class DecodeFailed(LocalError):

@@ -828,7 +828,10 @@ class Stream:
 
 class Lease:
     """Exclusive use of one worker (``async with pool.lease() as w``); nothing else is sent to it.
-    Calls through a lease whose worker died raise :class:`~wirepool.LeaseLost`."""
+
+    If the worker dies, the call in flight raises :class:`~wirepool.WorkerExited` (as any call
+    would) and every later call through the lease raises :class:`~wirepool.LeaseLost`; both
+    carry ``exit_status``, ``signal`` and ``stderr_tail``. This matches the Rust parent."""
 
     def __init__(self, pool: "AsyncPool", worker: _Worker) -> None:
         self._pool = pool
@@ -838,16 +841,20 @@ class Lease:
     def _check(self) -> _Worker:
         w = self._worker
         if not w.alive:
-            raise LeaseLost(ErrorCode.LEASE_LOST, f"the leased worker pid {w.pid} is gone")
+            what = (f"was killed by signal {w.exit_signal}" if w.exit_signal is not None
+                    else f"exited with status {w.exit_status}" if w.exit_status is not None
+                    else "is gone")
+            lost = LeaseLost(ErrorCode.LEASE_LOST,
+                             f"the leased worker pid {w.pid} {what}" + w._tail_suffix())
+            lost.exit_status, lost.signal = w.exit_status, w.exit_signal
+            lost.stderr_tail = "\n".join(w.stderr_tail)
+            raise lost
         return w
 
     async def call(self, method: str, request: Any = None, *, codec: str | None = None,
                    timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
-        w = self._check()
-        try:
-            return await self._pool._call_on(w, method, request, codec, timeout, on_event)
-        except WorkerExited as e:
-            raise LeaseLost(ErrorCode.LEASE_LOST, str(e), id=e.id) from e
+        return await self._pool._call_on(self._check(), method, request, codec, timeout,
+                                         on_event)
 
     def stream(self, method: str, request: Any = None, *, codec: str | None = None,
                timeout: float | None = None, on_event: EventCallback | None = None) -> Stream:
