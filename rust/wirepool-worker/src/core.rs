@@ -59,6 +59,19 @@ pub(crate) struct Core {
     pub(crate) streams: IdMap<Arc<StreamShared>>,
     /// GOODBYE or a fatal ERROR went out: nothing more may be sent.
     pub(crate) closed: bool,
+    /// The writer task holds bytes it has not finished writing: nobody else may write now.
+    pub(crate) writer_busy: bool,
+    /// The I/O loop is handling a read's frames and flushes the outbox when done: frames queued
+    /// meanwhile need not wake the writer task (see [`Core::writer_needs_wake`]).
+    pub(crate) reader_flushes: bool,
+}
+
+impl Core {
+    /// Whether a frame about to be queued must wake the writer task: only the first one after
+    /// the writer took the outbox, and none while the I/O loop will flush it anyway.
+    pub(crate) fn writer_needs_wake(&self) -> bool {
+        self.out.is_empty() && !self.reader_flushes
+    }
 }
 
 impl Shared {
@@ -70,6 +83,8 @@ impl Shared {
                 requests: IdMap::default(),
                 streams: IdMap::default(),
                 closed: false,
+                writer_busy: false,
+                reader_flushes: false,
             }),
             wake_writer: Notify::new(),
             out_drained: Notify::new(),
@@ -100,7 +115,7 @@ impl Shared {
         if core.closed {
             return;
         }
-        let wake = core.out.is_empty();
+        let wake = core.writer_needs_wake();
         if let Some((topic, data)) = req.take_pending_event() {
             let _ = core.conn.send_event(req.id, &topic, &data, core.out.tail());
         }

@@ -201,25 +201,25 @@ impl Driver {
                 let _ = self.shared.lock().conn.eof();
                 return Ok(Exit::Eof);
             }
-            {
+            let violation = {
                 let mut core = self.shared.lock();
+                // What this read's frames produce (inline results, PONGs, refusals) is flushed
+                // by `end_pass` below, so it need not wake the writer task.
+                core.reader_flushes = true;
                 loop {
                     match core.conn.poll_event() {
                         Ok(Some(event)) => events.push(event),
-                        Ok(None) => break,
-                        Err(e) => {
-                            drop(core);
-                            // Act on what arrived before the violation, then report it.
-                            for event in events.drain(..) {
-                                self.on_event(event)?;
-                            }
-                            return Err(protocol_io_error(e));
-                        }
+                        Ok(None) => break None,
+                        // Act on what arrived before the violation, then report it.
+                        Err(e) => break Some(e),
                     }
                 }
-            }
-            for event in events.drain(..) {
-                self.on_event(event)?;
+            };
+            let handled = events.drain(..).try_for_each(|event| self.on_event(event));
+            self.end_pass(socket);
+            handled?;
+            if let Some(e) = violation {
+                return Err(protocol_io_error(e));
             }
             if self.pool.submit(&mut self.tasks) {
                 let pool = self.pool.clone();
@@ -232,6 +232,35 @@ impl Driver {
                     }
                 });
             }
+        }
+    }
+
+    /// Ends the handling of one read: what it queued is written now, in one write from this
+    /// task, when the writer task is idle (the latency path of one call at a time: no task
+    /// switch before the answer leaves); anything left over goes to the writer task.
+    fn end_pass(&self, socket: &Socket) {
+        let mut guard = self.shared.lock();
+        let core = &mut *guard;
+        core.reader_flushes = false;
+        if core.out.is_empty() {
+            return;
+        }
+        if !core.writer_busy && !core.closed {
+            if let Some(tail) = core.out.tail_only() {
+                // WouldBlock (or a broken socket) leaves the bytes for the writer task.
+                if let Ok(n) = socket.try_write(tail) {
+                    if n == tail.len() {
+                        tail.clear();
+                    } else {
+                        bytes::Buf::advance(tail, n);
+                    }
+                }
+            }
+        }
+        let wake = !core.out.is_empty();
+        drop(guard);
+        if wake {
+            self.shared.wake_writer.notify_one();
         }
     }
 
@@ -267,7 +296,7 @@ impl Driver {
             Event::Ping { nonce } => {
                 let mut guard = self.shared.lock();
                 let core = &mut *guard;
-                let wake = core.out.is_empty();
+                let wake = core.writer_needs_wake();
                 if !core.closed && core.conn.send_pong(nonce, core.out.tail()).is_ok() && wake {
                     drop(guard);
                     self.shared.wake_writer.notify_one();
@@ -292,7 +321,7 @@ impl Driver {
         if core.closed {
             return;
         }
-        let wake = core.out.is_empty();
+        let wake = core.writer_needs_wake();
         let _ = send_error(&mut core, id, &HandlerError::protocol(code, message));
         drop(core);
         if wake {
@@ -436,6 +465,7 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> 
         let closed = {
             let mut core = shared.lock();
             core.out.take_into(&mut queue);
+            core.writer_busy = !queue.is_empty();
             core.closed
         };
         if queue.is_empty() {

@@ -179,7 +179,7 @@ impl StreamShared {
             if !core.conn.can_send_rows(self.id) {
                 return Submit::NoCredit;
             }
-            let wake = core.out.is_empty();
+            let wake = core.writer_needs_wake();
             let Ok(mut rows) = core.conn.rows(self.id, core.out.tail()) else {
                 return Submit::Gone;
             };

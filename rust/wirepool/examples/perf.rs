@@ -6,7 +6,8 @@
 //! cargo run --release -p wirepool --example perf -- multi   # multi-thread runtime, PERF_THREADS (2)
 //! ```
 //! `PERF_ONLY` narrows the run: `inflight` (floors, then 256 calls in flight), `inflight_only`
-//! (just the concurrent phase, for profilers; `PERF_CALLS` sets its size), `ping`, `big`, `slow`.
+//! (just the concurrent phase, for profilers; `PERF_CALLS` sets its size), `ping`, `ping_only`
+//! (just one-at-a-time calls, for profilers and syscall counts; `PERF_CALLS`), `big`, `slow`.
 //! `PERF_METHOD` picks the unary method (default `echo_raw_async`; `echo_raw_inline` is the
 //! worker's no-task path).
 //! Numbers on a shared 2-vCPU machine move 20-40% between runs; compare ratios within a run.
@@ -186,6 +187,17 @@ fn main() {
         if only == "inflight_only" {
             // For profilers: only the concurrent phase, no floors or warm-up blocks around it.
             inflight(&pool, method, &body).await;
+            pool.shutdown().await;
+            return;
+        }
+        if only == "ping_only" {
+            // For profilers: only one-at-a-time calls (PERF_CALLS of them, default 200,000).
+            let n: usize = std::env::var("PERF_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
+            let t = Instant::now();
+            for _ in 0..n {
+                pool.call_raw(method, body.clone()).await.unwrap();
+            }
+            println!("ping-pong: {:.1} us per round trip", t.elapsed().as_secs_f64() * 1e6 / n as f64);
             pool.shutdown().await;
             return;
         }

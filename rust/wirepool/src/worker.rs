@@ -409,7 +409,12 @@ impl Worker {
                 // WouldBlock (or a broken socket) leaves the bytes for the writer task.
                 if let Ok(n) = sock.try_write(tail) {
                     self.counters.bytes_out.fetch_add(n as u64, Relaxed);
-                    let _ = tail.split_to(n);
+                    // All written (the usual case): keep the buffer from its start, unsplit.
+                    if n == tail.len() {
+                        tail.clear();
+                    } else {
+                        bytes::Buf::advance(tail, n);
+                    }
                 }
             }
             // One wake-up per batch: the writer takes everything queued when it runs.
