@@ -341,6 +341,24 @@ def test_chatty_worker_never_blocks_and_every_line_is_logged() -> None:
     assert Count.lines == {"stdout": 100 * 1024, "stderr": 100 * 1024}
 
 
+def test_blocking_call_result_is_freed_without_the_cyclic_gc() -> None:
+    """A result dropped by the caller is freed at once (no reference cycle through the call's
+    bookkeeping), so a large payload's buffer can be reused by the next frame."""
+    import gc
+    import weakref
+    with pool() as p:
+        gc.disable()
+        try:
+            for _ in range(2):
+                result = p.call("echo", b"z" * 300_000, codec="raw")
+                assert bytes(result) == b"z" * 300_000
+                gone = weakref.ref(result)
+                del result
+                assert gone() is None
+        finally:
+            gc.enable()
+
+
 def test_lease_is_exclusive_and_sticky() -> None:
     async def main() -> None:
         async with wirepool.AsyncPool([sys.executable, BASIC], workers=2) as p:

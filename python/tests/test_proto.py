@@ -474,3 +474,57 @@ def test_fast_paths_leave_a_partial_frame_to_the_decoder() -> None:
     ev = c.next_event()
     assert isinstance(ev, proto.Request) and ev.id == 2 and bytes(ev.body) == b"8"
     assert list(c.in_flight) == [2]
+
+
+def _gather(dec: proto.FrameDecoder, wire: bytes, chunk: int) -> list[proto.Frame]:
+    """Feed ``wire`` in ``chunk``-byte pieces, the large ones received through writable()."""
+    out: list[proto.Frame] = []
+    pos = 0
+    while pos < len(wire):
+        direct = dec.writable(1)
+        if direct is not None:
+            n = min(len(direct), chunk, len(wire) - pos)
+            direct[:n] = wire[pos:pos + n]
+            dec.wrote(n)
+            dec.feed(b"")
+        else:
+            n = min(chunk, len(wire) - pos)
+            dec.feed(wire[pos:pos + n])
+        pos += n
+        while (f := dec.next_frame()) is not None:
+            out.append(f)
+    dec.eof()
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(65_536, 400_000), st.booleans()), min_size=1, max_size=8),
+       st.integers(1000, 300_000))
+def test_reused_large_frame_buffers_never_overwrite_a_held_payload(
+        sizes: list[tuple[int, bool]], chunk: int) -> None:
+    """Large frames are gathered in reused buffers: a payload someone still holds keeps its
+    bytes, whatever frames come after it, and one released is the buffer reused."""
+    dec = proto.FrameDecoder(proto.DEFAULT_MAX_FRAME_SIZE)
+    held: list[tuple[memoryview, bytes]] = []
+    for k, (size, keep) in enumerate(sizes):
+        body = bytes([k % 251]) * size
+        (f,) = _gather(dec, proto.encode_frame(proto.Result(k + 1, body)), chunk)
+        assert bytes(f.body) == body  # type: ignore[attr-defined]
+        if keep:
+            held.append((f.body, body))  # type: ignore[attr-defined]
+        del f
+        for view, want in held:
+            assert view == want
+
+
+def test_released_large_frame_buffer_is_reused() -> None:
+    dec = proto.FrameDecoder(proto.DEFAULT_MAX_FRAME_SIZE)
+    wire = proto.encode_frame(proto.Result(1, b"x" * 500_000))
+    first = _gather(dec, wire, 100_000)[0].body  # type: ignore[attr-defined]
+    second = _gather(dec, wire, 100_000)[0].body  # type: ignore[attr-defined]
+    assert second.obj is not first.obj  # the first payload is still held
+    # (ids, not the buffers: a reference to a buffer is exactly what keeps it from reuse)
+    earlier = {id(first.obj), id(second.obj)}
+    del first, second
+    third = _gather(dec, wire, 100_000)[0].body  # type: ignore[attr-defined]
+    assert id(third.obj) in earlier and bytes(third) == b"x" * 500_000

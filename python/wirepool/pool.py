@@ -152,8 +152,13 @@ class _Request:
                 fut.set_result(result)
         if self.waiter is not None:
             self._wake()
-        if self.sink is not None:
-            self.sink(self)
+        sink = self.sink
+        if sink is not None:
+            # Dropped once used: a sink refers to its caller's state (a blocking call's
+            # _SyncCall refers back to this request), and that cycle would keep the outcome
+            # (a 1 MiB payload...) alive until the cyclic GC ran.
+            self.sink = None
+            sink(self)
 
 
 # ---------------------------------------------------------------------------------------------

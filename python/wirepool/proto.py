@@ -27,6 +27,7 @@ Every violation raises :class:`ProtocolError` with its stable code; the driver t
 from __future__ import annotations
 
 import operator
+import sys
 import struct
 from typing import Any, Callable, Iterator, Sequence, Union
 
@@ -55,6 +56,9 @@ DEFAULT_HEARTBEAT_MS = 1_000
 DEFAULT_MAX_MESSAGE_SIZE = 1_073_741_824
 MAX_CREDIT = 2**31 - 1
 MAGIC = b"WIREPOOL"
+# Large-frame receive buffers a decoder keeps for reuse (see FrameDecoder._gather_buffer).
+_SPARES = 2
+_SPARE_MAX_BYTES = 8 << 20
 FLAG_MORE = 0x01
 
 _HEADER = struct.Struct("<IBBHQ")
@@ -942,8 +946,8 @@ class FrameDecoder:
     exactly its size. After an error the decoder is dead and re-raises the same error.
     """
 
-    __slots__ = ("max_frame_size", "_buf", "_pos", "_hdr", "_big", "_big_fill", "_big_hdr",
-                 "_error", "_frames")
+    __slots__ = ("max_frame_size", "_buf", "_pos", "_hdr", "_big", "_big_len", "_big_fill",
+                 "_big_hdr", "_error", "_frames", "_spares")
 
     def __init__(self, max_frame_size: int = HANDSHAKE_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
@@ -951,9 +955,34 @@ class FrameDecoder:
         self._pos = 0
         self._hdr = bytearray()
         self._big: bytearray | None = None
+        self._big_len = 0  # the gathered frame's payload size (``_big`` may be a larger spare)
         self._big_fill = 0
         self._big_hdr: tuple = ()
         self._error: ProtocolError | None = None
+        # Buffers of earlier large frames, reused once nothing refers to them any more: a fresh
+        # bytearray per frame costs a zeroing pass and a page fault per 4 KiB (often more than
+        # receiving the bytes). At most _SPARES of them, _SPARE_MAX_BYTES in all.
+        self._spares: list[bytearray] = []
+
+    def _gather_buffer(self, length: int) -> bytearray:
+        """A buffer of at least ``length`` bytes (already checked against the frame limit) for
+        one large frame: a spare that no frame, view or caller still refers to, else a new one."""
+        spares = self._spares
+        for i in range(len(spares)):
+            spare = spares[i]
+            # 3 = the list's reference, ``spare`` and getrefcount's argument: any memoryview
+            # of it (a payload still held by a caller) holds one more.
+            if length <= len(spare) <= 2 * length and sys.getrefcount(spare) == 3:
+                del spares[i]
+                spares.append(spare)  # most recently used last
+                return spare
+        big = bytearray(length)
+        if length * 2 <= _SPARE_MAX_BYTES:
+            while spares and (len(spares) >= _SPARES
+                              or sum(map(len, spares)) + length > _SPARE_MAX_BYTES):
+                del spares[0]
+            spares.append(big)
+        return big
 
     def feed(self, data: Buffer) -> None:
         """Add received bytes. ``bytes`` are referenced, not copied; other buffers are copied."""
@@ -976,9 +1005,9 @@ class FrameDecoder:
         big = self._big
         if big is None or self._pos < len(self._buf) or self._error is not None:
             return None
-        if len(big) - self._big_fill < min_size:
+        if self._big_len - self._big_fill < min_size:
             return None
-        return memoryview(big)[self._big_fill:]
+        return memoryview(big)[self._big_fill:self._big_len]
 
     def wrote(self, n: int) -> None:
         """``n`` bytes were received into the view returned by :meth:`writable`."""
@@ -1005,7 +1034,8 @@ class FrameDecoder:
         avail = len(buf) - pos
         big = self._big
         if big is not None:
-            need = len(big) - self._big_fill
+            length = self._big_len
+            need = length - self._big_fill
             take = need if need < avail else avail
             big[self._big_fill:self._big_fill + take] = buf[pos:pos + take]
             self._big_fill += take
@@ -1015,7 +1045,9 @@ class FrameDecoder:
             ftype, flags, id = self._big_hdr
             self._big = None
             self._big_fill = 0
-            return _PARSERS[ftype](id, bool(flags & 1), memoryview(big))
+            view = memoryview(big)
+            return _PARSERS[ftype](id, bool(flags & 1),
+                                   view if len(big) == length else view[:length])
         hdr = self._hdr
         if not hdr and avail >= HEADER_SIZE:
             length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
@@ -1041,10 +1073,11 @@ class FrameDecoder:
         if avail >= length:
             self._pos = pos + length
             return _PARSERS[ftype](id, bool(flags & 1), buf[pos:pos + length])
-        big = bytearray(length)
+        big = self._gather_buffer(length)
         big[:avail] = buf[pos:pos + avail]
         self._pos = pos + avail
         self._big = big
+        self._big_len = length
         self._big_fill = avail
         self._big_hdr = (ftype, flags, id)
         return None
