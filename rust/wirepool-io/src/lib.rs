@@ -65,6 +65,13 @@ impl Socket {
         }
     }
 
+    /// Registers `cx` for read readiness without reading: `Ready` when input (or end of file)
+    /// waits. Like [`poll_read_buf`](Self::poll_read_buf), it replaces the waker registered by
+    /// the previous poll: one reader at a time.
+    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.fd.poll_read_ready(cx).map_ok(|_ready_kept| ())
+    }
+
     /// Writes what the socket takes now; `WouldBlock` when it takes nothing.
     pub fn try_write_vectored(&self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
         // SAFETY: msghdr is plain data; an all-zero value is valid (no name, no control).

@@ -154,6 +154,40 @@ struct Core {
     /// The socket's sending half for the direct-write fast path; dropped when the worker is
     /// gone, so a `Worker` kept alive by a caller's handle does not keep the descriptor open.
     socket_out: Option<Arc<Socket>>,
+    /// A unary caller (its request id) reads the socket itself instead of the reader task: set
+    /// in `submit` when its request is the only one in flight, so its task is woken by the
+    /// socket and handles the answer in its own poll (no reader-task hop, no extra driver
+    /// poll per call). Handed back when the call ends or is dropped, or by the lifecycle task
+    /// if the caller is not polled for a housekeeping interval.
+    direct_reader: Option<u64>,
+    /// The direct reader held the socket at the last housekeeping tick (revoked at the next).
+    direct_reader_seen: Option<u64>,
+    /// The reader task's waker, for the hand-back.
+    reader_waker: Option<Waker>,
+    /// A direct reader met the end of the connection (a protocol violation): the reader task
+    /// reports it.
+    reader_end: Option<ReaderEnd>,
+}
+
+impl Core {
+    /// The socket goes back to the reader task: its waker is registered for read readiness, or
+    /// woken at once if input (or the end of the connection) already waits.
+    fn hand_back_reading(&mut self) {
+        self.direct_reader = None;
+        self.direct_reader_seen = None;
+        let Some(w) = self.reader_waker.as_ref() else {
+            // The reader task has not run yet; it reads when it does.
+            return;
+        };
+        let ready = self.reader_end.is_some()
+            || match &self.socket_out {
+                Some(sock) => sock.poll_readable(&mut Context::from_waker(w)).is_ready(),
+                None => true,
+            };
+        if ready {
+            w.wake_by_ref();
+        }
+    }
 }
 
 /// Orders for the lifecycle task.
@@ -347,6 +381,10 @@ impl Worker {
         // stamps a whole batch with one read instead.
         let clocked = core_in_flight == 0 || timeout.is_some() || matches!(awaiting, Awaiting::Stream(_));
         let now = clocked.then(Instant::now);
+        let direct_waker = match &awaiting {
+            Awaiting::Unary(w) if core_in_flight == 0 => Some(w.clone()),
+            _ => None,
+        };
         let sink = match awaiting {
             Awaiting::Stream(s) => Sink::Stream(s),
             Awaiting::Unary(w) => Sink::Unary(UnaryCell::Waiting(Some(w))),
@@ -417,6 +455,14 @@ impl Worker {
                     }
                 }
             }
+            // One call at a time: its caller reads the answer itself (see `direct_reader`).
+            // Registering its waker costs no syscall; input already waiting (say a PING) is
+            // left to the reader task, which was woken for it.
+            if let (Some(w), None, Some(sock)) = (&direct_waker, c.direct_reader, &c.socket_out) {
+                if sock.poll_readable(&mut Context::from_waker(w)).is_pending() {
+                    c.direct_reader = Some(id);
+                }
+            }
             // One wake-up per batch: the writer takes everything queued when it runs.
             let wake = !core.out.is_empty() && !core.writer_woken;
             core.writer_woken |= wake;
@@ -447,29 +493,94 @@ impl Worker {
     /// exit) delivered it; until then `cx`'s waker is kept in the route.
     pub fn poll_unary(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<Bytes>> {
         let mut core = self.core.lock().unwrap();
-        let Some(route) = core.routes.get_mut(id) else {
+        let mut others = Vec::new();
+        let mut pass = ReadPass::default();
+        if core.direct_reader == Some(id) {
+            self.read_directly(&mut core, id, cx, &mut others, &mut pass);
+        }
+        let polled = match core.routes.get_mut(id) {
             // Not reachable: the route stays until its outcome is taken. Still one outcome.
-            let e = core.closed.clone();
-            return Poll::Ready(Err(e.unwrap_or(Error::PoolClosed("request lost"))));
+            None => Poll::Ready(Err(core.closed.clone().unwrap_or(Error::PoolClosed("request lost")))),
+            Some(route) => match &mut route.sink {
+                Some(Sink::Unary(UnaryCell::Waiting(w))) => {
+                    match w {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        _ => *w = Some(cx.waker().clone()),
+                    }
+                    Poll::Pending
+                }
+                Some(Sink::Unary(UnaryCell::Done(_))) => {
+                    let Some(Sink::Unary(UnaryCell::Done(outcome))) = route.sink.take() else {
+                        unreachable!()
+                    };
+                    if route.finished() {
+                        core.routes.remove(id);
+                    }
+                    Poll::Ready(outcome)
+                }
+                _ => Poll::Ready(Err(Error::PoolClosed("request lost"))),
+            },
         };
-        match &mut route.sink {
-            Some(Sink::Unary(UnaryCell::Waiting(w))) => {
-                match w {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => *w = Some(cx.waker().clone()),
+        if polled.is_ready() && core.direct_reader == Some(id) {
+            core.hand_back_reading();
+        }
+        drop(core);
+        for w in others {
+            w.wake();
+        }
+        self.release_slots(pass.completed);
+        if pass.wake_writer {
+            self.writer_wake.notify_one();
+        }
+        polled
+    }
+
+    /// The caller of request `id` reads the socket itself (see `Core::direct_reader`): every
+    /// read's frames are handled as the reader task would, until its own outcome is in or the
+    /// socket has nothing more (then `cx` is registered for read readiness).
+    fn read_directly(
+        &self,
+        c: &mut Core,
+        id: u64,
+        cx: &mut Context<'_>,
+        wakers: &mut Vec<Waker>,
+        pass: &mut ReadPass,
+    ) {
+        // Its own outcome wakes nobody: this poll looks at it right after.
+        let own = match c.routes.get_mut(id) {
+            Some(Route { sink: Some(Sink::Unary(UnaryCell::Waiting(w))), .. }) => w.take(),
+            _ => return,
+        };
+        while let Some(sock) = &c.socket_out {
+            match sock.poll_read_buf(cx, c.conn.read_buf()) {
+                Poll::Pending => break,
+                Poll::Ready(Ok(n)) if n > 0 => {
+                    let read = handle_read(self, c, n, wakers);
+                    pass.completed += read.completed;
+                    pass.wake_writer |= read.wake_writer;
+                    if let Some(end) = read.end {
+                        c.reader_end = Some(end);
+                        c.hand_back_reading();
+                        break;
+                    }
+                    let waiting = matches!(
+                        c.routes.get_mut(id),
+                        Some(Route { sink: Some(Sink::Unary(UnaryCell::Waiting(_))), .. })
+                    );
+                    if !waiting {
+                        break;
+                    }
                 }
-                Poll::Pending
-            }
-            Some(Sink::Unary(UnaryCell::Done(_))) => {
-                let Some(Sink::Unary(UnaryCell::Done(outcome))) = route.sink.take() else {
-                    unreachable!()
-                };
-                if route.finished() {
-                    core.routes.remove(id);
+                // End of file or an error: the reader task meets it again and ends the
+                // connection (a crash is reported through the worker's exit).
+                Poll::Ready(_) => {
+                    c.hand_back_reading();
+                    break;
                 }
-                Poll::Ready(outcome)
             }
-            _ => Poll::Ready(Err(Error::PoolClosed("request lost"))),
+        }
+        if let Some(Route { sink: Some(Sink::Unary(UnaryCell::Waiting(w @ None))), .. }) = c.routes.get_mut(id) {
+            *w = own;
         }
     }
 
@@ -492,6 +603,9 @@ impl Worker {
     pub fn cancel(&self, id: u64) {
         let mut core = self.core.lock().unwrap();
         let c = &mut *core;
+        if c.direct_reader == Some(id) {
+            c.hand_back_reading();
+        }
         let Some(route) = c.routes.get_mut(id) else {
             return;
         };
@@ -805,6 +919,10 @@ pub(crate) async fn start(
             writer_woken: false,
             unstamped: Vec::new(),
             socket_out: Some(socket.clone()),
+            direct_reader: None,
+            direct_reader_seen: None,
+            reader_waker: None,
+            reader_end: None,
         }),
         writer_wake: Notify::new(),
         control: control_tx,
@@ -901,6 +1019,10 @@ enum ReaderEnd {
 /// Reads straight into the connection's receive buffer (a non-blocking read under the core's
 /// lock, so the bytes are never copied) and handles every complete frame of that read under the
 /// same lock: results, rows and errors go to their callers, PINGs are answered.
+///
+/// While a unary caller reads the socket itself (`Core::direct_reader`, see
+/// [`Worker::poll_unary`]) this task waits; the caller hands the socket back by registering
+/// this task's waker for read readiness (or waking it) when its call ends.
 async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
     let mut wakers: Vec<Waker> = Vec::with_capacity(64);
     loop {
@@ -909,125 +1031,152 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
         // wake-up.
         let read = std::future::poll_fn(|cx| {
             let mut core = worker.core.lock().unwrap();
-            socket.poll_read_buf(cx, core.conn.read_buf())
+            if let Some(end) = core.reader_end.take() {
+                return Poll::Ready(Err(end));
+            }
+            match &core.reader_waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => core.reader_waker = Some(cx.waker().clone()),
+            }
+            if core.direct_reader.is_some() {
+                return Poll::Pending;
+            }
+            socket.poll_read_buf(cx, core.conn.read_buf()).map(Ok)
         })
         .await;
         let n = match read {
-            Ok(0) | Err(_) => return reader_eof(&worker),
-            Ok(n) => n,
+            Err(end) => return end,
+            Ok(Ok(0) | Err(_)) => return reader_eof(&worker),
+            Ok(Ok(n)) => n,
         };
-        let mut wake_writer = false;
-        let mut completed = 0;
-        let end = {
+        let pass = {
             let mut core = worker.core.lock().unwrap();
-            let c = &mut *core;
-            worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
-            // One clock read per read serves the heartbeat and every call this read completes.
-            let since_epoch = worker.pool.epoch.elapsed();
-            worker.last_heard_ms.store(since_epoch.as_millis() as u64, Relaxed);
-            let read_at = worker.pool.epoch + since_epoch;
-            loop {
-                let ev = match c.conn.poll_event() {
-                    Ok(Some(ev)) => ev,
-                    Ok(None) => break None,
-                    Err(e) => {
-                        let _ = c.conn.encode_fatal(&e, &mut c.out);
-                        wake_writer = true;
-                        break Some(ReaderEnd::Protocol {
-                            code: e.code.code(),
-                            message: e.message,
-                        });
-                    }
-                };
-                match ev {
-                    Event::Result { id, body } => {
-                        completed += end_route(&mut c.routes, id, Ok(body), &mut wakers, read_at, &worker.pool);
-                    }
-                    Event::Error {
-                        id: 0,
-                        code,
-                        message,
-                        ..
-                    } => {
-                        // The worker's fatal report; it closes next.
-                        break Some(ReaderEnd::Protocol {
-                            code,
-                            message: format!("worker reported: {message}"),
-                        });
-                    }
-                    Event::Error {
-                        id,
-                        code,
-                        message,
-                        details,
-                    } => {
-                        let e = Err(Error::Remote {
-                            code,
-                            message,
-                            details,
-                        });
-                        completed += end_route(&mut c.routes, id, e, &mut wakers, read_at, &worker.pool);
-                    }
-                    Event::Rows { id, rows } => {
-                        worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
-                        match c.routes.get_mut(id) {
-                            Some(Route {
-                                sink: Some(Sink::Stream(s)),
-                                ..
-                            }) => s.push_rows(rows),
-                            // Nobody reads this stream any more (cancelled): give the credit
-                            // back so a handler blocked on credit can see its cancellation.
-                            _ => {
-                                if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out)
-                                {
-                                    wake_writer |= g > 0;
-                                }
-                            }
-                        }
-                    }
-                    Event::End { id, summary, .. } => {
-                        completed += end_route(&mut c.routes, id, Ok(summary), &mut wakers, read_at, &worker.pool);
-                    }
-                    Event::Notification { id, topic, data } => {
-                        // Into a bounded mailbox, never waiting for its reader (events.rs).
-                        let own = match id {
-                            0 => None,
-                            _ => c.routes.get_mut(id).and_then(|r| r.events.as_ref()),
-                        };
-                        match own.or(worker.pool.cfg.events.as_ref()) {
-                            Some(tx) => tx.deliver(crate::events::Event {
-                                worker_id: worker.id,
-                                request_id: id,
-                                topic,
-                                data,
-                            }),
-                            None => {
-                                tracing::debug!(target: "wirepool::event", worker = worker.id, id, %topic, %data)
-                            }
-                        }
-                    }
-                    Event::Ping { nonce } => {
-                        let _ = c.conn.send_pong(nonce, &mut c.out);
-                        wake_writer = true;
-                    }
-                    Event::Goodbye { reason } => {
-                        worker.goodbye.store(reason.saturating_add(1), Relaxed);
-                    }
-                    _ => {}
-                }
-            }
+            handle_read(&worker, &mut core, n, &mut wakers)
         };
         for w in wakers.drain(..) {
             w.wake();
         }
-        worker.release_slots(completed);
-        if wake_writer {
+        worker.release_slots(pass.completed);
+        if pass.wake_writer {
             worker.writer_wake.notify_one();
         }
-        if let Some(end) = end {
+        if let Some(end) = pass.end {
             return end;
         }
     }
+}
+
+/// What handling one read's frames left to do once the core's lock is released.
+#[derive(Default)]
+struct ReadPass {
+    /// The connection must end (a protocol violation, or the worker's fatal ERROR).
+    end: Option<ReaderEnd>,
+    wake_writer: bool,
+    /// In-flight slots freed (terminals received).
+    completed: u32,
+}
+
+/// Handles every complete frame in the receive buffer after a read of `n` bytes; the wakers of
+/// unary callers whose outcome arrived go to `wakers` (to be woken after the lock).
+fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>) -> ReadPass {
+    let mut pass = ReadPass::default();
+    worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
+    // One clock read per read serves the heartbeat and every call this read completes.
+    let since_epoch = worker.pool.epoch.elapsed();
+    worker.last_heard_ms.store(since_epoch.as_millis() as u64, Relaxed);
+    let read_at = worker.pool.epoch + since_epoch;
+    pass.end = loop {
+        let ev = match c.conn.poll_event() {
+            Ok(Some(ev)) => ev,
+            Ok(None) => break None,
+            Err(e) => {
+                let _ = c.conn.encode_fatal(&e, &mut c.out);
+                pass.wake_writer = true;
+                break Some(ReaderEnd::Protocol {
+                    code: e.code.code(),
+                    message: e.message,
+                });
+            }
+        };
+        match ev {
+            Event::Result { id, body } => {
+                pass.completed += end_route(&mut c.routes, id, Ok(body), wakers, read_at, &worker.pool);
+            }
+            Event::Error {
+                id: 0,
+                code,
+                message,
+                ..
+            } => {
+                // The worker's fatal report; it closes next.
+                break Some(ReaderEnd::Protocol {
+                    code,
+                    message: format!("worker reported: {message}"),
+                });
+            }
+            Event::Error {
+                id,
+                code,
+                message,
+                details,
+            } => {
+                let e = Err(Error::Remote {
+                    code,
+                    message,
+                    details,
+                });
+                pass.completed += end_route(&mut c.routes, id, e, wakers, read_at, &worker.pool);
+            }
+            Event::Rows { id, rows } => {
+                worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
+                match c.routes.get_mut(id) {
+                    Some(Route {
+                        sink: Some(Sink::Stream(s)),
+                        ..
+                    }) => s.push_rows(rows),
+                    // Nobody reads this stream any more (cancelled): give the credit
+                    // back so a handler blocked on credit can see its cancellation.
+                    _ => {
+                        if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out)
+                        {
+                            pass.wake_writer |= g > 0;
+                        }
+                    }
+                }
+            }
+            Event::End { id, summary, .. } => {
+                pass.completed += end_route(&mut c.routes, id, Ok(summary), wakers, read_at, &worker.pool);
+            }
+            Event::Notification { id, topic, data } => {
+                // Into a bounded mailbox, never waiting for its reader (events.rs).
+                let own = match id {
+                    0 => None,
+                    _ => c.routes.get_mut(id).and_then(|r| r.events.as_ref()),
+                };
+                match own.or(worker.pool.cfg.events.as_ref()) {
+                    Some(tx) => tx.deliver(crate::events::Event {
+                        worker_id: worker.id,
+                        request_id: id,
+                        topic,
+                        data,
+                    }),
+                    None => {
+                        tracing::debug!(target: "wirepool::event", worker = worker.id, id, %topic, %data)
+                    }
+                }
+            }
+            Event::Ping { nonce } => {
+                let _ = c.conn.send_pong(nonce, &mut c.out);
+                pass.wake_writer = true;
+            }
+            Event::Goodbye { reason } => {
+                worker.goodbye.store(reason.saturating_add(1), Relaxed);
+            }
+            _ => {}
+        }
+    }
+;
+    pass
 }
 
 /// The terminal of request `id` arrived: its outcome goes to the caller, and the route leaves
@@ -1334,6 +1483,15 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
         let mut core = worker.core.lock().unwrap();
         if core.closed.is_some() {
             return None;
+        }
+        // A caller reading the socket itself that was not polled for a whole interval (busy
+        // elsewhere, or its future was forgotten) must not stall other calls or heartbeats.
+        if core.direct_reader.is_some() {
+            if core.direct_reader_seen == core.direct_reader {
+                core.hand_back_reading();
+            } else {
+                core.direct_reader_seen = core.direct_reader;
+            }
         }
         let mut overdue = false;
         let mut expired = false;
