@@ -456,11 +456,15 @@ impl Worker {
                 }
             }
             // One call at a time: its caller reads the answer itself (see `direct_reader`).
-            // Registering its waker costs no syscall; input already waiting (say a PING) is
-            // left to the reader task, which was woken for it.
+            // Registering its waker costs no syscall. Input already waiting (say a PONG) is
+            // left to the reader task; the registration may still have replaced the reader's
+            // (readiness can arrive from another thread while it is stored), so the reader is
+            // woken to register again.
             if let (Some(w), None, Some(sock)) = (&direct_waker, c.direct_reader, &c.socket_out) {
                 if sock.poll_readable(&mut Context::from_waker(w)).is_pending() {
                     c.direct_reader = Some(id);
+                } else if let Some(reader) = &c.reader_waker {
+                    reader.wake_by_ref();
                 }
             }
             // One wake-up per batch: the writer takes everything queued when it runs.

@@ -857,3 +857,31 @@ async fn a_stream_past_its_deadline_ends_with_one_deadline_error() {
     })
     .await
 }
+
+/// A lone call's caller reads its answer itself; a caller that stops polling (busy elsewhere,
+/// or a forgotten future) must not keep the connection unread: the next call, and heartbeats,
+/// still get their answers, and the first call's answer is still there when it is polled.
+#[tokio::test(flavor = "current_thread")]
+async fn a_caller_that_stops_polling_does_not_stall_other_calls() {
+    bounded(30, async {
+        let pool = builder(1).start().await.unwrap();
+        let pid = pool.worker_pids()[0];
+        assert!(pool.wait_ready(Duration::from_secs(10)).await);
+        let first = pool.call_raw("echo_raw_inline", Bytes::from_static(b"first"));
+        tokio::pin!(first);
+        // One poll sends the request; then its caller goes quiet while its answer arrives.
+        let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(std::future::Future::poll(first.as_mut(), cx))).await;
+        assert!(polled.is_pending());
+        let in_flight: u64 = pool.metrics().workers.iter().map(|w| w.in_flight).sum();
+        assert_eq!(in_flight, 1, "the first poll sent the request");
+        for i in 0..20u32 {
+            let body = Bytes::from(i.to_le_bytes().to_vec());
+            assert_eq!(pool.call_raw("echo_raw_inline", body.clone()).await.unwrap(), body);
+        }
+        assert_eq!(first.await.unwrap(), Bytes::from_static(b"first"));
+        assert_eq!(pool.worker_pids(), vec![pid], "the worker was not judged hung");
+        pool.shutdown().await;
+        assert_reaped(&[pid]);
+    })
+    .await
+}
