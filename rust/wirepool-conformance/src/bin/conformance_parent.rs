@@ -846,7 +846,15 @@ async fn lease(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
     }
     let lost = expected_code(suite, &json!("LEASE_LOST"))?;
     match lease.call::<Value, Value>("add", &json!({ "a": 1, "b": 2 })).await {
-        Err(e) if e.code() == lost => {}
+        Err(e) if e.code() == lost => {
+            // The lease's later calls carry the same exit record as the crash itself.
+            let (was, now) = (crashed.as_ref().err().and_then(|c| c.exit_info()), e.exit_info());
+            match (was, now) {
+                (Some(a), Some(b)) if a.pid == b.pid && a.signal == b.signal && a.code == b.code
+                    && a.stderr_tail == b.stderr_tail => {}
+                _ => return Err(format!("LEASE_LOST lacks the crash's exit record: crash {was:?}, lost {now:?}")),
+            }
+        }
         Err(e) => return Err(format!("a call on the lost lease failed with {} ({e}), expected LEASE_LOST", e.code())),
         Ok(v) => return Err(format!("a call on the lost lease returned {v}")),
     }
