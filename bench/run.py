@@ -59,7 +59,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                            "about 1 minute (default)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="the specified grid, 5 repeats (3 for 256 MiB and 1 M rows), "
-                           "about 15 minutes")
+                           "about 17 minutes")
     p.add_argument("--only", default="", help="comma-separated workloads or id prefixes: W1,W3.echo")
     p.add_argument("--runners", default="", help="comma-separated runner names (default: all)")
     p.add_argument("--out", default="", help="output directory (default bench/results/<UTC time>)")
