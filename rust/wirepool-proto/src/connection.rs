@@ -1,30 +1,7 @@
 //! The connection state machine (PROTOCOL.md sections 4-8) for either side.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasherDefault;
+use std::collections::HashSet;
 
-/// Maps keyed by request id. Ids only enter the core when increasing (a worker refuses a
-/// repeated or lower id) and their number is bounded by `max_in_flight`, so a multiplicative
-/// hash is enough; SipHash cost several lookups' worth on every small call, on both sides.
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
-
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing: consecutive ids spread over the table.
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
 
 use bytes::{Bytes, BytesMut};
 
@@ -37,6 +14,10 @@ use crate::frame::{
     Direction, Frame, FrameBody, FrameType, RowsPayload, HANDSHAKE_MAX_FRAME_SIZE, MAX_CREDIT,
     PROTOCOL_VERSION,
 };
+// Maps keyed by request id. Ids only enter the core when increasing (a worker refuses a
+// repeated or lower id) and their number is bounded by `max_in_flight`, so a multiplicative
+// hash is enough; SipHash cost several lookups' worth on every small call, on both sides.
+use crate::ids::{IdBuildHasher, IdMap};
 use crate::handshake::{choose_version, Hello, MethodKind, Welcome};
 
 /// Which side of the connection this core runs.
@@ -316,7 +297,7 @@ pub struct Connection {
     partials: IdMap<Partial>,
     /// Worker: rejected requests whose ERROR the driver has not sent yet. It holds only what
     /// the driver owes, so it stays as small as the driver's backlog.
-    unanswered_rejects: HashSet<u64, BuildHasherDefault<IdHasher>>,
+    unanswered_rejects: HashSet<u64, IdBuildHasher>,
     /// Worker: DRAIN received. Parent: DRAIN sent.
     draining: bool,
     /// Parent: GOODBYE received. Worker: GOODBYE sent.

@@ -36,6 +36,7 @@ mod encode;
 mod error;
 mod frame;
 mod handshake;
+mod ids;
 mod wire;
 
 pub use connection::{grant_due, Connection, Event, MessageCursor, Role};
@@ -48,6 +49,7 @@ pub use frame::{
     FLAG_MORE, HANDSHAKE_MAX_FRAME_SIZE, HEADER_LEN, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
 };
+pub use ids::{IdBuildHasher, IdHasher, IdMap};
 pub use handshake::{
     check_methods, choose_version, Hello, MethodInfo, MethodKind, MethodRequirement, Welcome,
     HELLO_MAGIC, MAX_CODECS_PER_METHOD, MAX_METHODS,

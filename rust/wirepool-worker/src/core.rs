@@ -1,6 +1,5 @@
 //! State shared by the I/O loop, handler threads and row sinks, behind one short lock.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -18,28 +17,11 @@ use crate::sink::StreamShared;
 /// so SDKs coalesce them).
 pub(crate) const EVENT_SPACING: Duration = Duration::from_millis(10);
 
-/// Maps keyed by request id. Ids are chosen by the parent but only accepted when increasing and
-/// bounded in number by `max_in_flight`, so a cheap multiplicative hash is enough (SipHash was
-/// visible in the profile of small unary calls).
-pub(crate) type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+// Maps keyed by request id: ids are accepted only when increasing and bounded in number by
+// `max_in_flight`, so the core's cheap multiplicative hash is enough (SipHash was visible in
+// the profile of small unary calls).
+pub(crate) use wirepool_proto::IdMap;
 
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing: spreads consecutive ids over the table's high bits.
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
 
 pub(crate) struct Shared {
     core: Mutex<Core>,

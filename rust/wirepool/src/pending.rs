@@ -6,48 +6,11 @@
 //! that outlived `capacity` later ones) goes to a small overflow map instead, so correctness
 //! never depends on how long requests live.
 
-use std::collections::HashMap;
-
 /// Most entries of the direct array, whatever `max_in_flight` is: the array is scanned by the
 /// housekeeping tick, and what does not fit goes to the overflow map.
 const MAX_DIRECT: usize = 1024;
 
-/// Request ids are sequential: a multiplicative hash spreads them over hashbrown's control bits
-/// at a fraction of SipHash's cost. Also hashes the method names of the pool's table (a few
-/// short names from the workers' HELLOs, looked up on every call): eight bytes per multiply.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl IdHasher {
-    fn mix(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(23) ^ word).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.mix(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        }
-        let mut tail = [0u8; 8];
-        let rest = words.remainder();
-        tail[..rest.len()].copy_from_slice(rest);
-        self.mix(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 56));
-    }
-    fn write_u8(&mut self, b: u8) {
-        // `str`'s terminator: one mix, not a padded word.
-        self.mix(b as u64);
-    }
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type Overflow<T> = HashMap<u64, T, std::hash::BuildHasherDefault<IdHasher>>;
+type Overflow<T> = wirepool_proto::IdMap<T>;
 
 pub(crate) struct Pending<T> {
     direct: Box<[Option<(u64, T)>]>,

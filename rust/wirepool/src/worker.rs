@@ -43,7 +43,7 @@ pub(crate) struct PoolShared {
 }
 
 pub(crate) struct MethodTable {
-    pub by_name: HashMap<String, usize, std::hash::BuildHasherDefault<crate::pending::IdHasher>>,
+    pub by_name: HashMap<String, usize, wirepool_proto::IdBuildHasher>,
     pub names: Vec<String>,
     pub latency: Vec<LatencyHistogram>,
 }
