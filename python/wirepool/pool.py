@@ -1211,6 +1211,10 @@ class AsyncPool:
             w = self._pick()  # room now: no coroutine for the wait
         if w is None:
             w = await self._acquire()
+        return await self._call_on(w, method, request, codec, timeout, on_event)
+
+    async def _call_on(self, w: _Worker, method: str, request: Any, codec: str | None,
+                       timeout: float | None, on_event: EventCallback | None) -> Any:
         c = self.codec if codec is None else _codecs.get(codec)
         req = w.submit(method, c.encode(request), c, timeout, on_event, MethodKind.UNARY)
         self._counters["calls"] += 1
@@ -1220,23 +1224,6 @@ class AsyncPool:
             if isinstance(req.outcome[1], WirepoolError):
                 self._counters["errors"] += 1
             raise req.outcome[1]
-        try:
-            return await req.future
-        except asyncio.CancelledError:
-            # Our task was cancelled (which cancelled req.future too): tell the worker.
-            if req.id in w.requests:
-                w.cancel(req)
-            raise
-        except WirepoolError:
-            self._counters["errors"] += 1
-            raise
-
-    async def _call_on(self, w: _Worker, method: str, request: Any, codec: str | None,
-                       timeout: float | None, on_event: EventCallback | None) -> Any:
-        c = self.codec if codec is None else _codecs.get(codec)
-        body = c.encode(request)
-        req = w.submit(method, body, c, timeout, on_event, MethodKind.UNARY)
-        self._counters["calls"] += 1
         try:
             return await req.future
         except asyncio.CancelledError:
