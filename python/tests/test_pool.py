@@ -94,6 +94,69 @@ def test_stream_with_summary_and_progress_events() -> None:
     assert len(events) <= 50
 
 
+def _json_rows(seed: int) -> list:
+    """Rows of mixed sizes: runs of nearly one size (padded to one size), jumps up and down,
+    empty-ish values, and rows past the worker's 4 KiB length-prefix table."""
+    import random
+    rnd = random.Random(seed)
+    rows: list = []
+    for _ in range(40):
+        base = rnd.choice([0, 1, 5, 40, 200, 1000, 4090, 5000, 70_000])
+        jitter = rnd.choice([0, 3, 20])
+        mixed = rnd.random() < 0.3
+        for _ in range(rnd.randint(1, 3000 if base < 1000 else 300)):
+            size = max(0, base + rnd.randint(-jitter, jitter))
+            if mixed:
+                rows.append(rnd.choice([
+                    "x" * size, {"k": "y" * size, "n": rnd.randint(-10**12, 10**12)},
+                    [rnd.random()] * (size // 20), None, True, 0, ""]))
+            else:
+                rows.append({"k": "y" * size})
+    return rows
+
+
+@pytest.mark.parametrize("method", ["echo_rows", "echo_rows_async"])
+@pytest.mark.parametrize("codec", ["json", "msgpack"])
+def test_stream_rows_of_every_size_arrive_as_yielded(method: str, codec: str) -> None:
+    with pool(codec=codec, max_frame_size=1 << 20, initial_credit=1 << 20) as p:
+        for seed in range(2):
+            rows = _json_rows(seed)
+            s = p.stream(method, {"rows": rows, "repeat": 2})
+            assert list(s) == rows + rows
+            assert s.row_count == 2 * len(rows)
+
+
+def test_json_rows_of_nearly_one_size_make_frames_of_one_row_size() -> None:
+    # The worker pads them (leading spaces) so a parent slices a frame without a loop per row.
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC], initial_credit=1 << 20) as p:
+            s = p.stream("rows", {"n": 200_000})
+            sizes = []
+            while (batch := await s.next_batch()) is not None:
+                sizes.append({len(r) for r in batch.rows})
+            assert len(sizes) > 10
+            assert sum(len(x) == 1 for x in sizes) >= len(sizes) - 6  # one per digit change
+    asyncio.run(main())
+
+
+def test_raw_rows_are_copied_when_yielded() -> None:
+    with pool() as p:
+        got = [bytes(r) for r in p.stream("raw_rows_reused", b"5000", codec="raw")]
+    assert got[:-2] == [i.to_bytes(8, "little") for i in range(5000)]
+    assert got[-2:] == [b"view", bytes(memoryview(__import__("array").array("i", [1, 2, 3])))]
+
+
+def test_a_blocked_generator_rows_already_yielded_arrive() -> None:
+    # The generator waits after its first row: that row must reach the caller anyway (the
+    # worker's flush timer), not wait for the next row or the end.
+    with pool(workers=1) as p:
+        s = p.stream("trickle", {})
+        it = iter(s)
+        assert next(it) == {"first": True}
+        assert p.call("release", {}) is True
+        assert list(it) == [{"released": True}]
+
+
 def test_error_with_code_and_details() -> None:
     with pool() as p:
         with pytest.raises(wirepool.WorkerError) as e:

@@ -132,6 +132,51 @@ def sleep_stubborn(req):
 
 
 @wirepool.stream
+def echo_rows(req):
+    """Yields each value of ``req["rows"]`` (``repeat`` times over)."""
+    for _ in range(req.get("repeat", 1)):
+        yield from req["rows"]
+
+
+@wirepool.stream
+async def echo_rows_async(req):
+    for _ in range(req.get("repeat", 1)):
+        for row in req["rows"]:
+            yield row
+
+
+@wirepool.stream(codecs=["raw"])
+def raw_rows_reused(req):
+    """Raw rows from one reused bytearray (each must be sent as it was when yielded), then
+    memoryviews, one of them of 4-byte items."""
+    import array
+    buf = bytearray(8)
+    for i in range(int(bytes(req))):
+        buf[:] = i.to_bytes(8, "little")
+        yield buf
+    yield memoryview(b"view")
+    yield memoryview(array.array("i", [1, 2, 3]))
+
+
+_released = threading.Event()
+
+
+@wirepool.stream
+def trickle(req, ctx: wirepool.Context):
+    """One row, then waits (up to 10 s) until ``release`` is called, then a last row."""
+    _released.clear()
+    yield {"first": True}
+    _released.wait(10)
+    yield {"released": _released.is_set()}
+
+
+@wirepool.method
+def release(req):
+    _released.set()
+    return True
+
+
+@wirepool.stream
 def endless(req, ctx: wirepool.Context):
     i = 0
     while not ctx.cancelled:
