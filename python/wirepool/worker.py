@@ -210,7 +210,7 @@ class _Call:
     __slots__ = ("id", "method", "ctx", "task", "credit_changed", "rows", "pad", "timer",
                  "deadline_handle", "event_handle", "last_event", "max_row", "frames",
                  "pack_lock", "space", "packs", "packs_seen", "pump_scheduled", "prefixes",
-                 "slot")
+                 "slot", "bare")
 
     def __init__(self, id: int, method: _Method, ctx: Context) -> None:
         self.id = id
@@ -221,8 +221,8 @@ class _Call:
         # Streams: encoded rows not yet in a frame (a list: the producer only appends, the
         # packer, under pack_lock, deletes from the front), then built ROWS frames waiting for
         # credit (at most MAX_BUILT_FRAMES before the producer waits on ``space``).
-        # Each queued row carries its length field (and, for JSON, any padding), so a frame is
-        # one join: see _produce_sync.
+        # Each queued encoded row carries its length field (and, for JSON, any padding), so a
+        # frame is one join; raw rows are queued bare: see _produce_sync.
         self.rows: list[bytes] | None = None
         self.frames: collections.deque[tuple[bytes, int, int]] | None = None
         self.pack_lock: threading.Lock | None = None
@@ -231,6 +231,7 @@ class _Call:
         self.packs_seen = 0
         self.pump_scheduled = False
         self.pad = ctx.codec.id == proto.Codec.JSON  # rows may be padded with spaces
+        self.bare = ctx.codec.id == proto.Codec.RAW  # rows queued without length fields
         self.prefixes = _PREFIXES  # a row's length field (and padding) by its length
         self.slot = 0  # JSON rows of nearly this size are padded to it (0: none)
         self.timer: asyncio.TimerHandle | None = None
@@ -775,10 +776,13 @@ class _Runtime(FrameProtocol):
                         break
                     row = item if raw and type(item) is bytes else encode(item)
                     n = len(row)
-                    try:
-                        append(prefixes[n] + row)  # as in _produce_sync
-                    except IndexError:
-                        append(_u32_pack(n) + row)
+                    if raw:
+                        append(row)  # as in _produce_sync
+                    else:
+                        try:
+                            append(prefixes[n] + row)
+                        except IndexError:
+                            append(_u32_pack(n) + row)
                     nbytes += n + 4
                     if nbytes >= flush:
                         # A row too large for a frame always gets here (flush_bytes <= max_row).
@@ -813,11 +817,13 @@ class _Runtime(FrameProtocol):
         """Runs in a handler thread: iterate the generator, encode its rows and build them into
         ROWS frames; the loop only writes the frames (as credit permits).
 
-        This loop is the worker's row throughput, so it does the least per row: each row is
-        queued as one new bytes object holding its length field, any padding and the row. That
-        copy frees the encoder's output at once: orjson over-allocates and shrinks its buffer, and
-        holding a frame's worth of those (~3,600 rows) fragmented the heap into page faults at a
-        third of the speed. Rows are built into frames in the thread that encoded them (handing
+        This loop is the worker's row throughput, so it does the least per row: each encoded
+        row is queued as one new bytes object holding its length field, any padding and the row.
+        That copy frees the encoder's output at once: orjson over-allocates and shrinks its
+        buffer, and holding a frame's worth of those (~3,600 rows) fragmented the heap into page
+        faults at a third of the speed. Raw rows are queued as they are (bytes; a bytearray or
+        memoryview is copied, as the generator may reuse it) and get their length fields when
+        framed. Rows are built into frames in the thread that encoded them (handing
         single rows to the loop thread cost another ~40%). Each row is published by one
         ``list.append`` (atomic), so the loop's flush timer can take what a slow generator has
         queued. With MAX_BUILT_FRAMES frames built and unsent (no credit), the thread waits:
@@ -842,10 +848,13 @@ class _Runtime(FrameProtocol):
                     break
                 row = item if raw and type(item) is bytes else encode(item)
                 n = len(row)
-                try:
-                    append(prefixes[n] + row)
-                except IndexError:
-                    append(_u32_pack(n) + row)
+                if raw:
+                    append(row)  # the caller's own bytes: exact size, no copy needed
+                else:
+                    try:
+                        append(prefixes[n] + row)
+                    except IndexError:
+                        append(_u32_pack(n) + row)
                 nbytes += n + 4
                 if nbytes >= flush:
                     # A row too large for a frame always gets here (flush_bytes <= max_row).
@@ -888,9 +897,9 @@ class _Runtime(FrameProtocol):
         bytes of the rows left queued.
 
         ``full_only`` leaves the rows that do not fill a frame for later. A frame is its header
-        and one join of the queued rows (each already carries its length field); JSON rows
-        padded to one size let a parent validate and slice the whole frame without a loop per
-        row.
+        and one join of the queued rows (encoded rows already carry their length fields); JSON
+        rows padded to one size let a parent validate and slice the whole frame without a loop
+        per row.
         """
         lock = call.pack_lock
         assert lock is not None
@@ -901,26 +910,39 @@ class _Runtime(FrameProtocol):
             frames = call.frames
             assert q is not None and frames is not None
             limit = self.flush_bytes - 4  # the payload starts with the row count
+            bare = call.bare  # raw rows are queued without their length fields
             while q:
                 # The producer only appends at the end: q[:k] stays the first k rows.
                 k = min(len(q), limit // 4)
                 snap = q[:k]
                 lens = list(map(len, snap))
-                ends = list(itertools.accumulate(lens))
+                ends = list(itertools.accumulate(
+                    map(operator.add, lens, itertools.repeat(4)) if bare else lens))
                 if ends[-1] <= limit:
                     if full_only and k == len(q):
                         return ends[-1]
                 else:
                     k = bisect.bisect_right(ends, limit) or 1
                     del snap[k:], lens[k:]
-                top = max(lens) - 4
+                top = max(lens) if bare else max(lens) - 4
                 if top > call.max_row:
                     return 0  # the producer raises ROW_TOO_LARGE for it
                 if call.pad and top != call.slot:
                     self._set_slot(call, top)
                 size = 4 + ends[k - 1]
-                snap.insert(0, _rows_header(size, call.id, k))
-                frames.append((b"".join(snap), size, k))
+                head = _rows_header(size, call.id, k)
+                if not bare:
+                    snap.insert(0, head)
+                    frame = b"".join(snap)
+                elif top == min(lens):  # one size: header, length, row, length, row, ...
+                    snap.insert(0, head)
+                    frame = _u32_pack(top).join(snap)
+                else:
+                    fields = map(_PREFIXES.__getitem__, lens) if top < len(_PREFIXES) \
+                        else map(_u32_pack, lens)
+                    frame = b"".join(itertools.chain(
+                        (head,), itertools.chain.from_iterable(zip(fields, snap))))
+                frames.append((frame, size, k))
                 del q[:k]
             return 0
         finally:
@@ -1014,12 +1036,12 @@ def _row_too_large(size: int, max_frame_size: int) -> _RowTooLarge:
                         f"(max_frame_size {max_frame_size})")
 
 
-def _raw_row(item: Any) -> Any:
-    """A raw row, checked (it is copied when queued: a generator may reuse its bytearray)."""
-    if isinstance(item, (bytes, bytearray)):
+def _raw_row(item: Any) -> bytes:
+    """A raw row as immutable bytes: a generator may reuse its bytearray for the next row."""
+    if isinstance(item, (bytearray, memoryview)):
+        return bytes(item)
+    if isinstance(item, bytes):
         return item
-    if isinstance(item, memoryview):
-        return bytes(item)  # its len() counts items, not bytes
     raise TypeError(f"the raw codec carries bytes-like objects, not {type(item).__name__}")
 
 
