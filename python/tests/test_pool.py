@@ -297,11 +297,12 @@ def test_codec_mismatch_fails_at_start_up() -> None:
     assert e.value.code == wirepool.ErrorCode.CODEC_MISMATCH
 
 
-def test_slow_consumer_bounds_what_the_worker_produces() -> None:
+@pytest.mark.parametrize("method", ["endless_counted", "endless_counted_async"])
+def test_slow_consumer_bounds_what_the_worker_produces(method: str) -> None:
     credit = 65536
     produced: list[int] = []
     with pool(initial_credit=credit) as p:
-        s = p.stream("endless_counted", {}, on_event=lambda t, d: produced.append(d))
+        s = p.stream(method, {}, on_event=lambda t, d: produced.append(d))
         consumed = 0
         for row in s:
             consumed += 1

@@ -793,6 +793,7 @@ class _Runtime(FrameProtocol):
                         while len(frames) >= MAX_BUILT_FRAMES:
                             if not await self._wait_credit(call):
                                 break
+                            self._pump(call)
             else:
                 returned = await self.loop.run_in_executor(self.executor, self._produce_sync, call,
                                                            it)

@@ -195,6 +195,16 @@ def endless_counted(req, ctx: wirepool.Context):
 
 
 @wirepool.stream
+async def endless_counted_async(req, ctx: wirepool.Context):
+    i = 0
+    while True:
+        yield {"i": i}
+        i += 1
+        if i % 100 == 0:
+            ctx.progress("produced", i)
+
+
+@wirepool.stream
 def crash_after(req, ctx: wirepool.Context):
     for i in range(req["n"]):
         yield {"i": i}
