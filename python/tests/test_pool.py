@@ -146,6 +146,45 @@ def test_raw_rows_are_copied_when_yielded() -> None:
     assert got[-2:] == [b"view", bytes(memoryview(__import__("array").array("i", [1, 2, 3])))]
 
 
+def test_raw_rows_of_mixed_types_arrive_as_yielded() -> None:
+    # bytes rows are queued as they are; a reused bytearray mid-stream must still arrive as it
+    # was at each yield; errors after the first rows end the stream typed; the generator's
+    # return value is the summary.
+    n = 20_000
+    want = ([b"a%d" % i for i in range(n)] + [i.to_bytes(8, "little") for i in range(n)]
+            + [b"c%d" % i for i in range(n)])
+    with pool() as p:
+        s = p.stream("raw_mixed", b"%d,summary" % n, codec="raw")
+        assert [bytes(r) for r in s] == want
+        assert bytes(s.summary) == b"done"
+        with pytest.raises(wirepool.HandlerError, match="the generator's own type error"):
+            list(p.stream("raw_mixed", b"%d,type_error" % n, codec="raw"))
+        with pytest.raises(wirepool.HandlerError, match="raw codec carries bytes-like objects"):
+            list(p.stream("raw_mixed", b"%d,int" % n, codec="raw"))
+        with pytest.raises(wirepool.RowTooLarge):
+            list(p.stream("raw_mixed", b"%d,big" % n, codec="raw"))
+        assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+
+
+def test_raw_generator_that_ignores_cancellation_is_stopped() -> None:
+    with pool(initial_credit=65536) as p:
+        s = p.stream("raw_endless", b"", codec="raw")
+        for n, _ in enumerate(s):
+            if n == 50_000:
+                break
+        s.close()
+        assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+        wait_until(lambda: in_flight(p) == 0)
+
+
+def test_a_blocked_raw_generator_rows_already_yielded_arrive() -> None:
+    with pool(workers=1) as p:
+        it = iter(p.stream("raw_trickle", b"", codec="raw"))
+        assert [bytes(next(it)) for _ in range(100)] == [b"r%d" % i for i in range(100)]
+        assert p.call("release", {}) is True
+        assert [bytes(r) for r in it] == [b"released"]
+
+
 def test_a_blocked_generator_rows_already_yielded_arrive() -> None:
     # The generator waits after its first row: that row must reach the caller anyway (the
     # worker's flush timer), not wait for the next row or the end.

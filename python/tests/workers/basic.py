@@ -158,6 +158,47 @@ def raw_rows_reused(req):
     yield memoryview(array.array("i", [1, 2, 3]))
 
 
+@wirepool.stream(codecs=["raw"])
+def raw_mixed(req):
+    """``n`` distinct bytes rows, then (``how``) "type_error" raises TypeError, "int" yields 5
+    (not a raw row), "big" yields a row larger than any frame, "summary" goes on: ``n`` rows
+    from one reused bytearray, ``n`` bytes rows again, and returns b"done"."""
+    spec = bytes(req).decode().split(",")
+    n, how = int(spec[0]), spec[1]
+    for i in range(n):
+        yield b"a%d" % i
+    if how == "type_error":
+        raise TypeError("the generator's own type error")
+    if how == "int":
+        yield 5
+    if how == "big":
+        yield b"x" * (17 << 20)
+    buf = bytearray(8)
+    for i in range(n):
+        buf[:] = i.to_bytes(8, "little")
+        yield buf
+    for i in range(n):
+        yield b"c%d" % i
+    return b"done"
+
+
+@wirepool.stream(codecs=["raw"])
+def raw_endless(req):
+    """Yields forever, never looking at the cancellation flag: the worker must stop it."""
+    while True:
+        yield b"row"
+
+
+@wirepool.stream(codecs=["raw"])
+def raw_trickle(req):
+    """100 bytes rows at once, then waits (up to 10 s) until ``release``, then one more."""
+    _released.clear()
+    for i in range(100):
+        yield b"r%d" % i
+    _released.wait(10)
+    yield b"released" if _released.is_set() else b"timed out"
+
+
 _released = threading.Event()
 
 
