@@ -837,40 +837,34 @@ class _Runtime(FrameProtocol):
         flush = self.flush_bytes
         append = call.rows.append  # type: ignore[union-attr]
         prefixes = call.prefixes
-        frames = call.frames
-        space = call.space
-        assert frames is not None and space is not None
         nbytes = 0
         box: list[Any] = []
         iterator = _returning(it, box) if inspect.isgenerator(it) else iter(it)
         try:
-            for item in iterator:
-                if ctx._cancel_code is not None:
-                    break
-                row = item if raw and type(item) is bytes else encode(item)
-                n = len(row)
-                if raw:
+            # Two copies of one loop: the branch on the codec would cost every row.
+            if raw:
+                for row in iterator:
+                    if ctx._cancel_code is not None:
+                        break
+                    if type(row) is not bytes:
+                        row = encode(row)
                     append(row)  # the caller's own bytes: exact size, no copy needed
-                else:
+                    nbytes += len(row) + 4
+                    if nbytes >= flush:
+                        nbytes = self._frame_produced(call, len(row))
+            else:
+                for item in iterator:
+                    if ctx._cancel_code is not None:
+                        break
+                    row = encode(item)
+                    n = len(row)
                     try:
                         append(prefixes[n] + row)
                     except IndexError:
                         append(_u32_pack(n) + row)
-                nbytes += n + 4
-                if nbytes >= flush:
-                    # A row too large for a frame always gets here (flush_bytes <= max_row).
-                    if n > call.max_row:
-                        raise _row_too_large(n, self.conn.max_frame_size)
-                    nbytes = self._pack(call, full_only=True)
-                    if not call.pump_scheduled:
-                        call.pump_scheduled = True
-                        self.loop.call_soon_threadsafe(self._pump, call)
-                    while len(frames) >= MAX_BUILT_FRAMES and ctx._cancel_code is None:
-                        space.clear()
-                        if len(frames) >= MAX_BUILT_FRAMES and ctx._cancel_code is None:
-                            # woken by the loop once a frame is sent, or by a cancellation;
-                            # the timeout only guards against a loop that has gone away
-                            space.wait(1.0)
+                    nbytes += n + 4
+                    if nbytes >= flush:
+                        nbytes = self._frame_produced(call, n)
         except RuntimeError:
             if not self.loop.is_closed():
                 raise
@@ -881,6 +875,27 @@ class _Runtime(FrameProtocol):
                 if close is not None:
                     close()
         return box[0] if box else None
+
+    def _frame_produced(self, call: _Call, last_row: int) -> int:
+        """In the producer's thread, once a frame's worth of rows is queued: build the full
+        frames, have the loop send them, and wait while MAX_BUILT_FRAMES wait for credit.
+        Returns the bytes still queued."""
+        # A row too large for a frame always gets here (flush_bytes <= max_row).
+        if last_row > call.max_row:
+            raise _row_too_large(last_row, self.conn.max_frame_size)
+        nbytes = self._pack(call, full_only=True)
+        if not call.pump_scheduled:
+            call.pump_scheduled = True
+            self.loop.call_soon_threadsafe(self._pump, call)
+        frames, space, ctx = call.frames, call.space, call.ctx
+        assert frames is not None and space is not None
+        while len(frames) >= MAX_BUILT_FRAMES and ctx._cancel_code is None:
+            space.clear()
+            if len(frames) >= MAX_BUILT_FRAMES and ctx._cancel_code is None:
+                # woken by the loop once a frame is sent, or by a cancellation; the timeout
+                # only guards against a loop that has gone away
+                space.wait(1.0)
+        return nbytes
 
     async def _wait_credit(self, call: _Call) -> bool:
         """Wait for the parent's next CREDIT (or a cancellation); False if the stream is over."""
@@ -925,22 +940,25 @@ class _Runtime(FrameProtocol):
                 else:
                     k = bisect.bisect_right(ends, limit) or 1
                     del snap[k:], lens[k:]
-                top = max(lens) if bare else max(lens) - 4
-                if top > call.max_row:
-                    return 0  # the producer raises ROW_TOO_LARGE for it
-                if call.pad and top != call.slot:
-                    self._set_slot(call, top)
+                if k == 1 and lens[0] - (0 if bare else 4) > call.max_row:
+                    return 0  # the producer raises ROW_TOO_LARGE for it (in a frame of more
+                    # rows, each row is below the frame's size: no row needs a look)
+                if call.pad:
+                    top = max(lens) - 4
+                    if top != call.slot:
+                        self._set_slot(call, top)
                 size = 4 + ends[k - 1]
                 head = _rows_header(size, call.id, k)
+                first = lens[0]
                 if not bare:
                     snap.insert(0, head)
                     frame = b"".join(snap)
-                elif top == min(lens):  # one size: header, length, row, length, row, ...
-                    snap.insert(0, head)
-                    frame = _u32_pack(top).join(snap)
+                elif ends[k - 1] == k * (first + 4) and lens.count(first) == k:
+                    snap.insert(0, head)  # one size: header, length, row, length, row, ...
+                    frame = _u32_pack(first).join(snap)
                 else:
-                    fields = map(_PREFIXES.__getitem__, lens) if top < len(_PREFIXES) \
-                        else map(_u32_pack, lens)
+                    fields = map(_PREFIXES.__getitem__, lens) if size < len(_PREFIXES) \
+                        or max(lens) < len(_PREFIXES) else map(_u32_pack, lens)
                     frame = b"".join(itertools.chain(
                         (head,), itertools.chain.from_iterable(zip(fields, snap))))
                 frames.append((frame, size, k))
