@@ -30,7 +30,6 @@ import bisect
 import collections
 import concurrent.futures
 import ctypes
-import functools
 import inspect
 import itertools
 import json
