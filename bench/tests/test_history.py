@@ -59,6 +59,32 @@ def test_only_the_newest_two_runs_are_compared(tmp_path):
     assert history.check(path, out=lambda m: None) == 0
 
 
+def with_own(l: dict, medians: dict[str, float], better: str = "higher") -> dict:
+    for key, median in medians.items():
+        l["ratios"][key].update(median=median, better=better)
+    return l
+
+
+def test_a_ratio_drop_with_the_runners_own_figure_steady_is_the_baseline_moving(tmp_path):
+    # The floor got 70% faster by itself between the runs: every ratio against it drops.
+    path = write(tmp_path, with_own(line("a", {KEY: (0.50, 1.40)}), {KEY: 1000.0}),
+                 with_own(line("b", {KEY: (0.29, 1.40)}), {KEY: 990.0}))
+    messages: list[str] = []
+    assert history.check(path, out=messages.append) == 0
+    text = "\n".join(messages)
+    assert "REGRESSION" not in text and "not counted, the baseline moved" in text
+    assert "its own median moved -1%" in text
+
+
+@pytest.mark.parametrize("better, old, new", [("higher", 1000.0, 600.0), ("lower", 20.0, 33.0)])
+def test_a_ratio_drop_with_the_runners_own_figure_dropping_too_fails(tmp_path, better, old, new):
+    path = write(tmp_path, with_own(line("a", {KEY: (0.50, 1.40)}), {KEY: old}, better),
+                 with_own(line("b", {KEY: (0.29, 1.40)}), {KEY: new}, better))
+    messages: list[str] = []
+    assert history.check(path, out=messages.append) == 1
+    assert "REGRESSION" in "\n".join(messages)
+
+
 def test_a_figure_that_disappears_is_a_regression():
     prev = line("a", {KEY: (0.5, 1.0)})
     found = history.regressions(prev, line("b", {}))
@@ -135,8 +161,10 @@ def test_history_line_holds_ratios_against_floor_and_best_incumbent():
     doc = _results({"floor_c": 100.0, "mp_pipe": 20.0, "node_fork_json": 40.0,
                     "wirepool_rust": 50.0})
     ratios = history.history_line(doc)["ratios"]
-    assert ratios["wirepool_rust|W1.echo.64B|m"] == {"vs_floor": 0.5, "vs_best_incumbent": 1.25}
-    assert ratios["mp_pipe|W1.echo.64B|m"] == {"vs_floor": 0.2, "vs_best_incumbent": 0.5}
+    assert ratios["wirepool_rust|W1.echo.64B|m"] == {"vs_floor": 0.5, "vs_best_incumbent": 1.25,
+                                                     "median": 50.0, "better": "higher"}
+    assert ratios["mp_pipe|W1.echo.64B|m"] == {"vs_floor": 0.2, "vs_best_incumbent": 0.5,
+                                               "median": 20.0, "better": "higher"}
     assert not any(k.startswith("floor_c|") for k in ratios)
 
 
