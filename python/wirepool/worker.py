@@ -230,7 +230,7 @@ class _Call:
         self.packs_seen = 0
         self.pump_scheduled = False
         self.pad = ctx.codec.id == proto.Codec.JSON  # rows may be padded with spaces
-        self.bare = ctx.codec.id == proto.Codec.RAW  # rows queued without length fields
+        self.bare = ctx.codec.id == proto.Codec.RAW  # raw rows: queued without length fields
         self.prefixes = _PREFIXES  # a row's length field (and padding) by its length
         self.slot = 0  # JSON rows of nearly this size are padded to it (0: none)
         self.timer: asyncio.TimerHandle | None = None
@@ -764,7 +764,7 @@ class _Runtime(FrameProtocol):
                 it = await it
             if hasattr(it, "__aiter__"):
                 encode = _row_encoder(ctx.codec)
-                raw = ctx.codec.id == proto.Codec.RAW
+                raw = call.bare
                 append = call.rows.append
                 prefixes = call.prefixes
                 frames = call.frames
@@ -832,7 +832,7 @@ class _Runtime(FrameProtocol):
         ctx = call.ctx
         it: Iterable[Any] = fn(*args) if args else fn
         encode = _row_encoder(ctx.codec)
-        raw = ctx.codec.id == proto.Codec.RAW
+        raw = call.bare
         flush = self.flush_bytes
         append = call.rows.append  # type: ignore[union-attr]
         prefixes = call.prefixes
