@@ -561,7 +561,7 @@ class Core:
                 raise ProtoError("DUPLICATE_ID")
             self.highest = ident
             if fr["more"]:
-                self.partial[ident] = dict(fr, _size=size)
+                self._start_partial(ident, fr, size)
             else:
                 self.accept(fr)
             return
@@ -574,6 +574,7 @@ class Core:
                 partial["_size"] += size
                 if partial["_size"] > self.welcome["max_message_size"]:
                     raise ProtoError("MESSAGE_TOO_LARGE")
+                self._check_in_progress()
                 key = "summary" if partial["type"] == "END" else "body"
                 partial[key] += fr["body"]
                 if not fr["more"]:
@@ -629,11 +630,20 @@ class Core:
         if t == "END" and fr["row_count"] != req.rows:
             raise ProtoError("ROW_COUNT_MISMATCH")
         if t in ("RESULT", "END") and fr["more"]:
-            self.partial[ident] = dict(fr, _size=size)
+            self._start_partial(ident, fr, size)
             return
         if t in ("RESULT", "END", "ERROR"):
             req.ended = True
         self.emit(fr)
+
+    def _start_partial(self, ident: int, fr: dict, size: int) -> None:
+        self.partial[ident] = dict(fr, _size=size)
+        self._check_in_progress()
+
+    def _check_in_progress(self) -> None:
+        # Memory held for the peer is bounded per connection (section 5), not only per message.
+        if sum(p["_size"] for p in self.partial.values()) > self.welcome["max_message_size"]:
+            raise ProtoError("MESSAGE_TOO_LARGE")
 
     def accept(self, fr: dict) -> None:
         ident = fr["id"]
@@ -1429,6 +1439,30 @@ def build_session_cases() -> None:
                 send(req(1, ECHO, 0, b"x")),
                 recv(result(1, bytes(65536), more=True), []),
                 recv(cont(1, b"!", more=True), [], "MESSAGE_TOO_LARGE")])
+
+    session("worker_messages_in_progress_too_large",
+            "max_message_size 65536: two half-received requests of 40012 bytes each, each within "
+            "the limit, sum above it: memory per connection is bounded, not only per message", W,
+            worker_open(w=welcome(max_frame_size=65536, max_message_size=65536)) + [
+                recv(req(1, ECHO, 0, bytes(40000), more=True), []),
+                recv(req(2, ECHO, 0, bytes(40000), more=True), [], "MESSAGE_TOO_LARGE")])
+    session("parent_messages_in_progress_too_large",
+            "two continued RESULTs in progress whose sizes sum above max_message_size; the "
+            "second's CONTINUATION crosses it", P,
+            parent_open(w=welcome(max_frame_size=65536, max_message_size=65536)) + [
+                send(req(1, ECHO, 0, b"x")), send(req(2, ECHO, 0, b"x")),
+                recv(result(1, bytes(30000), more=True), []),
+                recv(result(2, bytes(30000), more=True), []),
+                recv(cont(2, bytes(5000), more=True), []),
+                recv(cont(1, bytes(1000), more=True), [], "MESSAGE_TOO_LARGE")])
+    session("parent_message_finished_frees_its_share",
+            "a finished continued message no longer counts toward the per-connection sum", P,
+            parent_open(w=welcome(max_frame_size=65536, max_message_size=65536)) + [
+                send(req(1, ECHO, 0, b"x")), send(req(2, ECHO, 0, b"x")),
+                recv(result(1, bytes(40000), more=True), []),
+                recv(cont(1, bytes(20000)), [as_event(result(1, bytes(60000)))]),
+                recv(result(2, bytes(40000), more=True), []),
+                recv(cont(2, bytes(20000)), [as_event(result(2, bytes(60000)))])])
 
     session("parent_stream_ends_with_error", "a stream may end with ERROR after some rows", P,
             parent_open() + [send(req(1, COUNT, 1, J)), recv(rows(1, b"a")),
