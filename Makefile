@@ -18,7 +18,10 @@ help:
 	@echo "make bench   end-to-end benchmarks (quick mode); bench-full for the full matrix"
 	@echo "make fuzz    the Rust and Python fuzz targets, FUZZ_SECONDS per language"
 
+# The build is shown (a fresh clone compiles for a few minutes before the demo starts).
 demo:
+	@echo "building the demo in release mode (the first build takes a few minutes)..."
+	cd rust && $(CARGO) build --release -p wirepool --example demo
 	cd rust && $(CARGO) run --release -q -p wirepool --example demo
 
 # A venv of our own, so a green run never depends on packages installed by hand.
