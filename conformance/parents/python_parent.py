@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
+import os
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -61,7 +63,85 @@ def pool_options(cfg: dict) -> dict:
         "max_frame_size": int(cfg["max_frame_size"]),
         "initial_credit": int(cfg["window"]),
         "max_requests": cfg.get("max_requests"),
+        "env": cfg.get("env"),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile-worker settings: the worker's environment, the runner's memory and its children
+# ---------------------------------------------------------------------------------------------
+
+
+def worker_env(sc: dict, tmp: str) -> dict[str, str] | None:
+    """The pool's worker environment: ours plus the scenario's ``worker_env`` ("{tmp}" in a
+    value is a fresh directory of this scenario)."""
+    extra = sc.get("worker_env")
+    if not extra:
+        return None
+    return {**os.environ, **{k: str(v).replace("{tmp}", tmp) for k, v in extra.items()}}
+
+
+def reset_peak_rss() -> None:
+    """Restarts VmHWM at the current RSS, so each scenario's peak is its own."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def live_children() -> list[int]:
+    """Our child processes that have not exited (zombies excluded): the pool's workers."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after the command name
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+LIVE_HOLD_S = 0.5  # live_workers: the count must hold this long (replacements come and go)
+
+
+async def check_live_workers(suite: Suite, sc: dict, want: int) -> None:
+    """With ``live_workers``: within ``settle_s``, our live child processes number exactly
+    ``want`` and keep that number for LIVE_HOLD_S (an over-spawning pool is caught after its
+    failed replacements stop coming and going)."""
+    if not suite.setting(sc, "live_workers"):
+        return
+    settle = float(suite.setting(sc, "settle_s"))
+    since: list[float] = []
+
+    def held() -> bool:
+        now = time.monotonic()
+        if len(live_children()) != want:
+            since.clear()
+        elif not since:
+            since.append(now)
+        return bool(since) and now - since[0] >= LIVE_HOLD_S
+
+    deadline = time.monotonic() + settle + LIVE_HOLD_S
+    while not held() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)  # polling /proc, bounded by the deadline
+    if not held():
+        live = sorted(live_children())
+        raise ScenarioFailed(f"{len(live)} live worker processes {live} {settle}s after the "
+                             f"outcome, expected {want} (for {LIVE_HOLD_S}s)")
 
 
 def pattern(size: int) -> bytes:
@@ -133,6 +213,12 @@ def check_error(suite: Suite, want: dict, e: BaseException) -> None:
     code = suite.expected_code(want["code"])
     if e.code != code:
         raise ScenarioFailed(f"expected error {want['code']} ({code}), got code {e.code}: {e}")
+    if "protocol_code" in want:
+        details = error_details(e)
+        got = details.get("protocol_code") if isinstance(details, dict) else None
+        if got != want["protocol_code"]:
+            raise ScenarioFailed(f"expected protocol code {want['protocol_code']} in the "
+                                 f"details, got {got!r} ({e})")
     part = want.get("message_contains")
     if part is not None and part not in e.message:
         raise ScenarioFailed(f"error message {e.message!r} does not contain {part!r}")
@@ -170,6 +256,8 @@ def check_elapsed(expect: dict, elapsed: float) -> None:
 
 def check_call(suite: Suite, expect: dict, sent: Any, result: Any,
                error: BaseException | None) -> None:
+    if expect.get("any"):  # any result or typed error (the call returned: one outcome)
+        return
     if "error" in expect:
         if error is None:
             raise ScenarioFailed(f"expected error {expect['error']['code']}, got the result "
@@ -185,8 +273,8 @@ def check_call(suite: Suite, expect: dict, sent: Any, result: Any,
     same_body(sent if want == "echo" else request(want), result)
 
 
-async def call(pool: wirepool.AsyncPool, method: str, codec: str, body: Any,
-               timeout: float | None) -> tuple[Any, BaseException | None]:
+async def call(pool: Any, method: str, codec: str, body: Any,
+               timeout: float | None) -> tuple[Any, WirepoolError | None]:
     try:
         return await pool.call(method, body, codec=codec, timeout=timeout), None
     except WirepoolError as e:
@@ -211,6 +299,8 @@ class RowShape:
             want: Any = {"i": k, "name": f"decl_{k}", "kind": "theorem"}
         elif self.shape == "int_index":
             want = k
+        elif self.shape == "unchecked":  # any_outcome: rows of any form
+            return 0
         elif self.shape == "raw_index":
             row = as_plain(row)
             prefix = min(self.size, 8)
@@ -294,6 +384,8 @@ def check_stream(suite: Suite, expect: dict, reader: Reader) -> str:
     if not reader.ended:
         raise ScenarioFailed("the stream has not ended")
     kind, value = reader.terminal
+    if expect.get("any"):
+        return f"{n} rows, then {reader.terminal_text()}"
     if "error" in expect:
         if kind == "end":
             raise ScenarioFailed(f"expected error {expect['error']['code']} after the rows, the "
@@ -365,6 +457,7 @@ async def after(suite: Suite, sc: dict, pool: wirepool.AsyncPool,
     if want is True and not pids.isdisjoint(before[0]):
         raise ScenarioFailed(f"expected the worker to be replaced, pids {sorted(before[0])} -> "
                              f"{sorted(pids)}")
+    await check_live_workers(suite, sc, int(suite.pool_config(sc)["workers"]))
 
 
 async def call_scenario(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
@@ -484,8 +577,8 @@ async def concurrent(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
 
 
 async def startup(suite: Suite, sc: dict, worker: list[str], cfg: dict) -> str:
-    require = sc["require"]
-    codecs = {r["codec"] for r in require}
+    require = sc.get("require", [])
+    codecs = {r["codec"] for r in require} or {"json"}
     if len(codecs) != 1:
         raise ScenarioFailed("the Python pool checks every required method with one codec: a "
                              "start-up scenario must use one")
@@ -493,14 +586,29 @@ async def startup(suite: Suite, sc: dict, worker: list[str], cfg: dict) -> str:
                               require={r["method"]: r["kind"] for r in require},
                               **pool_options(cfg))
     expect = sc["expect"]
+    started = time.monotonic()
     try:
         await pool.start()
     except WirepoolError as e:
+        elapsed = time.monotonic() - started
         await pool.close(grace=0)
         if "error" not in expect:
             raise ScenarioFailed(f"the pool did not start: {e.code} {e}") from e
         check_error(suite, expect["error"], e)
-        return f"refused at start-up: {e}"
+        check_elapsed(expect, elapsed)
+        await check_live_workers(suite, sc, 0)  # the failed worker was reaped
+        if sc.get("then_start"):  # a fresh pool (the next worker behaves) must serve
+            again = wirepool.AsyncPool(worker, codec="json", **pool_options(cfg))
+            try:
+                await again.start()
+                await after(suite, sc, again, snapshot(again))
+            except WirepoolError as e2:
+                raise ScenarioFailed(f"refused at start-up as expected ({e.code}), but the "
+                                     f"next pool failed: {e2.code} {e2}") from e2
+            finally:
+                await asyncio.wait_for(again.close(grace=1.0), 15.0)
+            return f"refused at start-up in {elapsed:.3f}s: {e}; the next pool served"
+        return f"refused at start-up in {elapsed:.3f}s: {e}"
     try:
         if "error" in expect:
             raise ScenarioFailed(f"expected start-up to fail with {expect['error']['code']}, "
@@ -591,6 +699,29 @@ async def lease(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
     return f"{calls} calls on pid {pid}; crash -> {crashed.code}; then LEASE_LOST"
 
 
+async def any_outcome(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str:
+    """``calls`` unary calls and ``streams`` streams at once, each ending in exactly one outcome
+    of any kind (a fuzzing worker's answers are unpredictable), within ``max_elapsed_s``."""
+    method, codec, body = method_of(sc)
+    timeout = sc.get("call_timeout_s")
+    started = time.monotonic()
+
+    async def one_stream() -> str:
+        reader = Reader(pool.stream(sc["stream_method"], body, codec=codec, timeout=timeout),
+                        RowShape({"rows": {"shape": "unchecked"}}))
+        await reader.read()
+        return f"{reader.count} rows, {reader.terminal_text()[:80]}"
+
+    async def one_call() -> str:
+        result, error = await call(pool, method, codec, body, timeout)
+        return f"error {error.code}" if isinstance(error, WirepoolError) else "a result"
+
+    outcomes = await asyncio.gather(*(one_call() for _ in range(int(sc.get("calls", 0)))),
+                                    *(one_stream() for _ in range(int(sc.get("streams", 0)))))
+    check_elapsed(sc["expect"], time.monotonic() - started)
+    return "; ".join(outcomes)
+
+
 PROCEDURES = {
     "call": call_scenario,
     "stream": stream_scenario,
@@ -600,11 +731,20 @@ PROCEDURES = {
     "concurrent": concurrent,
     "parallel_calls": parallel_calls,
     "lease": lease,
+    "any_outcome": any_outcome,
 }
 
 
 async def run_scenario(suite: Suite, sc: dict, worker: list[str]) -> str:
-    cfg = suite.pool_config(sc)
+    tmp = tempfile.mkdtemp(prefix="wirepool-scenario-")
+    try:
+        return await run_in(suite, sc, worker, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def run_in(suite: Suite, sc: dict, worker: list[str], tmp: str) -> str:
+    cfg = {**suite.pool_config(sc), "env": worker_env(sc, tmp)}
     if sc["kind"] == "startup":
         return await startup(suite, sc, worker, cfg)
     if sc["kind"] == "shutdown_in_flight":
@@ -631,6 +771,7 @@ async def main_async(suite: Suite, scenarios: list[dict], worker: list[str]) -> 
     for sc in scenarios:
         bound = float(suite.setting(sc, "timeout_s"))
         started = time.monotonic()
+        reset_peak_rss()
         try:
             detail = await asyncio.wait_for(run_scenario(suite, sc, worker), bound)
             ok = True
@@ -640,6 +781,12 @@ async def main_async(suite: Suite, scenarios: list[dict], worker: list[str]) -> 
             ok, detail = False, str(e)
         except Exception as e:  # an SDK exception the scenario did not expect: report it
             ok, detail = False, f"unexpected {type(e).__name__}: {e}"
+        limit = suite.setting(sc, "max_parent_rss_mb")
+        if limit is not None:
+            peak = peak_rss_mb()
+            detail += f"; parent peak RSS {peak:.0f} MB"
+            if ok and peak > float(limit):
+                ok, detail = False, f"{detail}, above the bound of {limit} MB"
         line = {"scenario": sc["name"], "ok": ok, "detail": detail,
                 "elapsed": time.monotonic() - started}
         print(json.dumps(line, ensure_ascii=False), flush=True)
@@ -659,4 +806,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
