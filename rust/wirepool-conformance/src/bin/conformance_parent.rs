@@ -63,15 +63,27 @@ fn main() {
             }
             let bound = Duration::from_secs_f64(setting(&suite, sc, "timeout_s").as_f64().unwrap_or(60.0));
             let started = Instant::now();
-            let outcome = match tokio::time::timeout(bound, run_scenario(&suite, sc, &worker)).await {
+            reset_peak_rss();
+            let tmp = ScenarioDir::new();
+            let outcome = match tokio::time::timeout(bound, run_scenario(&suite, sc, &worker, &tmp.0)).await {
                 Ok(outcome) => outcome,
                 Err(_) => Err(format!("did not finish within its timeout_s of {bound:?}")),
             };
-            let (ok, detail) = match outcome {
+            drop(tmp);
+            let (mut ok, mut detail) = match outcome {
                 Ok(detail) => (true, detail),
                 Err(detail) => (false, detail),
             };
-            let line = json!({ "scenario": name, "ok": ok, "detail": detail, "elapsed": started.elapsed().as_secs_f64() });
+            if let Some(limit) = setting(&suite, sc, "max_parent_rss_mb").as_f64() {
+                let peak = peak_rss_mb();
+                detail = format!("{detail}; parent peak RSS {peak:.0} MB");
+                if ok && peak > limit {
+                    ok = false;
+                    detail = format!("{detail}, above the bound of {limit} MB");
+                }
+            }
+            let line =
+                json!({ "scenario": name, "ok": ok, "detail": detail, "elapsed": started.elapsed().as_secs_f64() });
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
@@ -102,13 +114,124 @@ fn pool_config(suite: &Suite, sc: &Value) -> Map<String, Value> {
     cfg
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hostile-worker settings: the worker's environment, the runner's memory and its children
+// ---------------------------------------------------------------------------------------------
+
+/// A fresh directory for one scenario ("{tmp}" in `worker_env`), removed afterwards.
+struct ScenarioDir(String);
+
+impl ScenarioDir {
+    fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("wirepool-scenario-{}-{n}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        ScenarioDir(dir.to_string_lossy().into_owned())
+    }
+}
+
+impl Drop for ScenarioDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The pool config with the scenario's `worker_env` resolved into an `env` object.
+fn with_env(mut cfg: Map<String, Value>, sc: &Value, tmp: &str) -> Map<String, Value> {
+    if let Some(extra) = sc.get("worker_env").and_then(Value::as_object) {
+        let env: Map<String, Value> = extra
+            .iter()
+            .map(|(k, v)| {
+                let text = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+                (k.clone(), Value::String(text.replace("{tmp}", tmp)))
+            })
+            .collect();
+        cfg.insert("env".into(), Value::Object(env));
+    }
+    cfg
+}
+
+/// Restarts VmHWM at the current RSS, so each scenario's peak is its own.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Our child processes that have not exited (zombies excluded): the pool's workers.
+fn live_children() -> Vec<u32> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(at) = stat.rfind(')') else { continue };
+        let mut fields = stat[at + 1..].split_whitespace(); // after the command name
+        let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse::<u32>().ok()));
+        if ppid == Some(me) && state != Some("Z") {
+            found.push(pid);
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
+/// live_workers: the count must hold this long (failed replacements come and go).
+const LIVE_HOLD: Duration = Duration::from_millis(500);
+
+/// With `live_workers`: within `settle_s`, our live child processes number exactly `want` and
+/// keep that number for `LIVE_HOLD` (an over-spawning pool is caught once its failed
+/// replacements stop coming and going).
+async fn check_live_workers(suite: &Suite, sc: &Value, want: usize) -> Check {
+    if setting(suite, sc, "live_workers") != Value::Bool(true) {
+        return Ok(());
+    }
+    let settle = Duration::from_secs_f64(setting(suite, sc, "settle_s").as_f64().unwrap_or(3.0));
+    let deadline = Instant::now() + settle + LIVE_HOLD;
+    let mut since: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        since = if live_children().len() == want { since.or(Some(now)) } else { None };
+        if since.is_some_and(|t| now - t >= LIVE_HOLD) {
+            return Ok(());
+        }
+        if now >= deadline {
+            let live = live_children();
+            return Err(format!(
+                "{} live worker processes {live:?} {settle:?} after the outcome, expected {want} (for {LIVE_HOLD:?})",
+                live.len()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling /proc, bounded by the deadline
+    }
+}
+
 fn number(cfg: &Map<String, Value>, key: &str) -> f64 {
     cfg.get(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("pool setting {key} is missing"))
 }
 
 fn builder(worker: &[String], cfg: &Map<String, Value>) -> PoolBuilder {
     let recycle = RecyclePolicy { max_requests: cfg.get("max_requests").and_then(Value::as_u64), ..Default::default() };
-    Pool::builder(WorkerCommand::new(&worker[0]).args(&worker[1..]))
+    let mut command = WorkerCommand::new(&worker[0]).args(&worker[1..]);
+    for (k, v) in cfg.get("env").and_then(Value::as_object).into_iter().flatten() {
+        command = command.env(k, v.as_str().unwrap_or_default());
+    }
+    Pool::builder(command)
         .recycle_policy(recycle)
         .drain_grace(Duration::from_secs_f64(number(cfg, "drain_grace_s")))
         .workers(number(cfg, "workers") as usize)
@@ -172,7 +295,9 @@ fn request(form: &Value) -> Check<Body> {
 
 fn describe(body: &Body) -> String {
     match body {
-        Body::Value(Value::String(s)) if s.len() > 64 => format!("a string of {} characters", s.chars().count()),
+        Body::Value(Value::String(s)) if s.len() > 64 => {
+            format!("a string of {} characters", s.chars().count())
+        }
         Body::Value(v) => {
             let text = v.to_string();
             if text.len() > 200 {
@@ -229,7 +354,12 @@ fn failure(e: &Error) -> Failure {
 fn expected_code(suite: &Suite, code: &Value) -> Check<u32> {
     match code {
         Value::Number(n) => n.as_u64().map(|n| n as u32).ok_or_else(|| format!("bad error code {n}")),
-        Value::String(name) => suite.codes.get(name).and_then(Value::as_u64).map(|n| n as u32).ok_or_else(|| format!("unknown error code name {name}")),
+        Value::String(name) => suite
+            .codes
+            .get(name)
+            .and_then(Value::as_u64)
+            .map(|n| n as u32)
+            .ok_or_else(|| format!("unknown error code name {name}")),
         other => Err(format!("bad error code {other}")),
     }
 }
@@ -239,6 +369,15 @@ fn check_error(suite: &Suite, want: &Value, e: &Error) -> Check {
     let code = expected_code(suite, &want["code"])?;
     if f.code != code {
         return Err(format!("expected error {} ({code}), got code {}: {e}", want["code"], f.code));
+    }
+    if let Some(pc) = want.get("protocol_code") {
+        let got = match e {
+            Error::ProtocolViolation { code, .. } => Some(*code),
+            _ => None,
+        };
+        if got.map(|c| json!(c)).as_ref() != Some(pc) {
+            return Err(format!("expected protocol code {pc} in the error, got {got:?} ({e})"));
+        }
     }
     if let Some(part) = want.get("message_contains").and_then(Value::as_str) {
         if !f.message.contains(part) {
@@ -297,6 +436,9 @@ async fn call(pool: &Pool, method: &str, codec: Codec, body: &Body, timeout: Opt
 }
 
 fn check_call(suite: &Suite, expect: &Value, sent: &Body, outcome: &Result<Body, Error>) -> Check {
+    if expect.get("any") == Some(&Value::Bool(true)) {
+        return Ok(()); // any result or typed error: the call returned, one outcome
+    }
     if let Some(want) = expect.get("error") {
         return match outcome {
             Ok(body) => Err(format!("expected error {}, got the result {}", want["code"], describe(body))),
@@ -334,6 +476,7 @@ impl RowShape {
     /// Checks row `k`; returns the index it carries (summed into the checksum).
     fn value(&self, k: u64, row: &Value) -> Check<u64> {
         let want = match self.shape.as_str() {
+            "unchecked" => return Ok(0), // any_outcome: rows of any form
             "decl" => json!({ "i": k, "name": format!("decl_{k}"), "kind": "theorem" }),
             "int_index" => json!(k),
             other => return Err(format!("row shape {other:?} does not apply to decoded rows")),
@@ -346,6 +489,9 @@ impl RowShape {
     }
 
     fn bytes(&self, k: u64, row: &[u8]) -> Check<u64> {
+        if self.shape == "unchecked" {
+            return Ok(0);
+        }
         if self.shape != "raw_index" {
             return Err(format!("row shape {:?} does not apply to raw rows", self.shape));
         }
@@ -382,11 +528,20 @@ struct Reader {
 }
 
 impl Reader {
-    async fn open(pool: &Pool, method: &str, codec: Codec, body: &Body, timeout: Option<Duration>, shape: RowShape) -> Reader {
+    async fn open(
+        pool: &Pool,
+        method: &str,
+        codec: Codec,
+        body: &Body,
+        timeout: Option<Duration>,
+        shape: RowShape,
+    ) -> Reader {
         let opts = CallOptions { timeout, codec: Some(codec), ..Default::default() };
         let opened = match body {
             Body::Value(v) => pool.stream_with::<Value, Value>(method, v, opts).await.map(Rows::Values),
-            Body::Bytes(b) => pool.stream_with::<ByteBuf, ByteBuf>(method, &ByteBuf::from(b.clone()), opts).await.map(Rows::Bytes),
+            Body::Bytes(b) => {
+                pool.stream_with::<ByteBuf, ByteBuf>(method, &ByteBuf::from(b.clone()), opts).await.map(Rows::Bytes)
+            }
         };
         let (rows, terminal) = match opened {
             Ok(rows) => (Some(rows), None),
@@ -399,7 +554,9 @@ impl Reader {
     /// error; reaching the terminal is recorded in `self.terminal`.
     async fn read(&mut self, until: Option<u64>) -> Check {
         while self.terminal.is_none() && until.is_none_or(|u| self.count < u) {
-            let Some(rows) = self.rows.as_mut() else { break };
+            let Some(rows) = self.rows.as_mut() else {
+                break;
+            };
             let k = self.count;
             let next = match rows {
                 Rows::Values(s) => match s.next().await {
@@ -418,7 +575,15 @@ impl Reader {
                     self.checksum = self.checksum.wrapping_add(checked?);
                     self.count += 1;
                 }
-                Some(Err(e)) => self.terminal = Some(Terminal::Failed(e)),
+                Some(Err(e)) => {
+                    if matches!(e, Error::Decode { what: "row", .. }) {
+                        // A row that does not decode is that row's error, not the stream's
+                        // terminal: a caller stops there (`row?`) and drops the stream, which
+                        // cancels the request; `after` checks that it then ends.
+                        self.rows = None;
+                    }
+                    self.terminal = Some(Terminal::Failed(e));
+                }
                 None => self.terminal = Some(Terminal::End(self.summary()?)),
             }
         }
@@ -431,7 +596,9 @@ impl Reader {
     fn summary(&self) -> Check<Option<Value>> {
         match &self.rows {
             Some(Rows::Values(s)) => s.summary::<Value>().map_err(|e| format!("the summary does not decode: {e}")),
-            Some(Rows::Bytes(s)) => Ok(s.summary_bytes().filter(|b| !b.is_empty()).map(|b| json!(format!("{} raw bytes", b.len())))),
+            Some(Rows::Bytes(s)) => {
+                Ok(s.summary_bytes().filter(|b| !b.is_empty()).map(|b| json!(format!("{} raw bytes", b.len()))))
+            }
             None => Ok(None),
         }
     }
@@ -440,7 +607,9 @@ impl Reader {
     async fn after_terminal(&mut self) -> Check {
         let again = match self.rows.as_mut() {
             Some(Rows::Values(s)) => s.next().await.map(|r| r.map(|v| v.to_string()).map_err(|e| e.to_string())),
-            Some(Rows::Bytes(s)) => s.next().await.map(|r| r.map(|b| format!("{} bytes", b.len())).map_err(|e| e.to_string())),
+            Some(Rows::Bytes(s)) => {
+                s.next().await.map(|r| r.map(|b| format!("{} bytes", b.len())).map_err(|e| e.to_string()))
+            }
             None => None,
         };
         match again {
@@ -476,9 +645,16 @@ fn check_stream(suite: &Suite, expect: &Value, reader: &Reader) -> Check<String>
     }
     match (&reader.terminal, expect.get("error")) {
         (None, _) => Err("the stream has not ended".into()),
-        (Some(Terminal::Failed(e)), Some(want)) => check_error(suite, want, e).map(|_| format!("{n} rows, then error {}", e.code())),
+        (Some(_), _) if expect.get("any") == Some(&Value::Bool(true)) => {
+            Ok(format!("{n} rows, {}", terminal_text(reader)))
+        }
+        (Some(Terminal::Failed(e)), Some(want)) => {
+            check_error(suite, want, e).map(|_| format!("{n} rows, then error {}", e.code()))
+        }
         (Some(Terminal::Failed(e)), None) => Err(format!("after {n} rows the stream failed with {}: {e}", e.code())),
-        (Some(Terminal::End(_)), Some(want)) => Err(format!("expected error {} after the rows, the stream ended normally after {n} rows", want["code"])),
+        (Some(Terminal::End(_)), Some(want)) => {
+            Err(format!("expected error {} after the rows, the stream ended normally after {n} rows", want["code"]))
+        }
         (Some(Terminal::End(summary)), None) => {
             match expect.get("summary") {
                 Some(Value::String(none)) if none == "none" => {
@@ -540,9 +716,9 @@ async fn wait_for(pool: &Pool, bound: Duration, done: impl Fn(&Pool) -> bool) ->
     }
 }
 
-async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String]) -> Check<String> {
+async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String], tmp: &str) -> Check<String> {
     let kind_name = sc["kind"].as_str().unwrap_or("");
-    let cfg = pool_config(suite, sc);
+    let cfg = with_env(pool_config(suite, sc), sc, tmp);
     if kind_name == "startup" {
         return startup(suite, sc, worker, &cfg).await;
     }
@@ -560,6 +736,7 @@ async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String]) -> Check<Str
         "concurrent" => concurrent(sc, &pool).await,
         "parallel_calls" => parallel_calls(suite, sc, &pool).await,
         "lease" => lease(suite, sc, &pool).await,
+        "any_outcome" => any_outcome(sc, &pool).await,
         other => Err(format!("unknown scenario kind {other:?}")),
     };
     let result = match detail {
@@ -583,7 +760,8 @@ async fn after(suite: &Suite, sc: &Value, pool: &Pool, before: &Snapshot) -> Che
     let body = request(&health["request"])?;
     let method = health["method"].as_str().unwrap_or("add");
     let outcome = call(pool, method, codec(health["codec"].as_str().unwrap_or("json"))?, &body, None).await;
-    check_call(suite, &health["expect"], &body, &outcome).map_err(|e| format!("the pool no longer serves: {method}: {e}"))?;
+    check_call(suite, &health["expect"], &body, &outcome)
+        .map_err(|e| format!("the pool no longer serves: {method}: {e}"))?;
     let now = snapshot(pool);
     match setting(suite, sc, "restarted") {
         Value::Bool(false) if now.restarts != before.restarts || now.pids != before.pids => Err(format!(
@@ -594,7 +772,8 @@ async fn after(suite: &Suite, sc: &Value, pool: &Pool, before: &Snapshot) -> Che
             Err(format!("expected the worker to be replaced, pids {:?} -> {:?}", before.pids, now.pids))
         }
         _ => Ok(()),
-    }
+    }?;
+    check_live_workers(suite, sc, number(&pool_config(suite, sc), "workers") as usize).await
 }
 
 fn timeout_of(sc: &Value) -> Option<Duration> {
@@ -684,11 +863,16 @@ async fn slow_consumer(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> 
         let pause = Duration::from_secs_f64(point[1].as_f64().ok_or("bad checkpoint")?);
         reader.read(Some(until)).await?;
         if reader.terminal.is_some() {
-            return Err(format!("the stream ended after {} rows, before checkpoint {until} ({})", reader.count, terminal_text(&reader)));
+            return Err(format!(
+                "the stream ended after {} rows, before checkpoint {until} ({})",
+                reader.count,
+                terminal_text(&reader)
+            ));
         }
         // The consumer is slow: it stops reading for a while, and the producer must stall.
         tokio::time::sleep(pause).await;
-        let produced: u64 = pool.call("raw_rows_produced", &Value::Null).await.map_err(|e| format!("raw_rows_produced: {e}"))?;
+        let produced: u64 =
+            pool.call("raw_rows_produced", &Value::Null).await.map_err(|e| format!("raw_rows_produced: {e}"))?;
         let ahead = produced.saturating_sub(reader.count);
         worst = worst.max(ahead);
         if ahead > bound {
@@ -711,7 +895,8 @@ async fn concurrent(sc: &Value, pool: &Pool) -> Check<String> {
     for i in 0..calls as i64 {
         let pool = pool.clone();
         tasks.spawn(async move {
-            let got: Value = pool.call("add", &json!({ "a": i, "b": 2 * i })).await.map_err(|e| format!("add #{i}: {e}"))?;
+            let got: Value =
+                pool.call("add", &json!({ "a": i, "b": 2 * i })).await.map_err(|e| format!("add #{i}: {e}"))?;
             if got != json!({ "sum": 3 * i }) {
                 return Err(format!("add #{i} returned {got}"));
             }
@@ -723,7 +908,8 @@ async fn concurrent(sc: &Value, pool: &Pool) -> Check<String> {
         tasks.spawn(async move {
             let n = stream_rows + s;
             let shape = RowShape { shape: "decl".into(), size: 0 };
-            let mut reader = Reader::open(&pool, "decls", Codec::Json, &Body::Value(json!({ "n": n })), None, shape).await;
+            let mut reader =
+                Reader::open(&pool, "decls", Codec::Json, &Body::Value(json!({ "n": n })), None, shape).await;
             reader.read(None).await?;
             match &reader.terminal {
                 Some(Terminal::End(Some(summary))) if reader.count == n && summary == &json!({ "rows": n }) => Ok(()),
@@ -746,11 +932,16 @@ async fn concurrent(sc: &Value, pool: &Pool) -> Check<String> {
 
 async fn startup(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String, Value>) -> Check<String> {
     let mut b = builder(worker, cfg);
-    for r in sc["require"].as_array().ok_or("require is missing")? {
+    for r in sc["require"].as_array().into_iter().flatten() {
         let name = r["method"].as_str().ok_or("require without a method")?;
-        b = b.require_method_with_codec(name, kind(r["kind"].as_str().unwrap_or(""))?, codec(r["codec"].as_str().unwrap_or(""))?);
+        b = b.require_method_with_codec(
+            name,
+            kind(r["kind"].as_str().unwrap_or(""))?,
+            codec(r["codec"].as_str().unwrap_or(""))?,
+        );
     }
     let expect = &sc["expect"];
+    let started = Instant::now();
     match (b.start().await, expect.get("error")) {
         (Ok(pool), Some(want)) => {
             pool.shutdown().await;
@@ -762,7 +953,22 @@ async fn startup(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String,
             pool.shutdown().await;
             checked.map(|_| "started and served".into())
         }
-        (Err(e), Some(want)) => check_error(suite, want, &e).map(|_| format!("refused at start-up: {e}")),
+        (Err(e), Some(want)) => {
+            let elapsed = started.elapsed();
+            check_error(suite, want, &e)?;
+            check_elapsed(expect, elapsed)?;
+            check_live_workers(suite, sc, 0).await.map_err(|m| format!("{m} (the failed worker was not reaped)"))?;
+            if sc.get("then_start") != Some(&Value::Bool(true)) {
+                return Ok(format!("refused at start-up in {elapsed:?}: {e}"));
+            }
+            // A fresh pool (the next worker behaves) must serve.
+            let again = builder(worker, cfg).start().await.map_err(|e2| {
+                format!("refused at start-up as expected ({}), but the next pool failed: {} {e2}", e.code(), e2.code())
+            })?;
+            let checked = after(suite, sc, &again, &snapshot(&again)).await;
+            again.shutdown().await;
+            checked.map(|_| format!("refused at start-up in {elapsed:?}: {e}; the next pool served"))
+        }
         (Err(e), None) => Err(format!("the pool did not start: {} {e}", e.code())),
     }
 }
@@ -797,10 +1003,53 @@ async fn shutdown_in_flight(suite: &Suite, sc: &Value, worker: &[String], cfg: &
         Err(e) => return Err(format!("a call after shutdown failed with {} instead of POOL_CLOSED: {e}", e.code())),
         Ok(b) => return Err(format!("a call after shutdown returned {}", describe(&b))),
     }
-    Ok(format!("shut down in {shut:?}; the call ended with {}", match &outcome {
-        Ok(b) => describe(b),
-        Err(e) => format!("error {}", e.code()),
-    }))
+    Ok(format!(
+        "shut down in {shut:?}; the call ended with {}",
+        match &outcome {
+            Ok(b) => describe(b),
+            Err(e) => format!("error {}", e.code()),
+        }
+    ))
+}
+
+/// `calls` unary calls and `streams` streams at once, each ending in exactly one outcome of any
+/// kind (a fuzzing worker's answers are unpredictable), within `max_elapsed_s`.
+async fn any_outcome(sc: &Value, pool: &Pool) -> Check<String> {
+    let (method, codec, body) = method_of(sc)?;
+    let stream_method = sc["stream_method"].as_str().unwrap_or("decls").to_string();
+    let timeout = timeout_of(sc);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..sc["calls"].as_u64().unwrap_or(0) {
+        let (pool, method, body) = (pool.clone(), method.to_string(), body.clone());
+        tasks.spawn(async move {
+            Ok(match call(&pool, &method, codec, &body, timeout).await {
+                Ok(_) => "a result".to_string(),
+                Err(e) => format!("error {}", e.code()),
+            })
+        });
+    }
+    for _ in 0..sc["streams"].as_u64().unwrap_or(0) {
+        let (pool, method, body) = (pool.clone(), stream_method.clone(), body.clone());
+        tasks.spawn(async move {
+            let shape = RowShape { shape: "unchecked".into(), size: 0 };
+            let mut reader = Reader::open(&pool, &method, codec, &body, timeout, shape).await;
+            match reader.read(None).await {
+                Ok(()) => Ok(format!("{} rows, {}", reader.count, terminal_text(&reader))),
+                // A summary this runner cannot decode into JSON is still one outcome.
+                Err(e) if e.starts_with("the summary does not decode") => {
+                    Ok(format!("{} rows, then {e}", reader.count))
+                }
+                Err(e) => Err(e), // e.g. a second outcome after the terminal
+            }
+        });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        outcomes.push(joined.map_err(|e| format!("a task failed: {e}"))??);
+    }
+    check_elapsed(&sc["expect"], started.elapsed())?;
+    Ok(outcomes.join("; "))
 }
 
 /// `count` identical calls at once, each checked against the expectation.
@@ -827,7 +1076,8 @@ async fn lease(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
     let lease = pool.lease().await.map_err(|e| format!("lease: {} {e}", e.code()))?;
     let pid = lease.pid();
     for k in 0..calls {
-        let got: u32 = lease.call("whoami", &Value::Null).await.map_err(|e| format!("whoami #{k} on the lease: {e}"))?;
+        let got: u32 =
+            lease.call("whoami", &Value::Null).await.map_err(|e| format!("whoami #{k} on the lease: {e}"))?;
         if got != pid {
             return Err(format!("call #{k} on the lease of pid {pid} was served by pid {got}"));
         }
@@ -841,7 +1091,9 @@ async fn lease(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
     let codes: Vec<u32> = allowed.iter().map(|c| expected_code(suite, c)).collect::<Check<_>>()?;
     match &crashed {
         Err(e) if codes.contains(&e.code()) => {}
-        Err(e) => return Err(format!("crash on the lease failed with {} ({e}), expected one of {allowed:?}", e.code())),
+        Err(e) => {
+            return Err(format!("crash on the lease failed with {} ({e}), expected one of {allowed:?}", e.code()))
+        }
         Ok(v) => return Err(format!("crash on the lease returned {v}")),
     }
     let lost = expected_code(suite, &json!("LEASE_LOST"))?;
@@ -850,8 +1102,9 @@ async fn lease(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
             // The lease's later calls carry the same exit record as the crash itself.
             let (was, now) = (crashed.as_ref().err().and_then(|c| c.exit_info()), e.exit_info());
             match (was, now) {
-                (Some(a), Some(b)) if a.pid == b.pid && a.signal == b.signal && a.code == b.code
-                    && a.stderr_tail == b.stderr_tail => {}
+                (Some(a), Some(b))
+                    if a.pid == b.pid && a.signal == b.signal && a.code == b.code && a.stderr_tail == b.stderr_tail => {
+                }
                 _ => return Err(format!("LEASE_LOST lacks the crash's exit record: crash {was:?}, lost {now:?}")),
             }
         }
