@@ -346,9 +346,10 @@ def call_mode(mode: str, arg: float, conn: Conn) -> Callable[[int, int, int, byt
             drain_forever(conn)
         elif mode == "rows_beyond_credit":
             # Rows of the whole window, then more while the credit is not positive.
+            # One write, so both are read before the consumer can take a row and grant more.
             size = conn.welcome["initial_credit"] - 8
-            send(frame(ROWS, rid, rows_payload([b'"' + b"r" * (size - 2) + b'"'])))
-            send(frame(ROWS, rid, rows_payload([b"1"])))
+            send(frame(ROWS, rid, rows_payload([b'"' + b"r" * (size - 2) + b'"']))
+                 + frame(ROWS, rid, rows_payload([b"1"])))
             drain_forever(conn)
         elif mode == "impossible_row_count":
             send(frame(ROWS, rid, struct.pack("<I", 0xFFFFFFFF) + struct.pack("<I", 1) + b"1"))
