@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -119,11 +120,14 @@ LIVE_HOLD_S = 0.5  # live_workers: the count must hold this long (replacements c
 
 
 async def check_live_workers(suite: Suite, sc: dict, want: int) -> None:
-    """With ``live_workers``: within ``settle_s``, our live child processes number exactly
-    ``want`` and keep that number for LIVE_HOLD_S (an over-spawning pool is caught after its
+    """With ``live_workers`` (true, or an explicit count that overrides ``want``): within
+    ``settle_s``, our live child processes number exactly ``want`` and keep that number for LIVE_HOLD_S (an over-spawning pool is caught after its
     failed replacements stop coming and going)."""
-    if not suite.setting(sc, "live_workers"):
+    setting = suite.setting(sc, "live_workers")
+    if not setting:
         return
+    if setting is not True:  # an explicit count
+        want = int(setting)
     settle = float(suite.setting(sc, "settle_s"))
     since: list[float] = []
 
@@ -771,6 +775,9 @@ async def main_async(suite: Suite, scenarios: list[dict], worker: list[str]) -> 
     for sc in scenarios:
         bound = float(suite.setting(sc, "timeout_s"))
         started = time.monotonic()
+        # An earlier scenario's reference cycles (exceptions, tracebacks) would count towards
+        # this one's peak until the cyclic collector happens to run.
+        gc.collect()
         reset_peak_rss()
         try:
             detail = await asyncio.wait_for(run_scenario(suite, sc, worker), bound)

@@ -194,13 +194,15 @@ fn live_children() -> Vec<u32> {
 /// live_workers: the count must hold this long (failed replacements come and go).
 const LIVE_HOLD: Duration = Duration::from_millis(500);
 
-/// With `live_workers`: within `settle_s`, our live child processes number exactly `want` and
-/// keep that number for `LIVE_HOLD` (an over-spawning pool is caught once its failed
-/// replacements stop coming and going).
+/// With `live_workers` (true, or an explicit count that overrides `want`): within `settle_s`,
+/// our live child processes number exactly `want` and keep that number for `LIVE_HOLD` (an
+/// over-spawning pool is caught once its failed replacements stop coming and going).
 async fn check_live_workers(suite: &Suite, sc: &Value, want: usize) -> Check {
-    if setting(suite, sc, "live_workers") != Value::Bool(true) {
-        return Ok(());
-    }
+    let want = match setting(suite, sc, "live_workers") {
+        Value::Bool(true) => want,
+        Value::Number(n) => n.as_u64().unwrap_or(0) as usize, // an explicit count
+        _ => return Ok(()),
+    };
     let settle = Duration::from_secs_f64(setting(suite, sc, "settle_s").as_f64().unwrap_or(3.0));
     let deadline = Instant::now() + settle + LIVE_HOLD;
     let mut since: Option<Instant> = None;
