@@ -65,6 +65,7 @@ fuzz: $(VPY)
 	  $(VPY) python/fuzz/fuzz_proto.py "$$scratch" -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
 	    -print_final_stats=1 || rc=$$?; \
 	  rm -rf "$$scratch"; exit $$rc
+	HOSTILE_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest -q conformance/test_hostile.py -k test_fuzz
 
 bench:
 	$(PYTHON) bench/run.py --quick
