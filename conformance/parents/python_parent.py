@@ -99,6 +99,30 @@ def peak_rss_mb() -> float:
     return 0.0
 
 
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def check_rss_after(suite: Suite, sc: dict, limit: float) -> None:
+    """``max_rss_after_mb``: while the caller still holds the outcome (an error must not pin
+    the dead worker's buffers), the runner's RSS comes back under ``limit`` within
+    ``settle_s``."""
+    settle = float(suite.setting(sc, "settle_s"))
+    deadline = time.monotonic() + settle
+    while True:
+        gc.collect()  # garbage does not count, only what the outcome keeps alive
+        if rss_mb() <= limit:
+            return
+        if time.monotonic() >= deadline:
+            raise ScenarioFailed(f"the runner still holds {rss_mb():.0f} MB {settle}s after the "
+                                 f"outcome (bound {limit} MB): the outcome keeps buffers alive")
+        await asyncio.sleep(0.05)
+
+
 def live_children() -> list[int]:
     """Our child processes that have not exited (zombies excluded): the pool's workers."""
     me, found = os.getpid(), []
@@ -472,6 +496,8 @@ async def call_scenario(suite: Suite, sc: dict, pool: wirepool.AsyncPool) -> str
     elapsed = time.monotonic() - started
     check_call(suite, expect, body, result, error)
     check_elapsed(expect, elapsed)
+    if "max_rss_after_mb" in expect:  # the outcome is still held here, as a caller would
+        await check_rss_after(suite, sc, float(expect["max_rss_after_mb"]))
     if error is not None:
         return f"error {error.code} in {elapsed:.3f}s"
     return f"result {describe(as_plain(result))} in {elapsed:.3f}s"

@@ -166,6 +166,34 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+fn rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// `max_rss_after_mb`: while the caller still holds the outcome (an error must not pin the dead
+/// worker's buffers), the runner's RSS comes back under `limit` within `settle_s`.
+async fn check_rss_after(suite: &Suite, sc: &Value, limit: f64) -> Check {
+    let settle = Duration::from_secs_f64(setting(suite, sc, "settle_s").as_f64().unwrap_or(3.0));
+    let deadline = Instant::now() + settle;
+    loop {
+        if rss_mb() <= limit {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the runner still holds {:.0} MB {settle:?} after the outcome (bound {limit} MB): the outcome keeps buffers alive",
+                rss_mb()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // polling /proc, bounded by the deadline
+    }
+}
+
 /// Our child processes that have not exited (zombies excluded): the pool's workers.
 fn live_children() -> Vec<u32> {
     let me = std::process::id();
@@ -795,6 +823,9 @@ async fn call_scenario(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> 
     let elapsed = started.elapsed();
     check_call(suite, expect, &body, &outcome)?;
     check_elapsed(expect, elapsed)?;
+    if let Some(limit) = expect.get("max_rss_after_mb").and_then(Value::as_f64) {
+        check_rss_after(suite, sc, limit).await?; // the outcome is still held here, as a caller would
+    }
     Ok(match outcome {
         Ok(b) => format!("result {} in {elapsed:?}", describe(&b)),
         Err(e) => format!("error {} in {elapsed:?}", e.code()),
