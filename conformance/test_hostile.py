@@ -135,6 +135,7 @@ def mutants() -> list[dict]:
         expect={"error": {"code": "STARTUP_TIMEOUT"}}))
     mutant("impossible_row_count", "rows", lambda sc: sc["expect"]["rows"].update(count=1))
     mutant("duplicate_terminal", "live_workers", lambda sc: sc.update(live_workers=2))
+    mutant("length_4gib", "rss_after", expect(max_rss_after_mb=1))
     return out
 
 

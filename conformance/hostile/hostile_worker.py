@@ -294,6 +294,14 @@ def call_mode(mode: str, arg: float, conn: Conn) -> Callable[[int, int, int, byt
                 send(data[i:i + 1])
                 time.sleep(arg)
             drain_forever(conn)
+        elif mode == "events_no_pong":
+            # Whole, valid frames (connection-level EVENTs) every ``arg`` s, but no PONG: bytes
+            # are not progress, the PONG clock must call it hung.
+            conn.answer_pings = False
+            while True:
+                send(frame(EVENT, 0, str16(b"tick") + b"{}"))
+                conn.fill(arg)
+                conn.buf.clear()
         elif mode == "huge_message":
             # One RESULT continued far past max_message_size (up to arg GiB), PINGs answered
             # between frames: only the size check can stop it.
