@@ -9,7 +9,8 @@ flags bent, and the whole sent in pieces split at random points. Afterwards it b
 PINGs and new requests), so whatever the parent decided, it must end every request in one
 outcome, keep its memory bounded and go on serving.
 
-``FUZZ_SEED`` (an integer) decides everything; ``HOSTILE_STATE`` (a per-scenario directory) lets
+``FUZZ_SEED`` (an integer) decides everything (``FUZZ_DUMP``, a file path, records the requests
+and the bytes sent, to study a failing seed); ``HOSTILE_STATE`` (a per-scenario directory) lets
 only the first process of a scenario fuzz, so its replacement serves. The HELLO itself is never
 mutated: start-up faults are the scripted scenarios' business (``scenarios.json``).
 """
@@ -147,6 +148,11 @@ def fuzz(conn: Conn, rng: random.Random) -> None:
             f = with_id(f, rng.choice(ids))
         frames.insert(rng.randint(0, len(frames)), f)
     data = b"".join(mutate(rng, frames, ids))
+    dump = os.environ.get("FUZZ_DUMP")  # for a failing seed: what it answered to what
+    if dump:
+        with open(dump, "w") as f:
+            json.dump({"requests": [[r[0], METHODS[r[1]][0] if r[1] < len(METHODS) else r[1],
+                                     r[3].hex()] for r in requests], "sent": data.hex()}, f)
     cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 6))))
     for a, b in zip([0, *cuts], [*cuts, len(data)]):
         conn.send(data[a:b])
