@@ -150,9 +150,9 @@ def fuzz(conn: Conn, rng: random.Random) -> None:
     data = b"".join(mutate(rng, frames, ids))
     dump = os.environ.get("FUZZ_DUMP")  # for a failing seed: what it answered to what
     if dump:
-        with open(dump, "w") as f:
+        with open(dump, "w") as out:
             json.dump({"requests": [[r[0], METHODS[r[1]][0] if r[1] < len(METHODS) else r[1],
-                                     r[3].hex()] for r in requests], "sent": data.hex()}, f)
+                                     r[3].hex()] for r in requests], "sent": data.hex()}, out)
     cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 6))))
     for a, b in zip([0, *cuts], [*cuts, len(data)]):
         conn.send(data[a:b])
