@@ -145,8 +145,9 @@ LIVE_HOLD_S = 0.5  # live_workers: the count must hold this long (replacements c
 
 async def check_live_workers(suite: Suite, sc: dict, want: int) -> None:
     """With ``live_workers`` (true, or an explicit count that overrides ``want``): within
-    ``settle_s``, our live child processes number exactly ``want`` and keep that number for LIVE_HOLD_S (an over-spawning pool is caught after its
-    failed replacements stop coming and going)."""
+    ``settle_s``, our live child processes number exactly ``want`` and keep that number for
+    LIVE_HOLD_S (an over-spawning pool is caught after its failed replacements stop coming and
+    going)."""
     setting = suite.setting(sc, "live_workers")
     if not setting:
         return

@@ -186,7 +186,8 @@ async fn check_rss_after(suite: &Suite, sc: &Value, limit: f64) -> Check {
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "the runner still holds {:.0} MB {settle:?} after the outcome (bound {limit} MB): the outcome keeps buffers alive",
+                "the runner still holds {:.0} MB {settle:?} after the outcome (bound {limit} MB): \
+                 the outcome keeps buffers alive",
                 rss_mb()
             ));
         }
