@@ -108,12 +108,15 @@ def run_runner(parent: str, doc: dict, worker_argv: list[str]) -> matrix.RunnerR
 
 
 def mutants() -> list[dict]:
+    """Each with ``why``: text the runner's failure detail must contain, so it is the mutated
+    check that failed, not something else."""
     base = {sc["name"]: sc for sc in SCENARIOS["scenarios"]}
     out = []
 
-    def mutant(of: str, what: str, change) -> None:
+    def mutant(of: str, what: str, why: str, change) -> None:
         sc = copy.deepcopy(base[of])
         sc["name"] = f"mutant_{of}_{what}"
+        sc["why"] = why
         change(sc)
         out.append(sc)
 
@@ -123,19 +126,25 @@ def mutants() -> list[dict]:
     def error(**kv):
         return lambda sc: sc["expect"]["error"].update(kv)
 
-    mutant("unknown_frame_type", "protocol_code", error(protocol_code=104))
-    mutant("id_zero_on_result", "code", error(code="WORKER_HUNG"))
-    mutant("exit_before_hello", "exit_status", error(exit_status=8))
-    mutant("replacements_die_before_hello", "exit_status", error(exit_status=5))
-    mutant("kind_mismatch_rows_for_unary", "too_tight", expect(max_elapsed_s=0.0))
-    mutant("never_hello", "too_tight", expect(max_elapsed_s=0.5))
-    mutant("duplicate_terminal", "restarted", lambda sc: sc.update(restarted=True))
-    mutant("flood_stdout_stderr", "rss", lambda sc: sc.update(max_parent_rss_mb=5))
-    mutant("hello_byte_by_byte", "timeout", lambda sc: sc.update(
+    mutant("unknown_frame_type", "protocol_code", "expected protocol code 104",
+           error(protocol_code=104))
+    mutant("id_zero_on_result", "code", "WORKER_HUNG", error(code="WORKER_HUNG"))
+    mutant("exit_before_hello", "exit_status", "exit with status 8", error(exit_status=8))
+    mutant("replacements_die_before_hello", "exit_status", "exit with status 5",
+           error(exit_status=5))
+    mutant("kind_mismatch_rows_for_unary", "too_tight", "more than 0", expect(max_elapsed_s=0.0))
+    mutant("never_hello", "too_tight", "more than 0.5", expect(max_elapsed_s=0.5))
+    mutant("duplicate_terminal", "restarted", "expected the worker to be replaced",
+           lambda sc: sc.update(restarted=True))
+    mutant("flood_stdout_stderr", "rss", "above the bound of 5",
+           lambda sc: sc.update(max_parent_rss_mb=5))
+    mutant("hello_byte_by_byte", "timeout", "expected start-up to fail", lambda sc: sc.update(
         expect={"error": {"code": "STARTUP_TIMEOUT"}}))
-    mutant("impossible_row_count", "rows", lambda sc: sc["expect"]["rows"].update(count=1))
-    mutant("duplicate_terminal", "live_workers", lambda sc: sc.update(live_workers=2))
-    mutant("length_4gib", "rss_after", expect(max_rss_after_mb=1))
+    mutant("impossible_row_count", "rows", "expected 1 rows",
+           lambda sc: sc["expect"]["rows"].update(count=1))
+    mutant("duplicate_terminal", "live_workers", "expected 2",
+           lambda sc: sc.update(live_workers=2))
+    mutant("length_4gib", "rss_after", "bound 1", expect(max_rss_after_mb=1))
     return out
 
 
@@ -214,6 +223,9 @@ def test_hostile_runner_detects_wrong_expectations(parent: str) -> None:
     assert not missing, f"no report for {missing}\n{run.error}\n{run.stderr_tail}"
     passed = [m["name"] for m in MUTANTS if run.reports[m["name"]]["ok"]]
     assert not passed, f"the {parent} runner accepted wrong expectations: {passed}"
+    other = {m["name"]: run.reports[m["name"]]["detail"] for m in MUTANTS
+             if m["why"] not in run.reports[m["name"]]["detail"]}
+    assert not other, f"mutants failed for another reason than their mutation: {other}"
 
 
 def test_hostile_scenario_list_is_consistent() -> None:
