@@ -1163,6 +1163,7 @@ class Connection:
         self.last_id = 0
         self.in_flight: dict[int, _Stream] = {}
         self._incoming: dict[int, _Assembly] = {}
+        self._incoming_bytes = 0  # all messages in progress: bounded per connection (section 5)
         self._outgoing: set[int] = set()
         self.draining = False
         self.goodbye_sent = False
@@ -1208,10 +1209,12 @@ class Connection:
             raise _fail(ErrorCode.MESSAGE_TOO_LARGE,
                         f"message for request {f.id} exceeds max_message_size "
                         f"{self.max_message_size}", f.id)
+        self._incoming_bytes += len(body)
+        self._check_incoming_bytes(f.id)
         asm.chunks.append(body)
         if f.more:
             return None
-        del self._incoming[f.id]
+        self._drop_assembly(f.id)
         whole = b"".join(asm.chunks)
         first = asm.first
         if first.TYPE == FrameType.REQUEST:
@@ -1221,7 +1224,18 @@ class Connection:
         return End(first.id, first.row_count, whole)  # type: ignore[attr-defined]
 
     def _start_assembly(self, f: Frame, chunk: Buffer) -> None:
-        self._incoming[f.id] = _Assembly(f, chunk, len(chunk) + _PREFIX_SIZE[f.TYPE])
+        asm = self._incoming[f.id] = _Assembly(f, chunk, len(chunk) + _PREFIX_SIZE[f.TYPE])
+        self._incoming_bytes += asm.size
+        self._check_incoming_bytes(f.id)
+
+    def _drop_assembly(self, id: int) -> None:
+        self._incoming_bytes -= self._incoming.pop(id).size
+
+    def _check_incoming_bytes(self, id: int) -> None:
+        if self._incoming_bytes > self.max_message_size:
+            raise _fail(ErrorCode.MESSAGE_TOO_LARGE,
+                        f"messages in progress hold {self._incoming_bytes} bytes, above "
+                        f"max_message_size {self.max_message_size} for the whole connection", id)
 
     def _unexpected(self, f: Frame, why: str) -> ProtocolError:
         return _fail(ErrorCode.UNEXPECTED_FRAME, f"{f.NAME} {why}", f.id)
@@ -1266,7 +1280,7 @@ class Connection:
                     self.in_flight.pop(id, None)
                 return event
             if t == FrameType.ERROR:  # the worker abandons the result/summary it was sending
-                del self._incoming[id]
+                self._drop_assembly(id)
                 self.in_flight.pop(id, None)
                 return f
             raise _fail(ErrorCode.CONTINUATION,
@@ -1341,7 +1355,7 @@ class Connection:
                 event = self._continue(f, asm)
                 return None if event is None else self._admit(event)  # type: ignore[arg-type]
             if t == FrameType.CANCEL:  # the parent abandons the request it was sending
-                del self._incoming[id]
+                self._drop_assembly(id)
                 return Reject(id, ErrorCode.CANCELLED)
             raise _fail(ErrorCode.CONTINUATION,
                         f"{f.NAME} for request {id} while its message is still arriving", id)
