@@ -295,6 +295,8 @@ pub struct Connection {
     highest_id: u64,
     requests: IdMap<StreamSendState>,
     partials: IdMap<Partial>,
+    /// Bytes held by every message in progress: bounded per connection, not only per message.
+    partial_bytes: u64,
     /// Worker: rejected requests whose ERROR the driver has not sent yet. It holds only what
     /// the driver owes, so it stays as small as the driver's backlog.
     unanswered_rejects: HashSet<u64, IdBuildHasher>,
@@ -319,6 +321,7 @@ impl Connection {
             highest_id: 0,
             requests: IdMap::default(),
             partials: IdMap::default(),
+            partial_bytes: 0,
             unanswered_rejects: HashSet::default(),
             draining: false,
             goodbye: false,
@@ -682,6 +685,8 @@ impl Connection {
 
     fn start_partial(&mut self, first: Frame, size: u64) -> Result<(), ProtocolError> {
         self.check_message_size(first.id, size)?;
+        self.check_partial_bytes(first.id, self.partial_bytes + size)?;
+        self.partial_bytes += size;
         self.partials.insert(
             first.id,
             Partial {
@@ -705,15 +710,40 @@ impl Connection {
         Ok(())
     }
 
+    /// Section 5: the sum over all messages in progress is bounded by `max_message_size` too.
+    fn check_partial_bytes(&self, id: u64, total: u64) -> Result<(), ProtocolError> {
+        let limit = self.welcome.map_or(u64::MAX, |w| w.max_message_size);
+        if total > limit {
+            return Err(err(
+                ErrorCode::MessageTooLarge,
+                id,
+                format!(
+                    "messages in progress reached {total} bytes, above max_message_size \
+                     {limit} for the whole connection"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn remove_partial(&mut self, id: u64) -> Option<Partial> {
+        let partial = self.partials.remove(&id)?;
+        self.partial_bytes -= partial.size;
+        Some(partial)
+    }
+
     fn on_frame_mid_message(&mut self, frame: Frame) -> Result<Option<Event>, ProtocolError> {
         let id = frame.id;
         match (self.role, frame.body) {
             (_, FrameBody::Continuation { chunk }) => {
                 let size = self.partials.get(&id).map_or(0, |p| p.size) + chunk.len() as u64;
                 self.check_message_size(id, size)?;
+                let total = self.partial_bytes + chunk.len() as u64;
+                self.check_partial_bytes(id, total)?;
                 let Some(partial) = self.partials.get_mut(&id) else {
                     return Ok(None);
                 };
+                self.partial_bytes = total;
                 partial.size = size;
                 partial.rest.extend_from_slice(&chunk);
                 if frame.more {
@@ -721,7 +751,7 @@ impl Connection {
                 }
                 let Some(Partial {
                     mut first, rest, ..
-                }) = self.partials.remove(&id)
+                }) = self.remove_partial(id)
                 else {
                     return Ok(None);
                 };
@@ -744,12 +774,12 @@ impl Connection {
             }
             // CANCEL abandons a request still arriving; it still needs a terminal.
             (Role::Worker, FrameBody::Cancel) => {
-                self.partials.remove(&id);
+                self.remove_partial(id);
                 Ok(Some(self.reject(id, ErrorCode::Cancelled)))
             }
             // ERROR abandons a result or summary still arriving; it is the terminal.
             (Role::Parent, body @ FrameBody::Error { .. }) => {
-                self.partials.remove(&id);
+                self.remove_partial(id);
                 self.requests.remove(&id);
                 Ok(Some(event_from_frame(Frame::new(id, body))))
             }
