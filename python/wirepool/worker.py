@@ -1138,18 +1138,22 @@ def _take_fd() -> int:
 
 
 def _die_with_parent() -> None:
-    """Linux: ask for SIGTERM when the parent dies, so a worker never outlives it."""
+    """Linux: ask for SIGKILL when the parent dies, so a worker never outlives it.
+
+    SIGKILL, not SIGTERM (spec 8.4): a stopped (SIGSTOP) process never acts on SIGTERM, so a
+    worker stopped while its parent was killed would live on; there is nothing to clean up that
+    the parent's death has not already made moot."""
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return
     if os.getppid() != parent:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
