@@ -420,7 +420,14 @@ class Rows(Frame):
                 # One C call unpacks every row of the frame as bytes.
                 rows = struct.Struct(f"<4x{self._row_size}s").iter_unpack(
                     self._payload[4:])  # type: ignore[index]
-                return list(map(fn, map(_first, rows)))
+                try:
+                    return list(map(fn, map(_first, rows)))
+                except BaseException:
+                    # The iterator holds a buffer export on the payload; a traceback keeping
+                    # this frame alive would keep it too, and a garbage cycle holding an
+                    # exported memoryview crashes CPython's collector. Let go of it now.
+                    del rows
+                    raise
         return list(map(fn, self._slices(copy_rows)))
 
     def _fields(self) -> dict:
@@ -986,7 +993,7 @@ class FrameDecoder:
     def feed(self, data: Buffer) -> None:
         """Add received bytes. ``bytes`` are referenced, not copied; other buffers are copied."""
         if self._error is not None:
-            raise self._error
+            self._raise_dead()
         if not isinstance(data, bytes):
             data = bytes(data)
         if self._pos < len(self._buf):
@@ -1020,11 +1027,11 @@ class FrameDecoder:
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when more bytes are needed."""
         if self._error is not None:
-            raise self._error
+            self._raise_dead()
         try:
             return self._next()
         except ProtocolError as e:
-            self._error = e
+            self.die(e)
             raise
 
     def _next(self) -> Frame | None:
@@ -1084,10 +1091,29 @@ class FrameDecoder:
     def eof(self) -> None:
         """The stream ended: raises TRUNCATED if it ended inside a frame."""
         if self._error is not None:
-            raise self._error
+            self._raise_dead()
         if self._hdr or self._big is not None or self._pos < len(self._buf):
-            self._error = _fail(ErrorCode.TRUNCATED, "end of stream inside a frame")
-            raise self._error
+            self.die(_fail(ErrorCode.TRUNCATED, "end of stream inside a frame"))
+            self._raise_dead()
+
+    def die(self, e: ProtocolError) -> None:
+        """A fatal error: the decoder is dead and lets go of every buffer it held. It keeps the
+        error's code, message and id only, not ``e`` itself, whose traceback would hold the
+        frames (and through them the buffers) that raised it, in a cycle with this decoder."""
+        self._error = ProtocolError(e.code, e.message, id=e.id)
+        self._buf = memoryview(b"")
+        self._pos = 0
+        self._hdr.clear()
+        self._big = None
+        self._big_fill = 0
+        self._spares.clear()
+
+    def _raise_dead(self) -> None:
+        """Raise the fatal error again, as a fresh exception (a stored one would collect one
+        more traceback entry per raise)."""
+        e = self._error
+        assert e is not None
+        raise ProtocolError(e.code, e.message, id=e.id)
 
 
 def decode_all(data: Buffer, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> list[Frame]:
@@ -1196,7 +1222,11 @@ class Connection:
             try:
                 event = handle(frame)
             except ProtocolError as e:
-                dec._error = e  # the connection is dead: every later call re-raises
+                # The connection is dead: every later call re-raises, and the messages in
+                # progress (up to max_message_size of them) are let go at once.
+                dec.die(e)
+                self._incoming.clear()
+                self._incoming_bytes = 0
                 raise
             if event is not None:
                 return event
