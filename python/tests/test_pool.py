@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import traceback
 import time
 
 import pytest
@@ -561,6 +562,26 @@ def test_restart_intensity_limit_stops_restarting() -> None:
         with pytest.raises(wirepool.WorkerExited) as e:
             p.call("add", {"a": 1, "b": 1}, timeout=10)
         assert "restart intensity" in e.value.message
+
+
+def test_a_pool_that_gave_up_fails_fast_without_growing() -> None:
+    """Issue 12.2: once the restart limit trips, each call gets a fresh exception (a saved one
+    re-raised grew its traceback on every raise: 28 -> 846 MB in 30 s) that names the limit."""
+    with pool(max_restarts=2, restart_window=60, restart_backoff=0.01) as p:
+        for _ in range(3):
+            with pytest.raises(wirepool.WorkerExited):
+                p.call("die", {"status": 1})
+        seen: list[BaseException] = []
+        for _ in range(200):
+            with pytest.raises(wirepool.WorkerExited) as e:
+                p.call("add", {"a": 1, "b": 1}, timeout=10)
+            seen.append(e.value)
+        assert len({id(err) for err in seen}) == len(seen)  # never the same object twice
+        depths = [len(traceback.extract_tb(err.__traceback__)) for err in seen]
+        assert max(depths) == min(depths), depths[:5] + depths[-5:]
+        message = seen[-1].message  # type: ignore[attr-defined]
+        assert "restart intensity exceeded: 3 worker deaths within 60s" in message, message
+        assert "max_restarts 2" in message, message
 
 
 def test_row_too_large_ends_only_that_stream() -> None:

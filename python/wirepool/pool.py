@@ -63,6 +63,11 @@ DEFAULT_MAX_FRAME_SIZE = proto.MAX_FRAME_SIZE_LIMIT
 _SOCKET_BUFFER = 4 << 20
 _STDERR_TAIL_LINES = 20
 _LOG_LINE_MAX = 8192
+_GOODBYE_GRACE = 1.0  # seconds a worker has to exit after GOODBYE or a fatal ERROR (spec 8.4)
+# Start-up refusals raised with their own code; any other violation before HELLO is a
+# PROTOCOL_VIOLATION like one after it.
+_HANDSHAKE_CODES = frozenset({ErrorCode.BAD_MAGIC, ErrorCode.VERSION_MISMATCH,
+                              ErrorCode.BAD_HANDSHAKE, ErrorCode.CODEC_MISMATCH})
 
 
 class PoolMetrics(dict):
@@ -185,8 +190,13 @@ class _Worker(FrameProtocol):
         self.leased = False
         self.retiring = False
         self.served = 0
-        self.last_heard = time.monotonic()
         self.last_busy = time.monotonic()
+        # Liveness (spec 8.5): the PINGs no PONG has answered yet, oldest first, as
+        # (nonce, sent at); and since when an incomplete frame has been held (None: none is).
+        self.pings: collections.deque[tuple[int, float]] = collections.deque()
+        self.partial_since: float | None = None
+        self.fatal_received = False  # it sent ERROR id 0: nothing more from it is read
+        self.exit_grace: asyncio.TimerHandle | None = None
         self.max_in_flight = 1
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
         self.failure: WirepoolError | None = None  # why it died, for requests in flight
@@ -232,13 +242,25 @@ class _Worker(FrameProtocol):
             self.kill(err)
             raise err from None
         except WorkerExited:
-            # It died before its HELLO (an import error, a bad argv...): say how, with its
-            # stderr, which is usually the whole story.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.exited), 2.0)
-            self.kill(None)
-            what = (f"was killed by signal {self.exit_signal}" if self.exit_signal is not None
-                    else f"exited with status {self.exit_status}")
+            # It died or closed its connection before its HELLO (an import error, a bad
+            # argv...): reap it, bounded (one that closed but lingers is killed), and say how,
+            # with its stderr, which is usually the whole story.
+            lingered = False
+            try:
+                await asyncio.wait_for(asyncio.shield(self.exited), _GOODBYE_GRACE)
+            except asyncio.TimeoutError:
+                lingered = True
+                self.kill(None)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self.exited), 5.0)
+            if self.exit_signal is not None:
+                what = (f"closed its connection and did not exit, so was killed (signal "
+                        f"{self.exit_signal})" if lingered
+                        else f"was killed by signal {self.exit_signal}")
+            elif self.exit_status is not None:
+                what = f"exited with status {self.exit_status}"
+            else:
+                what = "closed its connection and could not be reaped"
             died = WorkerExited(ErrorCode.WORKER_EXITED,
                                f"worker pid {self.pid} {what} before its HELLO"
                                + self._tail_suffix())
@@ -273,6 +295,23 @@ class _Worker(FrameProtocol):
         if not self.ready.done():
             self.ready.set_result(None)
 
+    def _stop_routing_then_kill(self) -> None:
+        """GOODBYE or a fatal ERROR: nothing new goes to the worker; it must exit within the
+        goodbye grace or be killed, so its requests end (WORKER_EXITED / the violation) and the
+        pool replaces it, never a hang (spec 8.4)."""
+        self.accepting = False
+        self.alive = False
+        if self.heartbeat_task is not None:
+            self.heartbeat_task.cancel()
+        if self.exit_grace is None:
+            self.exit_grace = self.pool.loop.call_later(_GOODBYE_GRACE, self._goodbye_grace_passed)
+
+    def _goodbye_grace_passed(self) -> None:
+        if not self.exited.done():
+            log.warning("worker %d (pid %d) did not exit within %.1fs of its GOODBYE or fatal "
+                        "error: killing it", self.worker_id, self.pid, _GOODBYE_GRACE)
+            self.kill(None)
+
     def _refuse(self, code: int, message: str) -> None:
         err = ProtocolError(code, f"worker pid {self.pid} refused: {message}")
         self._write(proto.encode_frame_parts(proto.ErrorFrame(0, code, message)))
@@ -287,11 +326,13 @@ class _Worker(FrameProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.last_heard = time.monotonic()
         conn = self.conn
+        if self.fatal_received:
+            return  # after ERROR id 0 nothing it sends counts (spec 8.4)
         results: list[Any] = []
         pool = self.pool
         pool._reading = True
+        held = conn.decoder.buffered + len(data)
         try:
             conn.feed(data)
             while True:
@@ -305,17 +346,29 @@ class _Worker(FrameProtocol):
                 if ev is None:
                     break
                 self._on_event(ev)
+                if self.fatal_received:
+                    break
         except ProtocolError as e:
             log.error("worker %d (pid %d): protocol violation %s", self.worker_id, self.pid, e)
             self._write(proto.encode_frame_parts(proto.ErrorFrame(0, e.code, e.message)))
             self._flush_out()
-            if not self.ready.done():  # e.g. VERSION_MISMATCH, BAD_MAGIC: start-up fails with it
-                self.ready.set_exception(e)
+            violation = error_from_code(ErrorCode.PROTOCOL_VIOLATION,
+                                        f"worker pid {self.pid} broke the protocol: {e}",
+                                        details={"protocol_code": e.code, "name": e.name})
+            if not self.ready.done():
+                # A handshake refusal (VERSION_MISMATCH, BAD_HANDSHAKE...) fails the start with
+                # its own code; any other violation (garbage, a 4 GiB length) is one.
+                self.ready.set_exception(e if e.code in _HANDSHAKE_CODES else violation)
                 self.ready.exception()
-            self.kill(error_from_code(ErrorCode.PROTOCOL_VIOLATION,
-                                      f"worker pid {self.pid} broke the protocol: {e}",
-                                      details={"protocol_code": e.code, "name": e.name}))
+            self.kill(violation)
         finally:
+            # The frame clock (spec 8.5): runs from the first byte of a frame still incomplete;
+            # a read that completed a frame restarts it, bytes of the same frame do not.
+            left = conn.decoder.buffered
+            if not left:
+                self.partial_since = None
+            elif left < held or self.partial_since is None:
+                self.partial_since = time.monotonic()
             pool._reading = False
             if pool._after_read:
                 runs, pool._after_read = pool._after_read, []
@@ -458,14 +511,20 @@ class _Worker(FrameProtocol):
             return
         if t == FrameType.ERROR:
             if ev.id == 0:
+                # Fatal for the connection (spec 8.4): nothing more is routed to it or read
+                # from it; it exits within the grace or is killed, and its requests end with
+                # this PROTOCOL_VIOLATION.
                 log.error("worker %d (pid %d) reports a fatal error: %s %s", self.worker_id,
                           self.pid, ev.code, ev.message)  # type: ignore[attr-defined]
-                self.failure = error_from_code(
+                self.failure = self.failure or error_from_code(
                     ErrorCode.PROTOCOL_VIOLATION, f"worker pid {self.pid} closed the connection: "
-                    f"{ev.message}", details={"protocol_code": ev.code})  # type: ignore[attr-defined]
+                    f"{ev.code} {ev.message}",  # type: ignore[attr-defined]
+                    details={"protocol_code": ev.code, "message": ev.message})  # type: ignore[attr-defined]
+                self.fatal_received = True
                 if not self.ready.done():
                     self.ready.set_exception(error_from_code(ev.code, ev.message))  # type: ignore[attr-defined]
                     self.ready.exception()
+                self._stop_routing_then_kill()
                 return
             req = self.requests.pop(ev.id, None)
             if req is not None:
@@ -498,11 +557,17 @@ class _Worker(FrameProtocol):
         if t == FrameType.HELLO:
             self._on_hello(ev)  # type: ignore[arg-type]
             return
-        if t == FrameType.GOODBYE:
-            self.accepting = False
-            self.alive = False
+        if t == FrameType.PONG:
+            # Answers its PING and every earlier one (a worker answers in order).
+            nonce = int.from_bytes(ev.nonce, "little")  # type: ignore[attr-defined]
+            pings = self.pings
+            while pings and pings[0][0] <= nonce:
+                pings.popleft()
             return
-        # PONG: last_heard is already updated; LATE: nothing to do.
+        if t == FrameType.GOODBYE:
+            self._stop_routing_then_kill()
+            return
+        # LATE: nothing to do.
 
     def _results(self, results: list[Any]) -> None:
         """Finish the requests of ``results`` (``id, body`` flat, from take_results)."""
@@ -524,7 +589,7 @@ class _Worker(FrameProtocol):
                 req.finish(value)
         if ended:
             self.served += ended
-            self.last_busy = self.last_heard
+            self.last_busy = time.monotonic()
             self.pool._requests_ended(self, ended)
 
     def _ended(self, req: _Request) -> None:
@@ -651,23 +716,45 @@ class _Worker(FrameProtocol):
     # -- supervision ----------------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
+        """PING every period and judge liveness by progress (spec 8.5): hung when the oldest
+        unanswered PING or an incomplete frame is older than 3 periods, whatever else arrives.
+        Judged four times a period, so a hang is seen within about 3.25 periods."""
         pool = self.pool
         period = pool.heartbeat_ms / 1000
-        nonce = itertools.count(1)
+        limit = 3 * period
+        tick = period / 4
+        nonce = 0
+        now = time.monotonic()
+        next_ping = now
         while self.alive:
-            await asyncio.sleep(period)
+            await asyncio.sleep(tick)
             if not self.alive:
                 return
-            silent = time.monotonic() - self.last_heard
-            if silent > 3 * period:
+            before, now = now, time.monotonic()
+            if now - before > period:
+                # This loop itself ran late (the parent was starved), so the reads were too:
+                # the worker is given a fresh start rather than blamed.
+                self.pings = collections.deque((n, now) for n, _ in self.pings)
+                if self.partial_since is not None:
+                    self.partial_since = now
+            why = None
+            if self.pings and now - self.pings[0][1] > limit:
+                why = f"no PONG for {now - self.pings[0][1]:.1f}s"
+            elif self.partial_since is not None and now - self.partial_since > limit:
+                why = f"a frame left incomplete for {now - self.partial_since:.1f}s"
+            if why is not None:
                 err = WorkerHung(ErrorCode.WORKER_HUNG,
-                                 f"worker pid {self.pid} silent for {silent:.1f}s "
-                                 f"(heartbeat {pool.heartbeat_ms} ms): killed")
+                                 f"worker pid {self.pid} hung: {why} (heartbeat "
+                                 f"{pool.heartbeat_ms} ms): killed")
                 log.error("%s", err)
                 self.kill(err)
                 return
-            self._send(proto.Ping(next(nonce).to_bytes(8, "little")))
-            pool._check_recycle(self)
+            if now >= next_ping:
+                next_ping = now + period
+                nonce += 1
+                self.pings.append((nonce, now))
+                self._send(proto.Ping(nonce.to_bytes(8, "little")))
+                pool._check_recycle(self)
 
     def kill(self, reason: WirepoolError | None, sig: int = signal.SIGKILL) -> None:
         """Stop the worker now (its whole process group); requests fail with ``reason``."""
@@ -738,6 +825,7 @@ class Stream:
         self.summary: Any = None
         self.row_count = 0
         self._done = False
+        self._undecodable = False
 
     def __aiter__(self) -> "Stream":
         return self
@@ -756,7 +844,7 @@ class Stream:
             batch = await self.next_batch()
             if batch is None:
                 raise StopAsyncIteration
-            self._rows = iter(batch.decode(self._decode, self._copy_rows))  # type: ignore[arg-type]
+            self._rows = iter(self._decode_rows(batch))
             for row in self._rows:
                 return row
 
@@ -767,11 +855,29 @@ class Stream:
             batch = await self.next_batch()
             if batch is None:
                 return
-            yield batch.decode(self._decode, self._copy_rows)  # type: ignore[arg-type]
+            yield self._decode_rows(batch)
+
+    def _decode_rows(self, batch: proto.Rows) -> list[Any]:
+        """The rows of ``batch``, decoded; a row the codec cannot decode ends the stream with
+        DECODE_FAILED (the request is cancelled: the rest is not wanted; the worker stays)."""
+        try:
+            return batch.decode(self._decode, self._copy_rows)  # type: ignore[arg-type]
+        except Exception as e:
+            # Only its text is kept: the codec's exception would pin the frame's buffers.
+            problem = str(e)
+        req = self._req
+        assert req is not None
+        self._undecodable = True
+        # May run in a SyncStream caller's thread: the cancel goes through the loop.
+        self._pool.loop.call_soon_threadsafe(self._abandon)
+        raise error_from_code(ErrorCode.DECODE_FAILED,
+                              f"cannot decode a row as {req.codec.name}: {problem}", id=req.id)
 
     async def next_batch(self) -> proto.Rows | None:
         """The next ROWS frame (undecoded rows), or None at the end. Raises the request's error."""
         req = await self._ensure()
+        if self._undecodable:
+            return None  # it already raised DECODE_FAILED: the stream is over
         while True:
             if req.frames:
                 frame = req.frames.popleft()
@@ -785,11 +891,15 @@ class Stream:
                 end = req.end
                 self._done = True
                 if end is not None and len(end.summary):
+                    problem = None
                     try:
                         self.summary = req.codec.decode(end.summary)
                     except Exception as e:
+                        problem = str(e)  # its text only: the exception would pin the buffer
+                    if problem is not None:
+                        self._undecodable = True  # raised once; the stream is over
                         raise error_from_code(ErrorCode.DECODE_FAILED,
-                                              f"cannot decode the summary: {e}", id=req.id) from e
+                                              f"cannot decode the summary: {problem}", id=req.id)
                 return None
             req.waiter = self._pool.loop.create_future()
             try:
@@ -933,9 +1043,9 @@ class AsyncPool:
         self._all: set[_Worker] = set()
         self._closed = False
         self._started = False
-        self._restart_times: collections.deque[float] = collections.deque()
+        self._death_times: collections.deque[float] = collections.deque()
         self._backoff = restart_backoff
-        self._broken: WirepoolError | None = None
+        self._gave_up: str | None = None  # why the pool stopped restarting, once it has
         # Callers waiting for a free slot (one future each, woken one per freed slot: no herd)
         # and lease callers waiting for an idle worker (woken together).
         self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -974,6 +1084,9 @@ class AsyncPool:
         self._all.add(w)
         try:
             await w.start()
+            if not w.alive:  # died between its HELLO and now: a failed start, not a worker
+                raise w.failure or WorkerExited(
+                    ErrorCode.WORKER_EXITED, f"worker pid {w.pid} died right after its HELLO")
         except BaseException:
             await asyncio.shield(w.reap())
             self._all.discard(w)
@@ -1063,8 +1176,9 @@ class AsyncPool:
         while True:
             if self._closed:
                 raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed")
-            if self._broken is not None and not any(w.accepting for w in self.workers):
-                raise self._broken
+            broken = self._broken()
+            if broken is not None:
+                raise broken
             if not self._slot_waiters or self._slot_waiters[0].done():
                 best = self._pick()
                 if best is not None:
@@ -1120,27 +1234,47 @@ class AsyncPool:
         w.drain(int(max(self.cancel_grace, 30.0) * 1000))
 
     def _worker_lost(self, w: _Worker) -> None:
-        if w in self.workers:
+        """A serving worker is gone. Only a worker in ``workers`` (it completed its handshake and
+        was not retired) is replaced here, once: a replacement that fails to start is retried by
+        its own :meth:`_replace`, so a slot never has two replacements and a death counts once."""
+        serving = w in self.workers
+        if serving:
             self.workers.remove(w)
         self.loop.create_task(self._forget_after_exit(w))
-        if self._closed or w.retiring:
+        if not serving or self._closed or w.retiring:
             return
-        # An unexpected death: restart with backoff, within the intensity limit.
+        if self._count_death(w.failure):
+            self.loop.create_task(self._replace(self._next_backoff()))
+
+    def _count_death(self, cause: BaseException | None) -> bool:
+        """Counts one unexpected death against the restart-intensity limit; False when the
+        limit is exceeded and the pool stops restarting."""
         now = time.monotonic()
-        self._restart_times.append(now)
-        while self._restart_times and now - self._restart_times[0] > self.restart_window:
-            self._restart_times.popleft()
-        if len(self._restart_times) > self.max_restarts:
-            self._broken = WorkerExited(
-                ErrorCode.WORKER_EXITED, f"restart intensity exceeded: more than "
-                f"{self.max_restarts} worker deaths within {self.restart_window}s; not restarting")
-            log.error("%s", self._broken)
-            self._capacity_changed()
-            return
+        deaths = self._death_times
+        deaths.append(now)
+        while deaths and now - deaths[0] > self.restart_window:
+            deaths.popleft()
+        if len(deaths) <= self.max_restarts:
+            self._counters["restarts"] += 1
+            return True
+        self._gave_up = (f"restart intensity exceeded: {len(deaths)} worker deaths within "
+                         f"{self.restart_window:g}s (max_restarts {self.max_restarts}); the pool "
+                         f"no longer restarts workers" + (f"; the last: {cause}" if cause else ""))
+        log.error("%s", self._gave_up)
+        self._capacity_changed()
+        return False
+
+    def _broken(self) -> WirepoolError | None:
+        """The error for a call while the pool has given up and no worker accepts: a fresh
+        exception per call, so a caller retrying in a loop does not grow one traceback."""
+        if self._gave_up is None or any(w.accepting for w in self.workers):
+            return None
+        return WorkerExited(ErrorCode.WORKER_EXITED, self._gave_up)
+
+    def _next_backoff(self) -> float:
         delay = self._backoff
         self._backoff = min(self._backoff * 2, self.restart_backoff_max)
-        self._counters["restarts"] += 1
-        self.loop.create_task(self._replace(delay))
+        return delay
 
     async def _forget_after_exit(self, w: _Worker) -> None:
         with contextlib.suppress(Exception):
@@ -1149,33 +1283,25 @@ class AsyncPool:
         self._all.discard(w)
 
     async def _replace(self, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
-        if self._closed:
-            return
-        try:
-            w = await self._spawn()
-        except WirepoolError as e:
-            log.error("could not start a replacement worker: %s", e)
-            self._worker_lost_start(e)
-            return
+        """Fill one slot: spawn until a worker serves, each failed start counted as a death."""
+        while True:
+            if delay:
+                await asyncio.sleep(delay)
+            if self._closed:
+                return
+            try:
+                w = await self._spawn()
+            except WirepoolError as e:
+                log.error("could not start a replacement worker: %s", e)
+                if self._closed or not self._count_death(e):
+                    return
+                delay = self._next_backoff()
+                continue
+            break
         # Healthy long enough: reset the backoff.
         await asyncio.sleep(min(self.restart_window, 10.0))
         if w.alive:
             self._backoff = self.restart_backoff
-
-    def _worker_lost_start(self, e: WirepoolError) -> None:
-        if self._closed:
-            return
-        now = time.monotonic()
-        self._restart_times.append(now)
-        if len(self._restart_times) > self.max_restarts:
-            self._broken = e
-            self._capacity_changed()
-            return
-        delay = self._backoff
-        self._backoff = min(self._backoff * 2, self.restart_backoff_max)
-        self.loop.create_task(self._replace(delay))
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -1207,7 +1333,7 @@ class AsyncPool:
         too. Cancelling the awaiting task sends CANCEL.
         """
         w = None
-        if not self._closed and self._broken is None and not self._slot_waiters:
+        if not self._closed and self._gave_up is None and not self._slot_waiters:
             w = self._pick()  # room now: no coroutine for the wait
         if w is None:
             w = await self._acquire()
@@ -1374,7 +1500,7 @@ class SyncStream:
             self._finished = True
             return False
         # Decode the whole frame here, in the caller's thread, in one tight loop.
-        self._rows = iter(batch.decode(self._stream._decode, self._stream._copy_rows))  # type: ignore[arg-type]
+        self._rows = iter(self._stream._decode_rows(batch))
         return True
 
     @property
@@ -1487,13 +1613,12 @@ class _MapRun:
                                          and not pool._slot_waiters[0].done()):
                 w = pool._pick()
             if w is None:
-                if pool._closed or (pool._broken is not None
-                                    and not any(w.accepting for w in pool.workers)):
-                    err = pool._broken if not pool._closed else PoolClosed(
-                        ErrorCode.POOL_CLOSED, "the pool is closed")
-                    while items:
+                if pool._closed or pool._broken() is not None:
+                    while items:  # each item its own exception: none shares a traceback
                         items.popleft()
-                        results.append(_Failed(err))  # type: ignore[arg-type]
+                        err = pool._broken() if not pool._closed else None
+                        results.append(_Failed(err or PoolClosed(ErrorCode.POOL_CLOSED,
+                                                                 "the pool is closed")))
                     break
                 if not self.waiting_slot:
                     self.waiting_slot = True
