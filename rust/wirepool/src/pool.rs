@@ -387,7 +387,7 @@ impl Pool {
             let mut best: Option<&Arc<Worker>> = None;
             for w in ready.iter() {
                 if w.state() == WorkerState::Ready
-                    && best.map_or(true, |b| w.in_flight() < b.in_flight())
+                    && best.is_none_or(|b| w.in_flight() < b.in_flight())
                 {
                     best = Some(w);
                 }
@@ -707,7 +707,7 @@ impl PoolInner {
                 if w.state() != WorkerState::Ready {
                     continue;
                 }
-                if best.map_or(true, |b| w.in_flight() < b.in_flight()) {
+                if best.is_none_or(|b| w.in_flight() < b.in_flight()) {
                     best = Some(w);
                 }
             }
