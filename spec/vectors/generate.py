@@ -1544,6 +1544,32 @@ def doc_error_codes() -> dict[str, int]:
             re.findall(r"^\|\s*(\d{3})\s*\|\s*([A-Z_0-9]+)\s*\|", text, re.M)}
 
 
+def constants_problems() -> list[str]:
+    """The generator's own constants against spec/constants.json (PROTOCOL.md section 18)."""
+    c = json.loads((HERE.parent / "constants.json").read_text(encoding="utf-8"))
+    lim = c["limits"]
+    types = {t["name"]: t for t in c["frame_types"]}
+    theirs = {
+        "frame types": {n: t["code"] for n, t in types.items()},
+        "error codes": {e["name"]: e["code"] for e in c["error_codes"]},
+        "MORE allowed": {n for n, t in types.items() if t["more_allowed"]},
+        "id 0 types": {n for n, t in types.items() if t["id"] == "zero"},
+        "id 0 or request types": {n for n, t in types.items() if t["id"] == "any"},
+        "limits": [lim["handshake_max_frame_size"], lim["min_max_frame_size"],
+                   lim["max_max_frame_size"], lim["max_credit"], lim["max_methods"],
+                   c["header"]["size"], c["flags"]["MORE"], c["magic"].encode(),
+                   c["protocol_version"], c["method_kinds"]],
+    }
+    ours = {
+        "frame types": TYPES, "error codes": ERROR_CODES, "MORE allowed": MORE_ALLOWED,
+        "id 0 types": CONNECTION_LEVEL, "id 0 or request types": ANY_ID,
+        "limits": [HANDSHAKE_FRAME_LIMIT, MIN_FRAME_LIMIT, MAX_FRAME_LIMIT, MAX_CREDIT,
+                   MAX_METHODS, HEADER.size, FLAG_MORE, MAGIC, PROTOCOL_VERSION, KINDS],
+    }
+    return [f"constants.json {what} differ from the generator's: {theirs[what]} != {ours[what]}"
+            for what in ours if theirs[what] != ours[what]]
+
+
 def annotate_payload(tname: str, field, s16) -> None:
     if tname == "HELLO":
         field(8, 'magic "WIREPOOL"')
@@ -1701,6 +1727,7 @@ def main() -> int:
     for name, code in ERROR_CODES.items():
         if doc_codes.get(name) != code:
             problems.append(f"error {name}={code} is not in PROTOCOL.md's tables as such")
+    problems += constants_problems()
     for p in problems:
         print(p, file=sys.stderr)
     print("ok" if not problems else f"{len(problems)} problem(s)")
