@@ -12,7 +12,8 @@
 //!   count, RSS or idle time (drained first, so no request fails), graceful [`Pool::shutdown`].
 //! - Every request ends in exactly one outcome; a worker's death gives each of its requests one
 //!   typed [`Error`] carrying the exit status or signal and the tail of its stderr.
-//! - [`Pool::metrics`]: per-worker counters and RSS, per-method latency percentiles.
+//! - [`Pool::metrics`]: per-worker counters and RSS, per-method latency percentiles; in the
+//!   Prometheus text format with [`PoolMetrics::to_prometheus`] ([`prometheus`]).
 //! - [`blocking::BlockingPool`]: the same for synchronous code.
 //!
 //! ```no_run
@@ -55,6 +56,7 @@ mod events;
 mod metrics;
 mod pending;
 mod pool;
+pub mod prometheus;
 // The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.
 use wirepool_io as socket;
 mod spawn;

@@ -77,8 +77,21 @@ impl LatencyHistogram {
             Duration::from_nanos(self.max_ns.load(Relaxed))
         };
         let sum = self.sum_ns.load(Relaxed);
+        // Cumulative counts at the exported bounds: a bucket counts below a bound only when its
+        // whole range does, so an observation up to ~19% under a bound may land in the next.
+        let mut buckets = Vec::with_capacity(LATENCY_BOUNDS_NS.len());
+        let (mut i, mut seen) = (0, 0);
+        for &bound in &LATENCY_BOUNDS_NS {
+            while i < BUCKETS && bucket_high(i) <= bound {
+                seen += counts[i];
+                i += 1;
+            }
+            buckets.push((Duration::from_nanos(bound), seen));
+        }
         LatencySnapshot {
             count,
+            sum: Duration::from_nanos(sum),
+            buckets,
             mean: Duration::from_nanos(sum.checked_div(count).unwrap_or(0)),
             p50: pct(0.50),
             p90: pct(0.90),
@@ -87,6 +100,34 @@ impl LatencyHistogram {
         }
     }
 }
+
+/// The upper bounds of [`LatencySnapshot::buckets`], in nanoseconds: 5 us to 5 min, the usual
+/// 1-2.5-5 steps (the `+Inf` bucket is `count`).
+const LATENCY_BOUNDS_NS: [u64; 23] = [
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    300_000_000_000,
+];
 
 /// Latency percentiles of one method (bucket upper bounds, so slightly pessimistic).
 ///
@@ -98,6 +139,12 @@ impl LatencyHistogram {
 pub struct LatencySnapshot {
     /// Number of completed calls or streams.
     pub count: u64,
+    /// Sum of their latencies.
+    pub sum: Duration,
+    /// A histogram: (upper bound, calls that took at most that long), cumulative, bounds from
+    /// 5 us to 5 min in 1-2.5-5 steps; `count` is the implicit last (infinite) bucket. A
+    /// call slightly (up to ~19%) under a bound may be counted in the next bucket only.
+    pub buckets: Vec<(Duration, u64)>,
     /// Mean latency.
     pub mean: Duration,
     /// Median.
@@ -238,5 +285,28 @@ mod tests {
         let p99 = s.p99.as_micros() as f64;
         assert!((990.0..=990.0 * 1.25).contains(&p99), "p99 {p99}");
         assert_eq!(s.max, Duration::from_micros(1000));
+        assert_eq!(s.sum, Duration::from_micros(500_500));
+        let at = |us: u64| {
+            s.buckets
+                .iter()
+                .find(|(b, _)| *b == Duration::from_micros(us))
+                .unwrap()
+                .1
+        };
+        // Never more than the true count at a bound; less only within a bucket's width.
+        for us in [5, 10, 25, 50, 100, 250, 500] {
+            assert!(
+                at(us) <= us && at(us) as f64 >= us as f64 / 1.25,
+                "{us}: {}",
+                at(us)
+            );
+        }
+        assert!(at(1000) >= 800 && at(1000) <= 1000);
+        assert_eq!(at(2500), 1000);
+        assert!(s
+            .buckets
+            .windows(2)
+            .all(|w| w[0].1 <= w[1].1 && w[0].0 < w[1].0));
+        assert_eq!(s.buckets.last().unwrap().1, 1000);
     }
 }
