@@ -1,0 +1,501 @@
+"""The Python parent's soak driver (``wirepool.AsyncPool``): mixed load on a pool of conformance
+workers while their processes are killed and stopped at random, then a pool whose replacements
+keep failing. It measures and prints one JSON line (the summary); ``conformance/test_soak.py``
+holds the invariants and asserts them on the summary. The Rust parent's driver
+(``rust/wirepool-conformance/src/bin/soak_parent.rs``) does the same, step for step.
+
+    soak_parent.py --seed N [--seconds S] [--workers W] [--max-restarts R] [--fail-fast-seconds F]
+                   -- WORKER COMMAND...
+
+Part 1, the soak (``seconds``): ``LOAD_TASKS`` tasks each run random operations back to back:
+``add`` calls (result checked), ``decls`` streams (row i must be row number i, the summary the
+row count; some closed early), bursts of ``BURST`` calls at once, ``map`` runs, ``sleep`` calls
+past their deadline, ``fail`` calls. Meanwhile a chaos task picks one of our child processes
+(the workers, starting or serving) every 50-400 ms and SIGKILLs it, or SIGSTOPs it and SIGCONTs
+it 50-600 ms later, or SIGSTOPs it for good (the heartbeat must find it). Every operation's
+outcome is counted once by kind (``ok`` or the error code's name); an operation with no outcome
+within ``OP_BOUND_S`` counts as ``no_outcome``. When the time is up, the chaos stops, the load
+finishes, and within ``SETTLE_S`` the pool must have exactly ``workers`` live processes (our
+children, zombies excluded), the pool's own list of pids must be the same set, ``workers``
+leases held at once must answer ``whoami`` with those distinct pids, and the pool must serve.
+After ``close()``: no child left, file descriptors back to their count before the pool.
+
+Part 2, the restart limit: a pool of one worker started through ``fail_after.py`` (only the
+first process is a real worker; every replacement exits before its HELLO) with ``max_restarts``
+R. Its worker is killed; the pool must try exactly R replacements (R + 1 deaths: the kill and R
+failed starts) and give up; calls then fail at once (for ``fail_fast_seconds``) with one typed
+error and no memory growth.
+
+The seed fixes every random choice (the schedule still depends on timing); it is in the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import wirepool
+
+HERE = Path(__file__).resolve().parent
+LOAD_TASKS = 6
+BURST = 48  # calls at once in a burst (the pool's max_in_flight is 32 per worker)
+MAP_ITEMS = 64
+OP_BOUND_S = 30.0  # an operation without an outcome by then is a hang
+SETTLE_S = 15.0  # after the chaos: the pool back to `workers` live workers
+LIVE_HOLD_S = 0.5  # the live count must hold this long (a late extra replacement shows up)
+HEARTBEAT_MS = 250
+CHAOS_CODES = {"WORKER_EXITED", "WORKER_HUNG"}  # what a killed or stopped worker's requests get
+TRIP_BOUND_S = 20.0  # from the kill to the pool giving up
+GAVE_UP = "restart intensity exceeded"  # what a pool that gave up says (both parents)
+SAMPLES = 8  # unexpected outcomes kept verbatim in the summary
+
+
+def log(msg: str) -> None:
+    print(f"soak_parent.py: {msg}", file=sys.stderr, flush=True)
+
+
+def status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def children() -> dict[int, str]:
+    """Our child processes that have not exited (zombies excluded), with their state letter
+    (``T`` for a stopped one)."""
+    me, found = os.getpid(), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after the command name
+        if int(fields[1]) == me and fields[0] != "Z":
+            found[int(entry)] = fields[0]
+    return found
+
+
+def outcome_of(e: BaseException) -> str:
+    """An error's outcome name: its code's name if typed, else ``untyped:<class>``."""
+    if isinstance(e, wirepool.WirepoolError):
+        return e.name
+    return f"untyped:{type(e).__name__}"
+
+
+class Soak:
+    def __init__(self, pool: wirepool.AsyncPool, rng: random.Random) -> None:
+        self.pool = pool
+        self.rng = rng
+        self.outcomes: Counter[str] = Counter()
+        self.by_op: dict[str, Counter[str]] = {}
+        self.unexpected: list[str] = []
+        self.rows: Counter[str] = Counter()  # streams, total (rows), complete, closed_early...
+        self.actions: Counter[str] = Counter()  # kill, stop_cont, stop_left
+        self.running = True
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def record(self, op: str, outcome: str, allowed: set[str], detail: str = "") -> None:
+        """One operation's single outcome; an outcome outside ``allowed`` is unexpected."""
+        self.outcomes[outcome] += 1
+        self.by_op.setdefault(op, Counter())[outcome] += 1
+        if outcome not in allowed:
+            self.outcomes["unexpected"] += 1
+            if len(self.unexpected) < SAMPLES:
+                self.unexpected.append(f"{op}: {outcome}: {detail}"[:400])
+
+    async def bounded(self, op: str, coro: Any, allowed: set[str]) -> None:
+        """Runs one operation, which records its own outcome, within OP_BOUND_S."""
+        try:
+            await asyncio.wait_for(coro, OP_BOUND_S)
+        except asyncio.TimeoutError:
+            self.record(op, "no_outcome", allowed, f"no outcome within {OP_BOUND_S}s")
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def op_add(self, i: int, op: str = "add") -> None:
+        allowed = {"ok"} | CHAOS_CODES
+        try:
+            got = await self.pool.call("add", {"a": i, "b": 2 * i})
+        except Exception as e:  # noqa: BLE001 - every outcome is counted, typed or not
+            self.record(op, outcome_of(e), allowed, str(e))
+            return
+        self.record(op, "ok" if got == {"sum": 3 * i} else "wrong_result", allowed,
+                    f"add {i} answered {got!r}")
+
+    async def op_burst(self) -> None:
+        base = self.rng.randrange(1 << 20)
+        await asyncio.gather(*(self.op_add(base + k, "burst_call") for k in range(BURST)))
+
+    async def op_map(self) -> None:
+        """A map counts as one operation: every result in order, or the first error."""
+        allowed = {"ok"} | CHAOS_CODES
+        base = self.rng.randrange(1 << 20)
+        k = 0
+        try:
+            async for got in self.pool.map("add", ({"a": base + j, "b": 2 * (base + j)}
+                                                   for j in range(MAP_ITEMS))):
+                if got != {"sum": 3 * (base + k)}:
+                    self.record("map", "wrong_result", allowed, f"item {k} answered {got!r}")
+                    return
+                k += 1
+        except Exception as e:  # noqa: BLE001
+            self.record("map", outcome_of(e), allowed, str(e))
+            return
+        self.record("map", "ok" if k == MAP_ITEMS else "wrong_result", allowed,
+                    f"{k} of {MAP_ITEMS} results")
+
+    async def op_stream(self, close_after: int | None) -> None:
+        """``decls``: row k must be row number k (nothing lost or repeated), then the summary;
+        with ``close_after``, the stream is closed after that many rows."""
+        op = "stream" if close_after is None else "stream_closed_early"
+        allowed = {"ok"} | CHAOS_CODES
+        n = self.rng.randint(1, 3000)
+        stream = self.pool.stream("decls", {"n": n})
+        self.rows["streams"] += 1
+        k = 0
+        try:
+            async for row in stream:
+                if row != {"i": k, "name": f"decl_{k}", "kind": "theorem"}:
+                    self.rows["seq_errors"] += 1
+                    self.record(op, "wrong_row", allowed, f"row {k} of {n} was {row!r}")
+                    await stream.aclose()
+                    return
+                k += 1
+                self.rows["total"] += 1
+                if close_after is not None and k >= close_after:
+                    await stream.aclose()
+                    self.rows["closed_early"] += 1
+                    self.record(op, "ok", allowed)
+                    return
+            # A second read of an ended stream yields nothing new.
+            async for row in stream:
+                self.record(op, "read_after_end", allowed, f"got {row!r}")
+                return
+        except Exception as e:  # noqa: BLE001
+            self.rows["broken"] += 1
+            self.record(op, outcome_of(e), allowed, f"after {k} of {n} rows: {e}")
+            return
+        if k != n or stream.summary != {"rows": n}:
+            self.rows["seq_errors"] += 1
+            self.record(op, "wrong_rows", allowed, f"{k} of {n} rows, summary {stream.summary!r}")
+            return
+        self.rows["complete"] += 1
+        self.record(op, "ok", allowed)
+
+    async def op_deadline(self) -> None:
+        allowed = {"DEADLINE_EXCEEDED"} | CHAOS_CODES
+        ms = self.rng.randint(300, 600)
+        try:
+            got = await self.pool.call("sleep", ms, timeout=0.1)
+        except Exception as e:  # noqa: BLE001
+            self.record("deadline", outcome_of(e), allowed, str(e))
+            return
+        self.record("deadline", "ok", allowed, f"sleep {ms} with a 100 ms deadline gave {got!r}")
+
+    async def op_fail(self) -> None:
+        allowed = {"HANDLER_ERROR"} | CHAOS_CODES
+        try:
+            got = await self.pool.call("fail", None)
+        except Exception as e:  # noqa: BLE001
+            self.record("fail", outcome_of(e), allowed, str(e))
+            return
+        self.record("fail", "ok", allowed, f"fail answered {got!r}")
+
+    async def load(self) -> None:
+        rng = self.rng
+        while self.running:
+            r = rng.random()
+            if r < 0.30:
+                await self.bounded("add", self.op_add(rng.randrange(1 << 30)), {"ok"})
+            elif r < 0.55:
+                await self.bounded("stream", self.op_stream(None), {"ok"})
+            elif r < 0.62:
+                await self.bounded("stream_closed_early",
+                                   self.op_stream(rng.randint(1, 200)), {"ok"})
+            elif r < 0.75:
+                await self.bounded("burst", self.op_burst(), {"ok"})
+            elif r < 0.85:
+                await self.bounded("map", self.op_map(), {"ok"})
+            elif r < 0.95:
+                await self.bounded("deadline", self.op_deadline(), {"DEADLINE_EXCEEDED"})
+            else:
+                await self.bounded("fail", self.op_fail(), {"HANDLER_ERROR"})
+
+    # -- chaos ------------------------------------------------------------------------------
+
+    def cont(self, pid: int) -> None:
+        if pid in children():  # still ours (not reaped and reused)
+            with_lookup(os.kill, pid, signal.SIGCONT)
+
+    async def chaos(self) -> None:
+        rng = self.rng
+        loop = asyncio.get_running_loop()
+        while self.running:
+            await asyncio.sleep(rng.uniform(0.05, 0.4))
+            kids = sorted(children())
+            if not kids or not self.running:
+                continue
+            pid = rng.choice(kids)
+            r = rng.random()
+            if r < 0.5:
+                with_lookup(os.kill, pid, signal.SIGKILL)
+                self.actions["kill"] += 1
+            elif r < 0.8:
+                with_lookup(os.kill, pid, signal.SIGSTOP)
+                loop.call_later(rng.uniform(0.05, 0.6), self.cont, pid)
+                self.actions["stop_cont"] += 1
+            else:
+                with_lookup(os.kill, pid, signal.SIGSTOP)
+                self.actions["stop_left"] += 1
+
+
+def with_lookup(kill: Any, pid: int, sig: int) -> None:
+    try:
+        kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+async def settle_live(want: int, pool_pids: Any) -> dict[str, Any]:
+    """Waits (bounded) for exactly ``want`` live, running children held for LIVE_HOLD_S, which
+    must be the pool's own pids; returns what it saw."""
+    started = time.monotonic()
+    deadline = started + SETTLE_S
+    seen: dict[int, str] = {}
+    while True:
+        seen = children()
+        running = sorted(p for p, st in seen.items() if st != "T")
+        if len(seen) == want and len(running) == want and sorted(pool_pids()) == running:
+            held_until = time.monotonic() + LIVE_HOLD_S
+            while time.monotonic() < held_until and children() == seen:
+                await asyncio.sleep(0.05)  # polling /proc: nothing to wait on
+            if children() == seen:
+                return {"settled": True, "after_s": round(time.monotonic() - started, 3),
+                        "live_pids": sorted(seen), "pool_pids": sorted(pool_pids())}
+        if time.monotonic() >= deadline:
+            return {"settled": False, "after_s": round(time.monotonic() - started, 3),
+                    "live_pids": sorted(seen), "stopped_pids": sorted(
+                        p for p, st in seen.items() if st == "T"),
+                    "pool_pids": sorted(pool_pids())}
+        await asyncio.sleep(0.05)  # polling /proc, bounded by the deadline
+
+
+def alive_pids(pool: wirepool.AsyncPool) -> list[int]:
+    return [w["pid"] for w in pool.metrics()["workers"] if w["alive"]]
+
+
+async def lease_pids(pool: wirepool.AsyncPool, n: int) -> list[int]:
+    """``n`` leases held at once, each answering ``whoami``: the pids of n serving workers."""
+    pids: list[int] = []
+    release = asyncio.Event()
+    held = 0
+    all_held = asyncio.Event()
+
+    async def one() -> None:
+        nonlocal held
+        async with pool.lease() as lease:
+            pids.append(await lease.call("whoami", None))
+            held += 1
+            if held == n:
+                all_held.set()
+            await release.wait()
+
+    tasks = [asyncio.ensure_future(one()) for _ in range(n)]
+    try:
+        await asyncio.wait_for(all_held.wait(), 10.0)
+    finally:
+        release.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return sorted(pids)
+
+
+async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random) -> dict[str, Any]:
+    fds_before = open_fds()
+    pool = wirepool.AsyncPool(worker, workers=args.workers, codec="json", max_in_flight=32,
+                              heartbeat_ms=HEARTBEAT_MS, startup_timeout=10.0,
+                              max_restarts=100_000, restart_window=60.0,
+                              restart_backoff=0.01, restart_backoff_max=0.2)
+    await pool.start()
+    out: dict[str, Any] = {}
+    try:
+        for i in range(200):  # warm up before the memory baseline
+            await pool.call("add", {"a": i, "b": 2 * i})
+        gc.collect()
+        rss_before = status_mb("VmRSS")
+        s = Soak(pool, rng)
+        started = time.monotonic()
+        chaos = asyncio.ensure_future(s.chaos())
+        loads = [asyncio.ensure_future(s.load()) for _ in range(LOAD_TASKS)]
+        await asyncio.sleep(args.seconds)  # the soak's duration: load and chaos run meanwhile
+        s.running = False
+        await chaos
+        await asyncio.gather(*loads)
+        load_s = time.monotonic() - started
+        log(f"load done after {load_s:.1f}s: {dict(s.outcomes)}; chaos {dict(s.actions)}")
+        live = await settle_live(args.workers, lambda: alive_pids(pool))
+        try:
+            live["lease_pids"] = await lease_pids(pool, args.workers)
+        except Exception as e:  # noqa: BLE001
+            live["lease_error"] = f"{type(e).__name__}: {e}"
+        health: Counter[str] = Counter()
+        for i in range(50):
+            try:
+                ok = await asyncio.wait_for(pool.call("add", {"a": i, "b": 2 * i}), 10.0)
+                health["ok" if ok == {"sum": 3 * i} else "wrong_result"] += 1
+            except Exception as e:  # noqa: BLE001
+                health[outcome_of(e)] += 1
+        live["health"] = dict(health)
+        live["in_flight"] = sum(w["in_flight"] for w in pool.metrics()["workers"])
+        gc.collect()
+        rss_after = status_mb("VmRSS")
+        out.update({
+            "load_s": round(load_s, 2),
+            "requests": {"total": sum(v for k, v in s.outcomes.items() if k != "unexpected"),
+                         "by_outcome": dict(s.outcomes),
+                         "by_op": {k: dict(v) for k, v in sorted(s.by_op.items())},
+                         "unexpected_samples": s.unexpected},
+            "rows": {k: s.rows[k] for k in ("total", "streams", "complete", "closed_early",
+                                            "broken", "seq_errors")},
+            "chaos": {k: s.actions[k] for k in ("kill", "stop_cont", "stop_left")},
+            "final": live,
+            "memory_mb": {"before": round(rss_before, 1), "after": round(rss_after, 1)},
+        })
+    finally:
+        await asyncio.wait_for(pool.close(grace=2.0), 30.0)
+    out["children_after_close"] = await no_children()
+    out["fds"] = {"before": fds_before, "after": open_fds()}
+    return out
+
+
+async def no_children() -> list[int]:
+    """Our children left after the pool closed (bounded wait for them to be reaped)."""
+    deadline = time.monotonic() + 5.0
+    while children() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # polling /proc, bounded
+    return sorted(children())
+
+
+async def restart_limit(args: argparse.Namespace, worker: list[str]) -> dict[str, Any]:
+    r = args.max_restarts
+    with tempfile.TemporaryDirectory(prefix="wirepool-soak-") as state:
+        argv = [sys.executable, str(HERE / "fail_after.py"), state, "1", "--", *worker]
+        pool = wirepool.AsyncPool(argv, workers=1, codec="json", heartbeat_ms=HEARTBEAT_MS,
+                                  max_restarts=r, restart_window=60.0,
+                                  restart_backoff=0.01, restart_backoff_max=0.1)
+        await pool.start()
+        out: dict[str, Any] = {"max_restarts": r}
+        try:
+            first = await pool.call("whoami", None)
+            killed_at = time.monotonic()
+            os.kill(first, signal.SIGKILL)
+            # Calls wait while the slot is being refilled (one sent before the pool saw the
+            # kill fails with it); once the pool gives up, they fail saying so.
+            trip: BaseException | None = None
+            before: Counter[str] = Counter()
+            while time.monotonic() - killed_at < TRIP_BOUND_S:
+                try:
+                    await asyncio.wait_for(pool.call("add", {"a": 1, "b": 2}), TRIP_BOUND_S)
+                    before["ok"] += 1
+                except Exception as e:  # noqa: BLE001 - untyped errors are recorded as such
+                    if GAVE_UP in str(e):
+                        trip = e
+                        break
+                    before[outcome_of(e)] += 1
+            out["trip_s"] = round(time.monotonic() - killed_at, 3)
+            out["before_trip"] = dict(before)
+            out["error"] = outcome_of(trip) if trip is not None else "none"
+            out["message"] = str(trip)[:300] if trip is not None else ""
+            del trip
+            # Anything the pool would still start shows up within a few backoffs.
+            await asyncio.sleep(1.0)  # the time a late spawn gets to appear, not a sync point
+            out["spawns"] = len(os.listdir(state))
+            out["live_after_trip"] = sorted(children())
+            codes: Counter[str] = Counter()
+            slowest = 0.0
+            calls = 0
+
+            async def fail_once() -> None:
+                nonlocal slowest, calls
+                t = time.monotonic()
+                try:
+                    await asyncio.wait_for(pool.call("add", {"a": 1, "b": 2}), 5.0)
+                    codes["ok"] += 1
+                except Exception as e:  # noqa: BLE001
+                    codes[outcome_of(e)] += 1
+                slowest = max(slowest, time.monotonic() - t)
+                calls += 1
+
+            for _ in range(500):  # warm up before the memory baseline
+                await fail_once()
+            gc.collect()
+            rss_before = status_mb("VmRSS")
+            started = time.monotonic()
+            while time.monotonic() - started < args.fail_fast_seconds:
+                for _ in range(100):
+                    await fail_once()
+            gc.collect()
+            rss_after = status_mb("VmRSS")
+            out.update({"fail_fast": {"calls": calls, "outcomes": dict(codes),
+                                      "max_call_ms": round(slowest * 1000, 2),
+                                      "calls_per_s": round(calls / (time.monotonic() - started
+                                                                    + 1e-9)),
+                                      "rss_before_mb": round(rss_before, 1),
+                                      "rss_after_mb": round(rss_after, 1)},
+                        "spawns_after_calls": len(os.listdir(state))})
+        finally:
+            await asyncio.wait_for(pool.close(grace=1.0), 30.0)
+        out["children_after_close"] = await no_children()
+    return out
+
+
+async def main_async(args: argparse.Namespace, worker: list[str]) -> dict[str, Any]:
+    with open("/proc/self/clear_refs", "w") as f:  # VmHWM from here
+        f.write("5")
+    rng = random.Random(args.seed)
+    summary: dict[str, Any] = {"parent": "python", "worker": worker, "seed": args.seed,
+                               "seconds": args.seconds, "workers": args.workers}
+    started = time.monotonic()
+    summary.update(await soak(args, worker, rng))
+    summary["restart_limit"] = await restart_limit(args, worker)
+    summary["memory_mb"]["peak"] = round(status_mb("VmHWM"), 1)
+    summary["elapsed_s"] = round(time.monotonic() - started, 2)
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--max-restarts", type=int, default=5)
+    ap.add_argument("--fail-fast-seconds", type=float, default=2.0)
+    ap.add_argument("worker", nargs="+", help="the worker command, after --")
+    args = ap.parse_args()
+    log(f"seed {args.seed}")
+    summary = asyncio.run(main_async(args, args.worker))
+    print(json.dumps(summary, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

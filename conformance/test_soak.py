@@ -1,0 +1,485 @@
+"""The soak: every parent's soak driver against every conformance worker, with worker processes
+killed and stopped at random under mixed load, then a pool whose replacements keep failing.
+
+A driver (``soak/soak_parent.py`` for the Python parent, ``soak_parent`` of
+``wirepool-conformance`` for the Rust one; the procedure is in the Python driver's docstring)
+runs both parts and prints one JSON summary line: requests by outcome, rows, chaos actions,
+the final live workers, memory, descriptors, and the restart limit's figures. The invariants
+live here, one test per invariant and pair, so a failure names what broke and where:
+
+- every request ends in exactly one typed outcome (a result, the expected error, or the chaos's
+  WORKER_EXITED / WORKER_HUNG), none hangs; the pool ends with nothing in flight;
+- no row lost or repeated within a stream (row k is row number k; a complete stream has every
+  row and the summary);
+- once the chaos stops, exactly ``workers`` live worker processes (distinct pids, zombies and
+  stopped ones excluded, held 0.5 s), the same set as the pool's own and as ``workers`` leases
+  held at once answer with ``whoami``; the pool serves;
+- no descriptor or process leak (after ``close()``, and after the driver exits);
+- parent memory bounded (peak, and growth over the soak);
+- with ``max_restarts`` R and every replacement failing before its HELLO, the pool starts
+  exactly R replacements (R + 1 deaths, each counted once) and gives up saying "restart
+  intensity exceeded"; calls then fail at once with one typed error and flat memory.
+
+Each pair runs once per session (the two parents at once, each parent's pairs one after the
+other: about a minute in all). ``SOAK_SECONDS`` (default 20) sets the chaos phase of each pair;
+``SOAK_SEED`` replays a seed (every failure message prints the seed and the command).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import test_matrix as matrix
+
+HERE = Path(__file__).resolve().parent
+SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "20"))
+SOAK_SEED = os.environ.get("SOAK_SEED")
+WORKERS = 3
+MAX_RESTARTS = 5
+FAIL_FAST_SECONDS = 2.0
+RUN_TIMEOUT_S = SOAK_SECONDS + 150  # one driver run: soak, settle, restart limit, shutdowns
+
+# Each parent's soak driver, followed by its options and ``-- WORKER COMMAND``.
+DRIVERS = {
+    "rust": ["{cargo_target}/debug/soak_parent", "--python", "{python}",
+             "--fail-after", "{repo}/conformance/soak/fail_after.py"],
+    "python": ["{python}", "{repo}/conformance/soak/soak_parent.py"],
+}
+PARENTS = [lang["name"] for lang in matrix.LANGUAGES
+           if "parent" in lang and lang["name"] in DRIVERS]
+WORKER_LANGS = [lang["name"] for lang in matrix.LANGUAGES if "worker" in lang]
+PAIRS = [(p, w) for p in PARENTS for w in WORKER_LANGS]
+IDS = [matrix.pair_id(p, w) for p, w in PAIRS]
+
+# Bounds (MB): a parent's peak RSS over both parts, its growth over the soak (allocator and
+# caches settle, a leak per request does not), and over >= 2 s of calls on a pool that gave up.
+PEAK_RSS_MB = {"python": 300.0, "rust": 100.0}
+SOAK_GROWTH_MB = 48.0
+FAIL_FAST_GROWTH_MB = 4.0
+MIN_FAIL_FAST_CALLS = 1000  # in FAIL_FAST_SECONDS: a pool that waits on each call cannot
+MAX_FAIL_FAST_CALL_MS = 1000.0  # far below any start-up or heartbeat wait
+GAVE_UP = "restart intensity exceeded"
+CHAOS_CODES = {"WORKER_EXITED", "WORKER_HUNG"}
+
+pytestmark = pytest.mark.timeout(matrix.BUILD_TIMEOUT_S + 2 * RUN_TIMEOUT_S + 120)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the drivers
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SoakRun:
+    parent: str
+    worker: str
+    seed: int
+    argv: list[str] = field(default_factory=list)
+    error: str | None = None  # the driver could not run, hung, or printed no summary
+    returncode: int | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    stderr_tail: str = ""
+    leaked: list[tuple[int, str]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def replay(self) -> str:
+        return (f"seed {self.seed}; replay: SOAK_SEED={self.seed} SOAK_SECONDS={SOAK_SECONDS:g} "
+                f"pytest conformance/test_soak.py -k '{matrix.pair_id(self.parent, self.worker)}'"
+                f" (driver: {' '.join(self.argv)})")
+
+
+def run_driver(parent: str, worker: str, seed: int) -> SoakRun:
+    """One soak driver run, in its own session with a hard time bound; every process it started
+    is found afterwards by an inherited environment marker and killed."""
+    run = SoakRun(parent, worker, seed)
+    for lang in dict.fromkeys((parent, worker)):
+        error = matrix.build(lang)
+        if error is not None:
+            run.error = f"{lang}: {error}"
+            return run
+    worker_argv = matrix.expand(matrix.BY_NAME[worker]["worker"])
+    run.argv = [*matrix.expand(DRIVERS[parent]), "--seed", str(seed), "--seconds",
+                f"{SOAK_SECONDS:g}", "--workers", str(WORKERS), "--max-restarts",
+                str(MAX_RESTARTS), "--fail-fast-seconds", f"{FAIL_FAST_SECONDS:g}", "--",
+                *worker_argv]
+    for path in (run.argv[0], run.argv[1], worker_argv[0]):
+        if path.startswith("/") and not Path(path).exists():
+            run.error = f"{path} does not exist"
+            return run
+    marker = uuid.uuid4().hex
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(run.argv, cwd=matrix.REPO,
+                                    env={**os.environ, matrix.MARKER_ENV: marker},
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
+        except OSError as e:
+            run.error = f"cannot start the {parent} soak driver: {e}"
+            return run
+        try:
+            run.returncode = proc.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            run.error = f"the driver did not finish within {RUN_TIMEOUT_S:g}s (killed)"
+        finally:
+            run.wall_s = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        lines = out.read().decode(errors="replace").splitlines()
+        run.stderr_tail = err.read().decode(errors="replace")[-3000:]
+    deadline = time.monotonic() + matrix.LEAK_WAIT_S
+    while matrix.marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)  # bounded wait for asynchronous parent-death signals, not a sync point
+    run.leaked = matrix.marked_processes(marker)
+    matrix.kill_marked(marker)
+    if run.error is None:
+        if len(lines) != 1:
+            run.error = f"expected one summary line on stdout, got {len(lines)}: {lines[:3]}"
+        else:
+            try:
+                run.summary = json.loads(lines[0])
+            except ValueError as e:
+                run.error = f"the summary is not JSON ({e}): {lines[0][:300]}"
+    print(f"soak {matrix.pair_id(parent, worker)}: {run.replay()}: "
+          f"{json.dumps(figures(run.summary)) if run.summary else run.error}", flush=True)
+    return run
+
+
+def figures(s: dict[str, Any]) -> dict[str, Any]:
+    """The figures a report quotes: requests by outcome, rows, kills, live workers, memory."""
+    rl = s.get("restart_limit", {})
+    return {"requests": s.get("requests", {}).get("by_outcome"), "rows": s.get("rows"),
+            "chaos": s.get("chaos"), "live_pids": s.get("final", {}).get("live_pids"),
+            "memory_mb": s.get("memory_mb"), "fds": s.get("fds"),
+            "restart_limit": {k: rl.get(k) for k in ("spawns", "trip_s", "error")},
+            "fail_fast": rl.get("fail_fast"), "elapsed_s": s.get("elapsed_s")}
+
+
+_runs: dict[tuple[str, str], SoakRun] = {}
+_lock = threading.Lock()
+
+
+def soak_run(parent: str, worker: str) -> SoakRun:
+    """Every pair's run, started on first use: the parents at once, each parent's pairs one
+    after the other (a parent's soak is about a minute)."""
+    with _lock:
+        if not _runs:
+            for lang in dict.fromkeys(PARENTS + WORKER_LANGS):  # builds share a target dir
+                matrix.build(lang)
+            base = int(SOAK_SEED) if SOAK_SEED else random.randrange(1 << 31)
+            results: dict[tuple[str, str], SoakRun] = {}
+
+            def one_parent(p: str) -> None:
+                for k, w in enumerate(WORKER_LANGS):
+                    results[(p, w)] = run_driver(p, w, base + k)
+
+            threads = [threading.Thread(target=one_parent, args=(p,)) for p in PARENTS]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            _runs.update(results)
+    return _runs[(parent, worker)]
+
+
+def summary_of(parent: str, worker: str) -> tuple[SoakRun, dict[str, Any]]:
+    run = soak_run(parent, worker)
+    if run.error is not None or not run.summary:
+        pytest.fail(f"{matrix.pair_id(parent, worker)}: {run.error} (exit {run.returncode}); "
+                    f"{run.replay()}\ndriver stderr tail:\n{run.stderr_tail}")
+    return run, run.summary
+
+
+# ---------------------------------------------------------------------------------------------
+# The invariants, as checks of a summary (each returns its problems; none means it holds)
+# ---------------------------------------------------------------------------------------------
+
+
+def check_outcomes(s: dict[str, Any]) -> list[str]:
+    problems = []
+    req = s["requests"]
+    by_outcome: dict[str, int] = req["by_outcome"]
+    if req["total"] < 100:
+        problems.append(f"only {req['total']} requests: the soak did not run")
+    if by_outcome.get("unexpected", 0):
+        problems.append(f"{by_outcome['unexpected']} requests ended in an unexpected outcome "
+                        f"(first ones: {req['unexpected_samples']})")
+    for bad in ("no_outcome", "read_after_end"):
+        if by_outcome.get(bad, 0):
+            problems.append(f"{by_outcome[bad]} requests: {bad}")
+    untyped = {k: v for k, v in by_outcome.items() if k.startswith("untyped:")}
+    if untyped:
+        problems.append(f"untyped errors: {untyped}")
+    per_op = sum(sum(v.values()) for v in req["by_op"].values())
+    if per_op != req["total"]:
+        problems.append(f"{per_op} outcomes by operation but {req['total']} in all")
+    chaos = s["chaos"]
+    if min(chaos.get(k, 0) for k in ("kill", "stop_cont", "stop_left")) < 1:
+        problems.append(f"the chaos did not do each of its actions: {chaos}")
+    if s["final"].get("in_flight") != 0:
+        problems.append(f"{s['final'].get('in_flight')} requests still in flight at the pool "
+                        f"after every caller had its outcome")
+    return problems
+
+
+def check_rows(s: dict[str, Any]) -> list[str]:
+    problems = []
+    rows = s["rows"]
+    if rows["seq_errors"]:
+        problems.append(f"{rows['seq_errors']} streams lost, repeated or reordered rows "
+                        f"(samples: {s['requests']['unexpected_samples']})")
+    if rows["complete"] < 1 or rows["total"] < 1:
+        problems.append(f"no stream completed: {rows}")
+    ended = sum(sum(s["requests"]["by_op"].get(op, {}).values())
+                for op in ("stream", "stream_closed_early"))
+    if ended != rows["streams"]:
+        problems.append(f"{rows['streams']} streams started but {ended} outcomes")
+    return problems
+
+
+def check_live_workers(s: dict[str, Any]) -> list[str]:
+    problems = []
+    final, want = s["final"], s["workers"]
+    live = final.get("live_pids", [])
+    if not final.get("settled"):
+        problems.append(f"{final.get('after_s')}s after the chaos stopped: live worker processes "
+                        f"{live} (stopped: {final.get('stopped_pids')}), the pool's "
+                        f"{final.get('pool_pids')}; expected {want} running, held 0.5 s")
+    if len(set(live)) != want:
+        problems.append(f"{len(set(live))} distinct live worker pids {live}, expected {want}")
+    if final.get("pool_pids") != live:
+        problems.append(f"the pool's pids {final.get('pool_pids')} are not the live {live}")
+    if final.get("lease_pids") != live:
+        problems.append(f"{want} leases held at once answered whoami with "
+                        f"{final.get('lease_pids', final.get('lease_error'))}, not the live {live}")
+    if final.get("health") != {"ok": 50}:
+        problems.append(f"after the chaos, 50 calls ended {final.get('health')}")
+    return problems
+
+
+def check_no_leaks(s: dict[str, Any]) -> list[str]:
+    problems = []
+    if s["children_after_close"]:
+        problems.append(f"child processes left after close(): {s['children_after_close']}")
+    if s["restart_limit"]["children_after_close"]:
+        problems.append(f"child processes left after the restart-limit pool closed: "
+                        f"{s['restart_limit']['children_after_close']}")
+    fds = s["fds"]
+    if fds["after"] != fds["before"]:
+        problems.append(f"{fds['before']} open descriptors before the pool, {fds['after']} after "
+                        f"close()")
+    return problems
+
+
+def check_memory(s: dict[str, Any]) -> list[str]:
+    problems = []
+    mem = s["memory_mb"]
+    bound = PEAK_RSS_MB[s["parent"]]
+    if mem["peak"] > bound:
+        problems.append(f"peak RSS {mem['peak']} MB, above the bound of {bound} MB")
+    if mem["after"] - mem["before"] > SOAK_GROWTH_MB:
+        problems.append(f"RSS grew from {mem['before']} to {mem['after']} MB over the soak "
+                        f"(bound +{SOAK_GROWTH_MB} MB)")
+    return problems
+
+
+def check_restart_limit(s: dict[str, Any]) -> list[str]:
+    problems = []
+    rl = s["restart_limit"]
+    r = rl["max_restarts"]
+    if GAVE_UP not in rl["message"]:
+        problems.append(f"{rl['trip_s']}s after the kill the pool had not said {GAVE_UP!r} "
+                        f"(last error: {rl['error']} {rl['message']!r}; before: "
+                        f"{rl['before_trip']})")
+    if rl["spawns"] != 1 + r:
+        problems.append(f"max_restarts {r}: the pool started {rl['spawns'] - 1} replacements, "
+                        f"expected exactly {r} (each death counted once)")
+    if rl["spawns_after_calls"] != rl["spawns"]:
+        problems.append(f"{rl['spawns_after_calls'] - rl['spawns']} more processes started after "
+                        f"the pool gave up")
+    if rl["live_after_trip"]:
+        problems.append(f"live workers after the pool gave up: {rl['live_after_trip']}")
+    return problems
+
+
+def check_fail_fast(s: dict[str, Any]) -> list[str]:
+    problems = []
+    rl = s["restart_limit"]
+    ff = rl.get("fail_fast", {})
+    if set(ff.get("outcomes", {})) != {rl["error"]} or rl["error"] in ("none", "ok"):
+        problems.append(f"calls on the pool that gave up ended {ff.get('outcomes')}, expected "
+                        f"each the typed error {rl['error']}")
+    if ff.get("calls", 0) < MIN_FAIL_FAST_CALLS:
+        problems.append(f"only {ff.get('calls')} failing calls in {FAIL_FAST_SECONDS}s")
+    if ff.get("max_call_ms", 0) > MAX_FAIL_FAST_CALL_MS:
+        problems.append(f"a call on the pool that gave up took {ff['max_call_ms']} ms")
+    growth = ff.get("rss_after_mb", 0) - ff.get("rss_before_mb", 0)
+    if growth > FAIL_FAST_GROWTH_MB:
+        problems.append(f"RSS grew {growth:.1f} MB ({ff['rss_before_mb']} -> "
+                        f"{ff['rss_after_mb']}) over {ff['calls']} calls failing fast "
+                        f"(bound {FAIL_FAST_GROWTH_MB} MB)")
+    return problems
+
+
+CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "outcomes": check_outcomes, "rows": check_rows, "live_workers": check_live_workers,
+    "no_leaks": check_no_leaks, "memory": check_memory, "restart_limit": check_restart_limit,
+    "fail_fast": check_fail_fast,
+}
+
+
+def assert_check(name: str, parent: str, worker: str) -> None:
+    run, s = summary_of(parent, worker)
+    problems = CHECKS[name](s)
+    assert not problems, (f"{matrix.pair_id(parent, worker)} soak, {name}: "
+                          + "; ".join(problems) + f"\n{run.replay()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_driver_ran(parent: str, worker: str) -> None:
+    run, s = summary_of(parent, worker)
+    assert run.returncode == 0, f"driver exit status {run.returncode}\n{run.stderr_tail}"
+    assert (s["parent"], s["seed"], s["workers"]) == (parent, run.seed, WORKERS), s
+    assert s["load_s"] >= SOAK_SECONDS, f"the chaos phase lasted {s['load_s']}s"
+    assert not run.leaked, (f"the {parent} soak driver left processes running "
+                            f"{matrix.LEAK_WAIT_S}s after it exited: {run.leaked}\n{run.replay()}")
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_every_request_one_typed_outcome(parent: str, worker: str) -> None:
+    assert_check("outcomes", parent, worker)
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_no_row_lost_or_repeated(parent: str, worker: str) -> None:
+    assert_check("rows", parent, worker)
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_live_workers_after_chaos(parent: str, worker: str) -> None:
+    assert_check("live_workers", parent, worker)
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_no_fd_or_process_leak(parent: str, worker: str) -> None:
+    assert_check("no_leaks", parent, worker)
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_parent_memory_bounded(parent: str, worker: str) -> None:
+    assert_check("memory", parent, worker)
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_restart_limit_trips_exactly(parent: str, worker: str) -> None:
+    assert_check("restart_limit", parent, worker)
+
+
+@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
+def test_soak_gave_up_pool_fails_fast_with_flat_memory(parent: str, worker: str) -> None:
+    assert_check("fail_fast", parent, worker)
+
+
+def test_every_parent_has_a_soak_driver() -> None:
+    parents = [lang["name"] for lang in matrix.LANGUAGES if "parent" in lang]
+    assert sorted(PARENTS) == sorted(parents), (
+        "parents without a soak driver in test_soak.DRIVERS: "
+        f"{sorted(set(parents) - set(PARENTS))}")
+
+
+# A summary every check accepts, and mutations each of which one named check must reject: so
+# no check is one that cannot fail.
+GOOD: dict[str, Any] = {
+    "parent": "python", "workers": 2, "seed": 1, "load_s": 1.0,
+    "requests": {"total": 205, "by_outcome": {"ok": 195, "WORKER_EXITED": 10},
+                 "by_op": {"add": {"ok": 100, "WORKER_EXITED": 5},
+                           "stream": {"ok": 85, "WORKER_EXITED": 5},
+                           "stream_closed_early": {"ok": 10}},
+                 "unexpected_samples": []},
+    "rows": {"total": 5000, "streams": 100, "complete": 85, "closed_early": 10, "broken": 5,
+             "seq_errors": 0},
+    "chaos": {"kill": 3, "stop_cont": 2, "stop_left": 1},
+    "final": {"settled": True, "after_s": 0.6, "live_pids": [10, 11], "pool_pids": [10, 11],
+              "lease_pids": [10, 11], "health": {"ok": 50}, "in_flight": 0},
+    "memory_mb": {"before": 30.0, "after": 33.0, "peak": 40.0},
+    "children_after_close": [], "fds": {"before": 9, "after": 9},
+    "restart_limit": {"max_restarts": 5, "spawns": 6, "spawns_after_calls": 6, "trip_s": 0.3,
+                      "error": "WORKER_EXITED", "before_trip": {"WORKER_EXITED": 1},
+                      "message": f"{GAVE_UP}: 6 worker deaths within 60s",
+                      "live_after_trip": [], "children_after_close": [],
+                      "fail_fast": {"calls": 5000, "outcomes": {"WORKER_EXITED": 5000},
+                                    "max_call_ms": 3.0, "rss_before_mb": 33.0,
+                                    "rss_after_mb": 33.1}},
+}
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(s: dict[str, Any]) -> None:
+        *where, last = path.split(".")
+        for key in where:
+            s = s[key]
+        s[last] = value
+    return change
+
+
+MUTANTS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
+    ("outcomes", "unexpected outcome", _set("requests.by_outcome.unexpected", 1)),
+    ("outcomes", "no_outcome", _set("requests.by_outcome.no_outcome", 1)),
+    ("outcomes", "untyped", _set("requests.by_outcome.untyped:RuntimeError", 1)),
+    ("outcomes", "outcomes by operation", _set("requests.total", 206)),
+    ("outcomes", "still in flight", _set("final.in_flight", 1)),
+    ("outcomes", "each of its actions", _set("chaos.stop_left", 0)),
+    ("rows", "lost, repeated", _set("rows.seq_errors", 1)),
+    ("rows", "streams started", _set("rows.streams", 101)),
+    ("live_workers", "expected 2 running", _set("final.settled", False)),
+    ("live_workers", "3 distinct", _set("final.live_pids", [10, 11, 12])),
+    ("live_workers", "leases held at once", _set("final.lease_pids", [10, 10])),
+    ("live_workers", "50 calls ended", _set("final.health", {"ok": 49, "WORKER_EXITED": 1})),
+    ("no_leaks", "left after close", _set("children_after_close", [12])),
+    ("no_leaks", "open descriptors", _set("fds.after", 10)),
+    ("memory", "peak RSS", _set("memory_mb.peak", 301.0)),
+    ("memory", "over the soak", _set("memory_mb.after", 80.0)),
+    ("restart_limit", "had not said", _set("restart_limit.message", "worker exited")),
+    ("restart_limit", "expected exactly 5", _set("restart_limit.spawns", 5)),
+    ("restart_limit", "after the pool gave up", _set("restart_limit.spawns_after_calls", 7)),
+    ("fail_fast", "expected each the typed error",
+     _set("restart_limit.fail_fast.outcomes", {"WORKER_EXITED": 4999, "ok": 1})),
+    ("fail_fast", "failing calls in", _set("restart_limit.fail_fast.calls", 10)),
+    ("fail_fast", "took", _set("restart_limit.fail_fast.max_call_ms", 5000.0)),
+    ("fail_fast", "RSS grew", _set("restart_limit.fail_fast.rss_after_mb", 60.0)),
+]
+
+
+def test_soak_checks_reject_mutants() -> None:
+    for name, check in CHECKS.items():
+        assert check(copy.deepcopy(GOOD)) == [], f"{name} rejects the good summary"
+    accepted = []
+    for name, why, change in MUTANTS:
+        s = copy.deepcopy(GOOD)
+        change(s)
+        problems = CHECKS[name](s)
+        if not any(why in p for p in problems):
+            accepted.append(f"{name} / {why}: {problems}")
+    assert not accepted, f"checks that accepted a wrong summary: {accepted}"
+    assert {name for name, _, _ in MUTANTS} == set(CHECKS), "a check without a mutant"
