@@ -10,13 +10,14 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check lint venv clean
+.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check lint docs venv clean
 
 help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
 	@echo "make test    every test of every language"
 	@echo "make bench   end-to-end benchmarks (quick mode); bench-full for the full matrix"
 	@echo "make fuzz    the Rust and Python fuzz targets, FUZZ_SECONDS per language"
+	@echo "make docs    the API reference: rust/target/doc (cargo doc) and build/docs/python (pdoc)"
 
 # The build is shown (a fresh clone compiles for a few minutes before the demo starts).
 demo:
@@ -56,6 +57,16 @@ test-bench: $(VPY)
 
 lint:
 	cd rust && $(CARGO) clippy --workspace --all-targets -q -- -D warnings
+
+# The API reference of the published crates (a broken intra-doc link or a malformed doc comment
+# fails the build) and of the Python package (pdoc, from the `docs` extra).
+DOC_CRATES := -p wirepool-proto -p wirepool-io -p wirepool-codec -p wirepool-worker -p wirepool
+docs: $(VPY)
+	cd rust && RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(DOC_CRATES)
+	$(VPY) -m pip install -q -e "./python[docs]"
+	rm -rf build/docs/python
+	$(VPY) -W error -m pdoc -o build/docs/python wirepool wirepool.prometheus wirepool.cli
+	@echo "API reference: rust/target/doc/wirepool/index.html, build/docs/python/index.html"
 
 # New inputs go to a scratch corpus: the committed corpora only grow by a deliberate commit.
 fuzz: $(VPY)

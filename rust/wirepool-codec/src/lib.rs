@@ -11,7 +11,7 @@
 //! | [`Codec::Json`] | 1 | any serde type | `json` (default) |
 //! | [`Codec::MsgPack`] | 2 | any serde type (structs as maps) | `msgpack` (default) |
 //! | [`Codec::Cbor`] | 3 | any serde type | `cbor` (default) |
-//! | [`Codec::ArrowIpc`] | 4 | byte-like values holding an Arrow IPC stream; see [`arrow`] | `arrow` for the helpers |
+//! | [`Codec::ArrowIpc`] | 4 | byte-like values holding an Arrow IPC stream; see the `arrow` module | `arrow` for the helpers |
 //! | [`Codec::Protobuf`] | 5 | byte-like values holding an encoded message | always (opaque) |
 //! | [`Codec::Private`] | 128-255 | byte-like values, by agreement | always (opaque) |
 //!
