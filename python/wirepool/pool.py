@@ -24,6 +24,7 @@ exception (:class:`~wirepool.WorkerExited`, :class:`~wirepool.WorkerHung`,
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
@@ -37,6 +38,7 @@ import socket
 import subprocess
 import threading
 import time
+import weakref
 from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import codecs as _codecs
@@ -1076,8 +1078,10 @@ class AsyncPool:
     async def __aenter__(self) -> "AsyncPool":
         return await self.start()
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
+        # Left by an exception (Ctrl-C included): no one will read the work in flight, so it
+        # is cancelled at once instead of being given the drain grace.
+        await self.close(grace=0 if exc_type is not None else 5.0)
 
     async def _spawn(self) -> _Worker:
         w = _Worker(self)
@@ -1492,9 +1496,13 @@ class SyncStream:
         if self._finished:
             return False
         try:
-            batch = self._pool._run(self._stream.next_batch())
+            batch = self._pool._run(self._stream.next_batch)
         except BaseException:
+            # An error, or Ctrl-C while waiting: the stream is over for this reader, so cancel
+            # it now. A bare ``for`` keeps this iterator alive in the traceback, and the
+            # pool's close would otherwise wait out its grace for a stream no one reads.
             self._finished = True
+            self._abandon()
             raise
         if batch is None:
             self._finished = True
@@ -1514,8 +1522,15 @@ class SyncStream:
     def close(self) -> None:
         if not self._finished:
             self._finished = True
-            with contextlib.suppress(Exception):
-                self._pool._run(self._stream.aclose())
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Cancel the stream from any thread, without waiting and without a coroutine (one
+        created while the loop is stopping would warn that it was never awaited)."""
+        loop = self._pool._loop
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._stream._abandon)
 
     def __enter__(self) -> "SyncStream":
         return self
@@ -1525,8 +1540,8 @@ class SyncStream:
 
     def __del__(self) -> None:
         if not self._finished:
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._stream.aclose(), self._pool._loop)
+            self._finished = True
+            self._abandon()
 
 
 class _Failed:
@@ -1751,6 +1766,53 @@ class _MapRun:
                 self.reader_waiting = False
 
 
+class _Handoff:
+    """A coroutine run on the pool's loop for a blocking caller. The coroutine is created on the
+    loop, so a Ctrl-C that lands in the caller at any point leaves neither a coroutine that is
+    never awaited nor a task that outlives the call."""
+
+    __slots__ = ("fn", "args", "future", "task", "abandoned")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.task: asyncio.Future[Any] | None = None
+        self.abandoned = False
+
+    def start(self) -> None:  # on the loop
+        if self.abandoned:
+            return
+        try:
+            self.task = asyncio.ensure_future(self.fn(*self.args))
+        except BaseException as e:
+            self.future.set_exception(e)
+            return
+        self.task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Future[Any]) -> None:  # on the loop
+        future = self.future
+        if future.done():
+            return
+        if task.cancelled():
+            future.cancel()
+        elif task.exception() is not None:
+            future.set_exception(task.exception())
+        else:
+            future.set_result(task.result())
+
+    def abandon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The caller stopped waiting: a task not yet started never starts, a started one is
+        cancelled."""
+        self.abandoned = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs there
+            loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:  # on the loop
+        if self.task is not None:
+            self.task.cancel()
+
+
 class _SyncCall:
     """One blocking call in flight: the caller waits on ``done`` (a plain lock, released once
     ``outcome`` is set by the loop)."""
@@ -1795,20 +1857,22 @@ class Pool:
         self._thread.start()
         self._apool = AsyncPool(argv, **options)
         try:
-            self._run(self._apool.start())
+            self._run(self._apool.start)
         except BaseException:
             self._stop_loop()
             raise
+        _open_pools.add(self)
 
-    def _run(self, coro: Any) -> Any:
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run the coroutine ``fn(*args)`` on the pool's loop and wait for its outcome."""
         if self._loop.is_closed():
-            coro.close()
             raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed")
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        handoff = _Handoff(fn, args)
         try:
-            return fut.result()
+            self._loop.call_soon_threadsafe(handoff.start)
+            return handoff.future.result()
         except BaseException:
-            fut.cancel()  # e.g. KeyboardInterrupt: the task sends CANCEL
+            handoff.abandon(self._loop)  # e.g. KeyboardInterrupt: the task sends CANCEL
             raise
 
     def call(self, method: str, request: Any = None, *, codec: str | None = None,
@@ -1932,7 +1996,7 @@ class Pool:
                                                    on_event=on_event))
 
     def metrics(self) -> PoolMetrics:
-        return self._run(self._metrics())
+        return self._run(self._metrics)
 
     async def _metrics(self) -> PoolMetrics:
         return self._apool.metrics()
@@ -1943,16 +2007,17 @@ class Pool:
 
     def close(self, grace: float = 5.0) -> None:
         """Drain and stop every worker (see :meth:`AsyncPool.close`)."""
+        _open_pools.discard(self)
         if self._loop.is_closed():
             return
         try:
-            self._run(self._apool.close(grace))
+            self._run(self._apool.close, grace)
         finally:
             self._stop_loop()
 
     def _stop_loop(self) -> None:
         with contextlib.suppress(Exception):
-            self._run(_cancel_other_tasks())
+            self._run(_cancel_other_tasks)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
@@ -1961,8 +2026,22 @@ class Pool:
     def __enter__(self) -> "Pool":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        # Left by an exception (Ctrl-C included): no one will read the work in flight, so it
+        # is cancelled at once instead of being given the drain grace.
+        self.close(grace=0 if exc_type is not None else 5.0)
+
+
+# Pools the program never closed are closed at exit, without grace: their loop thread is a
+# daemon, and dying with it would leave pending tasks to complain and work unfinished.
+_open_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pools() -> None:
+    for pool in list(_open_pools):
+        with contextlib.suppress(Exception):
+            pool.close(grace=0)
 
 
 async def _cancel_other_tasks() -> None:

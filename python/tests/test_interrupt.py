@@ -1,0 +1,85 @@
+"""Ctrl-C in a blocking caller: prompt and quiet in every form (issue 15).
+
+Each case runs a small program in a child interpreter, interrupts it with SIGINT while it waits
+for rows, and checks that it exits within a bound well below the pool's 5 s close grace and
+prints nothing but the KeyboardInterrupt traceback.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+BASIC = os.path.join(os.path.dirname(__file__), "workers", "basic.py")
+
+FORMS = {
+    # The README's form: a bare ``for`` inside the pool's ``with``. The interrupted iterator is
+    # kept alive by the traceback, so the pool's close used to wait out its 5 s grace.
+    "bare_for_in_pool_with": """
+        with wirepool.Pool([sys.executable, BASIC]) as pool:
+            for row in pool.stream(METHOD, {}):
+                ready()
+    """,
+    "stream_with": """
+        with wirepool.Pool([sys.executable, BASIC]) as pool:
+            with pool.stream(METHOD, {}) as rows:
+                for row in rows:
+                    ready()
+    """,
+    "bare_for_no_with": """
+        pool = wirepool.Pool([sys.executable, BASIC])
+        for row in pool.stream(METHOD, {}):
+            ready()
+    """,
+    "next_by_hand": """
+        with wirepool.Pool([sys.executable, BASIC]) as pool:
+            rows = pool.stream(METHOD, {})
+            while True:
+                next(rows)
+                ready()
+    """,
+}
+
+PRELUDE = """
+import os, sys, wirepool
+BASIC, METHOD = sys.argv[1], sys.argv[2]
+_said = False
+def ready():
+    global _said
+    if not _said:  # the parent test interrupts us once it reads this line
+        _said = True
+        print("ready", flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["trickle", "endless"])
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_ctrl_c_while_streaming_is_prompt_and_quiet(form: str, method: str) -> None:
+    program = PRELUDE + textwrap.dedent(FORMS[form])
+    proc = subprocess.Popen([sys.executable, "-c", program, BASIC, method],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        # ``trickle`` now blocks the reader in its wait for the second row; ``endless`` keeps
+        # it busy reading.
+        interrupted = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+        took = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0  # the interrupt propagated
+    assert "KeyboardInterrupt" in err, err
+    for noise in ("never awaited", "Event loop is closed", "Exception ignored", "Task was destroyed"):
+        assert noise not in err, err
+    # The pool closes with a 5 s grace; an interrupted stream must not spend it.
+    assert took < 3.5, f"{form}/{method}: exited {took:.1f}s after Ctrl-C\n{err}"
