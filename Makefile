@@ -59,10 +59,11 @@ lint:
 	cd rust && $(CARGO) clippy --workspace --all-targets -q -- -D warnings
 
 # The API reference of the published crates (a broken intra-doc link or a malformed doc comment
-# fails the build) and of the Python package (pdoc, from the `docs` extra).
+# fails the build; every feature, as docs.rs builds them) and of the Python package (pdoc, from
+# the `docs` extra).
 DOC_CRATES := -p wirepool-proto -p wirepool-io -p wirepool-codec -p wirepool-worker -p wirepool
 docs: $(VPY)
-	cd rust && RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(DOC_CRATES)
+	cd rust && RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --all-features $(DOC_CRATES)
 	$(VPY) -m pip install -q -e "./python[docs]"
 	rm -rf build/docs/python
 	$(VPY) -W error -m pdoc -o build/docs/python wirepool wirepool.prometheus wirepool.cli

@@ -1,4 +1,4 @@
-//! Arrow IPC helpers for [`Codec::ArrowIpc`](crate::Codec::ArrowIpc) (cargo feature `arrow`).
+//! Arrow IPC helpers for [`Codec::ArrowIpc`] (cargo feature `arrow`).
 //!
 //! On the wire an Arrow value is one self-contained Arrow IPC *stream* (schema message, record
 //! batches, end-of-stream marker), so any Arrow implementation reads it without agreeing on a
