@@ -28,7 +28,8 @@ struct Decl {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Cargo builds the worker example next to this one; any executable path will do.
+    // The worker binary, built beside this one (`cargo build --example readme_worker`);
+    // any executable path will do.
     let worker = std::env::current_exe()?.with_file_name("readme_worker");
     let pool = Pool::builder(WorkerCommand::new(worker))
         .workers(4)
