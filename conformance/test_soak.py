@@ -168,7 +168,8 @@ def figures(s: dict[str, Any]) -> dict[str, Any]:
             "chaos": s.get("chaos"), "live_pids": s.get("final", {}).get("live_pids"),
             "memory_mb": s.get("memory_mb"), "fds": s.get("fds"),
             "restart_limit": {k: rl.get(k) for k in ("spawns", "trip_s", "error")},
-            "fail_fast": rl.get("fail_fast"), "elapsed_s": s.get("elapsed_s")}
+            "fail_fast": rl.get("fail_fast"), "phases_s": s.get("phases_s"),
+            "elapsed_s": s.get("elapsed_s")}
 
 
 _runs: dict[tuple[str, str], SoakRun] = {}

@@ -12,7 +12,8 @@ Part 1, the soak (``seconds``): ``LOAD_TASKS`` tasks each run random operations 
 row count; some closed early), bursts of ``BURST`` calls at once, ``map`` runs, ``sleep`` calls
 past their deadline, ``fail`` calls. Meanwhile a chaos task picks one of our child processes
 (the workers, starting or serving) every 50-400 ms and SIGKILLs it, or SIGSTOPs it and SIGCONTs
-it 50-600 ms later, or SIGSTOPs it for good (the heartbeat must find it). Every operation's
+it 50-600 ms later, or SIGSTOPs it for good (the heartbeat must find it, or the start-up
+timeout if it had not sent its HELLO yet). Every operation's
 outcome is counted once by kind (``ok`` or the error code's name); an operation with no outcome
 within ``OP_BOUND_S`` counts as ``no_outcome``. When the time is up, the chaos stops, the load
 finishes, and within ``SETTLE_S`` the pool must have exactly ``workers`` live processes (our
@@ -52,9 +53,12 @@ LOAD_TASKS = 6
 BURST = 48  # calls at once in a burst (the pool's max_in_flight is 32 per worker)
 MAP_ITEMS = 64
 OP_BOUND_S = 30.0  # an operation without an outcome by then is a hang
-SETTLE_S = 15.0  # after the chaos: the pool back to `workers` live workers
+SETTLE_S = 15.0  # after the chaos: the pool back to `workers` live workers (> STARTUP_TIMEOUT_S)
 LIVE_HOLD_S = 0.5  # the live count must hold this long (a late extra replacement shows up)
 HEARTBEAT_MS = 250
+# A worker stopped before its HELLO is found by the start-up timeout, not the heartbeat: short
+# enough to settle soon after the chaos, long enough for a Python worker on a busy machine.
+STARTUP_TIMEOUT_S = 4.0
 CHAOS_CODES = {"WORKER_EXITED", "WORKER_HUNG"}  # what a killed or stopped worker's requests get
 TRIP_BOUND_S = 20.0  # from the kill to the pool giving up
 GAVE_UP = "restart intensity exceeded"  # what a pool that gave up says (both parents)
@@ -330,10 +334,24 @@ async def lease_pids(pool: wirepool.AsyncPool, n: int) -> list[int]:
     return sorted(pids)
 
 
-async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random) -> dict[str, Any]:
+class Phases:
+    """How long each phase took (seconds), for the summary: where a run's time goes."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.times[name] = round(now - self._last, 2)
+        self._last = now
+
+
+async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random,
+               phases: Phases) -> dict[str, Any]:
     fds_before = open_fds()
     pool = wirepool.AsyncPool(worker, workers=args.workers, codec="json", max_in_flight=32,
-                              heartbeat_ms=HEARTBEAT_MS, startup_timeout=10.0,
+                              heartbeat_ms=HEARTBEAT_MS, startup_timeout=STARTUP_TIMEOUT_S,
                               max_restarts=100_000, restart_window=60.0,
                               restart_backoff=0.01, restart_backoff_max=0.2)
     await pool.start()
@@ -343,17 +361,21 @@ async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random) 
             await pool.call("add", {"a": i, "b": 2 * i})
         gc.collect()
         rss_before = status_mb("VmRSS")
+        phases.mark("start")
         s = Soak(pool, rng)
         started = time.monotonic()
         chaos = asyncio.ensure_future(s.chaos())
         loads = [asyncio.ensure_future(s.load()) for _ in range(LOAD_TASKS)]
         await asyncio.sleep(args.seconds)  # the soak's duration: load and chaos run meanwhile
+        phases.mark("chaos")
         s.running = False
         await chaos
         await asyncio.gather(*loads)
         load_s = time.monotonic() - started
+        phases.mark("load_ends")
         log(f"load done after {load_s:.1f}s: {dict(s.outcomes)}; chaos {dict(s.actions)}")
         live = await settle_live(args.workers, lambda: alive_pids(pool))
+        phases.mark("settle")
         try:
             live["lease_pids"] = await lease_pids(pool, args.workers)
         except Exception as e:  # noqa: BLE001
@@ -381,10 +403,12 @@ async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random) 
             "final": live,
             "memory_mb": {"before": round(rss_before, 1), "after": round(rss_after, 1)},
         })
+        phases.mark("final_checks")
     finally:
         await asyncio.wait_for(pool.close(grace=2.0), 30.0)
     out["children_after_close"] = await no_children()
     out["fds"] = {"before": fds_before, "after": open_fds()}
+    phases.mark("close")
     return out
 
 
@@ -476,8 +500,11 @@ async def main_async(args: argparse.Namespace, worker: list[str]) -> dict[str, A
     summary: dict[str, Any] = {"parent": "python", "worker": worker, "seed": args.seed,
                                "seconds": args.seconds, "workers": args.workers}
     started = time.monotonic()
-    summary.update(await soak(args, worker, rng))
+    phases = Phases()
+    summary.update(await soak(args, worker, rng, phases))
     summary["restart_limit"] = await restart_limit(args, worker)
+    phases.mark("restart_limit")
+    summary["phases_s"] = phases.times
     summary["memory_mb"]["peak"] = round(status_mb("VmHWM"), 1)
     summary["elapsed_s"] = round(time.monotonic() - started, 2)
     return summary

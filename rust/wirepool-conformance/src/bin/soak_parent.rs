@@ -33,6 +33,9 @@ const SETTLE: Duration = Duration::from_secs(15);
 /// The live count must hold this long (a late extra replacement shows up).
 const LIVE_HOLD: Duration = Duration::from_millis(500);
 const HEARTBEAT: Duration = Duration::from_millis(250);
+/// A worker stopped before its HELLO is found by the start-up timeout, not the heartbeat: short
+/// enough to settle soon after the chaos, long enough for a Python worker on a busy machine.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(4);
 /// From the kill to the pool giving up.
 const TRIP_BOUND: Duration = Duration::from_secs(20);
 /// What a pool that gave up says (both parents).
@@ -637,7 +640,31 @@ fn command(argv: &[String]) -> WorkerCommand {
     WorkerCommand::new(&argv[0]).args(&argv[1..])
 }
 
-async fn soak(args: &Args, rng: SharedRng) -> serde_json::Map<String, Value> {
+/// How long each phase took (seconds), for the summary: where a run's time goes.
+struct Phases {
+    times: serde_json::Map<String, Value>,
+    last: Instant,
+}
+
+impl Phases {
+    fn new() -> Self {
+        Phases {
+            times: serde_json::Map::new(),
+            last: Instant::now(),
+        }
+    }
+
+    fn mark(&mut self, name: &str) {
+        let now = Instant::now();
+        self.times.insert(
+            name.into(),
+            json!(round((now - self.last).as_secs_f64(), 2)),
+        );
+        self.last = now;
+    }
+}
+
+async fn soak(args: &Args, rng: SharedRng, phases: &mut Phases) -> serde_json::Map<String, Value> {
     let fds_before = open_fds();
     let policy = RestartPolicy {
         initial_backoff: Duration::from_millis(10),
@@ -650,7 +677,7 @@ async fn soak(args: &Args, rng: SharedRng) -> serde_json::Map<String, Value> {
         .workers(args.workers)
         .max_in_flight(32)
         .heartbeat(HEARTBEAT)
-        .startup_timeout(Duration::from_secs(10))
+        .startup_timeout(STARTUP_TIMEOUT)
         .restart_policy(policy)
         .start()
         .await
@@ -660,6 +687,7 @@ async fn soak(args: &Args, rng: SharedRng) -> serde_json::Map<String, Value> {
         let _: Result<Sum, _> = pool.call("add", &json!({"a": i, "b": 2 * i})).await;
     }
     let rss_before = status_mb("VmRSS");
+    phases.mark("start");
     let s = Soak {
         pool: pool.clone(),
         rng,
@@ -672,12 +700,14 @@ async fn soak(args: &Args, rng: SharedRng) -> serde_json::Map<String, Value> {
         .map(|_| tokio::spawn(s.clone().load()))
         .collect();
     tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await; // load and chaos run meanwhile
+    phases.mark("chaos");
     s.running.store(false, SeqCst);
     let _ = chaos.await;
     for l in loads {
         let _ = l.await;
     }
     let load_s = started.elapsed().as_secs_f64();
+    phases.mark("load_ends");
     {
         let st = s.stats.lock().unwrap();
         log(&format!(
@@ -686,6 +716,7 @@ async fn soak(args: &Args, rng: SharedRng) -> serde_json::Map<String, Value> {
         ));
     }
     let mut live = settle_live(&pool, args.workers).await;
+    phases.mark("settle");
     match lease_pids(&pool, args.workers).await {
         Ok(pids) => live.insert("lease_pids".into(), json!(pids)),
         Err(e) => live.insert("lease_error".into(), json!(e)),
@@ -709,6 +740,7 @@ async fn soak(args: &Args, rng: SharedRng) -> serde_json::Map<String, Value> {
     let in_flight: u64 = pool.metrics().workers.iter().map(|w| w.in_flight).sum();
     live.insert("in_flight".into(), json!(in_flight));
     let rss_after = status_mb("VmRSS");
+    phases.mark("final_checks");
     if tokio::time::timeout(Duration::from_secs(30), pool.shutdown())
         .await
         .is_err()
@@ -740,6 +772,7 @@ async fn soak(args: &Args, rng: SharedRng) -> serde_json::Map<String, Value> {
         .map(|k| (k, st.actions.get(k).copied().unwrap_or(0)))
         .collect();
     let children_after_close = no_children().await;
+    phases.mark("close");
     let mut out = serde_json::Map::new();
     out.insert("load_s".into(), json!(round(load_s, 2)));
     out.insert(
@@ -936,11 +969,14 @@ fn main() {
         summary.insert("seed".into(), json!(args.seed));
         summary.insert("seconds".into(), json!(args.seconds));
         summary.insert("workers".into(), json!(args.workers));
-        summary.extend(soak(&args, rng).await);
+        let mut phases = Phases::new();
+        summary.extend(soak(&args, rng, &mut phases).await);
         summary.insert(
             "restart_limit".into(),
             Value::Object(restart_limit(&args).await),
         );
+        phases.mark("restart_limit");
+        summary.insert("phases_s".into(), Value::Object(phases.times));
         if let Some(Value::Object(m)) = summary.get_mut("memory_mb") {
             m.insert("peak".into(), json!(round(status_mb("VmHWM"), 1)));
         }
