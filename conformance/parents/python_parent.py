@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -839,6 +840,11 @@ def main() -> None:
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("worker", nargs="+", help="the worker command, after --")
     args = parser.parse_args()
+    # Worker output goes to the log at WARNING by default; scenarios flood it (200 MB), and
+    # the runner's stderr is its report channel: the lines are logged, then dropped here.
+    worker_log = logging.getLogger("wirepool.worker")
+    worker_log.addHandler(logging.NullHandler())
+    worker_log.propagate = False
     with open(args.scenarios, encoding="utf-8") as f:
         doc = json.load(f)
     suite = Suite(doc)

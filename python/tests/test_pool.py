@@ -6,6 +6,7 @@ import asyncio
 import collections
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -227,6 +228,34 @@ def test_codec_unsupported_by_method() -> None:
             p.call("add", {"a": 1, "b": 1}, codec="cbor")
 
 
+def test_a_request_the_codec_cannot_encode_is_a_typed_error() -> None:
+    """Issue 15: BadRequest (202, as Rust's Error::Encode), not the codec's bare TypeError, in
+    every way of calling; the pool goes on serving."""
+    unencodable = {"a": object(), "b": 1}
+    with pool() as p:
+        attempts = {
+            "call": lambda: p.call("add", unencodable),
+            "call raw": lambda: p.call("echo", "not bytes", codec="raw"),
+            "stream": lambda: list(p.stream("rows", unencodable)),
+            "map": lambda: list(p.map("add", [{"a": 1, "b": 1}, unencodable])),
+        }
+        for how, attempt in attempts.items():
+            with pytest.raises(wirepool.BadRequest) as e:
+                attempt()
+            assert e.value.code == wirepool.ErrorCode.BAD_REQUEST, how
+            assert "cannot encode the request as" in e.value.message, (how, e.value.message)
+        assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+
+    async def main() -> None:
+        async with wirepool.AsyncPool([sys.executable, BASIC]) as ap:
+            with pytest.raises(wirepool.BadRequest):
+                await ap.call("add", unencodable)
+            with pytest.raises(wirepool.BadRequest):
+                async for _ in ap.stream("rows", unencodable):
+                    pass
+    asyncio.run(main())
+
+
 def test_bad_request_body() -> None:
     with pool() as p:
         with pytest.raises(wirepool.BadRequest):
@@ -433,15 +462,64 @@ def test_chatty_worker_never_blocks_and_every_line_is_logged() -> None:
     handler = Count()
     log = logging.getLogger("wirepool.worker")
     log.addHandler(handler)
-    old_level = log.level
-    log.setLevel(logging.INFO)  # setLevel, not .level: it clears the isEnabledFor cache
+    log.propagate = False  # 200 MB of lines: not into pytest's log capture
     try:
         with pool() as p:  # 100 MB on stdout and 100 MB on stderr, 1 KiB lines
             assert p.call("chatter", {"mb": 100}, timeout=50) == {"ok": True}
     finally:
         log.removeHandler(handler)
-        log.setLevel(old_level)
+        log.propagate = True
     assert Count.lines == {"stdout": 100 * 1024, "stderr": 100 * 1024}
+
+
+WORKER_OUTPUT_PROGRAM = """
+import sys, wirepool
+with wirepool.Pool([sys.executable, sys.argv[1]], worker_output=sys.argv[2]) as pool:
+    pool.call("say", {"text": "hello from the worker"})
+    try:
+        pool.call("die", {"status": 3})
+    except wirepool.WorkerExited as e:
+        print("tail:", repr(e.stderr_tail), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["log", "inherit", "discard"])
+def test_worker_output_modes_with_default_logging(mode: str) -> None:
+    """Issue 15: by default a worker's prints show (the parent logs them at WARNING with the
+    worker's id, which Python's default logging prints); ``inherit`` passes them through
+    unprefixed; ``discard`` drops them. A program with no logging set up, as a user's."""
+    done = subprocess.run([sys.executable, "-c", WORKER_OUTPUT_PROGRAM, BASIC, mode],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    out = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("tail:"))
+    said = "hello from the worker"
+    if mode == "log":
+        assert re.search(r"\[worker \d+ pid \d+ stdout\] hello from the worker", err), err
+        assert re.search(r"\[worker \d+ pid \d+ stderr\] hello from the worker", err), err
+        assert said not in out
+    elif mode == "inherit":
+        assert out.splitlines() == [said] and said in err.splitlines(), (out, err)
+        assert "[worker" not in err
+    else:
+        assert said not in out and said not in err, (out, err)
+    # The stderr tail that errors carry is kept unless the output is inherited.
+    tail_kept = "dying on purpose" in done.stdout
+    assert tail_kept == (mode != "inherit"), out
+
+
+def test_require_names_a_codec_per_method() -> None:
+    """Issue 15: ``require`` can name each method's codec (Rust's require_method_with_codec)."""
+    with pool(require={"add": ("unary", "msgpack"), "rows": "stream"}) as p:
+        assert p.call("add", {"a": 1, "b": 1}, codec="msgpack") == {"sum": 2}
+    with pytest.raises(wirepool.ProtocolError) as e:
+        pool(require={"add": ("unary", "cbor")})
+    assert e.value.code == wirepool.ErrorCode.CODEC_MISMATCH
+    assert "does not accept codec 'cbor'" in e.value.message
+    with pytest.raises(ValueError):
+        pool(require={"add": "sideways"})
+    with pytest.raises(ValueError):
+        pool(worker_output="tee")
 
 
 def test_blocking_call_result_is_freed_without_the_cyclic_gc() -> None:
@@ -631,7 +709,7 @@ def test_map_raises_each_error_at_its_place() -> None:
         assert e.value.code == 1001
         it = p.map("echo", [1, object(), 3])
         assert next(it) == 1
-        with pytest.raises(TypeError):  # does not encode as JSON
+        with pytest.raises(wirepool.BadRequest):  # does not encode as JSON
             next(it)
         # Leaving a map early stops it; the pool keeps serving.
         for i, r in enumerate(p.map("echo", range(100_000), window=4)):

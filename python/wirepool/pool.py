@@ -16,7 +16,8 @@ Blocking (runs the same pool on a background event-loop thread)::
 
 Each worker gets one end of a Unix socketpair as ``WIREPOOL_FD``; it runs in its own process group,
 never through a shell; its stdout and stderr are read continuously into ``logging`` (logger
-``wirepool.worker``). Every request ends with exactly one outcome: its result, or one typed
+``wirepool.worker``, WARNING, so a worker's ``print`` shows by default; ``worker_output``
+changes that). Every request ends with exactly one outcome: its result, or one typed
 exception (:class:`~wirepool.WorkerExited`, :class:`~wirepool.WorkerHung`,
 :class:`~wirepool.DeadlineExceeded`, a :class:`~wirepool.WorkerError` from the handler, ...).
 """
@@ -44,7 +45,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Se
 from . import codecs as _codecs
 from . import proto
 from ._transport import FrameProtocol
-from .errors import (DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
+from .errors import (BadRequest, DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
                      SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
                      error_from_code)
 from .proto import FrameType, MethodKind
@@ -65,6 +66,7 @@ DEFAULT_MAX_FRAME_SIZE = proto.MAX_FRAME_SIZE_LIMIT
 _SOCKET_BUFFER = 4 << 20
 _STDERR_TAIL_LINES = 20
 _LOG_LINE_MAX = 8192
+_WORKER_OUTPUTS = ("log", "inherit", "discard")
 _GOODBYE_GRACE = 1.0  # seconds a worker has to exit after GOODBYE or a fatal ERROR (spec 8.4)
 # Start-up refusals raised with their own code; any other violation before HELLO is a
 # PROTOCOL_VIOLATION like one after it.
@@ -220,9 +222,10 @@ class _Worker(FrameProtocol):
             env = dict(os.environ if pool.env is None else pool.env)
             env["WIREPOOL_FD"] = str(child_sock.fileno())
             try:
+                piped = None if pool.worker_output == "inherit" else subprocess.PIPE
                 self.proc = await asyncio.create_subprocess_exec(
-                    *pool.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, env=env, cwd=pool.cwd,
+                    *pool.argv, stdin=subprocess.DEVNULL, stdout=piped,
+                    stderr=piped, env=env, cwd=pool.cwd,
                     pass_fds=(child_sock.fileno(),), start_new_session=True)
             except OSError as e:
                 raise SpawnFailed(ErrorCode.SPAWN_FAILED,
@@ -477,9 +480,10 @@ class _Worker(FrameProtocol):
         line = raw[:_LOG_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
         if is_err:
             self.stderr_tail.append(line[:1000])
-        if worker_log.isEnabledFor(logging.INFO):
-            worker_log.info("[worker %d pid %d %s] %s", self.worker_id, self.pid,
-                            "stderr" if is_err else "stdout", line)
+        # WARNING, not INFO: with Python's default logging a worker's print must show.
+        if self.pool.worker_output == "log" and worker_log.isEnabledFor(logging.WARNING):
+            worker_log.warning("[worker %d pid %d %s] %s", self.worker_id, self.pid,
+                               "stderr" if is_err else "stdout", line)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -990,11 +994,18 @@ class AsyncPool:
     ``deadline_grace`` seconds past a call's timeout before the parent gives up itself;
     ``max_requests``/``max_rss_bytes``/``idle_timeout`` recycle a worker (drained first);
     ``restart_backoff`` initial delay (doubles up to ``restart_backoff_max``);
-    ``max_restarts`` within ``restart_window`` seconds before the pool stops restarting.
+    ``max_restarts`` within ``restart_window`` seconds before the pool stops restarting;
+    ``worker_output`` what becomes of the workers' stdout and stderr: ``"log"`` (each line to
+    the ``wirepool.worker`` logger at WARNING, with the worker's id and pid, so a worker's
+    ``print`` shows by default), ``"inherit"`` (written straight to the parent's own stdout and
+    stderr, unprefixed; errors then carry no stderr tail) or ``"discard"``.
+
+    ``require`` as a mapping names each method's kind (``"unary"`` / ``"stream"``), its codec
+    (any codec name), or both as a pair: ``{"add": "unary", "rows": ("stream", "msgpack")}``.
     """
 
     def __init__(self, argv: Sequence[str], *, workers: int = 1, codec: str = "json",
-                 require: Iterable[str] | Mapping[str, str] | None = None,
+                 require: Iterable[str] | Mapping[str, str | tuple[str, str]] | None = None,
                  max_in_flight: int = 64, startup_timeout: float = 10.0,
                  heartbeat_ms: int = proto.DEFAULT_HEARTBEAT_MS, cancel_grace: float = 2.0,
                  deadline_grace: float = 0.25, max_requests: int | None = None,
@@ -1005,7 +1016,7 @@ class AsyncPool:
                  initial_credit: int = proto.DEFAULT_INITIAL_CREDIT,
                  max_message_size: int = proto.DEFAULT_MAX_MESSAGE_SIZE,
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
-                 on_event: EventCallback | None = None) -> None:
+                 on_event: EventCallback | None = None, worker_output: str = "log") -> None:
         if not argv:
             raise ValueError("argv must name a program")
         if workers < 1 or max_in_flight < 1:
@@ -1017,12 +1028,16 @@ class AsyncPool:
         self.argv = [os.fspath(a) for a in argv]
         self.size = workers
         self.codec = _codecs.get(codec)
-        self.require: dict[str, int | None]
+        if worker_output not in _WORKER_OUTPUTS:
+            raise ValueError(f"worker_output must be one of {', '.join(_WORKER_OUTPUTS)}")
+        self.worker_output = worker_output
+        # method -> (kind or None for either, codec the method must accept)
+        self.require: dict[str, tuple[int | None, _codecs.Codec]] = {}
         if isinstance(require, Mapping):
-            self.require = {k: (MethodKind.STREAM if v == "stream" else MethodKind.UNARY)
-                            for k, v in require.items()}
+            for name, spec in require.items():
+                self.require[name] = self._required(name, spec)
         else:
-            self.require = {k: None for k in (require or ())}  # type: ignore[misc]
+            self.require = {name: (None, self.codec) for name in (require or ())}
         self.max_in_flight = max_in_flight
         self.startup_timeout = startup_timeout
         self.heartbeat_ms = heartbeat_ms
@@ -1103,15 +1118,31 @@ class AsyncPool:
         self._capacity_changed()
         return w
 
+    def _required(self, name: str, spec: str | tuple[str, str]) -> tuple[int | None, _codecs.Codec]:
+        """One ``require`` entry: a kind, a codec name, or a (kind, codec) pair."""
+        kind: int | None = None
+        codec = self.codec
+        for part in ((spec,) if isinstance(spec, str) else tuple(spec)):
+            if part == "unary":
+                kind = MethodKind.UNARY
+            elif part == "stream":
+                kind = MethodKind.STREAM
+            elif part in _codecs._NAMES:
+                codec = _codecs.get(part)  # CodecUnavailable if its library is not installed
+            else:
+                raise ValueError(f"require[{name!r}]: {part!r} is neither 'unary', 'stream' "
+                                 f"nor a codec name ({', '.join(_codecs._NAMES)})")
+        return kind, codec
+
     def _check_methods(self, methods: Mapping[str, tuple[int, int, tuple[int, ...]]]) -> str | None:
-        for name, kind in self.require.items():
+        for name, (kind, codec) in self.require.items():
             info = methods.get(name)
             if info is None:
                 return f"method {name!r} is missing"
             if kind is not None and info[1] != kind:
                 return f"method {name!r} has the other kind"
-            if self.codec.id not in info[2]:
-                return f"method {name!r} does not accept codec {self.codec.name!r}"
+            if codec.id not in info[2]:
+                return f"method {name!r} does not accept codec {codec.name!r}"
         return None
 
     async def close(self, grace: float = 5.0) -> None:
@@ -1318,7 +1349,10 @@ class AsyncPool:
         w = self._pick()
         if w is None:
             return None
-        body = codec.encode(request)
+        try:
+            body = codec.encode(request)
+        except Exception as e:
+            raise _encode_failed(codec, e) from None
         self._counters["calls"] += 1
         return w.submit(method, body, codec, timeout, on_event, MethodKind.UNARY)
 
@@ -1346,7 +1380,11 @@ class AsyncPool:
     async def _call_on(self, w: _Worker, method: str, request: Any, codec: str | None,
                        timeout: float | None, on_event: EventCallback | None) -> Any:
         c = self.codec if codec is None else _codecs.get(codec)
-        req = w.submit(method, c.encode(request), c, timeout, on_event, MethodKind.UNARY)
+        try:
+            body = c.encode(request)
+        except Exception as e:
+            raise _encode_failed(c, e) from None
+        req = w.submit(method, body, c, timeout, on_event, MethodKind.UNARY)
         self._counters["calls"] += 1
         if req.outcome is not None:  # ended at once (an unknown method, a dead worker)
             if req.outcome[0]:
@@ -1422,8 +1460,12 @@ class AsyncPool:
     def _submit_stream(self, w: _Worker, method: str, request: Any, codec: str | None,
                        timeout: float | None, on_event: EventCallback | None) -> _Request:
         c = self.codec if codec is None else _codecs.get(codec)
+        try:
+            body = c.encode(request)
+        except Exception as e:
+            raise _encode_failed(c, e) from None
         self._counters["streams"] += 1
-        return w.submit(method, c.encode(request), c, timeout, on_event, MethodKind.STREAM)
+        return w.submit(method, body, c, timeout, on_event, MethodKind.STREAM)
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[Lease]:
@@ -1651,7 +1693,7 @@ class _MapRun:
                     except Exception as e:  # the request does not encode: its own outcome
                         self._submit(w, bodies)
                         bodies = []
-                        results.append(_Failed(e))
+                        results.append(_Failed(_encode_failed(self.codec, e)))
                 self._submit(w, bodies)
                 continue
             for _ in range(k):
@@ -1659,7 +1701,7 @@ class _MapRun:
                 try:
                     body = encode(item)
                 except Exception as e:  # the request does not encode: its own outcome
-                    results.append(_Failed(e))
+                    results.append(_Failed(_encode_failed(self.codec, e)))
                     continue
                 pool._counters["calls"] += 1
                 req = w.submit(self.method, body, self.codec, self.timeout, None,
@@ -1764,6 +1806,13 @@ class _MapRun:
                     self.cond.wait()
             finally:
                 self.reader_waiting = False
+
+
+def _encode_failed(codec: _codecs.Codec, e: Exception) -> BadRequest:
+    """The typed error for a request the codec cannot encode (code 202, as in Rust); it keeps
+    the codec's message, not its exception (whose traceback would pin the request)."""
+    return BadRequest(ErrorCode.BAD_REQUEST,
+                      f"cannot encode the request as {codec.name}: {type(e).__name__}: {e}")
 
 
 class _Handoff:

@@ -270,6 +270,14 @@ def die(req):
 
 
 @wirepool.method
+def say(req):
+    """Prints req['text'] on stdout and on stderr (a line each), then answers."""
+    print(req["text"], flush=True)
+    print(req["text"], file=sys.stderr, flush=True)
+    return {"ok": True}
+
+
+@wirepool.method
 def chatter(req):
     """Writes req['mb'] megabytes to stdout and stderr, then answers."""
     line = "x" * 1023 + "\n"
