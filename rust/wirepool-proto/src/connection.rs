@@ -429,6 +429,29 @@ impl Connection {
         self.credit(id).is_some_and(|c| c > 0)
     }
 
+    /// Bytes of an incomplete frame buffered (its header included) once
+    /// [`poll_event`](Connection::poll_event) returned `Ok(None)`; 0 between frames. A parent's
+    /// frame clock (PROTOCOL.md 8.5) runs while one frame keeps this above zero: after `n` more
+    /// bytes were read, a value above `n` is still the same frame.
+    ///
+    /// ```
+    /// use wirepool_proto::Connection;
+    /// let mut parent = Connection::new_parent();
+    /// // The header of a 40-byte HELLO (type 0x01), then 2 of its payload bytes.
+    /// let mut wire = vec![40, 0, 0, 0, 0x01, 0, 0, 0];
+    /// wire.extend_from_slice(&[0; 8]);
+    /// parent.push(&wire[..5]);
+    /// assert!(parent.poll_event().unwrap().is_none());
+    /// assert_eq!(parent.incomplete_frame_len(), 5);
+    /// parent.push(&wire[5..]);
+    /// parent.push(b"WI");
+    /// assert!(parent.poll_event().unwrap().is_none());
+    /// assert_eq!(parent.incomplete_frame_len(), 18);
+    /// ```
+    pub fn incomplete_frame_len(&self) -> usize {
+        self.decoder.incomplete_frame_len()
+    }
+
     // ----------------------------------------------------------------------------------------
     // Receiving
 

@@ -89,6 +89,12 @@ impl FrameDecoder {
         self.buf.len()
     }
 
+    /// Bytes of the frame still arriving, its header included (0 between frames), once
+    /// [`next_frame`](FrameDecoder::next_frame) returned `Ok(None)`.
+    pub(crate) fn incomplete_frame_len(&self) -> usize {
+        self.buf.len() + if self.pending.is_some() { HEADER_LEN } else { 0 }
+    }
+
     /// True if the stream is between frames: nothing buffered, no payload pending.
     pub fn is_idle(&self) -> bool {
         self.pending.is_none() && self.buf.is_empty()

@@ -53,6 +53,7 @@ pub mod blocking;
 mod config;
 mod error;
 mod events;
+mod liveness;
 mod metrics;
 mod pending;
 mod pool;

@@ -21,6 +21,7 @@ use wirepool_proto::{
 use crate::config::PoolConfig;
 use crate::error::{Error, ExitCause, ExitInfo, Result};
 use crate::events::EventSender;
+use crate::liveness::{Liveness, Seen};
 use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
 use wirepool_io::outbox::{Outbox, WriteQueue};
 use crate::pending::Pending;
@@ -78,6 +79,10 @@ const STATE_LEASED: u8 = 1;
 const STATE_DRAINING: u8 = 2;
 const STATE_DEAD: u8 = 3;
 
+/// How long a worker that said GOODBYE, or closed its connection, has to exit before it is
+/// killed (PROTOCOL.md 8.4: "a short grace, SDK default 1 s").
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
 enum Sink {
     /// A unary caller's completion cell: the reader fills it and wakes the caller, which takes
     /// the outcome out of the route (no channel, no allocation per call).
@@ -115,13 +120,13 @@ impl Route {
     ///
     /// A unary call's latency is recorded here, ending at `at`; a stream records its own when
     /// its consumer reaches the end.
-    fn deliver(&mut self, outcome: Result<Bytes>, wakers: &mut Vec<Waker>, at: Instant, pool: &PoolShared) {
+    fn deliver(&mut self, outcome: Result<Bytes>, wakers: &mut Vec<Waker>, at: &mut ReadClock, pool: &PoolShared) {
         match self.sink.take() {
             Some(Sink::Unary(UnaryCell::Waiting(w))) => {
                 wakers.extend(w);
                 self.sink = Some(Sink::Unary(UnaryCell::Done(outcome)));
                 if let Some(started) = self.started {
-                    pool.record_latency(self.method_no as usize, at.saturating_duration_since(started));
+                    pool.record_latency(self.method_no as usize, at.now().saturating_duration_since(started));
                 }
             }
             done @ Some(Sink::Unary(UnaryCell::Done(_))) => self.sink = done,
@@ -137,6 +142,24 @@ impl Route {
 }
 
 type RouteMap = Pending<Route>;
+
+/// The time of one read, taken from the clock only when something needs it (a unary call's
+/// latency): a read of rows, events or PONGs reads no clock.
+struct ReadClock(Option<Instant>);
+
+impl ReadClock {
+    fn unread() -> ReadClock {
+        ReadClock(None)
+    }
+
+    fn at(now: Instant) -> ReadClock {
+        ReadClock(Some(now))
+    }
+
+    fn now(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+}
 
 struct Core {
     conn: Connection,
@@ -167,6 +190,9 @@ struct Core {
     /// A direct reader met the end of the connection (a protocol violation): the reader task
     /// reports it.
     reader_end: Option<ReaderEnd>,
+    /// Bytes read from this worker: with the decoder's incomplete frame, the frame clock's
+    /// measure of progress (see `liveness`).
+    bytes_in: u64,
 }
 
 impl Core {
@@ -209,7 +235,10 @@ pub(crate) struct Worker {
     core: Mutex<Core>,
     writer_wake: Notify,
     control: mpsc::Sender<Control>,
-    last_heard_ms: AtomicU64,
+    /// The highest PING nonce sent; a PONG above it answers nothing (PROTOCOL.md 8.5).
+    last_ping: AtomicU64,
+    /// The highest nonce a PONG answered (it answers every earlier PING too).
+    last_pong: AtomicU64,
     last_request_ms: AtomicU64,
     requests: AtomicU64,
     /// GOODBYE reason + 1, or 0 before any GOODBYE.
@@ -536,6 +565,9 @@ impl Worker {
         if pass.wake_writer {
             self.writer_wake.notify_one();
         }
+        if pass.goodbye {
+            self.said_goodbye();
+        }
         polled
     }
 
@@ -562,6 +594,7 @@ impl Worker {
                     let read = handle_read(self, c, n, wakers);
                     pass.completed += read.completed;
                     pass.wake_writer |= read.wake_writer;
+                    pass.goodbye |= read.goodbye;
                     if let Some(end) = read.end {
                         c.reader_end = Some(end);
                         c.hand_back_reading();
@@ -675,6 +708,23 @@ impl Worker {
             let _ = tx.send(cause);
         }
         tracing::debug!(worker = self.id, slot = self.slot, pid = self.pid, %cause, "draining worker");
+    }
+
+    /// The worker said GOODBYE (its core refuses new requests already): it takes no new work,
+    /// and its slot gets a replacement now. The lifecycle task gives it [`EXIT_GRACE`] to
+    /// exit, then kills it.
+    fn said_goodbye(&self) {
+        let _ = self
+            .state
+            .compare_exchange(STATE_READY, STATE_DRAINING, AcqRel, Relaxed);
+        let _ = self
+            .state
+            .compare_exchange(STATE_LEASED, STATE_DRAINING, AcqRel, Relaxed);
+        if let Some(tx) = self.retire.lock().unwrap().take() {
+            let _ = tx.send(ExitCause::LeftByItself);
+        }
+        self.pool.notify_state_changed();
+        tracing::debug!(worker = self.id, slot = self.slot, pid = self.pid, "worker said GOODBYE");
     }
 
     /// Kills the worker's process group now (it is then reaped and replaced).
@@ -927,10 +977,12 @@ pub(crate) async fn start(
             direct_reader_seen: None,
             reader_waker: None,
             reader_end: None,
+            bytes_in: 0,
         }),
         writer_wake: Notify::new(),
         control: control_tx,
-        last_heard_ms: AtomicU64::new(pool.now_ms()),
+        last_ping: AtomicU64::new(0),
+        last_pong: AtomicU64::new(0),
         last_request_ms: AtomicU64::new(pool.now_ms()),
         requests: AtomicU64::new(0),
         goodbye: AtomicU32::new(0),
@@ -1064,6 +1116,9 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
         if pass.wake_writer {
             worker.writer_wake.notify_one();
         }
+        if pass.goodbye {
+            worker.said_goodbye();
+        }
         if let Some(end) = pass.end {
             return end;
         }
@@ -1078,6 +1133,8 @@ struct ReadPass {
     wake_writer: bool,
     /// In-flight slots freed (terminals received).
     completed: u32,
+    /// The worker said GOODBYE: see [`Worker::said_goodbye`].
+    goodbye: bool,
 }
 
 /// Handles every complete frame in the receive buffer after a read of `n` bytes; the wakers of
@@ -1085,10 +1142,11 @@ struct ReadPass {
 fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>) -> ReadPass {
     let mut pass = ReadPass::default();
     worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
-    // One clock read per read serves the heartbeat and every call this read completes.
-    let since_epoch = worker.pool.epoch.elapsed();
-    worker.last_heard_ms.store(since_epoch.as_millis() as u64, Relaxed);
-    let read_at = worker.pool.epoch + since_epoch;
+    // Liveness reads no clock here: the lifecycle's tick compares these bytes with the
+    // decoder's incomplete frame (see `liveness`).
+    c.bytes_in += n as u64;
+    // At most one clock read per read, shared by every call it completes.
+    let mut read_at = ReadClock::unread();
     pass.end = loop {
         let ev = match c.conn.poll_event() {
             Ok(Some(ev)) => ev,
@@ -1104,7 +1162,7 @@ fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>)
         };
         match ev {
             Event::Result { id, body } => {
-                pass.completed += end_route(&mut c.routes, id, Ok(body), wakers, read_at, &worker.pool);
+                pass.completed += end_route(&mut c.routes, id, Ok(body), wakers, &mut read_at, &worker.pool);
             }
             Event::Error {
                 id: 0,
@@ -1129,7 +1187,7 @@ fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>)
                     message,
                     details,
                 });
-                pass.completed += end_route(&mut c.routes, id, e, wakers, read_at, &worker.pool);
+                pass.completed += end_route(&mut c.routes, id, e, wakers, &mut read_at, &worker.pool);
             }
             Event::Rows { id, rows } => {
                 worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
@@ -1149,7 +1207,7 @@ fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>)
                 }
             }
             Event::End { id, summary, .. } => {
-                pass.completed += end_route(&mut c.routes, id, Ok(summary), wakers, read_at, &worker.pool);
+                pass.completed += end_route(&mut c.routes, id, Ok(summary), wakers, &mut read_at, &worker.pool);
             }
             Event::Notification { id, topic, data } => {
                 // Into a bounded mailbox, never waiting for its reader (events.rs).
@@ -1173,8 +1231,21 @@ fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>)
                 let _ = c.conn.send_pong(nonce, &mut c.out);
                 pass.wake_writer = true;
             }
+            Event::Pong { nonce } => {
+                // Our nonces count up; one we never sent answers nothing (unsolicited).
+                let nonce = u64::from_le_bytes(nonce);
+                if nonce <= worker.last_ping.load(Acquire) {
+                    worker.last_pong.fetch_max(nonce, Release);
+                }
+            }
             Event::Goodbye { reason } => {
+                // PROTOCOL.md 8.4: nothing new goes to it; the lifecycle waits a short grace
+                // for its exit, then kills it, and the pool replaces it now.
                 worker.goodbye.store(reason.saturating_add(1), Relaxed);
+                if c.closed.is_none() {
+                    c.closed = Some(Error::PoolClosed("the worker said GOODBYE"));
+                }
+                pass.goodbye = true;
             }
             _ => {}
         }
@@ -1190,7 +1261,7 @@ fn end_route(
     id: u64,
     outcome: Result<Bytes>,
     wakers: &mut Vec<Waker>,
-    read_at: Instant,
+    read_at: &mut ReadClock,
     pool: &PoolShared,
 ) -> u32 {
     let Some(r) = routes.get_mut(id) else {
@@ -1279,13 +1350,12 @@ async fn lifecycle(
     let mut tick = tokio::time::interval(cfg.housekeeping_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let heartbeat_ms = cfg.heartbeat.as_millis() as u64;
-    let mut next_ping_ms = worker.pool.now_ms() + heartbeat_ms;
-    let mut last_tick_ms = worker.pool.now_ms();
-    let mut judge_after_ms = 0;
+    let tick_ms = cfg.housekeeping_interval.as_millis() as u64;
+    // With heartbeat 0 the user turned liveness checks off: neither clock runs.
+    let mut liveness =
+        (heartbeat_ms > 0).then(|| Liveness::new(heartbeat_ms, tick_ms, worker.pool.now_ms()));
+    let mut goodbye_seen = false;
     let mut next_rss = Instant::now();
-    let mut nonce: u64 = 0;
-    let mut unanswered_pings = 0u32;
-    let mut heard_at_last_ping = 0u64;
     let mut killed = false;
     let kill = |cause_now: ExitCause, cause: &mut Option<ExitCause>, killed: &mut bool| {
         cause.get_or_insert(cause_now);
@@ -1303,10 +1373,9 @@ async fn lifecycle(
                 close_core(&worker);
                 match end {
                     Ok(ReaderEnd::Eof) => {
-                        if worker.goodbye.load(Relaxed) == 3 { cause.get_or_insert(ExitCause::LeftByItself); }
                         // A worker that closed its end should exit promptly; give it a moment
                         // to write its last stderr lines and exit status.
-                        kill_at.get_or_insert(Instant::now() + Duration::from_secs(1));
+                        kill_at.get_or_insert(Instant::now() + EXIT_GRACE);
                     }
                     Ok(ReaderEnd::Protocol { code, message }) => {
                         tracing::warn!(worker = worker.id, pid = worker.pid, code, %message, "protocol violation");
@@ -1330,28 +1399,34 @@ async fn lifecycle(
                 if let Some(at) = *worker.drain_deadline.lock().unwrap() {
                     if now >= at { kill(ExitCause::Shutdown, &mut cause, &mut killed); }
                 }
-                // If this task itself ran late (the parent's runtime was blocked), the reader
-                // was starved too: judge the worker again only after a full heartbeat.
-                if now_ms.saturating_sub(last_tick_ms) > heartbeat_ms.max(1) {
-                    judge_after_ms = now_ms + heartbeat_ms;
-                }
-                last_tick_ms = now_ms;
-                if heartbeat_ms > 0 && !reader_done {
-                    let heard = worker.last_heard_ms.load(Relaxed);
-                    if heard != heard_at_last_ping {
-                        unanswered_pings = 0;
+                if !goodbye_seen && worker.goodbye.load(Relaxed) != 0 {
+                    // PROTOCOL.md 8.4: it sends nothing more and should exit; it gets a short
+                    // grace, then is killed. Its heartbeat stops: there is nothing to judge.
+                    goodbye_seen = true;
+                    liveness = None;
+                    if worker.drain_deadline.lock().unwrap().is_none() {
+                        cause.get_or_insert(ExitCause::LeftByItself);
                     }
-                    // Hung: three PINGs went out and nothing at all came back for three
-                    // intervals. Counting PINGs actually sent keeps a parent that was itself
-                    // starved of CPU from blaming the worker.
-                    if now_ms >= judge_after_ms && unanswered_pings >= 3 && now_ms.saturating_sub(heard) > 3 * heartbeat_ms {
-                        tracing::warn!(worker = worker.id, pid = worker.pid, "missed heartbeats, killing");
+                    kill_at = Some(kill_at.map_or(now + EXIT_GRACE, |at| at.min(now + EXIT_GRACE)));
+                }
+                if let (Some(clocks), false) = (liveness.as_mut(), reader_done) {
+                    let seen = {
+                        let core = worker.core.lock().unwrap();
+                        Seen {
+                            answered: worker.last_pong.load(Acquire),
+                            incomplete_frame: core.conn.incomplete_frame_len(),
+                            bytes_in: core.bytes_in,
+                        }
+                    };
+                    let due = clocks.tick(now_ms, seen);
+                    if let Some(hung) = due.hung {
+                        tracing::warn!(worker = worker.id, pid = worker.pid, ?hung, "no progress within 3 heartbeats, killing");
                         kill(ExitCause::Hung, &mut cause, &mut killed);
-                    } else if now_ms >= next_ping_ms {
-                        next_ping_ms = now_ms + heartbeat_ms;
-                        heard_at_last_ping = heard;
-                        unanswered_pings += 1;
-                        nonce += 1;
+                        liveness = None;
+                    } else if let Some(nonce) = due.ping {
+                        // Published before the PING leaves, so its PONG is never taken for
+                        // an unsolicited one.
+                        worker.last_ping.store(nonce, Release);
                         let mut core = worker.core.lock().unwrap();
                         let c = &mut *core;
                         let _ = c.conn.send_ping(nonce.to_le_bytes(), &mut c.out);
@@ -1407,9 +1482,12 @@ async fn lifecycle(
     let _ = writer.await;
     worker.core.lock().unwrap().socket_out = None;
     let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
-    let drained = worker.retire.lock().unwrap().is_none();
+    let drained = worker.drain_deadline.lock().unwrap().is_some();
+    let said_goodbye = worker.goodbye.load(Relaxed) != 0;
     let cause = cause.unwrap_or(if drained {
         ExitCause::Shutdown
+    } else if said_goodbye {
+        ExitCause::LeftByItself
     } else {
         ExitCause::Crashed
     });
@@ -1435,7 +1513,7 @@ async fn lifecycle(
     // their routes until their callers take them.
     let mut wakers = Vec::new();
     let mut freed = 0;
-    let now = Instant::now();
+    let mut now = ReadClock::unread();
     {
         let mut core = worker.core.lock().unwrap();
         core.closed = Some(error.clone());
@@ -1443,7 +1521,7 @@ async fn lifecycle(
             if r.on_wire {
                 r.on_wire = false;
                 freed += 1;
-                r.deliver(Err(error.clone()), &mut wakers, now, &worker.pool);
+                r.deliver(Err(error.clone()), &mut wakers, &mut now, &worker.pool);
             }
             !r.finished()
         });
@@ -1518,7 +1596,7 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
             if let (true, None, Some((deadline, budget))) = (r.on_wire, r.cancelled_at, r.deadline) {
                 if now >= deadline {
                     // The worker ignored its time budget: answer the caller now, cancel on the wire.
-                    r.deliver(Err(Error::DeadlineExceeded(budget)), &mut wakers, now, &worker.pool);
+                    r.deliver(Err(Error::DeadlineExceeded(budget)), &mut wakers, &mut ReadClock::at(now), &worker.pool);
                     r.cancelled_at = Some(now);
                     let _ = c.conn.send_cancel(id, &mut c.out);
                     cancelled = true;
