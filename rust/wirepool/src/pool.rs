@@ -112,8 +112,9 @@ impl PoolBuilder {
         });
         self
     }
-    /// Heartbeat interval (default 1 s; zero disables). A worker silent for three intervals is
-    /// killed and its requests end with `WORKER_HUNG`.
+    /// Heartbeat interval (default 1 s; zero disables). Liveness is progress, not bytes: a
+    /// worker is killed and its requests end with `WORKER_HUNG` when a PING stays unanswered,
+    /// or one frame stays incomplete, for three intervals, whatever else it sends meanwhile.
     pub fn heartbeat(mut self, d: Duration) -> Self {
         self.cfg.heartbeat = d;
         self
