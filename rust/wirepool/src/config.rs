@@ -23,9 +23,10 @@ pub struct MethodSpec {
 
 /// Crash restarts: exponential backoff and a restart-intensity limit.
 ///
-/// With the defaults a crashing slot waits 10 ms, 20 ms, 40 ms ... up to 5 s before each
-/// respawn; if the pool sees more than `max_restarts` crash restarts within `within`, it gives
-/// up and closes (calls then fail with `POOL_CLOSED`). Recycling is not counted as a crash.
+/// With the defaults (PROTOCOL.md section 17) a crashing slot waits 10 ms, 20 ms, 40 ms ... up
+/// to 5 s before each respawn; if the pool sees more than `max_restarts` (10) crash restarts
+/// within `within` (60 s), it gives up and closes (calls then fail with `POOL_CLOSED`).
+/// Recycling is not counted as a crash.
 #[derive(Clone, Debug)]
 pub struct RestartPolicy {
     /// First backoff delay.
@@ -45,7 +46,7 @@ impl Default for RestartPolicy {
         RestartPolicy {
             initial_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_secs(5),
-            max_restarts: 100,
+            max_restarts: 10,
             within: Duration::from_secs(60),
             reset_after: Duration::from_secs(30),
         }
@@ -86,16 +87,21 @@ pub(crate) struct PoolConfig {
     pub housekeeping_interval: Duration,
     /// Where events go when their call has no mailbox of its own, and connection-level ones.
     pub events: Option<crate::events::EventSender>,
+    /// Set once the pool logged that a worker's offer clamped `max_in_flight` (PROTOCOL.md 4.2:
+    /// said once per pool, not at every worker start).
+    pub clamp_logged: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PoolConfig {
+    /// The SDK defaults of PROTOCOL.md section 17 (`spec/constants.json`, `sdk_defaults`; the
+    /// test below keeps them equal).
     pub fn new(command: WorkerCommand) -> Self {
         PoolConfig {
             command,
             workers: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
-            max_in_flight: 256,
+            max_in_flight: 64,
             startup_timeout: Duration::from_secs(10),
             codec: Codec::Json,
             methods: Vec::new(),
@@ -106,11 +112,58 @@ impl PoolConfig {
             restart: RestartPolicy::default(),
             recycle: RecyclePolicy::default(),
             max_frame_size: wirepool_proto::DEFAULT_MAX_FRAME_SIZE,
-            initial_credit: 1 << 20,
-            max_message_size: 1 << 30,
+            initial_credit: wirepool_proto::DEFAULT_INITIAL_CREDIT,
+            max_message_size: wirepool_proto::DEFAULT_MAX_MESSAGE_SIZE,
             stderr_tail_lines: 20,
             housekeeping_interval: Duration::from_millis(50),
             events: None,
+            clamp_logged: Default::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every parent default of `spec/constants.json` that this SDK has, in the table's unit.
+    #[test]
+    fn defaults_follow_the_spec_table() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
+        let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let cfg = PoolConfig::new(WorkerCommand::new("true"));
+        let ms = |d: Duration| d.as_millis() as u64;
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u64;
+        let mut checked = 0;
+        for d in c["sdk_defaults"].as_array().unwrap() {
+            if d["side"] != "parent" || !(d["language"] == "all" || d["language"] == "rust") {
+                continue;
+            }
+            let name = d["name"].as_str().unwrap();
+            let ours = match name {
+                "workers" => cfg.workers as u64,
+                "max_in_flight" => cfg.max_in_flight.into(),
+                "startup_timeout" => ms(cfg.startup_timeout),
+                "heartbeat_ms" => ms(cfg.heartbeat),
+                "cancel_grace" => ms(cfg.cancel_grace),
+                "deadline_grace" => ms(cfg.deadline_grace),
+                "drain_grace" => ms(cfg.drain_grace),
+                // worker.rs's EXIT_GRACE, private to the lifecycle code
+                "goodbye_grace" => continue,
+                "restart_backoff" => ms(cfg.restart.initial_backoff),
+                "restart_backoff_max" => ms(cfg.restart.max_backoff),
+                "max_restarts" => cfg.restart.max_restarts.into(),
+                "restart_window" => ms(cfg.restart.within),
+                "max_frame_size" => cfg.max_frame_size.into(),
+                "initial_credit" => cfg.initial_credit.into(),
+                "max_message_size" => cfg.max_message_size,
+                "stderr_tail_lines" => cfg.stderr_tail_lines as u64,
+                other => panic!("parent default {other} has no Rust counterpart: add it here"),
+            };
+            let want = if d["unit"] == "cpus" { cpus } else { d["value"].as_u64().unwrap() };
+            assert_eq!(ours, want, "{name}: {}", d["reason"]);
+            checked += 1;
+        }
+        assert!(checked >= 15, "only {checked} parent defaults checked");
     }
 }

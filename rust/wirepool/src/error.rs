@@ -4,48 +4,51 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Stable numeric error codes (PROTOCOL.md section 3), the same in every SDK.
+/// Stable numeric error codes (PROTOCOL.md section 3), the same in every SDK: the numbers of
+/// [`wirepool_proto::ErrorCode`], as `u32` constants to match [`Error::code`] against.
 pub mod codes {
+    use wirepool_proto::ErrorCode;
+
     /// A protocol violation not covered by a more precise code.
-    pub const PROTOCOL: u32 = 100;
+    pub const PROTOCOL: u32 = ErrorCode::Protocol.code();
     /// The worker lacks a method or codec the parent requires.
-    pub const CODEC_MISMATCH: u32 = 120;
+    pub const CODEC_MISMATCH: u32 = ErrorCode::CodecMismatch.code();
     /// Method index not in the worker's HELLO list.
-    pub const UNKNOWN_METHOD: u32 = 200;
+    pub const UNKNOWN_METHOD: u32 = ErrorCode::UnknownMethod.code();
     /// The method does not accept this codec.
-    pub const CODEC_UNSUPPORTED: u32 = 201;
+    pub const CODEC_UNSUPPORTED: u32 = ErrorCode::CodecUnsupported.code();
     /// The request body could not be decoded by the worker.
-    pub const BAD_REQUEST: u32 = 202;
+    pub const BAD_REQUEST: u32 = ErrorCode::BadRequest.code();
     /// The handler returned or raised an error.
-    pub const HANDLER_ERROR: u32 = 203;
+    pub const HANDLER_ERROR: u32 = ErrorCode::HandlerError.code();
     /// The handler panicked.
-    pub const HANDLER_PANIC: u32 = 204;
+    pub const HANDLER_PANIC: u32 = ErrorCode::HandlerPanic.code();
     /// The request was cancelled.
-    pub const CANCELLED: u32 = 205;
+    pub const CANCELLED: u32 = ErrorCode::Cancelled.code();
     /// The request's time budget ran out.
-    pub const DEADLINE_EXCEEDED: u32 = 206;
+    pub const DEADLINE_EXCEEDED: u32 = ErrorCode::DeadlineExceeded.code();
     /// More requests in flight than the worker accepts.
-    pub const OVERLOADED: u32 = 207;
+    pub const OVERLOADED: u32 = ErrorCode::Overloaded.code();
     /// A request arrived after DRAIN.
-    pub const DRAINING: u32 = 208;
+    pub const DRAINING: u32 = ErrorCode::Draining.code();
     /// A row does not fit in one frame.
-    pub const ROW_TOO_LARGE: u32 = 209;
+    pub const ROW_TOO_LARGE: u32 = ErrorCode::RowTooLarge.code();
     /// The worker died or closed the connection.
-    pub const WORKER_EXITED: u32 = 300;
+    pub const WORKER_EXITED: u32 = ErrorCode::WorkerExited.code();
     /// The worker missed heartbeats and was killed.
-    pub const WORKER_HUNG: u32 = 301;
+    pub const WORKER_HUNG: u32 = ErrorCode::WorkerHung.code();
     /// No valid HELLO in time.
-    pub const STARTUP_TIMEOUT: u32 = 302;
+    pub const STARTUP_TIMEOUT: u32 = ErrorCode::StartupTimeout.code();
     /// The program could not be started.
-    pub const SPAWN_FAILED: u32 = 303;
+    pub const SPAWN_FAILED: u32 = ErrorCode::SpawnFailed.code();
     /// The pool is shut down (or gave up restarting workers).
-    pub const POOL_CLOSED: u32 = 304;
+    pub const POOL_CLOSED: u32 = ErrorCode::PoolClosed.code();
     /// The leased worker is gone.
-    pub const LEASE_LOST: u32 = 305;
+    pub const LEASE_LOST: u32 = ErrorCode::LeaseLost.code();
     /// The parent could not decode a result, row or summary.
-    pub const DECODE_FAILED: u32 = 306;
+    pub const DECODE_FAILED: u32 = ErrorCode::DecodeFailed.code();
     /// The connection broke with a 1xx code.
-    pub const PROTOCOL_VIOLATION: u32 = 307;
+    pub const PROTOCOL_VIOLATION: u32 = ErrorCode::ProtocolViolation.code();
 }
 
 /// Why a worker process ended, as seen by the parent.

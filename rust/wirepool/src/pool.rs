@@ -73,7 +73,9 @@ impl PoolBuilder {
         self.cfg.workers = n.max(1);
         self
     }
-    /// Most requests in flight on one worker (default 256; capped by the worker's HELLO).
+    /// Most requests in flight on one worker (default 64, the worker SDKs' default offer). A
+    /// worker whose HELLO offers fewer (`max_concurrency`) gets its offer, and the pool logs the
+    /// clamp once (PROTOCOL.md 4.2).
     pub fn max_in_flight(mut self, n: u32) -> Self {
         self.cfg.max_in_flight = n.max(1);
         self

@@ -883,6 +883,16 @@ pub(crate) async fn start(
         w.initial_credit = cfg.initial_credit;
         w.heartbeat_ms = cfg.heartbeat.as_millis().min(u32::MAX as u128) as u32;
         w.max_in_flight = cfg.max_in_flight.min(hello.max_concurrency).max(1);
+        if w.max_in_flight < cfg.max_in_flight && !cfg.clamp_logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                configured = cfg.max_in_flight,
+                offered = hello.max_concurrency,
+                "max_in_flight {} is above the worker's max_concurrency {}: using {} (said once per pool)",
+                cfg.max_in_flight,
+                hello.max_concurrency,
+                w.max_in_flight
+            );
+        }
         w.max_message_size = cfg.max_message_size.max(w.max_frame_size as u64);
         conn.send_welcome(&w, &mut out)?;
         Ok(w)
