@@ -11,6 +11,7 @@ codecs and behaviour, so every parent runner can drive every worker with one sce
 | raw_rows | stream | raw | "N SIZE" -> N rows of SIZE bytes (first 8 = i LE, rest 0xAB), no summary |
 | raw_rows_produced | unary | json | any -> rows handed to the SDK by the latest raw_rows stream |
 | forever | stream | json | any -> rows 0, 1, 2, ... until cancelled |
+| one_row_then_wait | stream | json | any -> row 0, then waits until cancelled (the flush rule) |
 | sleep | unary | json | ms -> ms after sleeping; stops at cancellation or deadline |
 | hang | unary | json | ms -> ms after blocking ms, ignoring cancellation and deadline |
 | fail | unary | json | any -> HANDLER_ERROR "the fail method was called" |
@@ -24,7 +25,7 @@ codecs and behaviour, so every parent runner can drive every worker with one sce
 | spin | unary | json | ms -> ms, after busy-looping ms on a handler thread (stops if cancelled) |
 | whoami | unary | json | any -> this worker's process id |
 | exit | unary | json | {"status": N} -> the process exits with status N at once |
-| freeze | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
+| freeze | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING, and never answers once resumed |
 | print | unary | json | {"stream": "stdout"|"stderr", "n": N} -> writes N bytes "x" there, returns N |
 
 It is started by a parent (``WIREPOOL_FD``); it is not meant to be run by hand.
@@ -106,6 +107,13 @@ def forever(_req, ctx):
     while not ctx.cancelled:
         yield i
         i += 1
+
+
+@wirepool.stream(codecs=["json"])
+def one_row_then_wait(_req, ctx):
+    yield 0
+    while not ctx.cancelled:
+        time.sleep(0.005)  # a handler blocked after one row: the SDK must still send it
 
 
 @wirepool.method(codecs=["json"])
@@ -209,7 +217,9 @@ def exit_(req):
 @wirepool.method(codecs=["json"])
 def freeze(_req):
     os.kill(os.getpid(), signal.SIGSTOP)
-    raise RuntimeError("the process was resumed after SIGSTOP")
+    # Resumed (e.g. while the parent replaces it): never answer, so the outcome cannot depend on
+    # when the resume came; the parent's WORKER_HUNG is the request's one terminal.
+    threading.Event().wait()
 
 
 @wirepool.method(name="print", codecs=["json"])

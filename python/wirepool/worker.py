@@ -505,15 +505,30 @@ class _Runtime(FrameProtocol):
     def _drain(self, grace_ms: int) -> None:
         self.draining = True
         if grace_ms == 0:
-            for call in list(self.calls.values()):
-                self._cancel(call, ErrorCode.CANCELLED)
+            self._drain_expired()
         else:
             self.loop.call_later(grace_ms / 1000, self._drain_expired)
         self._maybe_goodbye()
 
     def _drain_expired(self) -> None:
+        """The drain's grace is over: every request still in flight ends CANCELLED now (spec
+        8.4), without waiting for handlers that ignore their flag; GOODBYE follows."""
         for call in list(self.calls.values()):
             self._cancel(call, ErrorCode.CANCELLED)
+            self._end_cancelled(call)
+
+    def _deadline_passed(self, call: _Call) -> None:
+        """The request's budget ran out: it ends at once with the flag's code (spec 8.3:
+        DEADLINE_EXCEEDED, or CANCELLED if a CANCEL came first), whether or not its handler
+        notices; whatever the handler returns later is dropped."""
+        call.deadline_handle = None
+        self._cancel(call, ErrorCode.DEADLINE_EXCEEDED)
+        self._end_cancelled(call)
+
+    def _end_cancelled(self, call: _Call) -> None:
+        code = call.ctx._cancel_code
+        self._finish(call, proto.ErrorFrame(call.id, code or ErrorCode.CANCELLED,
+                                            _cancel_message(code)))
 
     def _maybe_goodbye(self) -> None:
         if self.draining and not self.calls and not self.conn.goodbye_sent:
@@ -585,6 +600,12 @@ class _Runtime(FrameProtocol):
                 conn = self.conn
                 parts = conn.send_result(req.id, body)
                 if parts is None:
+                    if len(body) > conn.max_message_size:  # _finish answers HANDLER_ERROR
+                        call = _Call(req.id, m, Context(req.id, m.name, codec, None,
+                                                        self.worker_id, self._event_requested))
+                        self.calls[req.id] = call
+                        self._finish(call, proto.Result(req.id, body))
+                        return
                     parts = conn.send_message(proto.Result(req.id, body))
                 self._out.extend(parts)
                 if not self._out_scheduled:
@@ -599,7 +620,7 @@ class _Runtime(FrameProtocol):
         self.calls[req.id] = call
         if req.timeout_us:
             call.deadline_handle = self.loop.call_later(
-                req.timeout_us / 1e6, self._cancel, call, ErrorCode.DEADLINE_EXCEEDED)
+                req.timeout_us / 1e6, self._deadline_passed, call)
         if m.kind == MethodKind.UNARY and not m.is_async:
             self._start_sync_unary(call, req.body)
         else:
@@ -622,9 +643,14 @@ class _Runtime(FrameProtocol):
             try:
                 body = ctx.codec.encode(m.fn(*args))
             except BaseException as e:  # noqa: B036 - it becomes this request's terminal
-                self._finish(call, self._terminal_for(call, e))
-                return
-            self._finish(call, proto.Result(call.id, body))
+                body = e
+            if ctx.deadline is not None and time.monotonic() >= ctx.deadline:
+                # It ran on the loop, so the deadline timer could not fire meanwhile (spec 8.3).
+                self._deadline_passed(call)
+            elif isinstance(body, BaseException):
+                self._finish(call, self._terminal_for(call, body))
+            else:
+                self._finish(call, proto.Result(call.id, body))
             return
         self._jobs.append((call, m.fn, args, ctx.codec.encode))  # submitted after this read
 
@@ -666,8 +692,10 @@ class _Runtime(FrameProtocol):
             self._maybe_goodbye()
 
     def _terminal_for(self, call: _Call, e: BaseException) -> proto.Frame:
-        """The ERROR frame that ends ``call`` after its handler raised ``e``."""
-        if isinstance(e, (asyncio.CancelledError, _Cancelled)):
+        """The ERROR frame that ends ``call`` after its handler raised ``e``. A cancelled
+        request ends with its flag's code whatever the handler raised (spec 8.3)."""
+        if call.ctx._cancel_code is not None or isinstance(e, (asyncio.CancelledError,
+                                                                _Cancelled)):
             code = call.ctx._cancel_code
             return proto.ErrorFrame(call.id, code or ErrorCode.CANCELLED, _cancel_message(code))
         if isinstance(e, WorkerError):
@@ -715,6 +743,8 @@ class _Runtime(FrameProtocol):
             self._flush_events(call, force=True)
         if terminal.TYPE == FrameType.ERROR:
             terminal = _fit_error(terminal, self.conn.max_frame_size)  # type: ignore[arg-type]
+        else:
+            terminal = self._within_message_size(terminal)
         if self.transport is not None and not self.conn.closed:
             try:
                 parts = None
@@ -730,6 +760,19 @@ class _Runtime(FrameProtocol):
                 # Nothing else will finish in this loop pass: write now, not a pass later.
                 self._flush_out()
         self._maybe_goodbye()
+
+    def _within_message_size(self, terminal: proto.Frame) -> proto.Frame:
+        """A RESULT or END whose message would exceed max_message_size cannot be sent (the
+        parent would close the connection): the request ends HANDLER_ERROR instead (spec 8.1)."""
+        body = terminal.body if isinstance(terminal, proto.Result) else \
+            terminal.summary  # type: ignore[attr-defined]
+        size = len(body) + (8 if terminal.TYPE == FrameType.END else 0)
+        limit = self.conn.max_message_size
+        if size <= limit:
+            return terminal
+        what = "result" if terminal.TYPE == FrameType.RESULT else "summary"
+        return proto.ErrorFrame(terminal.id, ErrorCode.HANDLER_ERROR,
+                                f"the {what} of {size} bytes is above max_message_size {limit}")
 
     async def _run_unary(self, call: _Call, arg: Any) -> proto.Frame:
         m = call.method

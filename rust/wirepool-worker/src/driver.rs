@@ -58,11 +58,19 @@ pub(crate) fn take_inherited_socket() -> io::Result<StdUnixStream> {
     Ok(unsafe { StdUnixStream::from_raw_fd(fd) })
 }
 
+/// Linux: SIGKILL when the parent dies (spec 8.4: SIGKILL, as a stopped worker ignores
+/// SIGTERM). A parent that died between the fork and the `prctl` sends nothing, so the parent's
+/// pid is compared before and after; one that died even earlier is caught by EOF.
 pub(crate) fn set_parent_death_signal() {
     #[cfg(target_os = "linux")]
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only records a signal number for this process.
+    // SAFETY: getppid has no preconditions; prctl(PR_SET_PDEATHSIG) only records a signal number
+    // for this process; kill on our own pid has no memory-safety preconditions.
     unsafe {
+        let parent = libc::getppid();
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        if libc::getppid() != parent {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
     }
 }
 
@@ -334,8 +342,9 @@ impl Driver {
         let Some(m) = self.methods.get(usize::from(method)).cloned() else { return };
         let Some(codec) = Codec::from_id(codec) else { return };
         let max_frame_size = self.welcome.map_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE, |w| w.max_frame_size);
-        // The budget counts from receipt (this read); no clock read for requests without one.
-        let deadline = (timeout_us > 0).then(|| Instant::now() + Duration::from_micros(timeout_us));
+        // The budget counts from the REQUEST event (this read; spec 2); no clock read for
+        // requests without one. Any u64 is valid: a deadline past the clock's range is none.
+        let deadline = (timeout_us > 0).then(|| Instant::now().checked_add(Duration::from_micros(timeout_us))).flatten();
         let stream = (m.kind == MethodKind::Stream).then(|| {
             Arc::new(StreamShared::new(id, codec, max_frame_size, self.batch_bytes, Arc::clone(&self.shared)))
         });
@@ -368,7 +377,16 @@ impl Driver {
             let req = Arc::clone(&req);
             tokio::spawn(async move {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(deadline.into()) => req.cancel(CancelReason::Deadline),
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        // Spec 8.3: the request ends when its budget runs out, whether or not
+                        // its handler notices (a CANCEL seen first keeps its code); what the
+                        // handler returns later is dropped by `finish`.
+                        req.cancel(CancelReason::Deadline);
+                        let e = req.cancel_error().unwrap_or_else(|| {
+                            HandlerError::protocol(ErrorCode::DeadlineExceeded, "the request's time budget ran out")
+                        });
+                        req.shared.finish(&req, Terminal::Error(e));
+                    }
                     _ = req.token.cancelled() => {}
                 }
             });

@@ -12,8 +12,14 @@
 //! - **Flow control**: a stream sends only while it has credit; a handler producing rows faster
 //!   than the parent reads simply waits in [`RowSink::send`].
 //! - **Cancellation and deadlines**: `CANCEL`, the request's `timeout_us`, and a drain's grace
-//!   set the [`Context`]'s flag; async handlers are dropped at their next `.await`. The parent
-//!   always gets exactly one terminal per request.
+//!   set the [`Context`]'s flag; async handlers are dropped at their next `.await`. A request
+//!   whose deadline passes ends `DEADLINE_EXCEEDED` at once, even if a blocking handler ignores
+//!   it (what that handler returns later is dropped); a cancelled request ends with its flag's
+//!   code whatever the handler returns (PROTOCOL.md 8.3). The parent always gets exactly one
+//!   terminal per request.
+//! - **Exit**: [`Worker::run`] returns `Ok` after GOODBYE or end of file and `Err` after a
+//!   protocol violation or the parent's `ERROR`, so a `main` returning its result exits with
+//!   status 0 or 1 (PROTOCOL.md 8.4).
 //! - **Isolation**: a panicking handler fails its own request with `HANDLER_PANIC`; blocking
 //!   handlers run on handler threads, so `PING` is answered even while they spin on the CPU.
 //! - **Limits**: at most `max_concurrency` requests run at once; more end with `OVERLOADED`.

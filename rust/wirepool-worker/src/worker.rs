@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -16,7 +16,7 @@ use wirepool_codec::{Codec, CodecError};
 use wirepool_proto::{ErrorCode, MethodKind};
 
 use crate::context::Context;
-use crate::core::{RequestShared, Terminal};
+use crate::core::{CancelReason, RequestShared, Terminal};
 use crate::error::HandlerError;
 use crate::sink::{BlockingRowSink, RowSink};
 
@@ -345,8 +345,13 @@ fn flatten_panic<T>(outcome: std::thread::Result<Result<T, HandlerError>>) -> Re
     outcome.unwrap_or_else(|payload| Err(panic_error(payload)))
 }
 
-/// A cancelled request ends `CANCELLED`/`DEADLINE_EXCEEDED` whatever its handler returned.
+/// A cancelled request ends `CANCELLED`/`DEADLINE_EXCEEDED` whatever its handler returned
+/// (spec 8.3: the flag decides when the driver takes the outcome).
 fn end(req: &RequestShared, terminal: Terminal) {
+    if req.inline && req.deadline.is_some_and(|d| Instant::now() >= d) {
+        // An inline handler ran on the I/O loop, so no deadline timer could fire meanwhile.
+        req.cancel(CancelReason::Deadline);
+    }
     let terminal = match req.cancel_error() {
         Some(e) => Terminal::Error(e),
         None => terminal,
@@ -437,4 +442,37 @@ where
         Err(e) => Terminal::Error(e),
     };
     end(req, terminal);
+}
+
+#[cfg(test)]
+mod default_tests {
+    use super::*;
+
+    /// The worker defaults of `spec/constants.json` (PROTOCOL.md section 17) that apply to Rust.
+    #[test]
+    fn defaults_follow_the_spec_table() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
+        let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let w = Worker::new("defaults");
+        let mut checked = 0;
+        for d in c["sdk_defaults"].as_array().unwrap() {
+            if d["side"] != "worker" || !(d["language"] == "all" || d["language"] == "rust") {
+                continue;
+            }
+            let name = d["name"].as_str().unwrap();
+            let ours = match name {
+                "max_concurrency" => u64::from(w.max_concurrency),
+                "max_frame_size" => u64::from(w.max_frame_size),
+                "rows_flush_interval" => w.flush_interval.as_millis() as u64,
+                "rows_batch_bytes" => w.batch_bytes as u64,
+                "event_interval" => crate::core::EVENT_SPACING.as_millis() as u64,
+                other => panic!("worker default {other} has no Rust counterpart: add it here"),
+            };
+            assert_eq!(ours, d["value"].as_u64().unwrap(), "{name}: {}", d["reason"]);
+            checked += 1;
+        }
+        assert_eq!(checked, 5);
+        let bound = c["timing"]["rows_flush_bound_ms"].as_u64().unwrap();
+        assert!((w.flush_interval.as_millis() as u64) < bound, "the flush rule (spec 6)");
+    }
 }

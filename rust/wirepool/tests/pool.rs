@@ -317,25 +317,48 @@ async fn deadlines_travel_on_the_wire_and_are_enforced_by_the_parent_too() {
         assert_eq!(e.code(), codes::DEADLINE_EXCEEDED, "{e}");
         let same: u32 = pool.call("pid", &()).await.unwrap();
         assert_eq!(same, pid);
-        // A handler that ignores its deadline: the parent answers the caller, cancels, and
-        // kills the worker once the cancel grace is over.
-        let started = std::time::Instant::now();
+        // A handler that ignores its deadline: the worker still ends the request when its
+        // timer fires (spec 8.3), so nothing is left for the parent to cancel and the worker is
+        // not killed; the abandoned handler spins on on its own thread.
         let e = pool
             .call_with::<_, u64>(
                 "spin",
-                &10_000u64,
+                &1_000u64,
                 CallOptions::timeout(Duration::from_millis(100)),
             )
             .await
             .unwrap_err();
         assert_eq!(e.code(), codes::DEADLINE_EXCEEDED, "{e}");
-        assert!(started.elapsed() < Duration::from_secs(5));
+        // Past the parent's deadline grace and cancel grace: had the request stayed in flight,
+        // the worker would be gone by now (an absence can only be checked by waiting).
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let same: u32 = pool.call("pid", &()).await.unwrap();
+        assert_eq!(same, pid, "the worker answered the deadline itself and was not killed");
+        assert!(pool.metrics().workers[0].restart_causes.is_empty());
+        // A handler that ignores CANCEL keeps its request in flight (spec 8.3): the parent
+        // kills the worker once the cancel grace is over.
+        let started = std::time::Instant::now();
+        let spinning = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.call::<_, u64>("spin", &10_000u64).await })
+        };
+        while pool.metrics().workers.iter().map(|w| w.in_flight).sum::<u64>() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // Let the handler start: a CANCEL that finds the request still queued for a thread
+        // ends it CANCELLED without running it (correctly), and nothing would be left to kill.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        spinning.abort(); // dropping the call sends CANCEL
+        assert!(spinning.await.unwrap_err().is_cancelled());
         // Other calls are still served meanwhile (by the spinning worker's other threads), until
-        // the cancel grace runs out and a fresh worker takes over.
+        // the cancel grace runs out and a fresh worker takes over. Unlike an overrun deadline, a
+        // pending CANCEL does not stop routing to the worker, so a call caught by the kill ends
+        // WORKER_EXITED.
         loop {
-            let now: u32 = pool.call("pid", &()).await.unwrap();
-            if now != pid {
-                break;
+            match pool.call::<_, u32>("pid", &()).await {
+                Ok(now) if now != pid => break,
+                Ok(_) => {}
+                Err(e) => assert_eq!(e.code(), codes::WORKER_EXITED, "{e}"),
             }
             tokio::task::yield_now().await;
         }

@@ -14,6 +14,7 @@
 //! | `raw_rows` | stream | raw | `"N SIZE"` -> N rows of SIZE bytes (first 8 = i LE, rest 0xAB), no summary |
 //! | `raw_rows_produced` | unary | json | any -> rows handed to the SDK by the latest `raw_rows` |
 //! | `forever` | stream | json | any -> rows 0, 1, 2, ... until cancelled |
+//! | `one_row_then_wait` | stream | json | any -> row 0, then waits until cancelled (the flush rule) |
 //! | `sleep` | unary | json | ms -> ms after sleeping; stops at cancellation or deadline |
 //! | `hang` | unary | json | ms -> ms after blocking ms, ignoring cancellation and deadline |
 //! | `fail` | unary | json | any -> `HANDLER_ERROR` "the fail method was called" |
@@ -27,7 +28,7 @@
 //! | `spin` | unary | json | ms -> ms, after busy-looping ms on a handler thread (stops if cancelled) |
 //! | `whoami` | unary | json | any -> this worker's process id |
 //! | `exit` | unary | json | `{"status": N}` -> the process exits with status N at once |
-//! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING |
+//! | `freeze` | unary | json | any -> stops the whole process (SIGSTOP): it answers nothing, not even PING, and never answers once resumed |
 //! | `print` | unary | json | `{"stream": "stdout"\|"stderr", "n": N}` -> writes N bytes `x` there, returns N |
 //!
 //! Started by a parent (it needs `WIREPOOL_FD`); not meant to be run by hand.
@@ -181,6 +182,13 @@ fn main() -> std::io::Result<()> {
             Ok(())
         })
         .codecs(&[Codec::Json])
+        .stream("one_row_then_wait", |_: serde_json::Value, ctx: Context, rows: RowSink<u64>| async move {
+            rows.send(0).await?;
+            // Blocked after one row: the SDK must still send it within the flush bound.
+            ctx.cancelled().await;
+            Ok(())
+        })
+        .codecs(&[Codec::Json])
         .unary_async("sleep", |ms: u64, _ctx: Context| async move {
             // Cancellation and the deadline drop this future at its await.
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -251,7 +259,11 @@ fn main() -> std::io::Result<()> {
         .unary("freeze", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
             // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
             unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-            Err(HandlerError::new("the process was resumed after SIGSTOP"))
+            // Resumed (e.g. while the parent replaces it): never answer, so the outcome cannot
+            // depend on when the resume came; the parent's WORKER_HUNG is the one terminal.
+            loop {
+                std::thread::park();
+            }
         })
         .codecs(&[Codec::Json])
         .unary("print", |req: PrintReq, _ctx: &Context| {
