@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check lint docs venv clean
+.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check lint docs package venv clean
 
 help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench   end-to-end benchmarks (quick mode); bench-full for the full matrix"
 	@echo "make fuzz    the Rust and Python fuzz targets, FUZZ_SECONDS per language"
 	@echo "make docs    the API reference: rust/target/doc (cargo doc) and build/docs/python (pdoc)"
+	@echo "make package the release checks: Python sdist+wheel (twine check), cargo publish --dry-run"
 
 # The build is shown (a fresh clone compiles for a few minutes before the demo starts).
 demo:
@@ -68,6 +69,25 @@ docs: $(VPY)
 	rm -rf build/docs/python
 	$(VPY) -W error -m pdoc -o build/docs/python wirepool wirepool.prometheus wirepool.cli
 	@echo "API reference: rust/target/doc/wirepool/index.html, build/docs/python/index.html"
+
+# What a release uploads, checked as its registry would: the Python sdist and wheel built in an
+# isolated environment (build/dist), `twine check --strict`, the wheel installed into a scratch
+# venv with its console script run; every publishable crate (`publish = false` ones are skipped)
+# packaged from what git has committed and compiled from its tarball, path dependencies resolved
+# as the registry would (cargo >= 1.90 for --workspace). PACKAGE_CARGO_FLAGS=--allow-dirty checks
+# uncommitted changes too.
+PACKAGE_CARGO_FLAGS ?=
+package: $(VPY)
+	$(VPY) -m pip install -q -e "./python[packaging]"
+	rm -rf build/dist
+	$(VPY) -m build -q -o build/dist python
+	$(VPY) -m twine check --strict build/dist/*
+	scratch=$$(mktemp -d); rc=0; \
+	  { $(VPY) -m venv "$$scratch" && "$$scratch/bin/pip" install -q build/dist/*.whl \
+	    && "$$scratch/bin/wirepool" --help >/dev/null \
+	    && "$$scratch/bin/python" -c "import wirepool, orjson"; } || rc=$$?; \
+	  rm -rf "$$scratch"; exit $$rc
+	cd rust && $(CARGO) publish --dry-run --workspace $(PACKAGE_CARGO_FLAGS)
 
 # New inputs go to a scratch corpus: the committed corpora only grow by a deliberate commit.
 fuzz: $(VPY)
