@@ -20,9 +20,12 @@ live here, one test per invariant and pair, so a failure names what broke and wh
   exactly R replacements (R + 1 deaths, each counted once) and gives up saying "restart
   intensity exceeded"; calls then fail at once with one typed error and flat memory.
 
-Each pair runs once per session (the two parents at once, each parent's pairs one after the
-other: about a minute in all). ``SOAK_SECONDS`` (default 20) sets the chaos phase of each pair;
-``SOAK_SEED`` replays a seed (every failure message prints the seed and the command).
+Variants: every parent against every worker, plus the Python parent's blocking ``Pool`` (its
+own paths, called from threads) against the Python worker. Each runs once per session, the
+parents at once and each parent's variants one after the other (about a minute in all; the
+figures are printed with ``-s``). ``SOAK_SECONDS`` (default 15) sets each variant's chaos phase;
+``SOAK_SEED`` (the base seed: variant k gets base + k) and ``SOAK_ONLY`` (variant ids) replay a
+failure, whose message prints both and the driver's own command line.
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ import pytest
 import test_matrix as matrix
 
 HERE = Path(__file__).resolve().parent
-SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "20"))
+SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "15"))
 SOAK_SEED = os.environ.get("SOAK_SEED")
+SOAK_ONLY = os.environ.get("SOAK_ONLY")  # comma-separated variant ids: run only these
 WORKERS = 3
 MAX_RESTARTS = 5
 FAIL_FAST_SECONDS = 2.0
@@ -62,8 +66,30 @@ DRIVERS = {
 PARENTS = [lang["name"] for lang in matrix.LANGUAGES
            if "parent" in lang and lang["name"] in DRIVERS]
 WORKER_LANGS = [lang["name"] for lang in matrix.LANGUAGES if "worker" in lang]
-PAIRS = [(p, w) for p in PARENTS for w in WORKER_LANGS]
-IDS = [matrix.pair_id(p, w) for p, w in PAIRS]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One driver run: a parent (through one of its APIs) against a worker."""
+    parent: str
+    worker: str
+    api: str = ""  # "": the parent's only or default API; "threads": Python's blocking Pool
+
+    @property
+    def id(self) -> str:
+        api = f"_{self.api}" if self.api else ""
+        return f"{self.parent}_parent{api}-{self.worker}_worker"
+
+    def options(self) -> list[str]:
+        return ["--api", self.api] if self.api else []
+
+
+# Every parent against every worker, and the Python parent's blocking Pool (called from
+# threads: its own paths into the pool) against the Python worker (slow to start, so many of
+# its replacements are killed before their HELLO).
+VARIANTS = [Variant(p, w) for p in PARENTS for w in WORKER_LANGS] + [
+    Variant("python", "python", "threads") for _ in [0] if "python" in PARENTS]
+IDS = [v.id for v in VARIANTS]
 
 # Bounds (MB): a parent's peak RSS over both parts, its growth over the soak (allocator and
 # caches settle, a leak per request does not), and over >= 2 s of calls on a pool that gave up.
@@ -75,7 +101,7 @@ MAX_FAIL_FAST_CALL_MS = 1000.0  # far below any start-up or heartbeat wait
 GAVE_UP = "restart intensity exceeded"
 CHAOS_CODES = {"WORKER_EXITED", "WORKER_HUNG"}
 
-pytestmark = pytest.mark.timeout(matrix.BUILD_TIMEOUT_S + 2 * RUN_TIMEOUT_S + 120)
+pytestmark = pytest.mark.timeout(matrix.BUILD_TIMEOUT_S + len(VARIANTS) * RUN_TIMEOUT_S + 120)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,9 +111,9 @@ pytestmark = pytest.mark.timeout(matrix.BUILD_TIMEOUT_S + 2 * RUN_TIMEOUT_S + 12
 
 @dataclass
 class SoakRun:
-    parent: str
-    worker: str
+    variant: Variant
     seed: int
+    base_seed: int
     argv: list[str] = field(default_factory=list)
     error: str | None = None  # the driver could not run, hung, or printed no summary
     returncode: int | None = None
@@ -97,23 +123,24 @@ class SoakRun:
     wall_s: float = 0.0
 
     def replay(self) -> str:
-        return (f"seed {self.seed}; replay: SOAK_SEED={self.seed} SOAK_SECONDS={SOAK_SECONDS:g} "
-                f"pytest conformance/test_soak.py -k '{matrix.pair_id(self.parent, self.worker)}'"
-                f" (driver: {' '.join(self.argv)})")
+        return (f"seed {self.seed}; replay: SOAK_SEED={self.base_seed} SOAK_ONLY={self.variant.id}"
+                f" SOAK_SECONDS={SOAK_SECONDS:g} .venv/bin/python -m pytest -q "
+                f"conformance/test_soak.py -k {self.variant.id}, or the driver alone: "
+                f"{' '.join(self.argv)}")
 
 
-def run_driver(parent: str, worker: str, seed: int) -> SoakRun:
+def run_driver(v: Variant, seed: int, base_seed: int) -> SoakRun:
     """One soak driver run, in its own session with a hard time bound; every process it started
     is found afterwards by an inherited environment marker and killed."""
-    run = SoakRun(parent, worker, seed)
-    for lang in dict.fromkeys((parent, worker)):
+    run = SoakRun(v, seed, base_seed)
+    for lang in dict.fromkeys((v.parent, v.worker)):
         error = matrix.build(lang)
         if error is not None:
             run.error = f"{lang}: {error}"
             return run
-    worker_argv = matrix.expand(matrix.BY_NAME[worker]["worker"])
-    run.argv = [*matrix.expand(DRIVERS[parent]), "--seed", str(seed), "--seconds",
-                f"{SOAK_SECONDS:g}", "--workers", str(WORKERS), "--max-restarts",
+    worker_argv = matrix.expand(matrix.BY_NAME[v.worker]["worker"])
+    run.argv = [*matrix.expand(DRIVERS[v.parent]), *v.options(), "--seed", str(seed),
+                "--seconds", f"{SOAK_SECONDS:g}", "--workers", str(WORKERS), "--max-restarts",
                 str(MAX_RESTARTS), "--fail-fast-seconds", f"{FAIL_FAST_SECONDS:g}", "--",
                 *worker_argv]
     for path in (run.argv[0], run.argv[1], worker_argv[0]):
@@ -129,7 +156,7 @@ def run_driver(parent: str, worker: str, seed: int) -> SoakRun:
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
         except OSError as e:
-            run.error = f"cannot start the {parent} soak driver: {e}"
+            run.error = f"cannot start the {v.parent} soak driver: {e}"
             return run
         try:
             run.returncode = proc.wait(timeout=RUN_TIMEOUT_S)
@@ -156,7 +183,7 @@ def run_driver(parent: str, worker: str, seed: int) -> SoakRun:
                 run.summary = json.loads(lines[0])
             except ValueError as e:
                 run.error = f"the summary is not JSON ({e}): {lines[0][:300]}"
-    print(f"soak {matrix.pair_id(parent, worker)}: {run.replay()}: "
+    print(f"soak {v.id}: {run.replay()}: "
           f"{json.dumps(figures(run.summary)) if run.summary else run.error}", flush=True)
     return run
 
@@ -172,23 +199,25 @@ def figures(s: dict[str, Any]) -> dict[str, Any]:
             "elapsed_s": s.get("elapsed_s")}
 
 
-_runs: dict[tuple[str, str], SoakRun] = {}
+_runs: dict[str, SoakRun] = {}
 _lock = threading.Lock()
 
 
-def soak_run(parent: str, worker: str) -> SoakRun:
-    """Every pair's run, started on first use: the parents at once, each parent's pairs one
-    after the other (a parent's soak is about a minute)."""
+def soak_run(v: Variant) -> SoakRun:
+    """Every variant's run (those of SOAK_ONLY if set), started on first use: the parents at
+    once, each parent's variants one after the other (a parent's soak is about a minute)."""
     with _lock:
         if not _runs:
             for lang in dict.fromkeys(PARENTS + WORKER_LANGS):  # builds share a target dir
                 matrix.build(lang)
             base = int(SOAK_SEED) if SOAK_SEED else random.randrange(1 << 31)
-            results: dict[tuple[str, str], SoakRun] = {}
+            only = set(SOAK_ONLY.split(",")) if SOAK_ONLY else None
+            results: dict[str, SoakRun] = {}
 
             def one_parent(p: str) -> None:
-                for k, w in enumerate(WORKER_LANGS):
-                    results[(p, w)] = run_driver(p, w, base + k)
+                for k, each in enumerate(VARIANTS):
+                    if each.parent == p and (only is None or each.id in only):
+                        results[each.id] = run_driver(each, base + k, base)
 
             threads = [threading.Thread(target=one_parent, args=(p,)) for p in PARENTS]
             for t in threads:
@@ -196,13 +225,15 @@ def soak_run(parent: str, worker: str) -> SoakRun:
             for t in threads:
                 t.join()
             _runs.update(results)
-    return _runs[(parent, worker)]
+    if v.id not in _runs:
+        pytest.fail(f"{v.id} did not run: SOAK_ONLY={SOAK_ONLY} leaves it out")
+    return _runs[v.id]
 
 
-def summary_of(parent: str, worker: str) -> tuple[SoakRun, dict[str, Any]]:
-    run = soak_run(parent, worker)
+def summary_of(v: Variant) -> tuple[SoakRun, dict[str, Any]]:
+    run = soak_run(v)
     if run.error is not None or not run.summary:
-        pytest.fail(f"{matrix.pair_id(parent, worker)}: {run.error} (exit {run.returncode}); "
+        pytest.fail(f"{v.id}: {run.error} (exit {run.returncode}); "
                     f"{run.replay()}\ndriver stderr tail:\n{run.stderr_tail}")
     return run, run.summary
 
@@ -266,9 +297,14 @@ def check_live_workers(s: dict[str, Any]) -> list[str]:
         problems.append(f"{len(set(live))} distinct live worker pids {live}, expected {want}")
     if final.get("pool_pids") != live:
         problems.append(f"the pool's pids {final.get('pool_pids')} are not the live {live}")
-    if final.get("lease_pids") != live:
+    if "whoami_pids" in final:  # no leases (Python's blocking Pool): whoami calls at once
+        if not final["whoami_pids"] or not set(final["whoami_pids"]) <= set(live):
+            problems.append(f"whoami calls were answered by {final['whoami_pids']}, not only by "
+                            f"the live {live}")
+    elif final.get("lease_pids") != live:
         problems.append(f"{want} leases held at once answered whoami with "
-                        f"{final.get('lease_pids', final.get('lease_error'))}, not the live {live}")
+                        f"{final.get('lease_pids', final.get('answer_error'))}, not the live "
+                        f"{live}")
     if final.get("health") != {"ok": 50}:
         problems.append(f"after the chaos, 50 calls ended {final.get('health')}")
     return problems
@@ -345,11 +381,10 @@ CHECKS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 }
 
 
-def assert_check(name: str, parent: str, worker: str) -> None:
-    run, s = summary_of(parent, worker)
+def assert_check(name: str, v: Variant) -> None:
+    run, s = summary_of(v)
     problems = CHECKS[name](s)
-    assert not problems, (f"{matrix.pair_id(parent, worker)} soak, {name}: "
-                          + "; ".join(problems) + f"\n{run.replay()}")
+    assert not problems, f"{v.id} soak, {name}: " + "; ".join(problems) + f"\n{run.replay()}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,49 +392,51 @@ def assert_check(name: str, parent: str, worker: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_driver_ran(parent: str, worker: str) -> None:
-    run, s = summary_of(parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_driver_ran(v: Variant) -> None:
+    run, s = summary_of(v)
     assert run.returncode == 0, f"driver exit status {run.returncode}\n{run.stderr_tail}"
-    assert (s["parent"], s["seed"], s["workers"]) == (parent, run.seed, WORKERS), s
+    assert (s["parent"], s["seed"], s["workers"]) == (v.parent, run.seed, WORKERS), s
+    if v.api:
+        assert s.get("api") == v.api, f"the driver ran the {s.get('api')} API, not {v.api}"
     assert s["load_s"] >= SOAK_SECONDS, f"the chaos phase lasted {s['load_s']}s"
-    assert not run.leaked, (f"the {parent} soak driver left processes running "
+    assert not run.leaked, (f"the {v.parent} soak driver left processes running "
                             f"{matrix.LEAK_WAIT_S}s after it exited: {run.leaked}\n{run.replay()}")
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_every_request_one_typed_outcome(parent: str, worker: str) -> None:
-    assert_check("outcomes", parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_every_request_one_typed_outcome(v: Variant) -> None:
+    assert_check("outcomes", v)
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_no_row_lost_or_repeated(parent: str, worker: str) -> None:
-    assert_check("rows", parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_no_row_lost_or_repeated(v: Variant) -> None:
+    assert_check("rows", v)
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_live_workers_after_chaos(parent: str, worker: str) -> None:
-    assert_check("live_workers", parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_live_workers_after_chaos(v: Variant) -> None:
+    assert_check("live_workers", v)
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_no_fd_or_process_leak(parent: str, worker: str) -> None:
-    assert_check("no_leaks", parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_no_fd_or_process_leak(v: Variant) -> None:
+    assert_check("no_leaks", v)
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_parent_memory_bounded(parent: str, worker: str) -> None:
-    assert_check("memory", parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_parent_memory_bounded(v: Variant) -> None:
+    assert_check("memory", v)
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_restart_limit_trips_exactly(parent: str, worker: str) -> None:
-    assert_check("restart_limit", parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_restart_limit_trips_exactly(v: Variant) -> None:
+    assert_check("restart_limit", v)
 
 
-@pytest.mark.parametrize("parent,worker", PAIRS, ids=IDS)
-def test_soak_gave_up_pool_fails_fast_with_flat_memory(parent: str, worker: str) -> None:
-    assert_check("fail_fast", parent, worker)
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_soak_gave_up_pool_fails_fast_with_flat_memory(v: Variant) -> None:
+    assert_check("fail_fast", v)
 
 
 def test_every_parent_has_a_soak_driver() -> None:
@@ -456,6 +493,7 @@ MUTANTS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
     ("live_workers", "expected 2 running", _set("final.settled", False)),
     ("live_workers", "3 distinct", _set("final.live_pids", [10, 11, 12])),
     ("live_workers", "leases held at once", _set("final.lease_pids", [10, 10])),
+    ("live_workers", "not only by the live", _set("final.whoami_pids", [10, 12])),
     ("live_workers", "50 calls ended", _set("final.health", {"ok": 49, "WORKER_EXITED": 1})),
     ("no_leaks", "left after close", _set("children_after_close", [12])),
     ("no_leaks", "open descriptors", _set("fds.after", 10)),

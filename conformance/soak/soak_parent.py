@@ -4,8 +4,13 @@ keep failing. It measures and prints one JSON line (the summary); ``conformance/
 holds the invariants and asserts them on the summary. The Rust parent's driver
 (``rust/wirepool-conformance/src/bin/soak_parent.rs``) does the same, step for step.
 
-    soak_parent.py --seed N [--seconds S] [--workers W] [--max-restarts R] [--fail-fast-seconds F]
-                   -- WORKER COMMAND...
+    soak_parent.py --seed N [--api async|threads] [--seconds S] [--workers W]
+                   [--max-restarts R] [--fail-fast-seconds F] -- WORKER COMMAND...
+
+``--api threads`` drives the blocking ``wirepool.Pool`` instead: each operation runs in a thread
+of its own (``Pool.call``, ``submit`` bursts, ``Pool.map``, ``SyncStream``); it has no leases,
+so the final check asks ``whoami`` of 8 x ``workers`` calls at once (every answer must come from
+a live worker) instead.
 
 Part 1, the soak (``seconds``): ``LOAD_TASKS`` tasks each run random operations back to back:
 ``add`` calls (result checked), ``decls`` streams (row i must be row number i, the summary the
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import gc
 import json
 import os
@@ -41,10 +47,11 @@ import random
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import wirepool
 
@@ -106,10 +113,23 @@ def outcome_of(e: BaseException) -> str:
     return f"untyped:{type(e).__name__}"
 
 
+# The outcomes an operation may end in: its own, or what a killed or stopped worker gives.
+OK = {"ok"} | CHAOS_CODES
+DEADLINE = {"DEADLINE_EXCEEDED"} | CHAOS_CODES
+FAILED = {"HANDLER_ERROR"} | CHAOS_CODES
+
+
 class Soak:
-    def __init__(self, pool: wirepool.AsyncPool, rng: random.Random) -> None:
-        self.pool = pool
+    """The load and the chaos on one pool: an AsyncPool (``pool``), or a blocking Pool
+    (``sync``) whose operations run in threads of ``executor``."""
+
+    def __init__(self, pool: wirepool.AsyncPool | None, sync: wirepool.Pool | None,
+                 rng: random.Random) -> None:
+        self.pool: wirepool.AsyncPool = pool  # type: ignore[assignment]  # None with ``sync``
+        self.sync: wirepool.Pool = sync  # type: ignore[assignment]
+        self.executor = concurrent.futures.ThreadPoolExecutor(LOAD_TASKS + 2, "soak-load")
         self.rng = rng
+        self.lock = threading.Lock()  # load threads record too
         self.outcomes: Counter[str] = Counter()
         self.by_op: dict[str, Counter[str]] = {}
         self.unexpected: list[str] = []
@@ -121,12 +141,17 @@ class Soak:
 
     def record(self, op: str, outcome: str, allowed: set[str], detail: str = "") -> None:
         """One operation's single outcome; an outcome outside ``allowed`` is unexpected."""
-        self.outcomes[outcome] += 1
-        self.by_op.setdefault(op, Counter())[outcome] += 1
-        if outcome not in allowed:
-            self.outcomes["unexpected"] += 1
-            if len(self.unexpected) < SAMPLES:
-                self.unexpected.append(f"{op}: {outcome}: {detail}"[:400])
+        with self.lock:
+            self.outcomes[outcome] += 1
+            self.by_op.setdefault(op, Counter())[outcome] += 1
+            if outcome not in allowed:
+                self.outcomes["unexpected"] += 1
+                if len(self.unexpected) < SAMPLES:
+                    self.unexpected.append(f"{op}: {outcome}: {detail}"[:400])
+
+    def count_rows(self, what: str) -> None:
+        with self.lock:
+            self.rows[what] += 1
 
     async def bounded(self, op: str, coro: Any, allowed: set[str]) -> None:
         """Runs one operation, which records its own outcome, within OP_BOUND_S."""
@@ -135,116 +160,216 @@ class Soak:
         except asyncio.TimeoutError:
             self.record(op, "no_outcome", allowed, f"no outcome within {OP_BOUND_S}s")
 
-    # -- operations -------------------------------------------------------------------------
+    # -- operations (AsyncPool), each drawing nothing random: load() draws for them ----------
+
+    def check_add(self, op: str, i: int, got: Any) -> None:
+        self.record(op, "ok" if got == {"sum": 3 * i} else "wrong_result", OK,
+                    f"add {i} answered {got!r}")
 
     async def op_add(self, i: int, op: str = "add") -> None:
-        allowed = {"ok"} | CHAOS_CODES
         try:
             got = await self.pool.call("add", {"a": i, "b": 2 * i})
         except Exception as e:  # noqa: BLE001 - every outcome is counted, typed or not
-            self.record(op, outcome_of(e), allowed, str(e))
+            self.record(op, outcome_of(e), OK, str(e))
             return
-        self.record(op, "ok" if got == {"sum": 3 * i} else "wrong_result", allowed,
-                    f"add {i} answered {got!r}")
+        self.check_add(op, i, got)
 
-    async def op_burst(self) -> None:
-        base = self.rng.randrange(1 << 20)
+    async def op_burst(self, base: int) -> None:
         await asyncio.gather(*(self.op_add(base + k, "burst_call") for k in range(BURST)))
 
-    async def op_map(self) -> None:
+    async def op_map(self, base: int) -> None:
         """A map counts as one operation: every result in order, or the first error."""
-        allowed = {"ok"} | CHAOS_CODES
-        base = self.rng.randrange(1 << 20)
         k = 0
         try:
             async for got in self.pool.map("add", ({"a": base + j, "b": 2 * (base + j)}
                                                    for j in range(MAP_ITEMS))):
                 if got != {"sum": 3 * (base + k)}:
-                    self.record("map", "wrong_result", allowed, f"item {k} answered {got!r}")
+                    self.record("map", "wrong_result", OK, f"item {k} answered {got!r}")
                     return
                 k += 1
         except Exception as e:  # noqa: BLE001
-            self.record("map", outcome_of(e), allowed, str(e))
+            self.record("map", outcome_of(e), OK, str(e))
             return
-        self.record("map", "ok" if k == MAP_ITEMS else "wrong_result", allowed,
+        self.map_done(k)
+
+    def map_done(self, k: int) -> None:
+        self.record("map", "ok" if k == MAP_ITEMS else "wrong_result", OK,
                     f"{k} of {MAP_ITEMS} results")
 
-    async def op_stream(self, close_after: int | None) -> None:
+    def stream_row(self, op: str, n: int, k: int, row: Any) -> bool:
+        """Checks row number ``k``; False (recorded) if it is not the row of that number."""
+        if row != {"i": k, "name": f"decl_{k}", "kind": "theorem"}:
+            self.count_rows("seq_errors")
+            self.record(op, "wrong_row", OK, f"row {k} of {n} was {row!r}")
+            return False
+        self.count_rows("total")
+        return True
+
+    def stream_end(self, op: str, n: int, k: int, summary: Any) -> None:
+        if k != n or summary != {"rows": n}:
+            self.count_rows("seq_errors")
+            self.record(op, "wrong_rows", OK, f"{k} of {n} rows, summary {summary!r}")
+            return
+        self.count_rows("complete")
+        self.record(op, "ok", OK)
+
+    async def op_stream(self, n: int, close_after: int | None) -> None:
         """``decls``: row k must be row number k (nothing lost or repeated), then the summary;
         with ``close_after``, the stream is closed after that many rows."""
         op = "stream" if close_after is None else "stream_closed_early"
-        allowed = {"ok"} | CHAOS_CODES
-        n = self.rng.randint(1, 3000)
         stream = self.pool.stream("decls", {"n": n})
-        self.rows["streams"] += 1
+        self.count_rows("streams")
         k = 0
         try:
             async for row in stream:
-                if row != {"i": k, "name": f"decl_{k}", "kind": "theorem"}:
-                    self.rows["seq_errors"] += 1
-                    self.record(op, "wrong_row", allowed, f"row {k} of {n} was {row!r}")
+                if not self.stream_row(op, n, k, row):
                     await stream.aclose()
                     return
                 k += 1
-                self.rows["total"] += 1
                 if close_after is not None and k >= close_after:
                     await stream.aclose()
-                    self.rows["closed_early"] += 1
-                    self.record(op, "ok", allowed)
+                    self.count_rows("closed_early")
+                    self.record(op, "ok", OK)
                     return
-            # A second read of an ended stream yields nothing new.
-            async for row in stream:
-                self.record(op, "read_after_end", allowed, f"got {row!r}")
+            async for row in stream:  # a second read of an ended stream yields nothing new
+                self.record(op, "read_after_end", OK, f"got {row!r}")
                 return
         except Exception as e:  # noqa: BLE001
-            self.rows["broken"] += 1
-            self.record(op, outcome_of(e), allowed, f"after {k} of {n} rows: {e}")
+            self.count_rows("broken")
+            self.record(op, outcome_of(e), OK, f"after {k} of {n} rows: {e}")
             return
-        if k != n or stream.summary != {"rows": n}:
-            self.rows["seq_errors"] += 1
-            self.record(op, "wrong_rows", allowed, f"{k} of {n} rows, summary {stream.summary!r}")
-            return
-        self.rows["complete"] += 1
-        self.record(op, "ok", allowed)
+        self.stream_end(op, n, k, stream.summary)
 
-    async def op_deadline(self) -> None:
-        allowed = {"DEADLINE_EXCEEDED"} | CHAOS_CODES
-        ms = self.rng.randint(300, 600)
+    async def op_deadline(self, ms: int) -> None:
         try:
             got = await self.pool.call("sleep", ms, timeout=0.1)
         except Exception as e:  # noqa: BLE001
-            self.record("deadline", outcome_of(e), allowed, str(e))
+            self.record("deadline", outcome_of(e), DEADLINE, str(e))
             return
-        self.record("deadline", "ok", allowed, f"sleep {ms} with a 100 ms deadline gave {got!r}")
+        self.record("deadline", "ok", DEADLINE, f"sleep {ms} with a 100 ms deadline gave {got!r}")
 
     async def op_fail(self) -> None:
-        allowed = {"HANDLER_ERROR"} | CHAOS_CODES
         try:
             got = await self.pool.call("fail", None)
         except Exception as e:  # noqa: BLE001
-            self.record("fail", outcome_of(e), allowed, str(e))
+            self.record("fail", outcome_of(e), FAILED, str(e))
             return
-        self.record("fail", "ok", allowed, f"fail answered {got!r}")
+        self.record("fail", "ok", FAILED, f"fail answered {got!r}")
+
+    # -- the same operations on the blocking Pool, run in a thread each -----------------------
+
+    def sync_add(self, i: int, op: str = "add") -> None:
+        try:
+            got = self.sync.call("add", {"a": i, "b": 2 * i})
+        except Exception as e:  # noqa: BLE001
+            self.record(op, outcome_of(e), OK, str(e))
+            return
+        self.check_add(op, i, got)
+
+    def sync_burst(self, base: int) -> None:
+        futures = [(base + k, self.sync.submit("add", {"a": base + k, "b": 2 * (base + k)}))
+                   for k in range(BURST)]
+        for i, fut in futures:
+            try:
+                got = fut.result(timeout=OP_BOUND_S)
+            except concurrent.futures.TimeoutError:
+                self.record("burst_call", "no_outcome", OK, f"no outcome within {OP_BOUND_S}s")
+                continue
+            except Exception as e:  # noqa: BLE001
+                self.record("burst_call", outcome_of(e), OK, str(e))
+                continue
+            self.check_add("burst_call", i, got)
+
+    def sync_map(self, base: int) -> None:
+        k = 0
+        try:
+            for got in self.sync.map("add", ({"a": base + j, "b": 2 * (base + j)}
+                                             for j in range(MAP_ITEMS))):
+                if got != {"sum": 3 * (base + k)}:
+                    self.record("map", "wrong_result", OK, f"item {k} answered {got!r}")
+                    return
+                k += 1
+        except Exception as e:  # noqa: BLE001
+            self.record("map", outcome_of(e), OK, str(e))
+            return
+        self.map_done(k)
+
+    def sync_stream(self, n: int, close_after: int | None) -> None:
+        op = "stream" if close_after is None else "stream_closed_early"
+        stream = self.sync.stream("decls", {"n": n})
+        self.count_rows("streams")
+        k = 0
+        try:
+            for row in stream:
+                if not self.stream_row(op, n, k, row):
+                    stream.close()
+                    return
+                k += 1
+                if close_after is not None and k >= close_after:
+                    stream.close()
+                    self.count_rows("closed_early")
+                    self.record(op, "ok", OK)
+                    return
+            for row in stream:  # a second read of an ended stream yields nothing new
+                self.record(op, "read_after_end", OK, f"got {row!r}")
+                return
+        except Exception as e:  # noqa: BLE001
+            self.count_rows("broken")
+            self.record(op, outcome_of(e), OK, f"after {k} of {n} rows: {e}")
+            return
+        self.stream_end(op, n, k, stream.summary)
+
+    def sync_deadline(self, ms: int) -> None:
+        try:
+            got = self.sync.call("sleep", ms, timeout=0.1)
+        except Exception as e:  # noqa: BLE001
+            self.record("deadline", outcome_of(e), DEADLINE, str(e))
+            return
+        self.record("deadline", "ok", DEADLINE, f"sleep {ms} with a 100 ms deadline gave {got!r}")
+
+    def sync_fail(self) -> None:
+        try:
+            got = self.sync.call("fail", None)
+        except Exception as e:  # noqa: BLE001
+            self.record("fail", outcome_of(e), FAILED, str(e))
+            return
+        self.record("fail", "ok", FAILED, f"fail answered {got!r}")
 
     async def load(self) -> None:
+        """Random operations back to back; with the blocking Pool each runs in a thread of its
+        own (an operation that never ends is then abandoned, counted ``no_outcome``)."""
         rng = self.rng
+        threads = self.sync is not None
+        loop = asyncio.get_running_loop()
+
+        def run(sync_op: Callable[..., None], async_op: Callable[..., Any], *args: Any) -> Any:
+            if threads:
+                return loop.run_in_executor(self.executor, sync_op, *args)
+            return async_op(*args)
+
         while self.running:
             r = rng.random()
             if r < 0.30:
-                await self.bounded("add", self.op_add(rng.randrange(1 << 30)), {"ok"})
+                await self.bounded("add", run(self.sync_add, self.op_add, rng.randrange(1 << 30)),
+                                   OK)
             elif r < 0.55:
-                await self.bounded("stream", self.op_stream(None), {"ok"})
+                await self.bounded("stream", run(self.sync_stream, self.op_stream,
+                                                 rng.randint(1, 3000), None), OK)
             elif r < 0.62:
-                await self.bounded("stream_closed_early",
-                                   self.op_stream(rng.randint(1, 200)), {"ok"})
+                await self.bounded("stream_closed_early", run(
+                    self.sync_stream, self.op_stream, rng.randint(1, 3000), rng.randint(1, 200)),
+                    OK)
             elif r < 0.75:
-                await self.bounded("burst", self.op_burst(), {"ok"})
+                await self.bounded("burst", run(self.sync_burst, self.op_burst,
+                                                rng.randrange(1 << 20)), OK)
             elif r < 0.85:
-                await self.bounded("map", self.op_map(), {"ok"})
+                await self.bounded("map", run(self.sync_map, self.op_map, rng.randrange(1 << 20)),
+                                   OK)
             elif r < 0.95:
-                await self.bounded("deadline", self.op_deadline(), {"DEADLINE_EXCEEDED"})
+                await self.bounded("deadline", run(self.sync_deadline, self.op_deadline,
+                                                   rng.randint(300, 600)), DEADLINE)
             else:
-                await self.bounded("fail", self.op_fail(), {"HANDLER_ERROR"})
+                await self.bounded("fail", run(self.sync_fail, self.op_fail), FAILED)
 
     # -- chaos ------------------------------------------------------------------------------
 
@@ -305,8 +430,73 @@ async def settle_live(want: int, pool_pids: Any) -> dict[str, Any]:
         await asyncio.sleep(0.05)  # polling /proc, bounded by the deadline
 
 
-def alive_pids(pool: wirepool.AsyncPool) -> list[int]:
-    return [w["pid"] for w in pool.metrics()["workers"] if w["alive"]]
+class PoolUnderTest:
+    """The pool through one of the Python parent's two APIs: ``async`` (AsyncPool, on this
+    loop) or ``threads`` (the blocking Pool, which runs its own loop; called from threads)."""
+
+    def __init__(self, api: str, argv: list[str], **options: Any) -> None:
+        self.api = api
+        self.argv = argv
+        self.options = options
+        self.apool: wirepool.AsyncPool | None = None
+        self.spool: wirepool.Pool | None = None
+        # Blocking calls made from the loop go through here; a hung one is abandoned.
+        self.executor = concurrent.futures.ThreadPoolExecutor(8, "soak-calls")
+
+    def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def start(self) -> None:
+        if self.api == "async":
+            self.apool = wirepool.AsyncPool(self.argv, **self.options)
+            await self.apool.start()
+        else:
+            self.spool = await self._in_thread(lambda: wirepool.Pool(self.argv, **self.options))
+
+    async def call(self, method: str, request: Any, bound: float) -> Any:
+        """One call with a hard bound (asyncio.TimeoutError past it)."""
+        if self.apool is not None:
+            return await asyncio.wait_for(self.apool.call(method, request), bound)
+        assert self.spool is not None
+        return await asyncio.wait_for(self._in_thread(self.spool.call, method, request), bound)
+
+    async def call_here(self, method: str, request: Any) -> Any:
+        """One call made directly, for fail-fast timing: the blocking Pool's from this thread
+        (its own path; bounded only by the test's bound on the whole driver)."""
+        if self.apool is not None:
+            return await asyncio.wait_for(self.apool.call(method, request), 5.0)
+        assert self.spool is not None
+        return self.spool.call(method, request)
+
+    def metrics(self) -> Any:
+        if self.apool is not None:
+            return self.apool.metrics()
+        assert self.spool is not None
+        return self.spool.metrics()
+
+    def pids(self) -> list[int]:
+        return [w["pid"] for w in self.metrics()["workers"] if w["alive"]]
+
+    async def answer_pids(self, n: int) -> dict[str, Any]:
+        """Pids answered by serving workers. AsyncPool: ``n`` leases held at once, each asked
+        ``whoami`` (n distinct workers: ``lease_pids``). The blocking Pool has no leases: 8n
+        ``whoami`` calls at once (``whoami_pids``: each must be a live worker's)."""
+        if self.apool is not None:
+            return {"lease_pids": await lease_pids(self.apool, n)}
+        assert self.spool is not None
+        futures = [self.spool.submit("whoami", None) for _ in range(8 * n)]
+        got = await asyncio.wait_for(asyncio.gather(*(asyncio.wrap_future(f) for f in futures)),
+                                     10.0)
+        return {"whoami_pids": sorted(set(got))}
+
+    async def close(self, grace: float) -> None:
+        try:
+            if self.apool is not None:
+                await asyncio.wait_for(self.apool.close(grace=grace), 30.0)
+            elif self.spool is not None:
+                await asyncio.wait_for(self._in_thread(self.spool.close, grace), 30.0)
+        finally:
+            self.executor.shutdown(wait=False)
 
 
 async def lease_pids(pool: wirepool.AsyncPool, n: int) -> list[int]:
@@ -350,19 +540,19 @@ class Phases:
 async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random,
                phases: Phases) -> dict[str, Any]:
     fds_before = open_fds()
-    pool = wirepool.AsyncPool(worker, workers=args.workers, codec="json", max_in_flight=32,
-                              heartbeat_ms=HEARTBEAT_MS, startup_timeout=STARTUP_TIMEOUT_S,
-                              max_restarts=100_000, restart_window=60.0,
-                              restart_backoff=0.01, restart_backoff_max=0.2)
-    await pool.start()
+    pool = PoolUnderTest(args.api, worker, workers=args.workers, codec="json", max_in_flight=32,
+                         heartbeat_ms=HEARTBEAT_MS, startup_timeout=STARTUP_TIMEOUT_S,
+                         max_restarts=100_000, restart_window=60.0,
+                         restart_backoff=0.01, restart_backoff_max=0.2)
     out: dict[str, Any] = {}
     try:
+        await pool.start()
         for i in range(200):  # warm up before the memory baseline
-            await pool.call("add", {"a": i, "b": 2 * i})
+            await pool.call("add", {"a": i, "b": 2 * i}, 10.0)
         gc.collect()
         rss_before = status_mb("VmRSS")
         phases.mark("start")
-        s = Soak(pool, rng)
+        s = Soak(pool.apool, pool.spool, rng)
         started = time.monotonic()
         chaos = asyncio.ensure_future(s.chaos())
         loads = [asyncio.ensure_future(s.load()) for _ in range(LOAD_TASKS)]
@@ -371,19 +561,20 @@ async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random,
         s.running = False
         await chaos
         await asyncio.gather(*loads)
+        s.executor.shutdown(wait=False)  # a thread still running is a counted no_outcome
         load_s = time.monotonic() - started
         phases.mark("load_ends")
         log(f"load done after {load_s:.1f}s: {dict(s.outcomes)}; chaos {dict(s.actions)}")
-        live = await settle_live(args.workers, lambda: alive_pids(pool))
+        live = await settle_live(args.workers, pool.pids)
         phases.mark("settle")
         try:
-            live["lease_pids"] = await lease_pids(pool, args.workers)
+            live.update(await pool.answer_pids(args.workers))
         except Exception as e:  # noqa: BLE001
-            live["lease_error"] = f"{type(e).__name__}: {e}"
+            live["answer_error"] = f"{type(e).__name__}: {e}"
         health: Counter[str] = Counter()
         for i in range(50):
             try:
-                ok = await asyncio.wait_for(pool.call("add", {"a": i, "b": 2 * i}), 10.0)
+                ok = await pool.call("add", {"a": i, "b": 2 * i}, 10.0)
                 health["ok" if ok == {"sum": 3 * i} else "wrong_result"] += 1
             except Exception as e:  # noqa: BLE001
                 health[outcome_of(e)] += 1
@@ -405,7 +596,7 @@ async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random,
         })
         phases.mark("final_checks")
     finally:
-        await asyncio.wait_for(pool.close(grace=2.0), 30.0)
+        await pool.close(grace=2.0)
     out["children_after_close"] = await no_children()
     out["fds"] = {"before": fds_before, "after": open_fds()}
     phases.mark("close")
@@ -424,13 +615,13 @@ async def restart_limit(args: argparse.Namespace, worker: list[str]) -> dict[str
     r = args.max_restarts
     with tempfile.TemporaryDirectory(prefix="wirepool-soak-") as state:
         argv = [sys.executable, str(HERE / "fail_after.py"), state, "1", "--", *worker]
-        pool = wirepool.AsyncPool(argv, workers=1, codec="json", heartbeat_ms=HEARTBEAT_MS,
-                                  max_restarts=r, restart_window=60.0,
-                                  restart_backoff=0.01, restart_backoff_max=0.1)
-        await pool.start()
+        pool = PoolUnderTest(args.api, argv, workers=1, codec="json", heartbeat_ms=HEARTBEAT_MS,
+                             max_restarts=r, restart_window=60.0,
+                             restart_backoff=0.01, restart_backoff_max=0.1)
         out: dict[str, Any] = {"max_restarts": r}
         try:
-            first = await pool.call("whoami", None)
+            await pool.start()
+            first = await pool.call("whoami", None, 10.0)
             killed_at = time.monotonic()
             os.kill(first, signal.SIGKILL)
             # Calls wait while the slot is being refilled (one sent before the pool saw the
@@ -439,8 +630,10 @@ async def restart_limit(args: argparse.Namespace, worker: list[str]) -> dict[str
             before: Counter[str] = Counter()
             while time.monotonic() - killed_at < TRIP_BOUND_S:
                 try:
-                    await asyncio.wait_for(pool.call("add", {"a": 1, "b": 2}), TRIP_BOUND_S)
+                    await pool.call("add", {"a": 1, "b": 2}, TRIP_BOUND_S)
                     before["ok"] += 1
+                except asyncio.TimeoutError:
+                    before["no_outcome"] += 1
                 except Exception as e:  # noqa: BLE001 - untyped errors are recorded as such
                     if GAVE_UP in str(e):
                         trip = e
@@ -463,7 +656,7 @@ async def restart_limit(args: argparse.Namespace, worker: list[str]) -> dict[str
                 nonlocal slowest, calls
                 t = time.monotonic()
                 try:
-                    await asyncio.wait_for(pool.call("add", {"a": 1, "b": 2}), 5.0)
+                    await pool.call_here("add", {"a": 1, "b": 2})
                     codes["ok"] += 1
                 except Exception as e:  # noqa: BLE001
                     codes[outcome_of(e)] += 1
@@ -488,7 +681,7 @@ async def restart_limit(args: argparse.Namespace, worker: list[str]) -> dict[str
                                       "rss_after_mb": round(rss_after, 1)},
                         "spawns_after_calls": len(os.listdir(state))})
         finally:
-            await asyncio.wait_for(pool.close(grace=1.0), 30.0)
+            await pool.close(grace=1.0)
         out["children_after_close"] = await no_children()
     return out
 
@@ -497,8 +690,9 @@ async def main_async(args: argparse.Namespace, worker: list[str]) -> dict[str, A
     with open("/proc/self/clear_refs", "w") as f:  # VmHWM from here
         f.write("5")
     rng = random.Random(args.seed)
-    summary: dict[str, Any] = {"parent": "python", "worker": worker, "seed": args.seed,
-                               "seconds": args.seconds, "workers": args.workers}
+    summary: dict[str, Any] = {"parent": "python", "api": args.api, "worker": worker,
+                               "seed": args.seed, "seconds": args.seconds,
+                               "workers": args.workers}
     started = time.monotonic()
     phases = Phases()
     summary.update(await soak(args, worker, rng, phases))
@@ -513,15 +707,20 @@ async def main_async(args: argparse.Namespace, worker: list[str]) -> dict[str, A
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--api", choices=("async", "threads"), default="async",
+                    help="AsyncPool on this loop, or the blocking Pool called from threads")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--max-restarts", type=int, default=5)
     ap.add_argument("--fail-fast-seconds", type=float, default=2.0)
     ap.add_argument("worker", nargs="+", help="the worker command, after --")
     args = ap.parse_args()
-    log(f"seed {args.seed}")
+    log(f"seed {args.seed}, api {args.api}")
     summary = asyncio.run(main_async(args, args.worker))
     print(json.dumps(summary, sort_keys=True), flush=True)
+    # Both pools are closed and their processes reaped. A load thread stuck in a call that
+    # never ended (already counted no_outcome) must not keep the driver alive at exit.
+    os._exit(0)
 
 
 if __name__ == "__main__":

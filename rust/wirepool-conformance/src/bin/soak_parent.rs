@@ -719,7 +719,7 @@ async fn soak(args: &Args, rng: SharedRng, phases: &mut Phases) -> serde_json::M
     phases.mark("settle");
     match lease_pids(&pool, args.workers).await {
         Ok(pids) => live.insert("lease_pids".into(), json!(pids)),
-        Err(e) => live.insert("lease_error".into(), json!(e)),
+        Err(e) => live.insert("answer_error".into(), json!(e)),
     };
     let mut health: BTreeMap<String, u64> = BTreeMap::new();
     for i in 0..50u64 {
