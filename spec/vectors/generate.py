@@ -904,6 +904,8 @@ def build_frame_cases() -> None:
     valid("request_empty_body", "an empty body is legal", req(2, ECHO, 0, b""))
     valid("request_timeout_and_big_id", "timeout_us of 2.5 s and an id above 2^32",
           req(2**40 + 5, 3, 2, b"\x91\x01", timeout_us=2_500_000))
+    valid("request_largest_timeout", "timeout_us may be any u64 (section 2): the largest is a "
+          "budget too long for any clock, never an error", req(3, ECHO, 1, J, timeout_us=2**64 - 1))
     valid("request_more_first_frame",
           "first frame of a continued request: the whole 12-byte fixed prefix plus a first chunk",
           req(9, ECHO, 0, b"abc", more=True))
@@ -1175,6 +1177,10 @@ def build_session_cases() -> None:
             [send(hello()), recv(req(1, ECHO, 1, J), [], "UNEXPECTED_FRAME")])
     session("worker_frame_before_own_hello", "the parent may not speak first", W,
             [recv(welcome(), [], "UNEXPECTED_FRAME")])
+    session("worker_request_largest_timeout_accepted",
+            "a REQUEST with timeout_us 2^64-1 is accepted and reported with that budget (section "
+            "2: any u64 is valid; the driver treats a deadline it cannot represent as none)", W,
+            worker_open() + [recv(req(1, ECHO, 1, J, timeout_us=2**64 - 1)), eof()])
     session("parent_second_hello", "a second HELLO after the handshake", P,
             parent_open() + [recv(hello(), [], "UNEXPECTED_FRAME")])
     session("worker_second_welcome", "a second WELCOME", W,
