@@ -3,6 +3,7 @@
 
 mod shared;
 
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use wirepool::{CallOptions, Pool};
@@ -14,7 +15,13 @@ fn main() -> wirepool::Result<()> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn run() -> wirepool::Result<()> {
-    tracing_subscriber::fmt().with_target(false).init(); // shows the worker's stderr lines
+    // The log shows the worker's stderr lines; it goes to stderr, coloured only on a terminal
+    // (a pipe or a file gets plain text, not escape codes).
+    tracing_subscriber::fmt()
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     let pool = Pool::builder(shared::this_binary())
         .workers(1)
         .max_in_flight(1)

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use shared::Decl;
 use wirepool::{peak_rss_bytes, MethodKind, Pool};
 
@@ -26,6 +26,28 @@ fn arg(name: &str, default: u64) -> u64 {
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
+}
+
+/// A rate rounded for a progress bar: "2.35 M rows/s", "812 k rows/s", "95 rows/s".
+fn rows_per_sec(rate: f64) -> String {
+    if !rate.is_finite() || rate < 0.0 {
+        return "- rows/s".to_string();
+    }
+    let (value, unit) = if rate >= 1e6 {
+        (rate / 1e6, " M")
+    } else if rate >= 1e3 {
+        (rate / 1e3, " k")
+    } else {
+        (rate, "")
+    };
+    let decimals = if value >= 100.0 {
+        0
+    } else if value >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{value:.decimals$}{unit} rows/s")
 }
 
 fn main() -> wirepool::Result<()> {
@@ -49,9 +71,15 @@ async fn run(total: u64, workers: usize) -> wirepool::Result<()> {
     println!("wirepool demo: {workers} Rust workers stream {total} rows of {{i, name, kind}} (JSON) to this process");
 
     let bar = ProgressBar::new(total);
+    // `{per_sec}` prints four decimals ("2,345,678.1234/s"): three significant digits say it.
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} rows  {per_sec}  eta {eta}")
-            .expect("template"),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} rows  {rate}  eta {eta}",
+        )
+        .expect("template")
+        .with_key("rate", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = w.write_str(&rows_per_sec(s.per_sec()));
+        }),
     );
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();

@@ -287,7 +287,7 @@ fn main() {
         // Raw rows (16 B), whole frames.
         let n = 20_000_000u64;
         let t = Instant::now();
-        let opts = CallOptions { codec: Some(Codec::Raw), ..Default::default() };
+        let opts = CallOptions::codec(Codec::Raw);
         let mut rows = pool.stream_with::<_, Bytes>("raw_rows", &format!("{n} 16"), opts.clone()).await.unwrap();
         let mut got = 0u64;
         while let Some(frame) = rows.next_frame().await {

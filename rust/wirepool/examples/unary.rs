@@ -2,7 +2,9 @@
 
 mod shared;
 
-use wirepool::{MethodKind, Pool};
+use std::time::Duration;
+
+use wirepool::{CallOptions, Codec, MethodKind, Pool};
 
 fn main() -> wirepool::Result<()> {
     shared::serve_if_worker(); // before any runtime exists: the worker SDK starts its own
@@ -19,6 +21,11 @@ async fn run() -> wirepool::Result<()> {
 
     let sum: i64 = pool.call("add", &(2, 40)).await?;
     println!("add(2, 40) = {sum}");
+
+    // Per call: MessagePack instead of the pool's JSON, and a budget that travels to the worker.
+    let opts = CallOptions::codec(Codec::MsgPack).with_timeout(Duration::from_secs(5));
+    let sum: i64 = pool.call_with("add", &(2, 40), opts).await?;
+    println!("add(2, 40) over MessagePack = {sum}");
 
     // Many calls in flight at once share each worker's socket writes.
     let calls = (0..1000i64).map(|i| {

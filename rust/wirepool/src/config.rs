@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use wirepool_codec::Codec;
 
-use crate::spawn::WorkerCommand;
+use crate::spawn::{WorkerCommand, WorkerOutput};
 
 pub use wirepool_proto::MethodKind;
 
@@ -84,6 +84,7 @@ pub(crate) struct PoolConfig {
     pub initial_credit: u32,
     pub max_message_size: u64,
     pub stderr_tail_lines: usize,
+    pub worker_output: WorkerOutput,
     pub housekeeping_interval: Duration,
     /// Where events go when their call has no mailbox of its own, and connection-level ones.
     pub events: Option<crate::events::EventSender>,
@@ -115,6 +116,7 @@ impl PoolConfig {
             initial_credit: wirepool_proto::DEFAULT_INITIAL_CREDIT,
             max_message_size: wirepool_proto::DEFAULT_MAX_MESSAGE_SIZE,
             stderr_tail_lines: 20,
+            worker_output: WorkerOutput::Log,
             housekeeping_interval: Duration::from_millis(50),
             events: None,
             clamp_logged: Default::default(),

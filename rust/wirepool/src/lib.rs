@@ -44,12 +44,14 @@
 //!
 //! Workers are started directly (never through a shell), each in its own process group, with
 //! one end of a Unix socketpair inherited as the descriptor named by `WIREPOOL_FD`. Their stdout
-//! and stderr are read continuously and forwarded to [`tracing`] (target `wirepool::worker`,
-//! fields `worker`, `pid`, `stream`).
+//! and stderr are read continuously and forwarded to [`tracing`] at WARN (target
+//! `wirepool::worker`, fields `worker`, `pid`, `stream`), or inherited or discarded
+//! ([`WorkerOutput`]).
 
 #![warn(missing_docs)]
 
 pub mod blocking;
+mod call_options;
 mod config;
 mod error;
 mod events;
@@ -69,7 +71,7 @@ pub use error::{codes, Error, ExitCause, ExitInfo, Result};
 pub use events::{event_channel, Event, EventReceiver, EventSender};
 pub use metrics::{LatencySnapshot, PoolMetrics, WorkerMetrics, WorkerState};
 pub use pool::{CallOptions, Lease, Pool, PoolBuilder};
-pub use spawn::{peak_rss_bytes, WorkerCommand};
+pub use spawn::{peak_rss_bytes, WorkerCommand, WorkerOutput};
 pub use stream::RowStream;
 pub use wirepool_codec::Codec;
 pub use wirepool_proto::RowsPayload;

@@ -1,5 +1,5 @@
 //! Starting a worker process: socketpair, inherited descriptor, own process group, no shell.
-//! Also the continuous capture of its stdout and stderr, and RSS reading.
+//! Also the continuous capture of its stdout and stderr ([`WorkerOutput`]), and RSS reading.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -79,6 +79,26 @@ impl WorkerCommand {
     }
 }
 
+/// What becomes of a worker's stdout and stderr.
+///
+/// ```
+/// use wirepool::WorkerOutput;
+/// assert_eq!(WorkerOutput::default(), WorkerOutput::Log);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorkerOutput {
+    /// Each line of either stream becomes a `tracing` event at WARN (target `wirepool::worker`,
+    /// fields `worker`, `pid`, `stream`), so a worker's prints show under a subscriber's usual
+    /// level. Lines longer than 4 KiB are cut. The default.
+    #[default]
+    Log,
+    /// The worker writes straight to the parent's own stdout and stderr (unprefixed, interleaved
+    /// with the parent's output). The parent then sees none of it: errors carry no stderr tail.
+    Inherit,
+    /// Both streams are read and dropped; the stderr tail is still kept for errors.
+    Discard,
+}
+
 /// A freshly started worker process, before the handshake.
 pub(crate) struct Spawned {
     pub child: Child,
@@ -112,6 +132,7 @@ pub(crate) fn spawn_worker(
     cmd: &WorkerCommand,
     worker_id: u32,
     stderr_lines: usize,
+    output: WorkerOutput,
 ) -> Result<Spawned, Error> {
     let fail = |e: std::io::Error| Error::SpawnFailed {
         program: cmd.program().to_string(),
@@ -134,8 +155,8 @@ pub(crate) fn spawn_worker(
         .env("WIREPOOL_FD", worker_fd.to_string())
         .env("WIREPOOL_WORKER_ID", worker_id.to_string())
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(stdio(output))
+        .stderr(stdio(output))
         .kill_on_drop(true)
         .process_group(0);
     if let Some(dir) = &cmd.cwd {
@@ -162,12 +183,24 @@ pub(crate) fn spawn_worker(
     let socket = Socket::new(parent_end.into()).map_err(fail)?;
 
     let tail = Arc::new(StderrTail::new(stderr_lines));
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let out_task = pump_lines(stdout, worker_id, pid, "stdout", None);
-    let err_task = pump_lines(stderr, worker_id, pid, "stderr", Some(tail.clone()));
+    let log = output == WorkerOutput::Log;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let out_task = stdout.map(|pipe| pump_lines(pipe, worker_id, pid, "stdout", log, None));
+    let err_task =
+        stderr.map(|pipe| pump_lines(pipe, worker_id, pid, "stderr", log, Some(tail.clone())));
+    // Inherited streams leave nothing to read: the task ends at once.
     let logs_done = tokio::spawn(async move {
-        tokio::join!(out_task, err_task);
+        let out = async {
+            if let Some(t) = out_task {
+                t.await
+            }
+        };
+        let err = async {
+            if let Some(t) = err_task {
+                t.await
+            }
+        };
+        tokio::join!(out, err);
     });
     Ok(Spawned {
         child,
@@ -176,6 +209,13 @@ pub(crate) fn spawn_worker(
         stderr_tail: tail,
         logs_done,
     })
+}
+
+fn stdio(output: WorkerOutput) -> Stdio {
+    match output {
+        WorkerOutput::Inherit => Stdio::inherit(),
+        WorkerOutput::Log | WorkerOutput::Discard => Stdio::piped(),
+    }
 }
 
 /// A bounded ring of the last lines a worker wrote to stderr.
@@ -209,16 +249,23 @@ impl StderrTail {
 /// Longest line kept for logs; a worker printing one 100 MB line costs one truncated log line.
 const MAX_LINE: usize = 4096;
 
-/// Reads a worker's stdout or stderr until end of file, forwarding each line to `tracing`.
-/// It never stops reading, so a chatty worker can never block on a full pipe.
+/// Reads a worker's stdout or stderr until end of file, forwarding each line to `tracing` (if
+/// `log`) and to the stderr tail (if any). It never stops reading, so a chatty worker can never
+/// block on a full pipe.
 async fn pump_lines(
     mut pipe: impl tokio::io::AsyncRead + Unpin,
     worker_id: u32,
     pid: u32,
     stream: &'static str,
+    log: bool,
     tail: Option<Arc<StderrTail>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
+    if !log && tail.is_none() {
+        // Discarded stdout: no line is wanted, so none is split.
+        while let Ok(1..) = pipe.read(&mut buf).await {}
+        return;
+    }
     let mut line: Vec<u8> = Vec::with_capacity(256);
     let mut truncated = false;
     let emit = |line: &mut Vec<u8>, truncated: &mut bool| {
@@ -226,10 +273,9 @@ async fn pump_lines(
         if *truncated {
             text.push_str(" [...truncated]");
         }
-        if stream == "stderr" {
+        // WARN for stdout too: at INFO a worker's prints vanished under the usual filters.
+        if log {
             tracing::warn!(target: "wirepool::worker", worker = worker_id, pid, stream, "{text}");
-        } else {
-            tracing::info!(target: "wirepool::worker", worker = worker_id, pid, stream, "{text}");
         }
         if let Some(t) = &tail {
             t.push(text);

@@ -767,7 +767,12 @@ pub(crate) async fn start(
     counters: Arc<SlotCounters>,
 ) -> Result<Incarnation> {
     let cfg = &pool.cfg;
-    let spawned = spawn::spawn_worker(&cfg.command, worker_id, cfg.stderr_tail_lines)?;
+    let spawned = spawn::spawn_worker(
+        &cfg.command,
+        worker_id,
+        cfg.stderr_tail_lines,
+        cfg.worker_output,
+    )?;
     let spawn::Spawned {
         mut child,
         pid,
