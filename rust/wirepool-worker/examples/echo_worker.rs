@@ -185,6 +185,20 @@ fn main() -> std::io::Result<()> {
             Ok(ms)
         })
         .codecs(&[Codec::Json])
+        // Deaf to cancellation and deadline: PROTOCOL.md 8.3's answers are the SDK's, not its.
+        .unary("deaf", |ms: u64, _ctx: &Context| {
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(ms)
+        })
+        .codecs(&[Codec::Json])
+        // Fails once it notices its cancellation: the request still ends with the flag's code.
+        .unary("fail_when_cancelled", |_: serde_json::Value, ctx: &Context| -> Result<(), HandlerError> {
+            while !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(HandlerError::new("noticed the cancellation"))
+        })
+        .codecs(&[Codec::Json])
         .unary("spin", |us: u64, ctx: &Context| {
             let end = Instant::now() + Duration::from_micros(us);
             let mut turns = 0u64;

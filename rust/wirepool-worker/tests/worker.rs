@@ -207,6 +207,43 @@ fn deadline_ends_async_and_blocking_handlers_with_deadline_exceeded() {
     }
 }
 
+/// PROTOCOL.md 8.3: the deadline ends the request when the timer fires, whether or not the
+/// handler notices; what the handler returns later is dropped.
+#[test]
+fn a_deaf_handler_is_answered_deadline_exceeded_at_the_timer() {
+    let mut p = Parent::start();
+    let started = std::time::Instant::now();
+    let deaf = p.request("deaf", JSON, 50_000, b"1500");
+    assert_eq!(error_code(&p.terminal(deaf)), ErrorCode::DeadlineExceeded.code());
+    assert!(started.elapsed() < std::time::Duration::from_millis(1200), "answered when the handler returned");
+    // A request answered after the deaf handler has returned: its late result was dropped.
+    let later = p.request("sleep", JSON, 0, b"2000");
+    let frames = p.collect_until_terminal(later);
+    assert!(frames.iter().all(|f| f.id != deaf), "a frame for the ended request: {frames:?}");
+    assert_eq!(&result_body(frames.last().unwrap())[..], b"2000");
+}
+
+/// PROTOCOL.md 8.3: the flag keeps the code of the first cause (here CANCEL), and the deadline
+/// timer still ends a request whose handler ignores both.
+#[test]
+fn cancel_before_the_deadline_keeps_its_code_when_the_timer_ends_the_request() {
+    let mut p = Parent::start();
+    let id = p.request("deaf", JSON, 200_000, b"2000");
+    p.send(&Frame::new(id, FrameBody::Cancel));
+    let started = std::time::Instant::now();
+    assert_eq!(error_code(&p.terminal(id)), ErrorCode::Cancelled.code());
+    assert!(started.elapsed() < std::time::Duration::from_millis(1500), "answered at the deadline");
+}
+
+/// PROTOCOL.md 8.3: a cancelled handler's error is replaced by the flag's code.
+#[test]
+fn a_cancelled_handler_that_fails_ends_cancelled() {
+    let mut p = Parent::start();
+    let id = p.request("fail_when_cancelled", JSON, 0, b"null");
+    p.send(&Frame::new(id, FrameBody::Cancel));
+    assert_eq!(error_code(&p.terminal(id)), ErrorCode::Cancelled.code());
+}
+
 #[test]
 fn cancel_wakes_a_sleeping_handler() {
     let mut p = Parent::start();
