@@ -261,6 +261,10 @@ def check_outcomes(s: dict[str, Any]) -> list[str]:
     per_op = sum(sum(v.values()) for v in req["by_op"].values())
     if per_op != req["total"]:
         problems.append(f"{per_op} outcomes by operation but {req['total']} in all")
+    ended = {op: sum(v.values()) for op, v in req["by_op"].items()}
+    if ended != req["started_by_op"]:
+        problems.append(f"requests started by operation {req['started_by_op']} but outcomes "
+                        f"{ended}: not exactly one outcome each")
     chaos = s["chaos"]
     if min(chaos.get(k, 0) for k in ("kill", "stop_cont", "stop_left")) < 1:
         problems.append(f"the chaos did not do each of its actions: {chaos}")
@@ -454,6 +458,7 @@ GOOD: dict[str, Any] = {
                  "by_op": {"add": {"ok": 100, "WORKER_EXITED": 5},
                            "stream": {"ok": 85, "WORKER_EXITED": 5},
                            "stream_closed_early": {"ok": 10}},
+                 "started_by_op": {"add": 105, "stream": 90, "stream_closed_early": 10},
                  "unexpected_samples": []},
     "rows": {"total": 5000, "streams": 100, "complete": 85, "closed_early": 10, "broken": 5,
              "seq_errors": 0},
@@ -486,6 +491,7 @@ MUTANTS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
     ("outcomes", "no_outcome", _set("requests.by_outcome.no_outcome", 1)),
     ("outcomes", "untyped", _set("requests.by_outcome.untyped:RuntimeError", 1)),
     ("outcomes", "outcomes by operation", _set("requests.total", 206)),
+    ("outcomes", "not exactly one outcome each", _set("requests.started_by_op.add", 106)),
     ("outcomes", "still in flight", _set("final.in_flight", 1)),
     ("outcomes", "each of its actions", _set("chaos.stop_left", 0)),
     ("rows", "lost, repeated", _set("rows.seq_errors", 1)),

@@ -18,9 +18,9 @@ row count; some closed early), bursts of ``BURST`` calls at once, ``map`` runs, 
 past their deadline, ``fail`` calls. Meanwhile a chaos task picks one of our child processes
 (the workers, starting or serving) every 50-400 ms and SIGKILLs it, or SIGSTOPs it and SIGCONTs
 it 50-600 ms later, or SIGSTOPs it for good (the heartbeat must find it, or the start-up
-timeout if it had not sent its HELLO yet). Every operation's
-outcome is counted once by kind (``ok`` or the error code's name); an operation with no outcome
-within ``OP_BOUND_S`` counts as ``no_outcome``. When the time is up, the chaos stops, the load
+timeout if it had not sent its HELLO yet). Every operation's outcome is counted once by kind
+(``ok`` or the error code's name); an operation with no outcome within ``OP_BOUND_S`` counts as
+``no_outcome``. When the time is up, the chaos stops, the load
 finishes, and within ``SETTLE_S`` the pool must have exactly ``workers`` live processes (our
 children, zombies excluded), the pool's own list of pids must be the same set, ``workers``
 leases held at once must answer ``whoami`` with those distinct pids, and the pool must serve.
@@ -49,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -106,6 +107,15 @@ def children() -> dict[int, str]:
     return found
 
 
+def describe(e: BaseException) -> str:
+    """An error's text; for an untyped one, where it was raised too (the SDK's bug to find)."""
+    if isinstance(e, wirepool.WirepoolError):
+        return str(e)
+    frames = traceback.extract_tb(e.__traceback__)[-4:]
+    return f"{e!r} raised at " + " <- ".join(
+        f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+
+
 def outcome_of(e: BaseException) -> str:
     """An error's outcome name: its code's name if typed, else ``untyped:<class>``."""
     if isinstance(e, wirepool.WirepoolError):
@@ -131,6 +141,7 @@ class Soak:
         self.rng = rng
         self.lock = threading.Lock()  # load threads record too
         self.outcomes: Counter[str] = Counter()
+        self.started: Counter[str] = Counter()  # requests started, by operation
         self.by_op: dict[str, Counter[str]] = {}
         self.unexpected: list[str] = []
         self.rows: Counter[str] = Counter()  # streams, total (rows), complete, closed_early...
@@ -154,7 +165,12 @@ class Soak:
             self.rows[what] += 1
 
     async def bounded(self, op: str, coro: Any, allowed: set[str]) -> None:
-        """Runs one operation, which records its own outcome, within OP_BOUND_S."""
+        """Runs one operation, which records its own outcome, within OP_BOUND_S. A burst's
+        calls are counted as requests each (``burst_call``), the burst itself not."""
+        if op != "burst":
+            self.started[op] += 1
+        else:
+            self.started["burst_call"] += BURST
         try:
             await asyncio.wait_for(coro, OP_BOUND_S)
         except asyncio.TimeoutError:
@@ -170,7 +186,7 @@ class Soak:
         try:
             got = await self.pool.call("add", {"a": i, "b": 2 * i})
         except Exception as e:  # noqa: BLE001 - every outcome is counted, typed or not
-            self.record(op, outcome_of(e), OK, str(e))
+            self.record(op, outcome_of(e), OK, describe(e))
             return
         self.check_add(op, i, got)
 
@@ -188,7 +204,7 @@ class Soak:
                     return
                 k += 1
         except Exception as e:  # noqa: BLE001
-            self.record("map", outcome_of(e), OK, str(e))
+            self.record("map", outcome_of(e), OK, describe(e))
             return
         self.map_done(k)
 
@@ -236,7 +252,7 @@ class Soak:
                 return
         except Exception as e:  # noqa: BLE001
             self.count_rows("broken")
-            self.record(op, outcome_of(e), OK, f"after {k} of {n} rows: {e}")
+            self.record(op, outcome_of(e), OK, f"after {k} of {n} rows: {describe(e)}")
             return
         self.stream_end(op, n, k, stream.summary)
 
@@ -244,7 +260,7 @@ class Soak:
         try:
             got = await self.pool.call("sleep", ms, timeout=0.1)
         except Exception as e:  # noqa: BLE001
-            self.record("deadline", outcome_of(e), DEADLINE, str(e))
+            self.record("deadline", outcome_of(e), DEADLINE, describe(e))
             return
         self.record("deadline", "ok", DEADLINE, f"sleep {ms} with a 100 ms deadline gave {got!r}")
 
@@ -252,7 +268,7 @@ class Soak:
         try:
             got = await self.pool.call("fail", None)
         except Exception as e:  # noqa: BLE001
-            self.record("fail", outcome_of(e), FAILED, str(e))
+            self.record("fail", outcome_of(e), FAILED, describe(e))
             return
         self.record("fail", "ok", FAILED, f"fail answered {got!r}")
 
@@ -262,7 +278,7 @@ class Soak:
         try:
             got = self.sync.call("add", {"a": i, "b": 2 * i})
         except Exception as e:  # noqa: BLE001
-            self.record(op, outcome_of(e), OK, str(e))
+            self.record(op, outcome_of(e), OK, describe(e))
             return
         self.check_add(op, i, got)
 
@@ -276,7 +292,7 @@ class Soak:
                 self.record("burst_call", "no_outcome", OK, f"no outcome within {OP_BOUND_S}s")
                 continue
             except Exception as e:  # noqa: BLE001
-                self.record("burst_call", outcome_of(e), OK, str(e))
+                self.record("burst_call", outcome_of(e), OK, describe(e))
                 continue
             self.check_add("burst_call", i, got)
 
@@ -290,7 +306,7 @@ class Soak:
                     return
                 k += 1
         except Exception as e:  # noqa: BLE001
-            self.record("map", outcome_of(e), OK, str(e))
+            self.record("map", outcome_of(e), OK, describe(e))
             return
         self.map_done(k)
 
@@ -315,7 +331,7 @@ class Soak:
                 return
         except Exception as e:  # noqa: BLE001
             self.count_rows("broken")
-            self.record(op, outcome_of(e), OK, f"after {k} of {n} rows: {e}")
+            self.record(op, outcome_of(e), OK, f"after {k} of {n} rows: {describe(e)}")
             return
         self.stream_end(op, n, k, stream.summary)
 
@@ -323,7 +339,7 @@ class Soak:
         try:
             got = self.sync.call("sleep", ms, timeout=0.1)
         except Exception as e:  # noqa: BLE001
-            self.record("deadline", outcome_of(e), DEADLINE, str(e))
+            self.record("deadline", outcome_of(e), DEADLINE, describe(e))
             return
         self.record("deadline", "ok", DEADLINE, f"sleep {ms} with a 100 ms deadline gave {got!r}")
 
@@ -331,7 +347,7 @@ class Soak:
         try:
             got = self.sync.call("fail", None)
         except Exception as e:  # noqa: BLE001
-            self.record("fail", outcome_of(e), FAILED, str(e))
+            self.record("fail", outcome_of(e), FAILED, describe(e))
             return
         self.record("fail", "ok", FAILED, f"fail answered {got!r}")
 
@@ -586,6 +602,7 @@ async def soak(args: argparse.Namespace, worker: list[str], rng: random.Random,
             "load_s": round(load_s, 2),
             "requests": {"total": sum(v for k, v in s.outcomes.items() if k != "unexpected"),
                          "by_outcome": dict(s.outcomes),
+                         "started_by_op": dict(sorted(s.started.items())),
                          "by_op": {k: dict(v) for k, v in sorted(s.by_op.items())},
                          "unexpected_samples": s.unexpected},
             "rows": {k: s.rows[k] for k in ("total", "streams", "complete", "closed_early",

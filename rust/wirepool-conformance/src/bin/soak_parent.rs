@@ -249,6 +249,8 @@ fn code_name(e: &Error) -> String {
 #[derive(Default)]
 struct Stats {
     outcomes: BTreeMap<String, u64>,
+    /// Requests started, by operation.
+    started: BTreeMap<String, u64>,
     by_op: BTreeMap<String, BTreeMap<String, u64>>,
     unexpected: Vec<String>,
     rows: BTreeMap<&'static str, u64>,
@@ -308,13 +310,23 @@ impl Soak {
         self.rng.lock().unwrap().int(lo, hi)
     }
 
-    /// Runs one operation, which records its own outcome, within OP_BOUND.
+    /// Runs one operation, which records its own outcome, within OP_BOUND. A burst's calls are
+    /// counted as requests each (`burst_call`), the burst itself not.
     async fn bounded(
         &self,
         op: &str,
         allowed: &[&str],
         fut: impl std::future::Future<Output = ()>,
     ) {
+        {
+            let mut st = self.stats.lock().unwrap();
+            let (what, n) = if op == "burst" {
+                ("burst_call", BURST)
+            } else {
+                (op, 1)
+            };
+            *st.started.entry(what.into()).or_default() += n;
+        }
         if tokio::time::timeout(OP_BOUND, fut).await.is_err() {
             self.record(
                 op,
@@ -778,7 +790,7 @@ async fn soak(args: &Args, rng: SharedRng, phases: &mut Phases) -> serde_json::M
     out.insert(
         "requests".into(),
         json!({"total": total, "by_outcome": st.outcomes, "by_op": st.by_op,
-               "unexpected_samples": st.unexpected}),
+               "started_by_op": st.started, "unexpected_samples": st.unexpected}),
     );
     out.insert("rows".into(), json!(rows));
     out.insert("chaos".into(), json!(actions));
