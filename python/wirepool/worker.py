@@ -1206,6 +1206,10 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
 
     ``max_concurrency`` bounds the requests in flight (HELLO's ``max_concurrency``): handlers
     run at once, and the handler threads (started as slow handlers need them).
+
+    The process exits with status 0 after GOODBYE or end of file, 1 after a protocol violation
+    or the parent's ERROR (PROTOCOL.md 8.4), without waiting for handlers still running. A
+    request's deadline ends it when it passes, even if its handler ignores it (8.3).
     """
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be >= 1")
