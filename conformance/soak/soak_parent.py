@@ -704,8 +704,11 @@ async def restart_limit(args: argparse.Namespace, worker: list[str]) -> dict[str
 
 
 async def main_async(args: argparse.Namespace, worker: list[str]) -> dict[str, Any]:
-    with open("/proc/self/clear_refs", "w") as f:  # VmHWM from here
-        f.write("5")
+    try:
+        with open("/proc/self/clear_refs", "w") as f:  # VmHWM from here (the imports' peak
+            f.write("5")                                # is not the soak's)
+    except OSError:
+        pass  # not allowed here: the peak then includes start-up, a bound still holds
     rng = random.Random(args.seed)
     summary: dict[str, Any] = {"parent": "python", "api": args.api, "worker": worker,
                                "seed": args.seed, "seconds": args.seconds,
