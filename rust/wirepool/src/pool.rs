@@ -16,7 +16,7 @@ use crate::config::{MethodKind, MethodSpec, PoolConfig, RecyclePolicy, RestartPo
 use crate::error::{codes, Error, ExitCause, Result};
 use crate::events::EventSender;
 use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
-use crate::spawn::{self, WorkerCommand};
+use crate::spawn::{self, WorkerCommand, WorkerOutput};
 use crate::stream::{RowStream, StreamShared};
 use crate::worker::{self, Awaiting, Incarnation, NotSent, PoolShared, Worker};
 
@@ -179,6 +179,25 @@ impl PoolBuilder {
     /// Lines of each worker's stderr kept for error reports (default 20).
     pub fn stderr_tail_lines(mut self, n: usize) -> Self {
         self.cfg.stderr_tail_lines = n;
+        self
+    }
+    /// What becomes of the workers' stdout and stderr (default [`WorkerOutput::Log`]: each line
+    /// to `tracing` at WARN with the worker's id and pid; `Inherit`: the parent's own streams,
+    /// no stderr tail; `Discard`: dropped, the stderr tail kept).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> wirepool::Result<()> {
+    /// use wirepool::{Pool, WorkerCommand, WorkerOutput};
+    ///
+    /// // The workers' prints appear on this process's own terminal, unprefixed.
+    /// let pool = Pool::builder(WorkerCommand::new("./my_worker"))
+    ///     .worker_output(WorkerOutput::Inherit)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn worker_output(mut self, output: WorkerOutput) -> Self {
+        self.cfg.worker_output = output;
         self
     }
 

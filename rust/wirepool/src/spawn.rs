@@ -79,12 +79,8 @@ impl WorkerCommand {
     }
 }
 
-/// What becomes of a worker's stdout and stderr.
-///
-/// ```
-/// use wirepool::WorkerOutput;
-/// assert_eq!(WorkerOutput::default(), WorkerOutput::Log);
-/// ```
+/// What becomes of a worker's stdout and stderr; set with
+/// [`PoolBuilder::worker_output`](crate::PoolBuilder::worker_output), which has an example.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WorkerOutput {
     /// Each line of either stream becomes a `tracing` event at WARN (target `wirepool::worker`,
