@@ -209,9 +209,9 @@ async fn a_worker_that_says_goodbye_and_stays_is_killed_after_a_grace_and_replac
     .await
 }
 
-/// A parent whose runtime was blocked (here for 1.5 s, 15 heartbeats) must not blame a
-/// healthy worker whose PONGs wait unread in the socket: the clocks judge again only after the
-/// reader had a heartbeat to catch up.
+/// A parent whose runtime keeps being blocked (here 400 ms at a time, 4 heartbeats, ten times
+/// over) must not blame a healthy worker whose PONGs wait unread in the socket: after a tick
+/// that ran late the clocks judge again only once the reader had a heartbeat to catch up.
 #[tokio::test(flavor = "current_thread")]
 async fn a_parent_that_ran_late_does_not_blame_its_worker() {
     bounded(30, async {
@@ -224,13 +224,16 @@ async fn a_parent_that_ran_late_does_not_blame_its_worker() {
         assert!(pool.wait_ready(Duration::from_secs(10)).await);
         let sum: i64 = pool.call("add", &(1, 2)).await.unwrap();
         assert_eq!(sum, 3);
-        // Not a synchronisation: this is the starvation under test (no task runs meanwhile).
-        std::thread::sleep(Duration::from_millis(1500));
+        for _ in 0..10 {
+            // Not a synchronisation: this is the starvation under test (no task runs
+            // meanwhile); the yield lets the pool's tasks run once in between.
+            std::thread::sleep(Duration::from_millis(400));
+            tokio::task::yield_now().await;
+        }
         let sum: i64 = pool.call("add", &(2, 2)).await.unwrap();
         assert_eq!(sum, 4);
-        // A few heartbeats more on a healthy worker: still the same process.
-        tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(pool.worker_pids(), vec![pid], "the worker was judged hung");
+        assert!(pool.metrics().workers[0].restart_causes.is_empty());
         pool.shutdown().await;
         assert_reaped(&[pid]);
     })
