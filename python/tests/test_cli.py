@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -192,6 +193,25 @@ def test_stream_shows_progress_on_a_terminal() -> None:
     text = seen.decode(errors="replace")
     assert "\r" in text and "rows/s" in text, text
     assert "30,000 rows in" in text
+
+
+def test_interrupting_a_stream_is_prompt_and_quiet() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "wirepool.cli", "stream", "--", *PY_WORKER,
+                             "forever", "{}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline()) == 0  # streaming: the first row is out
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert time.monotonic() - started < 4.0, "Ctrl-C must not wait for the 5 s drain"
+    assert proc.returncode == 130
+    assert err == "", err
 
 
 # -- bench ------------------------------------------------------------------------------------

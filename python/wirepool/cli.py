@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence, TextIO
+from typing import Any, Iterator, Sequence, TextIO
 
 from . import codecs as _codecs
 from . import proto
@@ -225,8 +225,22 @@ def _rate(per_s: float) -> str:
     return f"{per_s:.3g}"
 
 
+@contextlib.contextmanager
+def _pool(args: argparse.Namespace, argv: list[str]) -> Iterator[Pool]:
+    """A one-worker pool; closed at once (no drain) when the user interrupts or stops reading."""
+    pool = Pool(argv, workers=1, codec=args.codec, startup_timeout=args.startup_timeout)
+    grace = 5.0
+    try:
+        yield pool
+    except (KeyboardInterrupt, BrokenPipeError):
+        grace = 0.0
+        raise
+    finally:
+        pool.close(grace)
+
+
 def _run_call(args: argparse.Namespace, argv: list[str], method: str, request: Any) -> int:
-    with Pool(argv, workers=1, codec=args.codec, startup_timeout=args.startup_timeout) as pool:
+    with _pool(args, argv) as pool:
         result = pool.call(method, request, timeout=args.timeout)
     sys.stdout.write(_dumps(result) + "\n")
     return EXIT_OK
@@ -236,7 +250,7 @@ def _run_stream(args: argparse.Namespace, argv: list[str], method: str, request:
     out = sys.stdout
     progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     started = time.monotonic()
-    with Pool(argv, workers=1, codec=args.codec, startup_timeout=args.startup_timeout) as pool:
+    with _pool(args, argv) as pool:
         with pool.stream(method, request, timeout=args.timeout) as rows:
             n = 0
             try:
