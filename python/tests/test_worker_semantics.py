@@ -35,7 +35,7 @@ class FakeParent:
         mine, theirs = socket.socketpair()
         env = dict(os.environ, WIREPOOL_FD=str(theirs.fileno()))
         self.proc = subprocess.Popen([sys.executable, str(WORKER)], env=env,
-                                     pass_fds=[theirs.fileno()])
+                                     pass_fds=[theirs.fileno()], stderr=subprocess.PIPE)
         theirs.close()
         self.sock = mine
         self.sock.settimeout(10)
@@ -80,6 +80,10 @@ class FakeParent:
 
     def exit_status(self) -> int:
         return self.proc.wait(10)
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read().decode(errors="replace")
 
     def close(self) -> None:
         self.sock.close()
@@ -178,3 +182,17 @@ def test_exit_status_1_after_a_protocol_violation(parent: FakeParent) -> None:
             if ev.TYPE == FrameType.ERROR:
                 assert ev.id == 0 and ev.code == ErrorCode.UNKNOWN_FRAME_TYPE
     assert parent.exit_status() == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_ping_behind_the_drain_is_not_answered_after_goodbye(parent: FakeParent) -> None:
+    """DRAIN with nothing in flight: GOODBYE goes out at once, and a PING that arrives in the
+    same read must not be answered (nothing may follow GOODBYE), nor break the worker."""
+    parent.sock.sendall(b"".join(bytes(b) for frame in (proto.Drain(0), proto.Ping(b"12345678"))
+                                 for b in parent.conn.send(frame)))
+    assert parent.next().TYPE == FrameType.GOODBYE
+    with pytest.raises(EOFError):
+        ev = parent.next()
+        pytest.fail(f"{ev} after GOODBYE")
+    assert parent.exit_status() == 0
+    assert "Traceback" not in parent.stderr()

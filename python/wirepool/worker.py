@@ -475,7 +475,8 @@ class _Runtime(FrameProtocol):
                     self._pump(call)
                 call.credit_changed.set()
         elif t == FrameType.PING:
-            self._send(proto.Pong(ev.nonce))  # type: ignore[attr-defined]
+            if not self.conn.goodbye_sent:  # a PING already on its way when GOODBYE left (8.4)
+                self._send(proto.Pong(ev.nonce))  # type: ignore[attr-defined]
         elif t == FrameType.CANCEL:
             call = self.calls.get(ev.id)
             if call is not None:
