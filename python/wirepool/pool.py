@@ -34,6 +34,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -67,6 +68,12 @@ _SOCKET_BUFFER = 4 << 20
 _STDERR_TAIL_LINES = 20
 _LOG_LINE_MAX = 8192
 _WORKER_OUTPUTS = ("log", "inherit", "discard")
+# Who reads a worker's socket (direct calls, see _Worker.direct): the loop, nobody (parked: an
+# idle worker a blocking caller may take), a blocking caller, or nobody ever again.
+_LOOP, _PARKED, _CALLER, _DEAD = 0, 1, 2, 3
+# A blocking caller that read its own answer waits this long for it before handing the reading
+# back to the loop (which then runs heartbeats, deadlines and the rest as usual).
+_DIRECT_WAIT_MS = 50
 _GOODBYE_GRACE = 1.0  # seconds a worker has to exit after GOODBYE or a fatal ERROR (spec 8.4)
 # Start-up refusals raised with their own code; any other violation before HELLO is a
 # PROTOCOL_VIOLATION like one after it.
@@ -195,6 +202,20 @@ class _Worker(FrameProtocol):
         self.retiring = False
         self.served = 0
         self.last_busy = time.monotonic()
+        # Direct calls (Pool.call on an idle worker): the loop stops reading an idle worker
+        # ("parks" it) and a blocking caller then writes its request and reads the answer itself,
+        # with no thread hop. Whoever reads (``direct``) alone touches ``conn`` and the socket;
+        # changes of hands happen under ``direct_lock``. ``direct_fd`` is the caller's own dup
+        # of the socket, so an abort on the loop never closes the descriptor under its feet.
+        self.direct = _LOOP
+        self.direct_lock = threading.Lock()
+        self.direct_fd = -1
+        self.direct_poll: Any = None
+        self.direct_calls = 0  # calls a blocking caller sent itself (counted in the metrics)
+        self.direct_completed = 0  # ... and ended itself (the others ended on the loop)
+        self.direct_errors = 0
+        self.want_back = False  # the loop waits for a caller to give the connection back
+        self.after_caller: list[Callable[[], None]] = []
         # Liveness (spec 8.5): the PINGs no PONG has answered yet, oldest first, as
         # (nonce, sent at); and since when an incomplete frame has been held (None: none is).
         self.pings: collections.deque[tuple[int, float]] = collections.deque()
@@ -329,6 +350,118 @@ class _Worker(FrameProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.pool.direct_calls:
+            sock = transport.get_extra_info("socket")
+            self.direct_fd = os.dup(sock.fileno())
+            os.set_inheritable(self.direct_fd, False)
+            self.direct_poll = select.poll()
+            self.direct_poll.register(self.direct_fd, select.POLLIN)
+
+    # -- direct calls (see ``direct``) -----------------------------------------------------
+
+    def _park_if_idle(self) -> None:
+        """On the loop, after a read: stop reading an idle worker so a blocking caller can."""
+        t = self.transport
+        if (self.direct == _LOOP and self.direct_fd >= 0 and not self.requests and self.accepting
+                and not self.leased and not self.pings and not self._out and t is not None
+                and not t.get_write_buffer_size() and not self.conn.decoder.buffered):
+            with self.direct_lock:
+                t.pause_reading()
+                self.direct = _PARKED
+
+    def reclaim(self) -> bool:
+        """On the loop: take the reading back from a parked worker. False while a blocking
+        caller holds it (the loop must not touch the connection then)."""
+        if self.direct == _LOOP:
+            return True
+        with self.direct_lock:
+            if self.direct == _PARKED:
+                self.direct = _LOOP
+                if self.transport is not None:
+                    self.transport.resume_reading()
+                return True
+            if self.direct == _CALLER:
+                self.want_back = True
+            return self.direct != _CALLER
+
+    def busy_with_caller(self) -> bool:
+        """On the loop: True while a blocking caller holds the worker; it then gives the
+        connection back to the loop when done, so whoever waits for a slot is woken."""
+        with self.direct_lock:
+            if self.direct == _CALLER:
+                self.want_back = True
+                return True
+            return False
+
+    def arm_deadline(self, req: _Request, timeout: float, give_up_at: float) -> None:
+        """On the loop: the parent's own deadline for a call a blocking caller handed over."""
+        if req.outcome is None:
+            req.deadline_handle = self.pool.loop.call_later(
+                max(0.0, give_up_at - time.monotonic()), self._deadline_passed, req, timeout)
+
+    def claim_for_caller(self) -> bool:
+        """In a blocking caller's thread: take a parked worker; False if it is not parked."""
+        with self.direct_lock:
+            if self.direct == _PARKED and self.accepting and not self.leased:
+                self.direct = _CALLER
+                return True
+            return False
+
+    def release_from_caller(self, results: list[Any] | None = None, recheck: bool = False) -> None:
+        """In the caller's thread: give the connection back, parked if it is still idle and
+        nothing waits for it, else to the loop (with any ``results`` for it to finish;
+        ``recheck``: it must look at this worker's requests, e.g. recycling by count)."""
+        pool = self.pool
+        back = (bool(results) or recheck or self.conn.decoder.buffered > 0
+                or bool(self.requests) or bool(self.after_caller))
+        with self.direct_lock:
+            if self.direct == _DEAD:  # the connection went while we held it: we close it
+                os.close(self.direct_fd)
+                self.direct_fd = -1
+            elif not back and not self.want_back and self.alive and self.accepting:
+                self.direct = _PARKED
+                return
+            else:
+                self.direct = _LOOP
+                self.want_back = False
+        try:
+            pool.loop.call_soon_threadsafe(self._resume_after_caller, results or [], recheck)
+        except RuntimeError:  # the loop is closed: nobody reads again
+            pass
+
+    def _resume_after_caller(self, results: list[Any], recheck: bool) -> None:
+        """On the loop: reading is ours again after a caller: finish what it handed over, run
+        what waited for it, and handle whatever it left unread."""
+        if self.transport is not None and self.direct == _LOOP:
+            self.transport.resume_reading()
+        if results:
+            self._results(results)
+        waiting, self.after_caller = self.after_caller, []
+        for fn in waiting:
+            fn()
+        pool = self.pool
+        if recheck:
+            pool._requests_ended(self, 0)
+        if pool._slot_waiters or pool._idle_waiters:
+            pool._capacity_changed()  # callers that found this worker busy with the caller
+        if not self.alive:
+            if self.exited.done():
+                self._fail_all()  # it died while the caller read: nothing else will end them
+            return
+        if self.conn.decoder.buffered:
+            self.data_received(b"")  # frames the caller read but left for us
+        else:
+            self._park_if_idle()
+
+    def _close_direct(self) -> None:
+        """The connection is gone: no caller may take it again; the caller that holds it closes
+        its descriptor itself when it lets go."""
+        with self.direct_lock:
+            holder = self.direct == _CALLER
+            self.direct = _DEAD
+        if not holder and self.direct_fd >= 0:
+            os.close(self.direct_fd)
+            self.direct_fd = -1
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -379,6 +512,8 @@ class _Worker(FrameProtocol):
                 runs, pool._after_read = pool._after_read, []
                 for run in runs:
                     run._settle()
+            if self.direct_fd >= 0 and not self.requests:
+                self._park_if_idle()
 
     def eof_received(self) -> bool:
         try:
@@ -391,6 +526,8 @@ class _Worker(FrameProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self.direct_fd >= 0:
+            self._close_direct()
         self.alive = False
         self.accepting = False
         if not self.ready.done():
@@ -616,6 +753,8 @@ class _Worker(FrameProtocol):
             index, kind = 0xFFFF, expect_kind
         else:
             index, kind, _ = info
+        if self.direct != _LOOP:
+            self.reclaim()  # parked: chosen by _pick, which never picks a caller's worker
         req = _Request(id, self, kind, codec, method, on_event)
         timeout_us = 0
         if timeout is not None:
@@ -655,6 +794,8 @@ class _Worker(FrameProtocol):
                      sink: Callable[[_Request], None]) -> list[_Request]:
         """Submit unary calls without timeouts for ``bodies`` (the caller checked there is room):
         their REQUEST frames are built as one buffer and leave in one write."""
+        if self.direct != _LOOP:
+            self.reclaim()
         info = self.methods.get(method)
         parts = None
         if info is not None and info[1] == MethodKind.UNARY and self.alive \
@@ -736,6 +877,11 @@ class _Worker(FrameProtocol):
             await asyncio.sleep(tick)
             if not self.alive:
                 return
+            if self.direct == _CALLER:
+                # A blocking caller reads now and bounds its own wait (_DIRECT_WAIT_MS) before
+                # handing the reading back: nothing to judge or send meanwhile.
+                now = time.monotonic()
+                continue
             before, now = now, time.monotonic()
             if now - before > period:
                 # This loop itself ran late (the parent was starved), so the reads were too:
@@ -755,7 +901,7 @@ class _Worker(FrameProtocol):
                 log.error("%s", err)
                 self.kill(err)
                 return
-            if now >= next_ping:
+            if now >= next_ping and self.reclaim():
                 next_ping = now + period
                 nonce += 1
                 self.pings.append((nonce, now))
@@ -796,6 +942,9 @@ class _Worker(FrameProtocol):
 
     def drain(self, grace_ms: int) -> None:
         self.accepting = False
+        if not self.reclaim():  # a blocking caller reads: drain once it lets go
+            self.after_caller.append(functools.partial(self.drain, grace_ms))
+            return
         if not self.conn.is_open:  # still in its handshake: nothing to finish, stop it
             self.kill(None)
         elif self.alive and self.transport is not None and not self.conn.draining:
@@ -1069,6 +1218,11 @@ class AsyncPool:
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._rr = 0
         self._counters: collections.Counter[str] = collections.Counter()
+        # Set by the blocking Pool: idle workers are parked for callers that read their own
+        # answers (_Worker.direct).
+        self.direct_calls = False
+        # Direct-call counts of workers no longer in _all.
+        self._direct_gone: collections.Counter[str] = collections.Counter()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         # Maps with results from the read being handled: settled (refilled) when it ends.
         self._reading = False
@@ -1200,7 +1354,7 @@ class AsyncPool:
         self._rr = start = (self._rr + 1) % n if n else 0
         for k in range(n):
             w = workers[(start + k) % n]
-            if w.accepting and not w.leased:
+            if w.accepting and not w.leased and not (w.direct == _CALLER and w.busy_with_caller()):
                 load = len(w.requests)
                 if load < w.max_in_flight and (best_load is None or load < best_load):
                     best, best_load = w, load
@@ -1315,7 +1469,10 @@ class AsyncPool:
         with contextlib.suppress(Exception):
             await w.exited
         await asyncio.sleep(0)
-        self._all.discard(w)
+        if w in self._all:
+            self._all.discard(w)
+            self._direct_gone.update(calls=w.direct_calls, completed=w.direct_completed,
+                                     errors=w.direct_errors)
 
     async def _replace(self, delay: float) -> None:
         """Fill one slot: spawn until a worker serves, each failed start counted as a death."""
@@ -1494,6 +1651,12 @@ class AsyncPool:
                             "served": w.served, "leased": w.leased, "retiring": w.retiring,
                             "rss_bytes": w.rss_bytes() if w.alive else None})
         m = PoolMetrics(self._counters)
+        # Calls a blocking caller made itself count like the others.
+        for key, attr in (("calls", "direct_calls"), ("completed", "direct_completed"),
+                          ("errors", "direct_errors")):
+            n = sum(getattr(w, attr) for w in self._all) + self._direct_gone[key]
+            if n:
+                m[key] = m.get(key, 0) + n
         m["workers"] = workers
         m["size"] = self.size
         m["closed"] = self._closed
@@ -1905,6 +2068,7 @@ class Pool:
                                         daemon=True)
         self._thread.start()
         self._apool = AsyncPool(argv, **options)
+        self._apool.direct_calls = True
         try:
             self._run(self._apool.start)
         except BaseException:
@@ -1927,6 +2091,10 @@ class Pool:
     def call(self, method: str, request: Any = None, *, codec: str | None = None,
              timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
         """Call a unary method and wait for its result (see :meth:`AsyncPool.call`)."""
+        if on_event is None:
+            w = self._direct_worker()
+            if w is not None:
+                return self._call_direct(w, method, request, codec, timeout)
         # One hand-off each way and no Task: the loop submits the request in a plain callback
         # and releases our lock when the request finishes.
         call = _SyncCall()
@@ -1941,6 +2109,126 @@ class Pool:
         if ok:
             return value
         raise value
+
+    def _direct_worker(self) -> _Worker | None:
+        """A parked (idle) worker this thread may call directly, taken; None when there is
+        none or callers queue for slots (they keep their FIFO order on the loop)."""
+        ap = self._apool
+        if ap._closed or ap._slot_waiters or ap._gave_up is not None:
+            return None
+        for w in tuple(ap.workers):
+            if w.direct == _PARKED and w.claim_for_caller():
+                return w
+        return None
+
+    def _call_direct(self, w: _Worker, method: str, request: Any, codec: str | None,
+                     timeout: float | None) -> Any:
+        """One call on a parked worker from the caller's thread: write the request, read the
+        answer, no hop through the loop (issue 17). Anything unusual (an error frame, an
+        event, a slow or dead worker, a large body) hands the connection and the request back
+        to the loop, which ends it the usual way."""
+        ap = self._apool
+        parts = None
+        try:
+            c = ap.codec if codec is None else _codecs.get(codec)
+            info = w.methods.get(method)
+            if info is not None and info[1] == MethodKind.UNARY:
+                try:
+                    body = c.encode(request)
+                except Exception as e:
+                    raise _encode_failed(c, e) from None
+                timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
+                id = w.next_id
+                with contextlib.suppress(Exception):  # refused: the loop path raises it
+                    parts = w.conn.send_request(id, info[0], c.id, body, timeout_us)
+        except BaseException:
+            w.release_from_caller()
+            raise
+        if parts is None:  # a body larger than one frame, no such unary method, a refusal
+            w.release_from_caller()
+            return self._call_looped(method, request, codec, timeout)
+        w.next_id = id + 1
+        w.direct_calls += 1
+        started = time.monotonic()
+        fd = w.direct_fd
+        results: list[Any] = []
+        try:
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            conn = w.conn
+            try:
+                while data:  # a request of one frame: one write, unless the socket is full
+                    try:
+                        data = data[os.write(fd, data):]
+                    except BlockingIOError:
+                        select.select([], [fd], [], _DIRECT_WAIT_MS / 1000)
+                while True:
+                    if not w.direct_poll.poll(_DIRECT_WAIT_MS):
+                        break  # slow: the loop takes over (heartbeats, deadline, cancel grace)
+                    data = os.read(fd, 262144)
+                    if not data:
+                        break  # end of file: the loop sees it and ends the call WORKER_EXITED
+                    conn.feed(data)
+                    conn.take_results(results)
+                    if results or conn.decoder.buffered:
+                        break  # our answer, or a frame the loop must see (ERROR, EVENT...)
+            except OSError:
+                pass  # the connection broke (reset, a dying worker): the loop ends the call
+        except BaseException as e:  # Ctrl-C, or the core refused what it read
+            call = _SyncCall()
+            self._hand_back(w, id, c, method, timeout, started, results, call)
+            if isinstance(e, ProtocolError):
+                # The loop reads the same bytes again and handles the violation the usual way.
+                return self._wait_call(call)
+            self._loop.call_soon_threadsafe(self._abandon_call, call)
+            raise
+        if len(results) == 2 and results[0] == id and not conn.decoder.buffered:
+            body = results[1]
+            w.direct_completed += 1
+            w.served += 1
+            w.last_busy = time.monotonic()
+            w.release_from_caller(
+                recheck=ap.max_requests is not None and w.served >= ap.max_requests)
+            try:
+                return c.decode(body)
+            except Exception as e:
+                w.direct_errors += 1
+                raise error_from_code(ErrorCode.DECODE_FAILED, f"cannot decode the result as "
+                                      f"{c.name}: {e}", id=id) from None
+        call = _SyncCall()
+        self._hand_back(w, id, c, method, timeout, started, results, call)
+        return self._wait_call(call)
+
+    def _hand_back(self, w: _Worker, id: int, codec: _codecs.Codec, method: str,
+                   timeout: float | None, started: float, results: list[Any],
+                   call: "_SyncCall") -> None:
+        """In the caller's thread: make the direct call an ordinary request of ``w`` (the loop
+        finishes it, with its deadline as it would have had) and give the reading back."""
+        req = _Request(id, w, MethodKind.UNARY, codec, method, None)
+        call.req = req
+        req.sink = functools.partial(self._call_finished, call=call)
+        w.requests[id] = req
+        if timeout is not None:
+            w.after_caller.append(functools.partial(
+                w.arm_deadline, req, timeout, started + timeout + self._apool.deadline_grace))
+        w.release_from_caller(results, recheck=True)
+
+    def _wait_call(self, call: "_SyncCall") -> Any:
+        try:
+            call.done.acquire()
+        except BaseException:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._abandon_call, call)
+            raise
+        ok, value = call.outcome  # type: ignore[misc]
+        if ok:
+            return value
+        raise value
+
+    def _call_looped(self, method: str, request: Any, codec: str | None,
+                     timeout: float | None) -> Any:
+        call = _SyncCall()
+        self._post(self._start_call, call, method, request, codec, timeout, None)
+        return self._wait_call(call)
 
     def _post(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` on the pool's loop; PoolClosed once the pool is closed."""
