@@ -36,6 +36,7 @@ does: see ``wirepool::prometheus``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Iterable, Mapping, Union
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -111,7 +112,8 @@ class PoolCollector(Collector):
         for pool_name, pool in self._pools.items():
             try:
                 m = _snapshot(pool)
-            except (WirepoolError, TimeoutError, RuntimeError):
+            # (concurrent.futures.TimeoutError is not the builtin TimeoutError before 3.11.)
+            except (WirepoolError, concurrent.futures.TimeoutError, TimeoutError, RuntimeError):
                 continue  # closed or stopping: no series rather than a failed scrape
             if m.get("closed"):
                 continue
