@@ -719,7 +719,10 @@ async def main_async(args: argparse.Namespace, worker: list[str]) -> dict[str, A
     summary["restart_limit"] = await restart_limit(args, worker)
     phases.mark("restart_limit")
     summary["phases_s"] = phases.times
-    summary["memory_mb"]["peak"] = round(status_mb("VmHWM"), 1)
+    # VmHWM is updated lazily by the kernel: never report a peak below an RSS we read.
+    mem, ff = summary["memory_mb"], summary["restart_limit"].get("fail_fast", {})
+    mem["peak"] = round(max(status_mb("VmHWM"), mem["before"], mem["after"],
+                            ff.get("rss_before_mb", 0.0), ff.get("rss_after_mb", 0.0)), 1)
     summary["elapsed_s"] = round(time.monotonic() - started, 2)
     return summary
 
