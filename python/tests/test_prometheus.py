@@ -4,6 +4,7 @@ over HTTP in a form Prometheus' own parser reads."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -22,7 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "python" / "metrics.py"
 CONFORMANCE_WORKER = [sys.executable, str(REPO / "conformance" / "workers" / "python_worker.py")]
 
-pytestmark = pytest.mark.timeout(120)
+BUILD_TIMEOUT_S = 1800  # a cold cargo build on a busy 2-vCPU machine
+
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + 120)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -130,3 +133,42 @@ def test_the_example_serves_metrics_over_http() -> None:
     assert total(samples, "wirepool_worker_requests_total") == 26
     assert total(samples, "wirepool_workers") == 2
     assert {dict(lb)["pool"] for (_, lb) in samples} == {"example"}
+
+
+def test_the_rust_example_is_read_by_prometheus_own_parser() -> None:
+    """The Rust encoder (wirepool::prometheus) checked by the reference parser, not only by the
+    Rust test's own."""
+    done = subprocess.run(["cargo", "build", "-q", "-p", "wirepool", "--example", "metrics"],
+                          cwd=REPO / "rust", capture_output=True, text=True,
+                          timeout=BUILD_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "rust" / "target"))
+    proc = subprocess.Popen([str(target / "debug" / "examples" / "metrics"), "--port", "0",
+                             "--calls", "25", "--scrapes", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"http://\S+/metrics", line)
+        assert found, line
+        with urllib.request.urlopen(found.group(0), timeout=30) as resp:
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = resp.read().decode()
+        out, err = proc.communicate(timeout=30)  # it exits after its one scrape
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["wirepool_method_duration_seconds"].type == "histogram"
+    assert families["wirepool_worker_requests"].type == "counter"
+    samples = parse(text)
+    assert total(samples, "wirepool_worker_requests_total") == 26
+    assert total(samples, "wirepool_worker_rows_total") == 1000
+    add = {dict(lb).get("le"): v for (n, lb), v in samples.items()
+           if n == "wirepool_method_duration_seconds_bucket" and dict(lb)["method"] == "add"}
+    assert add["+Inf"] == 25
+    bounds = sorted((float(le), v) for le, v in add.items())
+    assert all(a[1] <= b[1] for a, b in zip(bounds, bounds[1:])), bounds
+    assert total(samples, "wirepool_worker_state") == 2
