@@ -77,8 +77,7 @@ def test_protocol_defaults() -> None:
 
 # Pending: edits to pool.py/proto.py listed in /work/notes/issue10_python_defaults.md. Each is a
 # strict xfail, so it fails (XPASS) the moment the edit lands: then delete its name here.
-PENDING = {"parent.workers", "parent.deadline_grace", "parent.drain_grace",
-           "parent.restart_backoff", "parent.max_frame_size"}
+PENDING = {"parent.max_frame_size"}
 
 S = {"ms": 1e-3}  # the SDK takes seconds where the table says ms
 
@@ -100,7 +99,7 @@ def _parent(name: str) -> Any:
     if name in seconds:
         return round(_pool_default(name) * 1000)
     if name == "drain_grace":
-        return round(inspect.signature(pool.AsyncPool.close).parameters["grace"].default * 1000)
+        return round(_pool_default("drain_grace") * 1000)
     if name == "goodbye_grace":
         return round(pool._GOODBYE_GRACE * 1000)
     if name == "stderr_tail_lines":
@@ -137,7 +136,6 @@ def test_sdk_default(default: dict) -> None:
         f"{default['reason']}"
 
 
-@pytest.mark.xfail(strict=True, reason="pending edit of proto.py (DEFAULT_MAX_FRAME_SIZE 4 MiB)")
 def test_core_default_frame_size() -> None:
     assert proto.DEFAULT_MAX_FRAME_SIZE == CONSTANTS["protocol_defaults"]["max_frame_size"]
 

@@ -131,7 +131,7 @@ def test_stream_rows_of_every_size_arrive_as_yielded(method: str, codec: str) ->
 def test_json_rows_of_nearly_one_size_make_frames_of_one_row_size() -> None:
     # The worker pads them (leading spaces) so a parent slices a frame without a loop per row.
     async def main() -> None:
-        async with wirepool.AsyncPool([sys.executable, BASIC], initial_credit=1 << 20) as p:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=1, initial_credit=1 << 20) as p:
             s = p.stream("rows", {"n": 200_000})
             sizes = []
             while (batch := await s.next_batch()) is not None:
@@ -247,7 +247,7 @@ def test_a_request_the_codec_cannot_encode_is_a_typed_error() -> None:
         assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
 
     async def main() -> None:
-        async with wirepool.AsyncPool([sys.executable, BASIC]) as ap:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=1) as ap:
             with pytest.raises(wirepool.BadRequest):
                 await ap.call("add", unencodable)
             with pytest.raises(wirepool.BadRequest):
@@ -286,7 +286,7 @@ def test_cancel_mid_stream_by_closing_the_iterator() -> None:
 
 def test_cancel_by_cancelling_the_task() -> None:
     async def main() -> None:
-        async with wirepool.AsyncPool([sys.executable, BASIC]) as p:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=1) as p:
             t = asyncio.ensure_future(p.call("sleep", {"seconds": 30}))
             await asyncio.sleep(0.2)  # let the request reach the worker
             t.cancel()
@@ -474,7 +474,7 @@ def test_chatty_worker_never_blocks_and_every_line_is_logged() -> None:
 
 WORKER_OUTPUT_PROGRAM = """
 import sys, wirepool
-with wirepool.Pool([sys.executable, sys.argv[1]], worker_output=sys.argv[2]) as pool:
+with wirepool.Pool([sys.executable, sys.argv[1]], workers=1, worker_output=sys.argv[2]) as pool:
     pool.call("say", {"text": "hello from the worker"})
     try:
         pool.call("die", {"status": 3})
@@ -506,6 +506,24 @@ def test_worker_output_modes_with_default_logging(mode: str) -> None:
     # The stderr tail that errors carry is kept unless the output is inherited.
     tail_kept = "dying on purpose" in done.stdout
     assert tail_kept == (mode != "inherit"), out
+
+
+def test_max_in_flight_above_the_workers_offer_is_clamped_and_said_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """PROTOCOL.md 4.2 / issue 10: the parent clamps to the worker's max_concurrency and says
+    so once per pool, not at every worker start (a replacement included)."""
+    env = dict(os.environ, MAX_CONCURRENCY="4")
+    with caplog.at_level(logging.WARNING, logger="wirepool.pool"):
+        with wirepool.Pool([sys.executable, BASIC], workers=2, max_in_flight=64, env=env,
+                           restart_backoff=0.01) as p:
+            assert {w["worker_id"] for w in p.metrics()["workers"]}
+            with pytest.raises(wirepool.WorkerExited):
+                p.call("die", {"status": 1})
+            wait_until(lambda: len(p.pids) == 2)
+            assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+    said = [r for r in caplog.records if "above the worker's max_concurrency" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert "max_in_flight 64 is above the worker's max_concurrency 4: using 4" in said[0].getMessage()
 
 
 def test_require_names_a_codec_per_method() -> None:
@@ -677,7 +695,7 @@ def test_progress_events_on_unary_call() -> None:
 
 def test_dropping_an_async_stream_cancels_it() -> None:
     async def main() -> None:
-        async with wirepool.AsyncPool([sys.executable, BASIC], initial_credit=65536) as p:
+        async with wirepool.AsyncPool([sys.executable, BASIC], workers=1, initial_credit=65536) as p:
             async for row in p.stream("endless", {}):
                 if row["i"] == 100:
                     break  # the Stream object is dropped here, never closed explicitly

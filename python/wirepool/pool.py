@@ -312,6 +312,10 @@ class _Worker(FrameProtocol):
             return
         mfs = min(pool.max_frame_size, hello.max_frame_size)
         self.max_in_flight = min(pool.max_in_flight, hello.max_concurrency)
+        if self.max_in_flight < pool.max_in_flight and not pool._clamp_logged:
+            pool._clamp_logged = True  # once per pool, not at every worker start (spec 4.2)
+            log.warning("max_in_flight %d is above the worker's max_concurrency %d: using %d",
+                        pool.max_in_flight, hello.max_concurrency, self.max_in_flight)
         welcome = proto.Welcome(version=proto.PROTOCOL_VERSION, worker_id=self.worker_id,
                                 max_frame_size=mfs, initial_credit=pool.initial_credit,
                                 heartbeat_ms=pool.heartbeat_ms, max_in_flight=self.max_in_flight,
@@ -1135,8 +1139,8 @@ class Lease:
 class AsyncPool:
     """A pool of worker processes running ``argv``, driven by asyncio.
 
-    Parameters (all optional but ``argv``):
-    ``workers`` processes; ``codec`` default codec name; ``require`` method names (or a mapping
+    Parameters (all optional but ``argv``; defaults as in PROTOCOL.md section 17):
+    ``workers`` processes (default: the CPUs this process may use); ``codec`` default codec name; ``require`` method names (or a mapping
     name -> "unary"/"stream") every worker must offer with ``codec``, else start-up fails with
     CODEC_MISMATCH; ``max_in_flight`` per worker; ``startup_timeout`` seconds to HELLO;
     ``heartbeat_ms`` (0 disables); ``cancel_grace`` seconds a worker gets to honour CANCEL;
@@ -1144,6 +1148,7 @@ class AsyncPool:
     ``max_requests``/``max_rss_bytes``/``idle_timeout`` recycle a worker (drained first);
     ``restart_backoff`` initial delay (doubles up to ``restart_backoff_max``);
     ``max_restarts`` within ``restart_window`` seconds before the pool stops restarting;
+    ``drain_grace`` seconds in-flight requests get at close and when a worker is recycled;
     ``worker_output`` what becomes of the workers' stdout and stderr: ``"log"`` (each line to
     the ``wirepool.worker`` logger at WARNING, with the worker's id and pid, so a worker's
     ``print`` shows by default), ``"inherit"`` (written straight to the parent's own stdout and
@@ -1153,21 +1158,25 @@ class AsyncPool:
     (any codec name), or both as a pair: ``{"add": "unary", "rows": ("stream", "msgpack")}``.
     """
 
-    def __init__(self, argv: Sequence[str], *, workers: int = 1, codec: str = "json",
+    def __init__(self, argv: Sequence[str], *, workers: int | None = None, codec: str = "json",
                  require: Iterable[str] | Mapping[str, str | tuple[str, str]] | None = None,
                  max_in_flight: int = 64, startup_timeout: float = 10.0,
                  heartbeat_ms: int = proto.DEFAULT_HEARTBEAT_MS, cancel_grace: float = 2.0,
-                 deadline_grace: float = 0.25, max_requests: int | None = None,
+                 deadline_grace: float = 0.5, max_requests: int | None = None,
                  max_rss_bytes: int | None = None, idle_timeout: float | None = None,
-                 restart_backoff: float = 0.05, restart_backoff_max: float = 5.0,
+                 restart_backoff: float = 0.01, restart_backoff_max: float = 5.0,
                  max_restarts: int = 10, restart_window: float = 60.0,
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  initial_credit: int = proto.DEFAULT_INITIAL_CREDIT,
                  max_message_size: int = proto.DEFAULT_MAX_MESSAGE_SIZE,
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
-                 on_event: EventCallback | None = None, worker_output: str = "log") -> None:
+                 on_event: EventCallback | None = None, worker_output: str = "log",
+                 drain_grace: float = 10.0) -> None:
         if not argv:
             raise ValueError("argv must name a program")
+        if workers is None:  # PROTOCOL.md 17: one worker per CPU this process may use
+            workers = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                       else os.cpu_count() or 1)
         if workers < 1 or max_in_flight < 1:
             raise ValueError("workers and max_in_flight must be >= 1")
         if not proto.MIN_FRAME_SIZE_LIMIT <= max_frame_size <= proto.MAX_FRAME_SIZE_LIMIT:
@@ -1205,6 +1214,8 @@ class AsyncPool:
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.on_event = on_event
+        self.drain_grace = drain_grace
+        self._clamp_logged = False  # said once per pool that a worker's offer lowered max_in_flight
         self.workers: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._closed = False
@@ -1250,7 +1261,7 @@ class AsyncPool:
     async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
         # Left by an exception (Ctrl-C included): no one will read the work in flight, so it
         # is cancelled at once instead of being given the drain grace.
-        await self.close(grace=0 if exc_type is not None else 5.0)
+        await self.close(grace=0 if exc_type is not None else None)
 
     async def _spawn(self) -> _Worker:
         w = _Worker(self)
@@ -1299,9 +1310,11 @@ class AsyncPool:
                 return f"method {name!r} does not accept codec {codec.name!r}"
         return None
 
-    async def close(self, grace: float = 5.0) -> None:
-        """Drain: no new requests; in-flight ones get ``grace`` seconds to finish (then the
-        workers cancel them), workers say GOODBYE and exit; stragglers are killed."""
+    async def close(self, grace: float | None = None) -> None:
+        """Drain: no new requests; in-flight ones get ``grace`` seconds (default
+        ``drain_grace``) to finish (then the workers cancel them), workers say GOODBYE and
+        exit; stragglers are killed."""
+        grace = self.drain_grace if grace is None else grace
         if self._closed and not self._all:
             return
         self._closed = True
@@ -1420,7 +1433,7 @@ class AsyncPool:
         if w in self.workers:
             self.workers.remove(w)
         self.loop.create_task(self._replace(0.0))
-        w.drain(int(max(self.cancel_grace, 30.0) * 1000))
+        w.drain(int(self.drain_grace * 1000))
 
     def _worker_lost(self, w: _Worker) -> None:
         """A serving worker is gone. Only a worker in ``workers`` (it completed its handshake and
@@ -2342,7 +2355,7 @@ class Pool:
     def pids(self) -> list[int]:
         return [w["pid"] for w in self.metrics()["workers"] if w["alive"]]
 
-    def close(self, grace: float = 5.0) -> None:
+    def close(self, grace: float | None = None) -> None:
         """Drain and stop every worker (see :meth:`AsyncPool.close`)."""
         _open_pools.discard(self)
         if self._loop.is_closed():
@@ -2366,7 +2379,7 @@ class Pool:
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         # Left by an exception (Ctrl-C included): no one will read the work in flight, so it
         # is cancelled at once instead of being given the drain grace.
-        self.close(grace=0 if exc_type is not None else 5.0)
+        self.close(grace=0 if exc_type is not None else None)
 
 
 # Pools the program never closed are closed at exit, without grace: their loop thread is a
