@@ -937,6 +937,23 @@ impl PoolInner {
     }
 
     /// Counts a crash against the restart-intensity limit; `false` means the pool gives up.
+    /// The restart limit tripped: the pool closes, and every later call's POOL_CLOSED says
+    /// why, with the count and the window (issue 12: a bare "restart intensity exceeded" left
+    /// the user guessing).
+    fn close_restart_intensity(&self, slot: usize) {
+        let p = &self.shared.cfg.restart;
+        let deaths = self.crash_times.lock().unwrap().len();
+        let reason = format!(
+            "restart intensity exceeded: {deaths} worker deaths within {:?} (max_restarts {}); \
+             the pool closed",
+            p.within, p.max_restarts
+        );
+        tracing::error!(slot, "{reason}");
+        // Once per pool at most (a closed pool never closes again), so leaking the text to
+        // keep `Error::PoolClosed`'s `&'static str` costs a few bytes per pool that gave up.
+        self.close(Box::leak(reason.into_boxed_str()));
+    }
+
     fn allow_crash_restart(&self) -> bool {
         let p = &self.shared.cfg.restart;
         let now = Instant::now();
@@ -1016,8 +1033,7 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
                     tracing::warn!(slot, error = %e, "worker failed to start");
                     inner.record_cause(slot, ExitCause::Crashed);
                     if !inner.allow_crash_restart() {
-                        tracing::error!(slot, "restart intensity exceeded, closing the pool");
-                        inner.close("restart intensity exceeded");
+                        inner.close_restart_intensity(slot);
                         continue;
                     }
                     tokio::time::sleep(backoff).await;
@@ -1063,8 +1079,7 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
                 }
                 if matches!(cause, ExitCause::Crashed | ExitCause::Hung | ExitCause::ProtocolViolation | ExitCause::CancelTimeout) {
                     if !inner.allow_crash_restart() {
-                        tracing::error!(slot, "restart intensity exceeded, closing the pool");
-                        inner.close("restart intensity exceeded");
+                        inner.close_restart_intensity(slot);
                         continue;
                     }
                     tokio::time::sleep(backoff).await;

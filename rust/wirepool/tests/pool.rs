@@ -727,7 +727,12 @@ async fn a_crash_loop_past_the_restart_intensity_closes_the_pool() {
             assert!(crashes <= 10, "the pool never gave up");
         };
         assert_eq!(closed.code(), codes::POOL_CLOSED, "{closed}");
-        assert!(closed.to_string().contains("restart intensity"), "{closed}");
+        assert!(
+            closed
+                .to_string()
+                .contains("restart intensity exceeded: 4 worker deaths within 60s (max_restarts 3)"),
+            "the count and window are named: {closed}"
+        );
         assert_eq!(
             crashes, 4,
             "three restarts allowed, the fourth crash closes the pool"
