@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use wirepool_codec::Codec;
 
 use wirepool_proto::{
-    check_methods, Connection, ErrorClass, ErrorCode, Event, MethodKind, MethodRequirement,
-    ProtocolError, Welcome,
+    check_methods, Connection, ErrorClass, ErrorCode, Event, Hello, MethodKind,
+    MethodRequirement, ProtocolError, Welcome,
 };
 
 use crate::config::PoolConfig;
@@ -782,190 +782,22 @@ pub(crate) async fn start(
     } = spawned;
     let socket = Arc::new(socket);
     let mut conn = Connection::new_parent();
-
-    let handshake = async {
-        loop {
-            match conn.poll_event() {
-                Ok(Some(Event::Hello(h))) => return Ok(h),
-                Ok(Some(Event::Error { code, message, .. })) => {
-                    return Err(HandshakeFail::Protocol(
-                        code,
-                        format!("worker reported: {message}"),
-                    ))
-                }
-                Ok(Some(other)) => {
-                    return Err(HandshakeFail::Protocol(
-                        ErrorCode::UnexpectedFrame.code(),
-                        format!("unexpected {other:?} before HELLO"),
-                    ))
-                }
-                Ok(None) => {}
-                Err(e) => return Err(HandshakeFail::Protocol(e.code.code(), e.message)),
-            }
-            match std::future::poll_fn(|cx| socket.poll_read_buf(cx, conn.read_buf())).await {
-                Ok(0) | Err(_) => {
-                    return Err(match conn.eof() {
-                        Err(e) if e.code != ErrorCode::Truncated => {
-                            HandshakeFail::Protocol(e.code.code(), e.message)
-                        }
-                        _ => HandshakeFail::Eof,
-                    })
-                }
-                Ok(_) => {}
-            }
+    let (hello, welcome) = match handshake(cfg, worker_id, &socket, &mut conn).await {
+        Ok(agreed) => agreed,
+        Err(fail) => {
+            let exit = reap_failed(
+                &mut child,
+                pid,
+                worker_id,
+                fail.cause(),
+                &stderr_tail,
+                logs_done,
+            )
+            .await;
+            return Err(fail.into_error(exit, worker_id, cfg.startup_timeout));
         }
     };
-    let outcome = tokio::time::timeout(cfg.startup_timeout, handshake).await;
-    let mut out = BytesMut::new();
-    let hello = match outcome {
-        Ok(Ok(h)) => h,
-        Ok(Err(HandshakeFail::Eof)) => {
-            let exit = reap_failed(
-                &mut child,
-                pid,
-                worker_id,
-                ExitCause::Crashed,
-                &stderr_tail,
-                logs_done,
-            )
-            .await;
-            return Err(Error::WorkerExited(exit));
-        }
-        Ok(Err(HandshakeFail::Protocol(code, message))) => {
-            let e = ProtocolError::new(
-                ErrorCode::from_code(code).unwrap_or(ErrorCode::Protocol),
-                0,
-                message.clone(),
-            );
-            let _ = conn.encode_fatal(&e, &mut out);
-            let _ = write_now(&socket, &out).await;
-            let exit = reap_failed(
-                &mut child,
-                pid,
-                worker_id,
-                ExitCause::ProtocolViolation,
-                &stderr_tail,
-                logs_done,
-            )
-            .await;
-            return Err(Error::ProtocolViolation {
-                code,
-                message,
-                worker_id,
-                exit: Some(exit),
-            });
-        }
-        Err(_) => {
-            let exit = reap_failed(
-                &mut child,
-                pid,
-                worker_id,
-                ExitCause::Hung,
-                &stderr_tail,
-                logs_done,
-            )
-            .await;
-            return Err(Error::StartupTimeout {
-                after: cfg.startup_timeout,
-                stderr_tail: exit.stderr_tail.clone(),
-            });
-        }
-    };
-
-    // Refuse, at start-up, a worker lacking a method or codec the pool is configured to call.
-    let required: Vec<MethodRequirement> = cfg
-        .methods
-        .iter()
-        .map(|m| MethodRequirement {
-            name: m.name.clone(),
-            kind: m.kind,
-            codec: m.codec.unwrap_or(cfg.codec).id(),
-        })
-        .collect();
-    let welcome = check_methods(&hello, &required).and_then(|_| {
-        let mut w = Welcome::for_hello(&hello, worker_id)?;
-        w.max_frame_size = cfg.max_frame_size.min(hello.max_frame_size);
-        w.initial_credit = cfg.initial_credit;
-        w.heartbeat_ms = cfg.heartbeat.as_millis().min(u32::MAX as u128) as u32;
-        w.max_in_flight = cfg.max_in_flight.min(hello.max_concurrency).max(1);
-        if w.max_in_flight < cfg.max_in_flight && !cfg.clamp_logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            tracing::warn!(
-                configured = cfg.max_in_flight,
-                offered = hello.max_concurrency,
-                "max_in_flight {} is above the worker's max_concurrency {}: using {} (said once per pool)",
-                cfg.max_in_flight,
-                hello.max_concurrency,
-                w.max_in_flight
-            );
-        }
-        w.max_message_size = cfg.max_message_size.max(w.max_frame_size as u64);
-        conn.send_welcome(&w, &mut out)?;
-        Ok(w)
-    });
-    let welcome = match welcome {
-        Ok(w) => w,
-        Err(e) => {
-            out.clear();
-            let _ = conn.refuse(e.code, &e.message, &mut out);
-            let _ = write_now(&socket, &out).await;
-            let exit = reap_failed(
-                &mut child,
-                pid,
-                worker_id,
-                ExitCause::ProtocolViolation,
-                &stderr_tail,
-                logs_done,
-            )
-            .await;
-            return Err(if e.code == ErrorCode::CodecMismatch {
-                Error::CodecMismatch(e.message)
-            } else {
-                Error::ProtocolViolation {
-                    code: e.code.code(),
-                    message: e.message,
-                    worker_id,
-                    exit: Some(exit),
-                }
-            });
-        }
-    };
-    if write_now(&socket, &out).await.is_err() {
-        let exit = reap_failed(
-            &mut child,
-            pid,
-            worker_id,
-            ExitCause::Crashed,
-            &stderr_tail,
-            logs_done,
-        )
-        .await;
-        return Err(Error::WorkerExited(exit));
-    }
-    out.clear();
-
-    // The pool's method table comes from the first worker that says HELLO; later workers are
-    // mapped onto it by name.
-    let table = pool.methods.get_or_init(|| {
-        let names: Vec<String> = hello.methods.iter().map(|m| m.name.clone()).collect();
-        MethodTable {
-            by_name: names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.clone(), i))
-                .collect(),
-            latency: names.iter().map(|_| LatencyHistogram::new()).collect(),
-            names,
-        }
-    });
-    let mut wire: Vec<Option<WireMethod>> = vec![None; table.names.len()];
-    for (index, m) in hello.methods.iter().enumerate() {
-        if let Some(&no) = table.by_name.get(&m.name) {
-            wire[no] = Some(WireMethod {
-                index: index as u16,
-                kind: m.kind,
-            });
-        }
-    }
+    let wire = wire_methods(pool, &hello);
 
     let (control_tx, control_rx) = mpsc::channel(8);
     let (retire_tx, retire_rx) = oneshot::channel();
@@ -1023,9 +855,194 @@ pub(crate) async fn start(
     })
 }
 
-enum HandshakeFail {
+/// Why a worker failed before it served anything. Each ends the same way: the process is
+/// killed (or its own exit awaited) and reaped, and the error names what happened.
+enum StartFail {
+    /// The connection ended before HELLO, or the WELCOME could not be written: a crash.
     Eof,
+    /// The worker broke the protocol before HELLO, or reported a fatal error of its own.
     Protocol(u32, String),
+    /// No HELLO within the start-up timeout.
+    Timeout,
+    /// The HELLO was refused: a method or codec the pool calls is missing, or no common version.
+    Refused(ProtocolError),
+}
+
+impl StartFail {
+    fn cause(&self) -> ExitCause {
+        match self {
+            StartFail::Eof => ExitCause::Crashed,
+            StartFail::Protocol(..) | StartFail::Refused(_) => ExitCause::ProtocolViolation,
+            StartFail::Timeout => ExitCause::Hung,
+        }
+    }
+
+    fn into_error(self, exit: Arc<ExitInfo>, worker_id: u32, startup_timeout: Duration) -> Error {
+        match self {
+            StartFail::Eof => Error::WorkerExited(exit),
+            StartFail::Protocol(code, message) => Error::ProtocolViolation {
+                code,
+                message,
+                worker_id,
+                exit: Some(exit),
+            },
+            StartFail::Timeout => Error::StartupTimeout {
+                after: startup_timeout,
+                stderr_tail: exit.stderr_tail.clone(),
+            },
+            StartFail::Refused(e) if e.code == ErrorCode::CodecMismatch => {
+                Error::CodecMismatch(e.message)
+            }
+            StartFail::Refused(e) => Error::ProtocolViolation {
+                code: e.code.code(),
+                message: e.message,
+                worker_id,
+                exit: Some(exit),
+            },
+        }
+    }
+}
+
+/// HELLO in (bounded by the start-up timeout), WELCOME out. A failure is first reported to the
+/// worker where the spec says so (a fatal ERROR, or the refusal of its HELLO).
+async fn handshake(
+    cfg: &PoolConfig,
+    worker_id: u32,
+    socket: &Socket,
+    conn: &mut Connection,
+) -> std::result::Result<(Box<Hello>, Welcome), StartFail> {
+    let mut out = BytesMut::new();
+    let hello = match tokio::time::timeout(cfg.startup_timeout, read_hello(socket, conn)).await {
+        Ok(Ok(hello)) => hello,
+        Ok(Err(StartFail::Protocol(code, message))) => {
+            let e = ProtocolError::new(
+                ErrorCode::from_code(code).unwrap_or(ErrorCode::Protocol),
+                0,
+                message.clone(),
+            );
+            let _ = conn.encode_fatal(&e, &mut out);
+            let _ = write_now(socket, &out).await;
+            return Err(StartFail::Protocol(code, message));
+        }
+        Ok(Err(fail)) => return Err(fail),
+        Err(_) => return Err(StartFail::Timeout),
+    };
+    let welcome = match welcome_for(cfg, worker_id, &hello, conn, &mut out) {
+        Ok(w) => w,
+        Err(e) => {
+            out.clear();
+            let _ = conn.refuse(e.code, &e.message, &mut out);
+            let _ = write_now(socket, &out).await;
+            return Err(StartFail::Refused(e));
+        }
+    };
+    if write_now(socket, &out).await.is_err() {
+        return Err(StartFail::Eof);
+    }
+    Ok((hello, welcome))
+}
+
+/// Reads until the worker's HELLO (or whatever else it says first).
+async fn read_hello(
+    socket: &Socket,
+    conn: &mut Connection,
+) -> std::result::Result<Box<Hello>, StartFail> {
+    loop {
+        match conn.poll_event() {
+            Ok(Some(Event::Hello(h))) => return Ok(h),
+            Ok(Some(Event::Error { code, message, .. })) => {
+                return Err(StartFail::Protocol(
+                    code,
+                    format!("worker reported: {message}"),
+                ))
+            }
+            Ok(Some(other)) => {
+                return Err(StartFail::Protocol(
+                    ErrorCode::UnexpectedFrame.code(),
+                    format!("unexpected {other:?} before HELLO"),
+                ))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(StartFail::Protocol(e.code.code(), e.message)),
+        }
+        match std::future::poll_fn(|cx| socket.poll_read_buf(cx, conn.read_buf())).await {
+            Ok(0) | Err(_) => {
+                return Err(match conn.eof() {
+                    Err(e) if e.code != ErrorCode::Truncated => {
+                        StartFail::Protocol(e.code.code(), e.message)
+                    }
+                    _ => StartFail::Eof,
+                })
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The WELCOME for `hello`, encoded into `out`: refused, at start-up, when the worker lacks a
+/// method or codec the pool is configured to call.
+fn welcome_for(
+    cfg: &PoolConfig,
+    worker_id: u32,
+    hello: &Hello,
+    conn: &mut Connection,
+    out: &mut BytesMut,
+) -> std::result::Result<Welcome, ProtocolError> {
+    let required: Vec<MethodRequirement> = cfg
+        .methods
+        .iter()
+        .map(|m| MethodRequirement {
+            name: m.name.clone(),
+            kind: m.kind,
+            codec: m.codec.unwrap_or(cfg.codec).id(),
+        })
+        .collect();
+    check_methods(hello, &required)?;
+    let mut w = Welcome::for_hello(hello, worker_id)?;
+    w.max_frame_size = cfg.max_frame_size.min(hello.max_frame_size);
+    w.initial_credit = cfg.initial_credit;
+    w.heartbeat_ms = cfg.heartbeat.as_millis().min(u32::MAX as u128) as u32;
+    w.max_in_flight = cfg.max_in_flight.min(hello.max_concurrency).max(1);
+    if w.max_in_flight < cfg.max_in_flight && !cfg.clamp_logged.swap(true, Relaxed) {
+        tracing::warn!(
+            configured = cfg.max_in_flight,
+            offered = hello.max_concurrency,
+            "max_in_flight {} is above the worker's max_concurrency {}: using {} (said once per pool)",
+            cfg.max_in_flight,
+            hello.max_concurrency,
+            w.max_in_flight
+        );
+    }
+    w.max_message_size = cfg.max_message_size.max(w.max_frame_size as u64);
+    conn.send_welcome(&w, out)?;
+    Ok(w)
+}
+
+/// Maps the worker's methods onto the pool's method table. The table comes from the first
+/// worker that says HELLO; later workers are mapped onto it by name.
+fn wire_methods(pool: &PoolShared, hello: &Hello) -> Vec<Option<WireMethod>> {
+    let table = pool.methods.get_or_init(|| {
+        let names: Vec<String> = hello.methods.iter().map(|m| m.name.clone()).collect();
+        MethodTable {
+            by_name: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), i))
+                .collect(),
+            latency: names.iter().map(|_| LatencyHistogram::new()).collect(),
+            names,
+        }
+    });
+    let mut wire: Vec<Option<WireMethod>> = vec![None; table.names.len()];
+    for (index, m) in hello.methods.iter().enumerate() {
+        if let Some(&no) = table.by_name.get(&m.name) {
+            wire[no] = Some(WireMethod {
+                index: index as u16,
+                kind: m.kind,
+            });
+        }
+    }
+    wire
 }
 
 async fn write_now(socket: &Socket, bytes: &[u8]) -> std::io::Result<()> {
