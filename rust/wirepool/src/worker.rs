@@ -372,81 +372,116 @@ impl Worker {
         awaiting: Awaiting,
         events: Option<&EventSender>,
     ) -> Result<WorkerRequest, NotSent> {
-        let Some(Some(wire)) = self.wire.get(method_no) else {
-            self.release_slot();
-            let name = self
-                .pool
+        let sent = self.wire_method(method_no, &awaiting).and_then(|wire| {
+            self.queue_request(wire, method_no, codec, timeout, body, awaiting, events)
+        });
+        let (id, started) = match sent {
+            Ok(sent) => sent,
+            Err(e) => {
+                self.release_slot();
+                return Err(e);
+            }
+        };
+        self.counters.requests.fetch_add(1, Relaxed);
+        if let Some(now) = started {
+            self.last_request_ms.store(
+                now.saturating_duration_since(self.pool.epoch).as_millis() as u64,
+                Relaxed,
+            );
+        }
+        self.requests.fetch_add(1, Relaxed);
+        self.check_request_quota();
+        Ok(WorkerRequest {
+            worker: self.clone(),
+            id,
+            method_no,
+            started,
+        })
+    }
+
+    /// How method `method_no` is called on this worker; an unknown method, or one called as
+    /// the wrong kind (unary vs stream), is the caller's error.
+    fn wire_method(&self, method_no: usize, awaiting: &Awaiting) -> Result<&WireMethod, NotSent> {
+        let name = || {
+            self.pool
                 .methods
                 .get()
                 .and_then(|t| t.names.get(method_no))
-                .cloned();
-            return Err(NotSent::Final(Error::UnknownMethod(
-                name.unwrap_or_default(),
-            )));
+                .cloned()
+                .unwrap_or_default()
+        };
+        let Some(Some(wire)) = self.wire.get(method_no) else {
+            return Err(NotSent::Final(Error::UnknownMethod(name())));
         };
         let want_kind = match awaiting {
             Awaiting::Stream(_) => MethodKind::Stream,
             Awaiting::Unary(_) => MethodKind::Unary,
         };
         if wire.kind != want_kind {
-            self.release_slot();
-            let name = self
-                .pool
-                .methods
-                .get()
-                .map(|t| t.names[method_no].clone())
-                .unwrap_or_default();
             return Err(NotSent::Final(Error::UnknownMethod(format!(
-                "{name} (is {:?}, called as {:?})",
-                wire.kind, want_kind
+                "{} (is {:?}, called as {:?})",
+                name(),
+                wire.kind,
+                want_kind
             ))));
         }
+        Ok(wire)
+    }
+
+    /// Encodes the request into the core's output under its lock and adds its route; returns
+    /// its id and, when the clock was read, its start time. The request leaves by the writer
+    /// task, or at once when it is the only one (see `write_alone`).
+    #[allow(clippy::too_many_arguments)]
+    fn queue_request(
+        &self,
+        wire: &WireMethod,
+        method_no: usize,
+        codec: Codec,
+        timeout: Option<Duration>,
+        body: &Bytes,
+        awaiting: Awaiting,
+        events: Option<&EventSender>,
+    ) -> Result<(u64, Option<Instant>), NotSent> {
         let timeout_us = timeout
             .map(|t| t.as_micros().clamp(1, u64::MAX as u128) as u64)
             .unwrap_or(0);
         // in_flight was incremented by try_reserve: 1 means no other request is on this worker.
-        let core_in_flight = self.in_flight.load(Relaxed).saturating_sub(1);
+        let alone = self.in_flight.load(Relaxed) <= 1;
         // A clock read per call showed in the profile of small calls; under load the writer
         // stamps a whole batch with one read instead.
-        let clocked = core_in_flight == 0 || timeout.is_some() || matches!(awaiting, Awaiting::Stream(_));
+        let clocked = alone || timeout.is_some() || matches!(awaiting, Awaiting::Stream(_));
         let now = clocked.then(Instant::now);
         let direct_waker = match &awaiting {
-            Awaiting::Unary(w) if core_in_flight == 0 => Some(w.clone()),
+            Awaiting::Unary(w) if alone => Some(w.clone()),
             _ => None,
         };
         let sink = match awaiting {
             Awaiting::Stream(s) => Sink::Stream(s),
             Awaiting::Unary(w) => Sink::Unary(UnaryCell::Waiting(Some(w))),
         };
-        let id = {
+        let (id, wake_writer) = {
             let mut core = self.core.lock().unwrap();
-            if let Some(e) = &core.closed {
-                let e = e.clone();
-                drop(core);
-                self.release_slot();
-                return Err(NotSent::WorkerGone(e));
-            }
             let c = &mut *core;
-            let id = match c.conn.send_request(
-                wire.index,
-                codec.id(),
-                timeout_us,
-                body,
-                &mut c.out.message_writer(body),
-            ) {
-                Ok(id) => id,
-                Err(e) => {
-                    drop(core);
-                    self.release_slot();
-                    return Err(if e.code == ErrorCode::Draining {
-                        NotSent::WorkerGone(refusal(e, self.id))
-                    } else {
-                        NotSent::Final(refusal(e, self.id))
-                    });
-                }
-            };
-            let deadline = timeout.zip(now).map(|(t, now)| (now + t + self.pool.cfg.deadline_grace, t));
-            core.routes.insert(
+            if let Some(e) = &c.closed {
+                return Err(NotSent::WorkerGone(e.clone()));
+            }
+            let id = c
+                .conn
+                .send_request(
+                    wire.index,
+                    codec.id(),
+                    timeout_us,
+                    body,
+                    &mut c.out.message_writer(body),
+                )
+                .map_err(|e| match e.code {
+                    ErrorCode::Draining => NotSent::WorkerGone(refusal(e, self.id)),
+                    _ => NotSent::Final(refusal(e, self.id)),
+                })?;
+            let deadline = timeout
+                .zip(now)
+                .map(|(t, now)| (now + t + self.pool.cfg.deadline_grace, t));
+            c.routes.insert(
                 id,
                 Route {
                     sink: Some(sink),
@@ -459,67 +494,44 @@ impl Worker {
                 },
             );
             if now.is_none() {
-                core.unstamped.push(id);
+                c.unstamped.push(id);
             }
-            // Latency fast path: when this is the only request and the writer is idle, write
-            // now instead of waking the writer task (a task switch, or a cross-thread wake-up).
-            // Under load requests keep queueing for the writer, so they still share a write.
-            // Only a request of small frames is written here; a large body queued by
-            // reference goes to the writer task's vectored writes.
-            let c = &mut *core;
-            if let (false, 0, Some(tail), Some(sock)) = (
-                c.writer_busy,
-                core_in_flight,
-                c.out.tail_only(),
-                &c.socket_out,
-            ) {
-                // WouldBlock (or a broken socket) leaves the bytes for the writer task.
-                if let Ok(n) = sock.try_write(tail) {
-                    self.counters.bytes_out.fetch_add(n as u64, Relaxed);
-                    // All written (the usual case): keep the buffer from its start, unsplit.
-                    if n == tail.len() {
-                        tail.clear();
-                    } else {
-                        bytes::Buf::advance(tail, n);
-                    }
-                }
+            if alone {
+                self.write_alone(c);
             }
-            // One call at a time: its caller reads the answer itself (see `direct_reader`).
-            // Registering its waker costs no syscall. Input already waiting (say a PONG) is
-            // left to the reader task; the registration may still have replaced the reader's
-            // (readiness can arrive from another thread while it is stored), so the reader is
-            // woken to register again.
-            if let (Some(w), None, Some(sock)) = (&direct_waker, c.direct_reader, &c.socket_out) {
-                if sock.poll_readable(&mut Context::from_waker(w)).is_pending() {
-                    c.direct_reader = Some(id);
-                } else if let Some(reader) = &c.reader_waker {
-                    reader.wake_by_ref();
-                }
+            if let Some(w) = &direct_waker {
+                read_own_answer(c, id, w);
             }
             // One wake-up per batch: the writer takes everything queued when it runs.
-            let wake = !core.out.is_empty() && !core.writer_woken;
-            core.writer_woken |= wake;
+            let wake = !c.out.is_empty() && !c.writer_woken;
+            c.writer_woken |= wake;
             (id, wake)
         };
-        let (id, pending) = id;
-        if pending {
+        if wake_writer {
             self.writer_wake.notify_one();
         }
-        self.counters.requests.fetch_add(1, Relaxed);
-        if let Some(now) = now {
-            self.last_request_ms.store(
-                now.saturating_duration_since(self.pool.epoch).as_millis() as u64,
-                Relaxed,
-            );
+        Ok((id, now))
+    }
+
+    /// Latency fast path: when this is the only request and the writer is idle, write now
+    /// instead of waking the writer task (a task switch, or a cross-thread wake-up). Under load
+    /// requests keep queueing for the writer, so they still share a write. Only a request of
+    /// small frames is written here; a large body queued by reference goes to the writer
+    /// task's vectored writes.
+    fn write_alone(&self, c: &mut Core) {
+        if let (false, Some(tail), Some(sock)) = (c.writer_busy, c.out.tail_only(), &c.socket_out)
+        {
+            // WouldBlock (or a broken socket) leaves the bytes for the writer task.
+            if let Ok(n) = sock.try_write(tail) {
+                self.counters.bytes_out.fetch_add(n as u64, Relaxed);
+                // All written (the usual case): keep the buffer from its start, unsplit.
+                if n == tail.len() {
+                    tail.clear();
+                } else {
+                    bytes::Buf::advance(tail, n);
+                }
+            }
         }
-        self.requests.fetch_add(1, Relaxed);
-        self.check_request_quota();
-        Ok(WorkerRequest {
-            worker: self.clone(),
-            id,
-            method_no,
-            started: now,
-        })
     }
 
     /// The outcome of unary request `id`, once the reader (or the deadline, or the worker's
@@ -736,6 +748,20 @@ impl Worker {
     pub fn kill_now(&self) {
         if self.state.load(Acquire) != STATE_DEAD {
             spawn::signal_group(self.pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// One call at a time: its caller reads the answer itself (see `Core::direct_reader`).
+/// Registering its waker costs no syscall. Input already waiting (say a PONG) is left to the
+/// reader task; the registration may still have replaced the reader's (readiness can arrive
+/// from another thread while it is stored), so the reader is woken to register again.
+fn read_own_answer(c: &mut Core, id: u64, waker: &Waker) {
+    if let (None, Some(sock)) = (c.direct_reader, &c.socket_out) {
+        if sock.poll_readable(&mut Context::from_waker(waker)).is_pending() {
+            c.direct_reader = Some(id);
+        } else if let Some(reader) = &c.reader_waker {
+            reader.wake_by_ref();
         }
     }
 }
