@@ -654,7 +654,8 @@ def test_restart_intensity_limit_stops_restarting() -> None:
         for _ in range(3):
             with pytest.raises(wirepool.WorkerExited):
                 p.call("die", {"status": 1})
-        with pytest.raises(wirepool.WorkerExited) as e:
+        # PROTOCOL.md 17: past its restart limit the pool closes, and says why.
+        with pytest.raises(wirepool.PoolClosed) as e:
             p.call("add", {"a": 1, "b": 1}, timeout=10)
         assert "restart intensity" in e.value.message
 
@@ -668,7 +669,7 @@ def test_a_pool_that_gave_up_fails_fast_without_growing() -> None:
                 p.call("die", {"status": 1})
         seen: list[BaseException] = []
         for _ in range(200):
-            with pytest.raises(wirepool.WorkerExited) as e:
+            with pytest.raises(wirepool.PoolClosed) as e:
                 p.call("add", {"a": 1, "b": 1}, timeout=10)
             seen.append(e.value)
         assert len({id(err) for err in seen}) == len(seen)  # never the same object twice

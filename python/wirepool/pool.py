@@ -1376,8 +1376,6 @@ class AsyncPool:
     async def _acquire(self) -> _Worker:
         """The least-loaded accepting worker with room; waits (in FIFO order) while all are full."""
         while True:
-            if self._closed:
-                raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed")
             broken = self._broken()
             if broken is not None:
                 raise broken
@@ -1459,19 +1457,26 @@ class AsyncPool:
         if len(deaths) <= self.max_restarts:
             self._counters["restarts"] += 1
             return True
+        # PROTOCOL.md 17 (max_restarts): the program cannot stay up, so the pool closes (its
+        # healthy workers drain) rather than fail every call with WORKER_EXITED for ever.
         self._gave_up = (f"restart intensity exceeded: {len(deaths)} worker deaths within "
                          f"{self.restart_window:g}s (max_restarts {self.max_restarts}); the pool "
-                         f"no longer restarts workers" + (f"; the last: {cause}" if cause else ""))
+                         f"closed" + (f"; the last: {cause}" if cause else ""))
         log.error("%s", self._gave_up)
+        if not self._closed:
+            self.loop.create_task(self.close())
         self._capacity_changed()
         return False
 
     def _broken(self) -> WirepoolError | None:
-        """The error for a call while the pool has given up and no worker accepts: a fresh
-        exception per call, so a caller retrying in a loop does not grow one traceback."""
-        if self._gave_up is None or any(w.accepting for w in self.workers):
-            return None
-        return WorkerExited(ErrorCode.WORKER_EXITED, self._gave_up)
+        """The error for a call once the pool is closed (by the user, or by its restart limit,
+        with why): a fresh exception per call, so a caller retrying in a loop does not grow one
+        traceback."""
+        if self._gave_up is not None:
+            return PoolClosed(ErrorCode.POOL_CLOSED, self._gave_up)
+        if self._closed:
+            return PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed")
+        return None
 
     def _next_backoff(self) -> float:
         delay = self._backoff
@@ -1846,12 +1851,11 @@ class _MapRun:
                                          and not pool._slot_waiters[0].done()):
                 w = pool._pick()
             if w is None:
-                if pool._closed or pool._broken() is not None:
+                if pool._closed or pool._gave_up is not None:
                     while items:  # each item its own exception: none shares a traceback
                         items.popleft()
-                        err = pool._broken() if not pool._closed else None
-                        results.append(_Failed(err or PoolClosed(ErrorCode.POOL_CLOSED,
-                                                                 "the pool is closed")))
+                        results.append(_Failed(pool._broken() or PoolClosed(
+                            ErrorCode.POOL_CLOSED, "the pool is closed")))
                     break
                 if not self.waiting_slot:
                     self.waiting_slot = True
