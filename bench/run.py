@@ -3,13 +3,16 @@
 
     python3 bench/run.py [--quick|--full] [--only W1,W3] [--runners a,b] [--out DIR]
     python3 bench/run.py check [--threshold 0.2] [--all-kinds]
+    python3 bench/run.py gate [--rebaseline] [--pairs rust_rust,...] [--ops unary,...]
 
 The first form creates bench/.venv (from bench/requirements.txt), installs bench/node's npm
 packages, builds the C floor, then re-executes itself inside the venv and runs every scenario
 against every registered runner. Results go to bench/results/<UTC timestamp>/ (results.json,
 report.md, PNG plots). A full run without filters appends its ratios to
 bench/history/ratios.jsonl. `check` compares the newest history line with the previous one and
-exits 1 when a tracked ratio dropped by more than the threshold. See bench/README.md.
+exits 1 when a tracked ratio dropped by more than the threshold. `gate` counts instructions per
+operation under valgrind and exits 1 when one grew beyond its threshold against
+bench/icount/baseline.json (`--rebaseline` rewrites that file instead). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH / "runners"))
 
-from harness import analysis, execute, history, report, scenarios, setup  # noqa: E402
+from harness import analysis, execute, history, icount, report, scenarios, setup  # noqa: E402
 from registry import RUNNERS  # noqa: E402
 
 HISTORY = BENCH / "history" / "ratios.jsonl"
@@ -52,7 +55,7 @@ def log(msg: str) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", nargs="?", choices=["run", "check"], default="run")
+    p.add_argument("command", nargs="?", choices=["run", "check", "gate"], default="run")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
                       help="16 scenarios (the ends of each axis), small counts, 3 repeats, "
@@ -65,8 +68,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", default="", help="output directory (default bench/results/<UTC time>)")
     p.add_argument("--no-history", action="store_true", help="do not append to bench/history")
     p.add_argument("--history", default=str(HISTORY), help="history file (check and append)")
-    p.add_argument("--threshold", type=float, default=history.DEFAULT_THRESHOLD,
-                   help="check: relative drop that counts as a regression (default 0.2)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="check: relative drop that counts as a regression (default 0.2); "
+                        "gate: relative growth (default: the baseline's, 3%%)")
+    p.add_argument("--rebaseline", action="store_true",
+                   help="gate: measure and rewrite the baseline instead of comparing")
+    p.add_argument("--baseline", default=str(icount.BASELINE), help="gate: the baseline file")
+    p.add_argument("--pairs", default="", help="gate: comma-separated parent_worker pairs "
+                                               f"(default all: {','.join(icount.PAIRS)})")
+    p.add_argument("--ops", default="", help="gate: comma-separated operations "
+                                             f"(default all: {','.join(icount.OPS)})")
     p.add_argument("--all-kinds", action="store_true",
                    help="check: track incumbents' ratios too, not only wirepool's")
     p.set_defaults(mode="quick")
@@ -276,11 +287,60 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
     return 0
 
 
+def gate(args: argparse.Namespace) -> int:
+    """Instructions per operation against the committed baseline (see harness/icount.py)."""
+    pairs = [p.strip() for p in args.pairs.split(",") if p.strip()] or list(icount.PAIRS)
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()] or list(icount.OPS)
+    unknown = [p for p in pairs if p not in icount.PAIRS] + [o for o in ops if o not in icount.OPS]
+    if unknown:
+        log(f"bench gate: unknown pair(s) or operation(s): {', '.join(unknown)}")
+        return 2
+    started = time.time()
+    if any("rust" in p for p in pairs):
+        failure = execute.prepare(["bash", str(BENCH / "runners" / "wirepool_rust.sh")])
+        if failure:
+            log(f"bench gate: building rust/wirepool-bench failed: {failure}")
+            return 1
+    git = git_info()
+    try:
+        figures = icount.measure(pairs, ops, sys.executable, log=log)
+    except (RuntimeError, subprocess.SubprocessError) as exc:
+        log(f"bench gate: FAILED, could not count: {exc}")
+        return 1
+    env = icount.environment(sys.executable)
+    out_dir = Path(args.out) if args.out else (
+        BENCH / "results" / (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+                             + "-icount"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "icount.json").write_text(json.dumps(
+        {"git": git, "environment": env, "figures": figures}, indent=1) + "\n")
+    (out_dir / "github-action-benchmark-icount.json").write_text(
+        json.dumps(icount.github_benchmark(figures), indent=1) + "\n")
+    baseline_path = Path(args.baseline)
+    baseline = icount.load_baseline(baseline_path)
+    took = analysis.fmt_duration(time.time() - started)
+    if args.rebaseline:
+        icount.write_baseline(baseline_path, figures, git["commit"], env, baseline)
+        if baseline is not None:
+            icount.compare(baseline, figures, git["commit"][:12], args.threshold, env, out=print)
+        log(f"bench gate: wrote {baseline_path} ({len(figures)} figures, {took}); commit it")
+        return 0
+    if baseline is None:
+        log(f"bench gate: FAILED, no baseline at {baseline_path}: measure one with "
+            "`make bench-baseline` and commit it")
+        return 1
+    commit = git["commit"][:12] + (" (dirty tree)" if git["dirty"] else "")
+    status = icount.compare(baseline, figures, commit, args.threshold, env, out=print)
+    log(f"bench gate: {took}; figures in {out_dir / 'icount.json'}")
+    return status
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.command == "check":
         kinds = ("wirepool", "incumbent") if args.all_kinds else ("wirepool",)
-        return history.check(Path(args.history), args.threshold, kinds)
+        threshold = history.DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+        return history.check(Path(args.history), threshold, kinds)
 
     # The run's clock starts before the venv step; the re-executed harness inherits it.
     if not setup.in_venv() or T0_ENV not in os.environ:
@@ -298,6 +358,11 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     try:
+        if args.command == "gate":
+            if venv_failure:  # the counts depend on the codec libraries: only the pinned ones
+                log(f"bench gate: FAILED, no bench/.venv ({venv_failure})")
+                return 1
+            return gate(args)
         return run(args, venv_failure)
     except KeyboardInterrupt:
         execute.kill_live_groups()

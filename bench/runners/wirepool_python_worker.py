@@ -4,7 +4,8 @@ Same methods as the Rust bench worker (rust/wirepool-bench/src/bin/wirepool-benc
 ``echo`` and ``oneway`` (raw), ``rows`` (json, msgpack or cbor, whichever this interpreter has:
 ``{"shape", "n"}`` -> the rows of bench/README.md, in the request's codec),
 ``raw_rows`` (raw: ``b"N"`` -> the small rows' JSON text as bytes) and ``spin`` (JSON: burn ``us``
-of thread CPU time). ``echo``, ``oneway`` and ``spin`` run inline on the I/O loop: a worker
+of thread CPU time), and ``mark`` (raw: calls ``os.getpgrp()``, a phase boundary of the
+instruction-count gate, bench/harness/icount.py). ``echo``, ``oneway`` and ``spin`` run inline on the I/O loop: a worker
 serves one task at a time (like every baseline's child) with no thread hand-off.
 
 Started by a wirepool parent (it needs ``WIREPOOL_FD``); ``PYTHONPATH`` must reach python/.
@@ -12,6 +13,7 @@ Started by a wirepool parent (it needs ``WIREPOOL_FD``); ``PYTHONPATH`` must rea
 
 from __future__ import annotations
 
+import os
 import time
 
 import wirepool
@@ -57,6 +59,13 @@ def spin(us: int) -> int:
     while time.thread_time_ns() < deadline:
         pass
     return us
+
+
+@wirepool.method(codecs=["raw"], inline=True)
+def mark(body: memoryview) -> bytes:
+    # valgrind --dump-before=getpgrp writes this process's counts so far: the gate's phases.
+    os.getpgrp()
+    return b""
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 //! | `rows` | stream | json, msgpack, cbor | `{"shape": "small_rows"\|"large_rows", "n": N}` -> rows `0..N`, in the request's codec |
 //! | `raw_rows` | stream | raw | `"N"` -> N rows whose bytes are the small row's JSON text |
 //! | `spin` | unary (async) | json | `us` -> burns `us` of this thread's CPU time, returns `us` |
+//! | `mark` | unary (async) | raw | empty -> empty, calling `getpgrp()`: a phase boundary of the instruction-count gate (`bench/harness/icount.py`) |
 //!
 //! `spin` computes on the I/O thread on purpose: a worker then runs one task at a time on one
 //! core, like every baseline's child (the floor's forked child, a Python process under its GIL),
@@ -98,6 +99,12 @@ fn main() -> std::io::Result<()> {
             Ok(us)
         })
         .codecs(&[Codec::Json])
+        .unary_async("mark", |_: Bytes, _ctx: Context| async move {
+            // SAFETY: getpgrp takes nothing and cannot fail.
+            std::hint::black_box(unsafe { libc::getpgrp() });
+            Ok(Bytes::new())
+        })
+        .codecs(&[Codec::Raw])
         .max_concurrency(256)
         .run()
 }
