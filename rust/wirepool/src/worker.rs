@@ -1400,132 +1400,28 @@ async fn lifecycle(
     logs_done: JoinHandle<()>,
     mut control: mpsc::Receiver<Control>,
 ) -> Arc<ExitInfo> {
-    let cfg = &worker.pool.cfg;
-    let mut cause: Option<ExitCause> = None;
-    let mut protocol_error: Option<(u32, String)> = None;
-    let mut reader_done = false;
-    let mut kill_at: Option<Instant> = None;
-    let mut tick = tokio::time::interval(cfg.housekeeping_interval);
+    let mut tick = tokio::time::interval(worker.pool.cfg.housekeeping_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let heartbeat_ms = cfg.heartbeat.as_millis() as u64;
-    let tick_ms = cfg.housekeeping_interval.as_millis() as u64;
-    // With heartbeat 0 the user turned liveness checks off: neither clock runs.
-    let mut liveness =
-        (heartbeat_ms > 0).then(|| Liveness::new(heartbeat_ms, tick_ms, worker.pool.now_ms()));
-    let mut goodbye_seen = false;
-    let mut next_rss = Instant::now();
-    let mut killed = false;
-    let kill = |cause_now: ExitCause, cause: &mut Option<ExitCause>, killed: &mut bool| {
-        cause.get_or_insert(cause_now);
-        if !*killed {
-            *killed = true;
-            spawn::signal_group(worker.pid, libc::SIGKILL);
-        }
-    };
-
+    let mut watch = Watch::new(worker.clone());
     let status = loop {
         tokio::select! {
             st = child.wait() => break st.ok(),
-            end = &mut reader, if !reader_done => {
-                reader_done = true;
-                close_core(&worker);
-                match end {
-                    Ok(ReaderEnd::Eof) => {
-                        // A worker that closed its end should exit promptly; give it a moment
-                        // to write its last stderr lines and exit status.
-                        kill_at.get_or_insert(Instant::now() + EXIT_GRACE);
-                    }
-                    Ok(ReaderEnd::Protocol { code, message }) => {
-                        tracing::warn!(worker = worker.id, pid = worker.pid, code, %message, "protocol violation");
-                        protocol_error = Some((code, message));
-                        // Give the writer a moment to send the ERROR frame before the kill.
-                        cause.get_or_insert(ExitCause::ProtocolViolation);
-                        kill_at = Some(Instant::now() + Duration::from_millis(100));
-                    }
-                    Err(_) => { kill(ExitCause::Crashed, &mut cause, &mut killed); }
-                }
-            }
+            end = &mut reader, if !watch.reader_done => watch.reader_ended(end),
             Some(ctl) = control.recv() => match ctl {
-                Control::Kill(c) => kill(c, &mut cause, &mut killed),
+                Control::Kill(c) => watch.kill(c),
             },
-            _ = tick.tick() => {
-                let now = Instant::now();
-                let now_ms = worker.pool.now_ms();
-                if let Some(at) = kill_at {
-                    if now >= at { kill(ExitCause::Crashed, &mut cause, &mut killed); }
-                }
-                if let Some(at) = *worker.drain_deadline.lock().unwrap() {
-                    if now >= at { kill(ExitCause::Shutdown, &mut cause, &mut killed); }
-                }
-                if !goodbye_seen && worker.goodbye.load(Relaxed) != 0 {
-                    // PROTOCOL.md 8.4: it sends nothing more and should exit; it gets a short
-                    // grace, then is killed. Its heartbeat stops: there is nothing to judge.
-                    goodbye_seen = true;
-                    liveness = None;
-                    if worker.drain_deadline.lock().unwrap().is_none() {
-                        cause.get_or_insert(ExitCause::LeftByItself);
-                    }
-                    kill_at = Some(kill_at.map_or(now + EXIT_GRACE, |at| at.min(now + EXIT_GRACE)));
-                }
-                if let (Some(clocks), false) = (liveness.as_mut(), reader_done) {
-                    let seen = {
-                        let core = worker.core.lock().unwrap();
-                        Seen {
-                            answered: worker.last_pong.load(Acquire),
-                            incomplete_frame: core.conn.incomplete_frame_len(),
-                            bytes_in: core.bytes_in,
-                        }
-                    };
-                    let due = clocks.tick(now_ms, seen);
-                    if let Some(hung) = due.hung {
-                        tracing::warn!(worker = worker.id, pid = worker.pid, ?hung, "no progress within 3 heartbeats, killing");
-                        kill(ExitCause::Hung, &mut cause, &mut killed);
-                        liveness = None;
-                    } else if let Some(nonce) = due.ping {
-                        // Published before the PING leaves, so its PONG is never taken for
-                        // an unsolicited one.
-                        worker.last_ping.store(nonce, Release);
-                        let mut core = worker.core.lock().unwrap();
-                        let c = &mut *core;
-                        let _ = c.conn.send_ping(nonce.to_le_bytes(), &mut c.out);
-                        drop(core);
-                        worker.writer_wake.notify_one();
-                    }
-                }
-                if let Some(c) = housekeep_routes(&worker, now) {
-                    kill(c, &mut cause, &mut killed);
-                }
-                let state = worker.state.load(Acquire);
-                if state == STATE_READY {
-                    if let Some(max) = cfg.recycle.max_rss_bytes {
-                        if now >= next_rss {
-                            next_rss = now + Duration::from_millis(250);
-                            if spawn::rss_bytes(worker.pid).is_some_and(|rss| rss > max) {
-                                worker.begin_drain(ExitCause::RecycledRss, cfg.drain_grace);
-                            }
-                        }
-                    }
-                    if let Some(idle) = cfg.recycle.max_idle {
-                        let idle_ms = now_ms.saturating_sub(worker.last_request_ms.load(Relaxed));
-                        // A worker that never served anything has nothing to shed: keep it.
-                        let served = worker.requests.load(Relaxed) > 0;
-                        if served && worker.in_flight() == 0 && idle_ms >= idle.as_millis() as u64 {
-                            worker.begin_drain(ExitCause::RecycledIdle, cfg.drain_grace);
-                        }
-                    }
-                }
-            }
+            _ = tick.tick() => watch.tick(),
         }
     };
     // Reaped. Let the reader consume what the worker wrote before it died (its last results),
     // then stop it; the socket has no other writer, so end of file follows at once.
     worker.state.store(STATE_DEAD, Release);
-    if !reader_done {
+    if !watch.reader_done {
         match tokio::time::timeout(Duration::from_millis(500), &mut reader).await {
             Ok(end) => {
                 if let Ok(ReaderEnd::Protocol { code, message }) = end {
-                    protocol_error.get_or_insert((code, message));
-                    cause.get_or_insert(ExitCause::ProtocolViolation);
+                    watch.protocol_error.get_or_insert((code, message));
+                    watch.cause.get_or_insert(ExitCause::ProtocolViolation);
                 }
             }
             Err(_) => {
@@ -1540,35 +1436,218 @@ async fn lifecycle(
     let _ = writer.await;
     worker.core.lock().unwrap().socket_out = None;
     let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
-    let drained = worker.drain_deadline.lock().unwrap().is_some();
-    let said_goodbye = worker.goodbye.load(Relaxed) != 0;
-    let cause = cause.unwrap_or(if drained {
-        ExitCause::Shutdown
-    } else if said_goodbye {
-        ExitCause::LeftByItself
-    } else {
-        ExitCause::Crashed
-    });
-    let info = Arc::new(exit_info(
-        worker.id,
-        worker.pid,
-        status,
-        cause,
-        &worker.stderr_tail,
-    ));
+    let (info, error) = watch.exit(status);
     let _ = worker.exit.set(info.clone());
-    let error = match (&protocol_error, cause) {
-        (Some((code, message)), _) => Error::ProtocolViolation {
-            code: *code,
-            message: message.clone(),
-            worker_id: worker.id,
-            exit: Some(info.clone()),
-        },
-        (None, ExitCause::Hung) => Error::WorkerHung(info.clone()),
-        _ => Error::WorkerExited(info.clone()),
-    };
-    // Every request still on the wire ends now with the worker's error; unary outcomes stay in
-    // their routes until their callers take them.
+    fail_in_flight(&worker, error);
+    worker.pool.notify_state_changed();
+    if info.cause == ExitCause::Crashed || info.cause == ExitCause::Hung {
+        tracing::warn!(worker = worker.id, "{info}");
+    } else {
+        tracing::debug!(worker = worker.id, "{info}");
+    }
+    info
+}
+
+/// What the lifecycle task knows about the process while it runs: why it is to end, and the
+/// clocks that may end it.
+struct Watch {
+    worker: Arc<Worker>,
+    /// The first reason found to end the process (the one reported).
+    cause: Option<ExitCause>,
+    protocol_error: Option<(u32, String)>,
+    reader_done: bool,
+    /// Killed at this time unless it exits first (after GOODBYE, end of file, a violation).
+    kill_at: Option<Instant>,
+    /// Heartbeats and the frame clock; `None` when heartbeats are off or nothing is left to judge.
+    liveness: Option<Liveness>,
+    goodbye_seen: bool,
+    next_rss: Instant,
+    killed: bool,
+}
+
+impl Watch {
+    fn new(worker: Arc<Worker>) -> Watch {
+        let cfg = &worker.pool.cfg;
+        let heartbeat_ms = cfg.heartbeat.as_millis() as u64;
+        let tick_ms = cfg.housekeeping_interval.as_millis() as u64;
+        // With heartbeat 0 the user turned liveness checks off: neither clock runs.
+        let liveness =
+            (heartbeat_ms > 0).then(|| Liveness::new(heartbeat_ms, tick_ms, worker.pool.now_ms()));
+        Watch {
+            worker,
+            cause: None,
+            protocol_error: None,
+            reader_done: false,
+            kill_at: None,
+            liveness,
+            goodbye_seen: false,
+            next_rss: Instant::now(),
+            killed: false,
+        }
+    }
+
+    /// Kills the process group (once); the first cause given is the one reported.
+    fn kill(&mut self, cause: ExitCause) {
+        self.cause.get_or_insert(cause);
+        if !self.killed {
+            self.killed = true;
+            spawn::signal_group(self.worker.pid, libc::SIGKILL);
+        }
+    }
+
+    fn reader_ended(&mut self, end: std::result::Result<ReaderEnd, tokio::task::JoinError>) {
+        self.reader_done = true;
+        close_core(&self.worker);
+        match end {
+            Ok(ReaderEnd::Eof) => {
+                // A worker that closed its end should exit promptly; give it a moment to write
+                // its last stderr lines and exit status.
+                self.kill_at.get_or_insert(Instant::now() + EXIT_GRACE);
+            }
+            Ok(ReaderEnd::Protocol { code, message }) => {
+                tracing::warn!(worker = self.worker.id, pid = self.worker.pid, code, %message, "protocol violation");
+                self.protocol_error = Some((code, message));
+                // Give the writer a moment to send the ERROR frame before the kill.
+                self.cause.get_or_insert(ExitCause::ProtocolViolation);
+                self.kill_at = Some(Instant::now() + Duration::from_millis(100));
+            }
+            Err(_) => self.kill(ExitCause::Crashed),
+        }
+    }
+
+    /// One housekeeping interval: the kill and drain deadlines, GOODBYE, heartbeats, request
+    /// deadlines and cancel grace, recycling.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let now_ms = self.worker.pool.now_ms();
+        if let Some(at) = self.kill_at {
+            if now >= at {
+                self.kill(ExitCause::Crashed);
+            }
+        }
+        let drain_deadline = *self.worker.drain_deadline.lock().unwrap();
+        if let Some(at) = drain_deadline {
+            if now >= at {
+                self.kill(ExitCause::Shutdown);
+            }
+        }
+        if !self.goodbye_seen && self.worker.goodbye.load(Relaxed) != 0 {
+            self.goodbye_seen(now);
+        }
+        if !self.reader_done {
+            self.check_liveness(now_ms);
+        }
+        if let Some(c) = housekeep_routes(&self.worker, now) {
+            self.kill(c);
+        }
+        if self.worker.state.load(Acquire) == STATE_READY {
+            self.check_recycling(now, now_ms);
+        }
+    }
+
+    /// PROTOCOL.md 8.4: after GOODBYE the worker sends nothing more and should exit; it gets a
+    /// short grace, then is killed. Its heartbeat stops: there is nothing to judge.
+    fn goodbye_seen(&mut self, now: Instant) {
+        self.goodbye_seen = true;
+        self.liveness = None;
+        if self.worker.drain_deadline.lock().unwrap().is_none() {
+            self.cause.get_or_insert(ExitCause::LeftByItself);
+        }
+        self.kill_at = Some(
+            self.kill_at
+                .map_or(now + EXIT_GRACE, |at| at.min(now + EXIT_GRACE)),
+        );
+    }
+
+    /// Kills a worker that made no progress within three heartbeats, or sends the PING due.
+    fn check_liveness(&mut self, now_ms: u64) {
+        let worker = &self.worker;
+        let Some(clocks) = self.liveness.as_mut() else {
+            return;
+        };
+        let seen = {
+            let core = worker.core.lock().unwrap();
+            Seen {
+                answered: worker.last_pong.load(Acquire),
+                incomplete_frame: core.conn.incomplete_frame_len(),
+                bytes_in: core.bytes_in,
+            }
+        };
+        let due = clocks.tick(now_ms, seen);
+        if let Some(hung) = due.hung {
+            tracing::warn!(worker = worker.id, pid = worker.pid, ?hung, "no progress within 3 heartbeats, killing");
+            self.kill(ExitCause::Hung);
+            self.liveness = None;
+        } else if let Some(nonce) = due.ping {
+            // Published before the PING leaves, so its PONG is never taken for an unsolicited
+            // one.
+            worker.last_ping.store(nonce, Release);
+            let mut core = worker.core.lock().unwrap();
+            let c = &mut *core;
+            let _ = c.conn.send_ping(nonce.to_le_bytes(), &mut c.out);
+            drop(core);
+            worker.writer_wake.notify_one();
+        }
+    }
+
+    /// Drains a ready worker above its memory limit, or idle for too long.
+    fn check_recycling(&mut self, now: Instant, now_ms: u64) {
+        let worker = &self.worker;
+        let cfg = &worker.pool.cfg;
+        if let Some(max) = cfg.recycle.max_rss_bytes {
+            if now >= self.next_rss {
+                self.next_rss = now + Duration::from_millis(250);
+                if spawn::rss_bytes(worker.pid).is_some_and(|rss| rss > max) {
+                    worker.begin_drain(ExitCause::RecycledRss, cfg.drain_grace);
+                }
+            }
+        }
+        if let Some(idle) = cfg.recycle.max_idle {
+            let idle_ms = now_ms.saturating_sub(worker.last_request_ms.load(Relaxed));
+            // A worker that never served anything has nothing to shed: keep it.
+            let served = worker.requests.load(Relaxed) > 0;
+            if served && worker.in_flight() == 0 && idle_ms >= idle.as_millis() as u64 {
+                worker.begin_drain(ExitCause::RecycledIdle, cfg.drain_grace);
+            }
+        }
+    }
+
+    /// The reaped process's exit record, and the error its requests still in flight end with.
+    fn exit(self, status: Option<std::process::ExitStatus>) -> (Arc<ExitInfo>, Error) {
+        let worker = &self.worker;
+        let drained = worker.drain_deadline.lock().unwrap().is_some();
+        let said_goodbye = worker.goodbye.load(Relaxed) != 0;
+        let cause = self.cause.unwrap_or(if drained {
+            ExitCause::Shutdown
+        } else if said_goodbye {
+            ExitCause::LeftByItself
+        } else {
+            ExitCause::Crashed
+        });
+        let info = Arc::new(exit_info(
+            worker.id,
+            worker.pid,
+            status,
+            cause,
+            &worker.stderr_tail,
+        ));
+        let error = match (self.protocol_error, cause) {
+            (Some((code, message)), _) => Error::ProtocolViolation {
+                code,
+                message,
+                worker_id: worker.id,
+                exit: Some(info.clone()),
+            },
+            (None, ExitCause::Hung) => Error::WorkerHung(info.clone()),
+            _ => Error::WorkerExited(info.clone()),
+        };
+        (info, error)
+    }
+}
+
+/// Every request still on the wire ends now with the worker's `error`; unary outcomes stay in
+/// their routes until their callers take them.
+fn fail_in_flight(worker: &Worker, error: Error) {
     let mut wakers = Vec::new();
     let mut freed = 0;
     let mut now = ReadClock::unread();
@@ -1588,13 +1667,6 @@ async fn lifecycle(
         w.wake();
     }
     worker.release_slots(freed);
-    worker.pool.notify_state_changed();
-    if info.cause == ExitCause::Crashed || info.cause == ExitCause::Hung {
-        tracing::warn!(worker = worker.id, "{info}");
-    } else {
-        tracing::debug!(worker = worker.id, "{info}");
-    }
-    info
 }
 
 /// Marks the connection closed so no new request is accepted while the process is reaped.
