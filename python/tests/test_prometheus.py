@@ -79,6 +79,19 @@ def test_series_move_with_calls_streams_and_errors() -> None:
     assert len(states) == 2 * len(WORKER_STATES)
     assert {k for k, v in states.items() if v == 1} == {(w, "ready") for w, _ in states}
     assert all(dict(lb)["pool"] == "default" for (_, lb) in after)
+    # Rows, bytes and per-method latency (the Rust pool's series, issue 15).
+    assert total(after, "wirepool_worker_rows_total") == 50
+    assert total(after, "wirepool_worker_received_bytes_total") > 50 * 16
+    assert total(after, "wirepool_worker_sent_bytes_total") > 9 * 16
+    counts = {dict(lb)["method"]: v for (n, lb), v in after.items()
+              if n == "wirepool_method_duration_seconds_count"}
+    assert counts == {"add": 7, "decls": 1, "fail_app": 1}, counts
+    add_buckets = sorted((float(dict(lb)["le"]), v) for (n, lb), v in after.items()
+                         if n == "wirepool_method_duration_seconds_bucket"
+                         and dict(lb)["method"] == "add")
+    assert add_buckets[-1] == (float("inf"), 7)
+    assert all(a[1] <= b[1] for a, b in zip(add_buckets, add_buckets[1:]))  # cumulative
+    assert 0 < total(after, "wirepool_method_duration_seconds_sum") < 60
     # A closed pool has no series left (and the scrape does not fail).
     assert scrape(registry) == {}
 
@@ -93,6 +106,7 @@ def test_a_crash_counts_a_restart_and_a_new_worker() -> None:
         assert pool.call("add", {"a": 1, "b": 1}) == {"sum": 2}  # served by the replacement
         after = scrape(registry)
     assert total(after, "wirepool_restarts_total") == 1
+    assert after[("wirepool_worker_restarts_total", (("cause", "crashed"), ("pool", "crashy")))] == 1
     assert total(after, "wirepool_workers_spawned_total") == 2
     ready = {dict(lb)["worker_id"] for (n, lb), v in after.items()
              if n == "wirepool_worker_state" and dict(lb)["state"] == "ready" and v == 1}

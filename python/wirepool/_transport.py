@@ -26,6 +26,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._out_scheduled = False
         self._recv_view: memoryview | None = None
         self._direct = False
+        self.bytes_sent = 0  # for metrics
 
     def _write(self, parts: list[Any]) -> None:
         self._out.extend(parts)
@@ -42,6 +43,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             return
         small = bytearray()
         for p in out:
+            self.bytes_sent += len(p)
             if len(p) < _JOIN_BELOW:
                 small += p
             else:

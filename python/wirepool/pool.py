@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import bisect
 import collections
 import concurrent.futures
 import contextlib
@@ -93,10 +94,45 @@ class PoolMetrics(dict):
 _NO_FRAMES: collections.deque = collections.deque(maxlen=0)  # unary requests receive no ROWS
 
 
+#: Upper bounds (seconds) of the per-method latency histograms: 5 us to 5 min, as the Rust
+#: pool's ``LatencySnapshot`` (so dashboards read both alike).
+LATENCY_BOUNDS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+                  5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class LatencyHistogram:
+    """Completed calls and streams of one method: count, sum (seconds) and per-bucket counts
+    (not cumulative; ``buckets[i]`` counts durations <= ``LATENCY_BOUNDS[i]`` and above the
+    bound before; durations above the last bound count only in ``count``)."""
+
+    __slots__ = ("count", "sum", "buckets")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0.0
+        self.buckets = [0] * len(LATENCY_BOUNDS)
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.sum += seconds
+        i = bisect.bisect_left(LATENCY_BOUNDS, seconds)
+        if i < len(LATENCY_BOUNDS):
+            self.buckets[i] += 1
+
+    def merge(self, other: "LatencyHistogram") -> None:
+        self.count += other.count
+        self.sum += other.sum
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets)]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"count": self.count, "sum": self.sum, "bounds": list(LATENCY_BOUNDS),
+                "buckets": list(self.buckets)}
+
+
 class _Request:
     __slots__ = ("id", "worker", "kind", "codec", "_future", "frames", "waiter", "end", "error",
                  "deadline_handle", "cancel_handle", "on_event", "method", "abandoned",
-                 "consumed", "rows", "outcome", "sink")
+                 "consumed", "rows", "outcome", "sink", "started")
 
     def __init__(self, id: int, worker: "_Worker", kind: int, codec: _codecs.Codec, method: str,
                  on_event: EventCallback | None,
@@ -124,6 +160,7 @@ class _Request:
         # (ok, value or exception) once finished: readable from any thread, unlike the future.
         self.outcome: tuple[bool, Any] | None = None
         self.sink = sink  # called once, when finished
+        self.started = time.monotonic()  # for the method's latency histogram
 
     @property
     def future(self) -> asyncio.Future[Any]:
@@ -166,6 +203,7 @@ class _Request:
             self.outcome = (True, result)
             if fut is not None:
                 fut.set_result(result)
+        self.worker.observe(self.method, time.monotonic() - self.started)
         if self.waiter is not None:
             self._wake()
         sink = self.sink
@@ -214,7 +252,11 @@ class _Worker(FrameProtocol):
         self.direct_calls = 0  # calls a blocking caller sent itself (counted in the metrics)
         self.direct_completed = 0  # ... and ended itself (the others ended on the loop)
         self.direct_errors = 0
-        self.want_back = False  # the loop waits for a caller to give the connection back
+        self.want_back = False
+        # Metrics, written only by whoever holds the connection (the loop, or a direct caller).
+        self.latency: dict[str, LatencyHistogram] = {}
+        self.rows_received = 0
+        self.bytes_received = 0  # (bytes_sent is counted by FrameProtocol's writes)  # the loop waits for a caller to give the connection back
         self.after_caller: list[Callable[[], None]] = []
         # Liveness (spec 8.5): the PINGs no PONG has answered yet, oldest first, as
         # (nonce, sent at); and since when an incomplete frame has been held (None: none is).
@@ -362,6 +404,16 @@ class _Worker(FrameProtocol):
             self.direct_poll.register(self.direct_fd, select.POLLIN)
 
     # -- direct calls (see ``direct``) -----------------------------------------------------
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.bytes_received += nbytes
+        super().buffer_updated(nbytes)
+
+    def observe(self, method: str, seconds: float) -> None:
+        hist = self.latency.get(method)
+        if hist is None:
+            hist = self.latency[method] = LatencyHistogram()
+        hist.observe(seconds)
 
     def _park_if_idle(self) -> None:
         """On the loop, after a read: stop reading an idle worker so a blocking caller can."""
@@ -632,6 +684,7 @@ class _Worker(FrameProtocol):
         t = ev.TYPE
         if t == FrameType.ROWS:
             req = self.requests.get(ev.id)
+            self.rows_received += ev.count  # type: ignore[attr-defined]
             if req is not None and not req.abandoned:  # rows after a cancel are dropped
                 req.frames.append(ev)  # type: ignore[arg-type]
                 req._wake()
@@ -1234,6 +1287,9 @@ class AsyncPool:
         self.direct_calls = False
         # Direct-call counts of workers no longer in _all.
         self._direct_gone: collections.Counter[str] = collections.Counter()
+        self._latency_gone: dict[str, LatencyHistogram] = {}
+        # Replacements by why the worker died: crashed, hung, protocol_violation, start_failed.
+        self._restart_causes: collections.Counter[str] = collections.Counter()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         # Maps with results from the read being handled: settled (refilled) when it ends.
         self._reading = False
@@ -1456,6 +1512,7 @@ class AsyncPool:
             deaths.popleft()
         if len(deaths) <= self.max_restarts:
             self._counters["restarts"] += 1
+            self._restart_causes[_death_cause(cause)] += 1
             return True
         # PROTOCOL.md 17 (max_restarts): the program cannot stay up, so the pool closes (its
         # healthy workers drain) rather than fail every call with WORKER_EXITED for ever.
@@ -1491,6 +1548,8 @@ class AsyncPool:
             self._all.discard(w)
             self._direct_gone.update(calls=w.direct_calls, completed=w.direct_completed,
                                      errors=w.direct_errors)
+            for method, hist in w.latency.items():
+                self._latency_gone.setdefault(method, LatencyHistogram()).merge(hist)
 
     async def _replace(self, delay: float) -> None:
         """Fill one slot: spawn until a worker serves, each failed start counted as a death."""
@@ -1667,7 +1726,9 @@ class AsyncPool:
             workers.append({"worker_id": w.worker_id, "pid": w.pid, "alive": w.alive,
                             "accepting": w.accepting, "in_flight": len(w.requests),
                             "served": w.served, "leased": w.leased, "retiring": w.retiring,
-                            "rss_bytes": w.rss_bytes() if w.alive else None})
+                            "rss_bytes": w.rss_bytes() if w.alive else None,
+                            "rows": w.rows_received, "bytes_received": w.bytes_received,
+                            "bytes_sent": w.bytes_sent})
         m = PoolMetrics(self._counters)
         # Calls a blocking caller made itself count like the others.
         for key, attr in (("calls", "direct_calls"), ("completed", "direct_completed"),
@@ -1676,6 +1737,12 @@ class AsyncPool:
             if n:
                 m[key] = m.get(key, 0) + n
         m["workers"] = workers
+        latency: dict[str, LatencyHistogram] = {}
+        for source in [self._latency_gone] + [w.latency for w in self._all]:
+            for method, hist in list(source.items()):
+                latency.setdefault(method, LatencyHistogram()).merge(hist)
+        m["methods"] = {method: h.snapshot() for method, h in sorted(latency.items())}
+        m["restart_causes"] = dict(self._restart_causes)
         m["size"] = self.size
         m["closed"] = self._closed
         return m
@@ -1988,6 +2055,18 @@ class _MapRun:
                 self.reader_waiting = False
 
 
+def _death_cause(failure: BaseException | None) -> str:
+    """The ``cause`` label of a replacement (the Rust pool's ExitCause names)."""
+    if isinstance(failure, WorkerHung):
+        return "hung"
+    if isinstance(failure, ProtocolError) or (
+            isinstance(failure, WirepoolError) and failure.code == ErrorCode.PROTOCOL_VIOLATION):
+        return "protocol_violation"
+    if isinstance(failure, (StartupTimeout, SpawnFailed)):
+        return "start_failed"
+    return "crashed"
+
+
 def _encode_failed(codec: _codecs.Codec, e: Exception) -> BadRequest:
     """The typed error for a request the codec cannot encode (code 202, as in Rust); it keeps
     the codec's message, not its exception (whose traceback would pin the request)."""
@@ -2171,6 +2250,7 @@ class Pool:
         results: list[Any] = []
         try:
             data = parts[0] if len(parts) == 1 else b"".join(parts)
+            w.bytes_sent += len(data)
             conn = w.conn
             try:
                 while data:  # a request of one frame: one write, unless the socket is full
@@ -2184,6 +2264,7 @@ class Pool:
                     data = os.read(fd, 262144)
                     if not data:
                         break  # end of file: the loop sees it and ends the call WORKER_EXITED
+                    w.bytes_received += len(data)
                     conn.feed(data)
                     conn.take_results(results)
                     if results or conn.decoder.buffered:
@@ -2202,7 +2283,8 @@ class Pool:
             body = results[1]
             w.direct_completed += 1
             w.served += 1
-            w.last_busy = time.monotonic()
+            w.last_busy = now = time.monotonic()
+            w.observe(method, now - started)
             w.release_from_caller(
                 recheck=ap.max_requests is not None and w.served >= ap.max_requests)
             try:

@@ -20,6 +20,11 @@ Series (every one labelled ``pool``, the name given to the collector, "default" 
 | ``wirepool_worker_in_flight`` | gauge | worker_id | requests in flight on it now |
 | ``wirepool_worker_requests_total`` | counter | worker_id | requests it completed |
 | ``wirepool_worker_rss_bytes`` | gauge | worker_id | its resident set size (Linux /proc) |
+| ``wirepool_worker_rows_total`` | counter | worker_id | stream rows received from it |
+| ``wirepool_worker_received_bytes_total`` | counter | worker_id | bytes received from it |
+| ``wirepool_worker_sent_bytes_total`` | counter | worker_id | bytes sent to it |
+| ``wirepool_method_duration_seconds`` | histogram | method | latency of completed calls and streams, from sending to the outcome (5 us to 5 min buckets, as the Rust pool's) |
+| ``wirepool_worker_restarts_total`` | counter | cause | replacements by why the worker died (``crashed``, ``hung``, ``protocol_violation``, ``start_failed``) |
 | ``wirepool_calls_total`` | counter | | unary calls started |
 | ``wirepool_streams_total`` | counter | | streams started |
 | ``wirepool_completed_total`` | counter | | requests completed, whatever their outcome |
@@ -28,9 +33,8 @@ Series (every one labelled ``pool``, the name given to the collector, "default" 
 | ``wirepool_restarts_total`` | counter | | workers replaced after an unexpected death |
 | ``wirepool_recycled_total`` | counter | | workers retired by a recycling limit |
 
-A ``worker_id`` is one process: a replacement gets a new id, so its counters start a new series.
-The Python pool does not record per-method latency, rows, bytes or restart causes (the Rust pool
-does: see ``wirepool::prometheus``).
+A ``worker_id`` is one process: a replacement gets a new id, so its counters start a new series
+(the Rust pool labels by slot instead, and its restart counter by slot and cause).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ import asyncio
 import concurrent.futures
 from typing import Iterable, Mapping, Union
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                   HistogramMetricFamily, Metric)
 from prometheus_client.registry import Collector
 
 from .errors import WirepoolError
@@ -138,12 +143,25 @@ class _Families:
                                           "Requests the worker completed.", labels=w)
         self.rss = GaugeMetricFamily("wirepool_worker_rss_bytes",
                                      "The worker's resident set size in bytes.", labels=w)
+        self.rows = CounterMetricFamily("wirepool_worker_rows", "Stream rows received from "
+                                        "the worker.", labels=w)
+        self.received = CounterMetricFamily("wirepool_worker_received_bytes",
+                                            "Bytes received from the worker.", labels=w)
+        self.sent = CounterMetricFamily("wirepool_worker_sent_bytes", "Bytes sent to the worker.",
+                                        labels=w)
+        self.duration = HistogramMetricFamily(
+            "wirepool_method_duration_seconds",
+            "Latency of completed calls and streams, by method.", labels=["pool", "method"])
+        self.restarts = CounterMetricFamily("wirepool_worker_restarts",
+                                            "Replacements by why the worker died.",
+                                            labels=["pool", "cause"])
         self.counters = {key: CounterMetricFamily(metric, doc, labels=["pool"])
                          for key, metric, doc in _POOL_COUNTERS}
 
     def all(self) -> list[Metric]:
         return [self.size, *self.counters.values(), self.state, self.pid, self.in_flight,
-                self.served, self.rss]
+                self.served, self.rss, self.rows, self.received, self.sent, self.duration,
+                self.restarts]
 
     def add(self, pool_name: str, m: PoolMetrics) -> None:
         self.size.add_metric([pool_name], m["size"])
@@ -159,3 +177,15 @@ class _Families:
             self.served.add_metric(labels, w["served"])
             if w["rss_bytes"] is not None:
                 self.rss.add_metric(labels, w["rss_bytes"])
+            self.rows.add_metric(labels, w.get("rows", 0))
+            self.received.add_metric(labels, w.get("bytes_received", 0))
+            self.sent.add_metric(labels, w.get("bytes_sent", 0))
+        for method, h in m.get("methods", {}).items():
+            cumulative, buckets = 0, []
+            for bound, n in zip(h["bounds"], h["buckets"]):
+                cumulative += n
+                buckets.append((repr(float(bound)), cumulative))
+            buckets.append(("+Inf", h["count"]))
+            self.duration.add_metric([pool_name, method], buckets, h["sum"])
+        for cause, n in sorted(m.get("restart_causes", {}).items()):
+            self.restarts.add_metric([pool_name, cause], n)
