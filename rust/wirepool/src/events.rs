@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 
 /// One EVENT frame from a worker: a progress report or notification.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
+pub struct WorkerEvent {
     /// The worker incarnation that sent it.
     pub worker_id: u32,
     /// The request it reports on, or 0 for a connection-level event.
@@ -28,7 +28,7 @@ pub struct Event {
     pub data: String,
 }
 
-impl Event {
+impl WorkerEvent {
     /// The data decoded from JSON (empty data decodes as `null`).
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
         let text = if self.data.is_empty() {
@@ -43,7 +43,7 @@ impl Event {
     }
 }
 
-/// A bounded mailbox for [`Event`]s: give the [`EventSender`] to calls
+/// A bounded mailbox for [`WorkerEvent`]s: give the [`EventSender`] to calls
 /// ([`CallOptions::events`](crate::CallOptions::events)) or to the whole pool
 /// ([`PoolBuilder::events`](crate::PoolBuilder::events)), and read the [`EventReceiver`].
 ///
@@ -98,7 +98,7 @@ struct Mailbox {
 }
 
 struct MailboxState {
-    queue: VecDeque<Event>,
+    queue: VecDeque<WorkerEvent>,
     dropped: u64,
     waker: Option<Waker>,
     senders: usize,
@@ -113,7 +113,7 @@ pub struct EventSender {
 impl EventSender {
     /// Puts `event` in the mailbox without waiting: when full, it replaces the queued event of
     /// the same request and topic, else the oldest queued event is dropped.
-    pub(crate) fn deliver(&self, event: Event) {
+    pub(crate) fn deliver(&self, event: WorkerEvent) {
         let waker = {
             let mut s = self.mailbox.state.lock().unwrap();
             if !s.receiver {
@@ -184,7 +184,7 @@ pub struct EventReceiver {
 impl EventReceiver {
     /// The next event; `None` once the mailbox is empty and every sender is gone (the
     /// `CallOptions` or builder holding it dropped, and every call that used it ended).
-    pub async fn recv(&mut self) -> Option<Event> {
+    pub async fn recv(&mut self) -> Option<WorkerEvent> {
         std::future::poll_fn(|cx| {
             let mut s = self.mailbox.state.lock().unwrap();
             if let Some(e) = s.queue.pop_front() {
@@ -203,7 +203,7 @@ impl EventReceiver {
     }
 
     /// The next event if one is waiting.
-    pub fn try_recv(&mut self) -> Option<Event> {
+    pub fn try_recv(&mut self) -> Option<WorkerEvent> {
         self.mailbox.state.lock().unwrap().queue.pop_front()
     }
 
@@ -234,8 +234,8 @@ impl std::fmt::Debug for EventReceiver {
 mod tests {
     use super::*;
 
-    fn ev(request_id: u64, topic: &str, data: &str) -> Event {
-        Event {
+    fn ev(request_id: u64, topic: &str, data: &str) -> WorkerEvent {
+        WorkerEvent {
             worker_id: 1,
             request_id,
             topic: topic.into(),

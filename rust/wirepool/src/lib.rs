@@ -60,15 +60,13 @@ mod metrics;
 mod pending;
 mod pool;
 pub mod prometheus;
-// The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.
-use wirepool_io as socket;
 mod spawn;
 mod stream;
 mod worker;
 
 pub use config::{MethodKind, MethodSpec, RecyclePolicy, RestartPolicy};
 pub use error::{codes, Error, ExitCause, ExitInfo, Result};
-pub use events::{event_channel, Event, EventReceiver, EventSender};
+pub use events::{event_channel, EventReceiver, EventSender, WorkerEvent};
 pub use metrics::{LatencySnapshot, PoolMetrics, WorkerMetrics, WorkerState};
 pub use pool::{CallOptions, Lease, Pool, PoolBuilder};
 pub use spawn::{peak_rss_bytes, WorkerCommand, WorkerOutput};

@@ -17,7 +17,7 @@ use crate::error::{codes, Error, ExitCause, Result};
 use crate::events::EventSender;
 use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
 use crate::spawn::{self, WorkerCommand, WorkerOutput};
-use crate::stream::{RowStream, StreamShared};
+use crate::stream::{RowStream, RowQueue};
 use crate::worker::{self, Awaiting, Incarnation, NotSent, PoolShared, Worker};
 
 /// Options of one call or stream.
@@ -857,18 +857,18 @@ impl PoolInner {
                 Ok(w) => w,
                 Err(e) => break Err(e),
             };
-            let shared = StreamShared::new();
+            let queue = RowQueue::new();
             match worker.submit(
                 method_no,
                 codec,
                 timeout,
                 &body,
-                Awaiting::Stream(shared.clone()),
+                Awaiting::Stream(queue.clone()),
                 events,
             ) {
                 Ok(req) => {
                     record_sent(&span, &worker, req.id);
-                    break Ok(RowStream::new(req, shared, codec));
+                    break Ok(RowStream::new(req, queue, codec));
                 }
                 Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
                 Err(NotSent::WorkerGone(_)) if leased.is_some() => {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use crate::socket::Socket;
+use wirepool_io::Socket;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 

@@ -16,13 +16,13 @@ use wirepool_proto::RowsPayload;
 use crate::error::{Error, Result};
 use crate::worker::{Worker, WorkerRequest};
 
-/// What the reader task shares with one stream's consumer.
+/// One stream's ROWS frames and terminal, queued by the reader task for the stream's consumer.
 ///
 /// The queue is bounded by the protocol, not by a capacity here: the worker may only send ROWS
 /// while the stream's credit is positive, and the credit only grows when the consumer pops
 /// frames, so at most `initial_credit + max_frame_size` bytes ever wait here (the connection
 /// closes the worker with `FLOW_CONTROL` otherwise).
-pub(crate) struct StreamShared {
+pub(crate) struct RowQueue {
     state: Mutex<StreamState>,
 }
 
@@ -35,9 +35,9 @@ struct StreamState {
     abandoned: bool,
 }
 
-impl StreamShared {
+impl RowQueue {
     pub fn new() -> Arc<Self> {
-        Arc::new(StreamShared {
+        Arc::new(RowQueue {
             state: Mutex::new(StreamState {
                 frames: VecDeque::new(),
                 terminal: None,
@@ -127,7 +127,7 @@ impl StreamShared {
 pub struct RowStream<T> {
     worker: Arc<Worker>,
     id: u64,
-    shared: Arc<StreamShared>,
+    queue: Arc<RowQueue>,
     codec: Codec,
     /// The frame being read, and where the next row starts in it.
     current: Option<(RowsPayload, usize, u32)>,
@@ -140,11 +140,11 @@ pub struct RowStream<T> {
 }
 
 impl<T> RowStream<T> {
-    pub(crate) fn new(req: WorkerRequest, shared: Arc<StreamShared>, codec: Codec) -> Self {
+    pub(crate) fn new(req: WorkerRequest, queue: Arc<RowQueue>, codec: Codec) -> Self {
         RowStream {
             worker: req.worker,
             id: req.id,
-            shared,
+            queue,
             codec,
             current: None,
             rows: 0,
@@ -196,7 +196,7 @@ impl<T> RowStream<T> {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.shared.poll_frame(cx) {
+        match self.queue.poll_frame(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(frame)) => {
                 self.rows += frame.count() as u64;
@@ -297,7 +297,7 @@ impl<T> Unpin for RowStream<T> {}
 impl<T> Drop for RowStream<T> {
     fn drop(&mut self) {
         if !self.done {
-            self.shared.abandon();
+            self.queue.abandon();
             self.worker.cancel(self.id);
         }
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::socket::Socket;
+use wirepool_io::Socket;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
@@ -26,7 +26,7 @@ use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
 use wirepool_io::outbox::{Outbox, WriteQueue};
 use crate::pending::Pending;
 use crate::spawn::{self, StderrTail};
-use crate::stream::StreamShared;
+use crate::stream::RowQueue;
 
 /// What the pool shares with every worker incarnation.
 pub(crate) struct PoolShared {
@@ -87,7 +87,7 @@ enum Sink {
     /// A unary caller's completion cell: the reader fills it and wakes the caller, which takes
     /// the outcome out of the route (no channel, no allocation per call).
     Unary(UnaryCell),
-    Stream(Arc<StreamShared>),
+    Stream(Arc<RowQueue>),
 }
 
 enum UnaryCell {
@@ -116,7 +116,7 @@ struct Route {
 
 impl Route {
     /// Hands the request's outcome to whoever waits; a unary caller's waker goes to `wakers`
-    /// (woken once the core's lock is released). The first outcome wins.
+    /// (woken once the driver lock is released). The first outcome wins.
     ///
     /// A unary call's latency is recorded here, ending at `at`; a stream records its own when
     /// its consumer reaches the end.
@@ -161,7 +161,7 @@ impl ReadClock {
     }
 }
 
-struct Core {
+struct DriverState {
     conn: Connection,
     /// Encoded frames waiting for the writer task, which takes them all at once.
     out: Outbox,
@@ -195,7 +195,7 @@ struct Core {
     bytes_in: u64,
 }
 
-impl Core {
+impl DriverState {
     /// The socket goes back to the reader task: its waker is registered for read readiness, or
     /// woken at once if input (or the end of the connection) already waits.
     fn hand_back_reading(&mut self) {
@@ -232,7 +232,7 @@ pub(crate) struct Worker {
     state: AtomicU8,
     in_flight: AtomicU32,
     max_in_flight: u32,
-    core: Mutex<Core>,
+    driver: Mutex<DriverState>,
     writer_wake: Notify,
     control: mpsc::Sender<Control>,
     /// The highest PING nonce sent; a PONG above it answers nothing (PROTOCOL.md 8.5).
@@ -254,7 +254,7 @@ pub(crate) struct Worker {
 pub(crate) enum Awaiting {
     /// A unary caller, woken through this waker once the outcome is in the route.
     Unary(Waker),
-    Stream(Arc<StreamShared>),
+    Stream(Arc<RowQueue>),
 }
 
 /// Why a request was not sent.
@@ -362,7 +362,7 @@ impl Worker {
 
     /// Sends a request on a reserved slot. The reservation is consumed (released when the
     /// request ends, or now on error). A unary caller then follows it with
-    /// [`poll_unary`](Self::poll_unary), a stream through `StreamShared`.
+    /// [`poll_unary`](Self::poll_unary), a stream through `RowQueue`.
     pub fn submit(
         self: &Arc<Self>,
         method_no: usize,
@@ -428,7 +428,7 @@ impl Worker {
         Ok(wire)
     }
 
-    /// Encodes the request into the core's output under its lock and adds its route; returns
+    /// Encodes the request into the driver's output under its lock and adds its route; returns
     /// its id and, when the clock was read, its start time. The request leaves by the writer
     /// task, or at once when it is the only one (see `write_alone`).
     #[allow(clippy::too_many_arguments)]
@@ -460,8 +460,8 @@ impl Worker {
             Awaiting::Unary(w) => Sink::Unary(UnaryCell::Waiting(Some(w))),
         };
         let (id, wake_writer) = {
-            let mut core = self.core.lock().unwrap();
-            let c = &mut *core;
+            let mut driver = self.driver.lock().unwrap();
+            let c = &mut *driver;
             if let Some(e) = &c.closed {
                 return Err(NotSent::WorkerGone(e.clone()));
             }
@@ -518,7 +518,7 @@ impl Worker {
     /// requests keep queueing for the writer, so they still share a write. Only a request of
     /// small frames is written here; a large body queued by reference goes to the writer
     /// task's vectored writes.
-    fn write_alone(&self, c: &mut Core) {
+    fn write_alone(&self, c: &mut DriverState) {
         if let (false, Some(tail), Some(sock)) = (c.writer_busy, c.out.tail_only(), &c.socket_out)
         {
             // WouldBlock (or a broken socket) leaves the bytes for the writer task.
@@ -537,15 +537,15 @@ impl Worker {
     /// The outcome of unary request `id`, once the reader (or the deadline, or the worker's
     /// exit) delivered it; until then `cx`'s waker is kept in the route.
     pub fn poll_unary(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<Bytes>> {
-        let mut core = self.core.lock().unwrap();
+        let mut driver = self.driver.lock().unwrap();
         let mut others = Vec::new();
         let mut pass = ReadPass::default();
-        if core.direct_reader == Some(id) {
-            self.read_directly(&mut core, id, cx, &mut others, &mut pass);
+        if driver.direct_reader == Some(id) {
+            self.read_directly(&mut driver, id, cx, &mut others, &mut pass);
         }
-        let polled = match core.routes.get_mut(id) {
+        let polled = match driver.routes.get_mut(id) {
             // Not reachable: the route stays until its outcome is taken. Still one outcome.
-            None => Poll::Ready(Err(core.closed.clone().unwrap_or(Error::PoolClosed("request lost")))),
+            None => Poll::Ready(Err(driver.closed.clone().unwrap_or(Error::PoolClosed("request lost")))),
             Some(route) => match &mut route.sink {
                 Some(Sink::Unary(UnaryCell::Waiting(w))) => {
                     match w {
@@ -559,17 +559,17 @@ impl Worker {
                         unreachable!()
                     };
                     if route.finished() {
-                        core.routes.remove(id);
+                        driver.routes.remove(id);
                     }
                     Poll::Ready(outcome)
                 }
                 _ => Poll::Ready(Err(Error::PoolClosed("request lost"))),
             },
         };
-        if polled.is_ready() && core.direct_reader == Some(id) {
-            core.hand_back_reading();
+        if polled.is_ready() && driver.direct_reader == Some(id) {
+            driver.hand_back_reading();
         }
-        drop(core);
+        drop(driver);
         for w in others {
             w.wake();
         }
@@ -583,12 +583,12 @@ impl Worker {
         polled
     }
 
-    /// The caller of request `id` reads the socket itself (see `Core::direct_reader`): every
+    /// The caller of request `id` reads the socket itself (see `DriverState::direct_reader`): every
     /// read's frames are handled as the reader task would, until its own outcome is in or the
     /// socket has nothing more (then `cx` is registered for read readiness).
     fn read_directly(
         &self,
-        c: &mut Core,
+        c: &mut DriverState,
         id: u64,
         cx: &mut Context<'_>,
         wakers: &mut Vec<Waker>,
@@ -650,8 +650,8 @@ impl Worker {
     /// Asks the worker to stop a request. The request stays in flight until its terminal
     /// arrives; if that takes longer than the cancel grace, the worker is killed.
     pub fn cancel(&self, id: u64) {
-        let mut core = self.core.lock().unwrap();
-        let c = &mut *core;
+        let mut driver = self.driver.lock().unwrap();
+        let c = &mut *driver;
         if c.direct_reader == Some(id) {
             c.hand_back_reading();
         }
@@ -670,20 +670,20 @@ impl Worker {
         }
         route.cancelled_at = Some(Instant::now());
         let _ = c.conn.send_cancel(id, &mut c.out);
-        drop(core);
+        drop(driver);
         self.writer_wake.notify_one();
     }
 
     /// The consumer of stream `id` has read `bytes` of ROWS payload; the core decides when
     /// that is worth a CREDIT (half the window).
     pub fn consumed(&self, id: u64, bytes: usize) {
-        let mut core = self.core.lock().unwrap();
-        if core.closed.is_some() {
+        let mut driver = self.driver.lock().unwrap();
+        if driver.closed.is_some() {
             return;
         }
-        let c = &mut *core;
+        let c = &mut *driver;
         if let Ok(granted) = c.conn.consumed(id, bytes, &mut c.out) {
-            drop(core);
+            drop(driver);
             if granted > 0 {
                 self.writer_wake.notify_one();
             }
@@ -707,9 +707,9 @@ impl Worker {
         *self.drain_deadline.lock().unwrap() =
             Some(Instant::now() + grace + Duration::from_secs(1));
         {
-            let mut core = self.core.lock().unwrap();
-            if core.closed.is_none() {
-                let c = &mut *core;
+            let mut driver = self.driver.lock().unwrap();
+            if driver.closed.is_none() {
+                let c = &mut *driver;
                 let _ = c
                     .conn
                     .send_drain(grace.as_millis().min(u32::MAX as u128) as u32, &mut c.out);
@@ -752,11 +752,11 @@ impl Worker {
     }
 }
 
-/// One call at a time: its caller reads the answer itself (see `Core::direct_reader`).
+/// One call at a time: its caller reads the answer itself (see `DriverState::direct_reader`).
 /// Registering its waker costs no syscall. Input already waiting (say a PONG) is left to the
 /// reader task; the registration may still have replaced the reader's (readiness can arrive
 /// from another thread while it is stored), so the reader is woken to register again.
-fn read_own_answer(c: &mut Core, id: u64, waker: &Waker) {
+fn read_own_answer(c: &mut DriverState, id: u64, waker: &Waker) {
     if let (None, Some(sock)) = (c.direct_reader, &c.socket_out) {
         if sock.poll_readable(&mut Context::from_waker(waker)).is_pending() {
             c.direct_reader = Some(id);
@@ -837,7 +837,7 @@ pub(crate) async fn start(
         state: AtomicU8::new(STATE_READY),
         in_flight: AtomicU32::new(0),
         max_in_flight: welcome.max_in_flight,
-        core: Mutex::new(Core {
+        driver: Mutex::new(DriverState {
             conn,
             out: Outbox::default(),
             routes: RouteMap::new(welcome.max_in_flight),
@@ -1130,11 +1130,11 @@ enum ReaderEnd {
     Protocol { code: u32, message: String },
 }
 
-/// Reads straight into the connection's receive buffer (a non-blocking read under the core's
+/// Reads straight into the connection's receive buffer (a non-blocking read under the driver
 /// lock, so the bytes are never copied) and handles every complete frame of that read under the
 /// same lock: results, rows and errors go to their callers, PINGs are answered.
 ///
-/// While a unary caller reads the socket itself (`Core::direct_reader`, see
+/// While a unary caller reads the socket itself (`DriverState::direct_reader`, see
 /// [`Worker::poll_unary`]) this task waits; the caller hands the socket back by registering
 /// this task's waker for read readiness (or waking it) when its call ends.
 async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
@@ -1144,18 +1144,18 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
         // core's buffer; a short read clears readiness, so there is no extra EAGAIN read per
         // wake-up.
         let read = std::future::poll_fn(|cx| {
-            let mut core = worker.core.lock().unwrap();
-            if let Some(end) = core.reader_end.take() {
+            let mut driver = worker.driver.lock().unwrap();
+            if let Some(end) = driver.reader_end.take() {
                 return Poll::Ready(Err(end));
             }
-            match &core.reader_waker {
+            match &driver.reader_waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
-                _ => core.reader_waker = Some(cx.waker().clone()),
+                _ => driver.reader_waker = Some(cx.waker().clone()),
             }
-            if core.direct_reader.is_some() {
+            if driver.direct_reader.is_some() {
                 return Poll::Pending;
             }
-            socket.poll_read_buf(cx, core.conn.read_buf()).map(Ok)
+            socket.poll_read_buf(cx, driver.conn.read_buf()).map(Ok)
         })
         .await;
         let n = match read {
@@ -1164,8 +1164,8 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
             Ok(Ok(n)) => n,
         };
         let pass = {
-            let mut core = worker.core.lock().unwrap();
-            handle_read(&worker, &mut core, n, &mut wakers)
+            let mut driver = worker.driver.lock().unwrap();
+            handle_read(&worker, &mut driver, n, &mut wakers)
         };
         for w in wakers.drain(..) {
             w.wake();
@@ -1183,7 +1183,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
     }
 }
 
-/// What handling one read's frames left to do once the core's lock is released.
+/// What handling one read's frames left to do once the driver lock is released.
 #[derive(Default)]
 struct ReadPass {
     /// The connection must end (a protocol violation, or the worker's fatal ERROR).
@@ -1197,7 +1197,7 @@ struct ReadPass {
 
 /// Handles every complete frame in the receive buffer after a read of `n` bytes; the wakers of
 /// unary callers whose outcome arrived go to `wakers` (to be woken after the lock).
-fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>) -> ReadPass {
+fn handle_read(worker: &Worker, c: &mut DriverState, n: usize, wakers: &mut Vec<Waker>) -> ReadPass {
     let mut pass = ReadPass::default();
     worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
     // Liveness reads no clock here: the lifecycle's tick compares these bytes with the
@@ -1274,7 +1274,7 @@ fn handle_read(worker: &Worker, c: &mut Core, n: usize, wakers: &mut Vec<Waker>)
                     _ => c.routes.get_mut(id).and_then(|r| r.events.as_ref()),
                 };
                 match own.or(worker.pool.cfg.events.as_ref()) {
-                    Some(tx) => tx.deliver(crate::events::Event {
+                    Some(tx) => tx.deliver(crate::events::WorkerEvent {
                         worker_id: worker.id,
                         request_id: id,
                         topic,
@@ -1336,26 +1336,26 @@ fn end_route(
 /// End of file. Stopping inside a frame (`TRUNCATED`) is what a crash looks like, so it is
 /// reported as the worker's exit (with its status), not as a protocol violation.
 fn reader_eof(worker: &Worker) -> ReaderEnd {
-    if let Err(e) = worker.core.lock().unwrap().conn.eof() {
+    if let Err(e) = worker.driver.lock().unwrap().conn.eof() {
         tracing::debug!(worker = worker.id, error = %e, "connection ended inside a frame");
     }
     ReaderEnd::Eof
 }
 
 /// Writes every pending outgoing frame in one `write` per wake-up: callers only append to the
-/// core's output buffer under the lock and wake this task, so under load hundreds of requests
+/// driver's output buffer under the lock and wake this task, so under load hundreds of requests
 /// share one syscall.
 async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
     let mut queue = WriteQueue::default();
     loop {
         {
-            let mut core = worker.core.lock().unwrap();
-            core.out.take_into(&mut queue);
-            core.writer_busy = !queue.is_empty();
-            core.writer_woken = false;
-            if !core.unstamped.is_empty() {
+            let mut driver = worker.driver.lock().unwrap();
+            driver.out.take_into(&mut queue);
+            driver.writer_busy = !queue.is_empty();
+            driver.writer_woken = false;
+            if !driver.unstamped.is_empty() {
                 let now = Instant::now();
-                let c = &mut *core;
+                let c = &mut *driver;
                 for id in c.unstamped.drain(..) {
                     if let Some(r) = c.routes.get_mut(id) {
                         r.started.get_or_insert(now);
@@ -1434,7 +1434,7 @@ async fn lifecycle(
     // when this function returns, whoever still holds the `Worker`.
     writer.abort();
     let _ = writer.await;
-    worker.core.lock().unwrap().socket_out = None;
+    worker.driver.lock().unwrap().socket_out = None;
     let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
     let (info, error) = watch.exit(status);
     let _ = worker.exit.set(info.clone());
@@ -1497,7 +1497,7 @@ impl Watch {
 
     fn reader_ended(&mut self, end: std::result::Result<ReaderEnd, tokio::task::JoinError>) {
         self.reader_done = true;
-        close_core(&self.worker);
+        close_connection(&self.worker);
         match end {
             Ok(ReaderEnd::Eof) => {
                 // A worker that closed its end should exit promptly; give it a moment to write
@@ -1566,11 +1566,11 @@ impl Watch {
             return;
         };
         let seen = {
-            let core = worker.core.lock().unwrap();
+            let driver = worker.driver.lock().unwrap();
             Seen {
                 answered: worker.last_pong.load(Acquire),
-                incomplete_frame: core.conn.incomplete_frame_len(),
-                bytes_in: core.bytes_in,
+                incomplete_frame: driver.conn.incomplete_frame_len(),
+                bytes_in: driver.bytes_in,
             }
         };
         let due = clocks.tick(now_ms, seen);
@@ -1582,10 +1582,10 @@ impl Watch {
             // Published before the PING leaves, so its PONG is never taken for an unsolicited
             // one.
             worker.last_ping.store(nonce, Release);
-            let mut core = worker.core.lock().unwrap();
-            let c = &mut *core;
+            let mut driver = worker.driver.lock().unwrap();
+            let c = &mut *driver;
             let _ = c.conn.send_ping(nonce.to_le_bytes(), &mut c.out);
-            drop(core);
+            drop(driver);
             worker.writer_wake.notify_one();
         }
     }
@@ -1652,9 +1652,9 @@ fn fail_in_flight(worker: &Worker, error: Error) {
     let mut freed = 0;
     let mut now = ReadClock::unread();
     {
-        let mut core = worker.core.lock().unwrap();
-        core.closed = Some(error.clone());
-        core.routes.retain(|_, r| {
+        let mut driver = worker.driver.lock().unwrap();
+        driver.closed = Some(error.clone());
+        driver.routes.retain(|_, r| {
             if r.on_wire {
                 r.on_wire = false;
                 freed += 1;
@@ -1670,12 +1670,12 @@ fn fail_in_flight(worker: &Worker, error: Error) {
 }
 
 /// Marks the connection closed so no new request is accepted while the process is reaped.
-fn close_core(worker: &Worker) {
-    let mut core = worker.core.lock().unwrap();
-    if core.closed.is_none() {
-        core.closed = Some(Error::PoolClosed("worker connection closed"));
+fn close_connection(worker: &Worker) {
+    let mut driver = worker.driver.lock().unwrap();
+    if driver.closed.is_none() {
+        driver.closed = Some(Error::PoolClosed("worker connection closed"));
     }
-    drop(core);
+    drop(driver);
     let _ = worker
         .state
         .compare_exchange(STATE_READY, STATE_DRAINING, AcqRel, Relaxed);
@@ -1692,22 +1692,22 @@ fn close_core(worker: &Worker) {
 fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
     let cancel_grace = worker.pool.cfg.cancel_grace;
     let (overdue, expired) = {
-        let mut core = worker.core.lock().unwrap();
-        if core.closed.is_some() {
+        let mut driver = worker.driver.lock().unwrap();
+        if driver.closed.is_some() {
             return None;
         }
         // A caller reading the socket itself that was not polled for a whole interval (busy
         // elsewhere, or its future was forgotten) must not stall other calls or heartbeats.
-        if core.direct_reader.is_some() {
-            if core.direct_reader_seen == core.direct_reader {
-                core.hand_back_reading();
+        if driver.direct_reader.is_some() {
+            if driver.direct_reader_seen == driver.direct_reader {
+                driver.hand_back_reading();
             } else {
-                core.direct_reader_seen = core.direct_reader;
+                driver.direct_reader_seen = driver.direct_reader;
             }
         }
         let mut overdue = false;
         let mut expired = false;
-        for (_, r) in core.routes.iter_mut().filter(|(_, r)| r.on_wire) {
+        for (_, r) in driver.routes.iter_mut().filter(|(_, r)| r.on_wire) {
             match (r.cancelled_at, r.deadline) {
                 (Some(at), _) => overdue |= now.duration_since(at) > cancel_grace,
                 (None, Some((deadline, _))) => expired |= now >= deadline,
@@ -1718,8 +1718,8 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
     };
     if expired {
         worker.begin_drain(ExitCause::CancelTimeout, cancel_grace);
-        let mut core = worker.core.lock().unwrap();
-        let c = &mut *core;
+        let mut driver = worker.driver.lock().unwrap();
+        let c = &mut *driver;
         let mut cancelled = false;
         let mut wakers = Vec::new();
         for (id, r) in c.routes.iter_mut() {
@@ -1733,7 +1733,7 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
                 }
             }
         }
-        drop(core);
+        drop(driver);
         for w in wakers {
             w.wake();
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use serde::Deserialize;
-use wirepool::{event_channel, CallOptions, Codec, Event, WorkerCommand};
+use wirepool::{event_channel, CallOptions, Codec, WorkerCommand, WorkerEvent};
 
 #[derive(Deserialize, Debug, PartialEq)]
 struct Progress {
@@ -15,7 +15,7 @@ struct Progress {
     of: u64,
 }
 
-fn progress_of(events: &[Event]) -> Vec<u64> {
+fn progress_of(events: &[WorkerEvent]) -> Vec<u64> {
     events
         .iter()
         .map(|e| {
@@ -57,7 +57,7 @@ async fn progress_reaches_the_calls_mailbox_or_else_the_pools() {
         // A call without one: its events go to the pool's mailbox.
         let n: u64 = pool.call("progress", &3u64).await.unwrap();
         assert_eq!(n, 3);
-        let got: Vec<Event> = std::iter::from_fn(|| pool_rx.try_recv()).collect();
+        let got: Vec<WorkerEvent> = std::iter::from_fn(|| pool_rx.try_recv()).collect();
         assert_eq!(progress_of(&got), vec![1, 2, 3]);
         assert_eq!(pool_rx.dropped(), 0);
 
