@@ -59,11 +59,22 @@ fn worker_command(lang: WorkerLang) -> WorkerCommand {
     }
 }
 
-async fn start_pool(lang: WorkerLang, workers: usize, max_in_flight: u32) -> wirepool::Result<Pool> {
+/// The scenario's `max_frame_size` when it sets one (the large-message variants run with the
+/// SDK default and around it), else 16 MiB.
+fn frame_size(sc: &Value) -> u32 {
+    sc["max_frame_size"].as_u64().map_or(MAX_FRAME, |n| n as u32)
+}
+
+async fn start_pool(
+    lang: WorkerLang,
+    workers: usize,
+    max_in_flight: u32,
+    max_frame: u32,
+) -> wirepool::Result<Pool> {
     Pool::builder(worker_command(lang))
         .workers(workers)
         .max_in_flight(max_in_flight)
-        .max_frame_size(MAX_FRAME)
+        .max_frame_size(max_frame)
         .startup_timeout(Duration::from_secs(20))
         .start()
         .await
@@ -167,7 +178,7 @@ async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     let repeats = sc["repeats"].as_u64().unwrap_or(3);
     let method = if kind == "oneway" { "oneway" } else { "echo" };
     let latency = kind == "echo" && inflight == 1;
-    let pool = start_pool(lang, 1, inflight.max(1) as u32).await?;
+    let pool = start_pool(lang, 1, inflight.max(1) as u32, frame_size(sc)).await?;
     let load = EchoLoad { method, body: Bytes::from(payload_bytes(payload)), inflight, expect: payload };
     echo_window(&pool, &load, warmup, 1, false).await?;
     let (mut rates, mut mbs, mut p50s, mut p99s) = (vec![], vec![], vec![], vec![]);
@@ -196,8 +207,8 @@ async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
         f
     };
     let notes = format!(
-        "call_raw, raw codec, {} frames; {}",
-        "16 MiB",
+        "call_raw, raw codec, {} KiB frames; {}",
+        frame_size(sc) >> 10,
         if inflight > 1 { format!("{inflight} tasks each keeping one call outstanding") } else { "one call at a time".into() }
     );
     Ok((figs, children, notes))
@@ -271,7 +282,7 @@ async fn run_rows(
     let repeats = sc["repeats"].as_u64().unwrap_or(3);
     let every = sc["every"].as_u64().unwrap_or(0);
     let pause = Duration::from_secs_f64(sc["pause_ms"].as_f64().unwrap_or(0.0) / 1000.0);
-    let pool = start_pool(lang, 1, 4).await?;
+    let pool = start_pool(lang, 1, 4, frame_size(sc)).await?;
     let req = RowsReq { shape: shape.clone(), n };
     let mut rates = Vec::new();
     for _ in 0..repeats {
@@ -316,7 +327,7 @@ async fn run_pool(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     let task_us = sc["task_us"].as_u64().unwrap_or(50);
     let tasks = sc["tasks"].as_u64().unwrap_or(100);
     let repeats = sc["repeats"].as_u64().unwrap_or(3);
-    let pool = start_pool(lang, workers, 2).await?;
+    let pool = start_pool(lang, workers, 2, frame_size(sc)).await?;
     // Warm every worker (and its first call) outside the measurement.
     let warm: Vec<_> = (0..workers * 2)
         .map(|_| {

@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 
-
 use bytes::{Bytes, BytesMut};
 
 use crate::decode::FrameDecoder;
@@ -17,8 +16,8 @@ use crate::frame::{
 // Maps keyed by request id. Ids only enter the core when increasing (a worker refuses a
 // repeated or lower id) and their number is bounded by `max_in_flight`, so a multiplicative
 // hash is enough; SipHash cost several lookups' worth on every small call, on both sides.
-use crate::ids::{IdBuildHasher, IdMap};
 use crate::handshake::{choose_version, Hello, MethodKind, Welcome};
+use crate::ids::{IdBuildHasher, IdMap};
 
 /// Which side of the connection this core runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -226,10 +225,11 @@ impl StreamSendState {
 /// An inbound message being reassembled from CONTINUATION frames.
 #[derive(Debug)]
 struct Partial {
-    /// The first frame, its body/summary holding the first chunk.
+    /// The first frame, its body/summary emptied: the chunk it carried is in `body`.
     first: Frame,
-    /// Bytes after the first chunk; empty until the first CONTINUATION.
-    rest: BytesMut,
+    /// The body so far, first chunk included: one buffer the whole message ends up in, so a
+    /// message is copied out of the receive buffer once and never concatenated.
+    body: BytesMut,
     /// Payload bytes so far, fixed prefix included (bounded by `max_message_size`).
     size: u64,
 }
@@ -297,6 +297,14 @@ pub struct Connection {
     partials: IdMap<Partial>,
     /// Bytes held by every message in progress: bounded per connection, not only per message.
     partial_bytes: u64,
+    /// The buffer of the last reassembled message, handed out again for the next one once its
+    /// reader has dropped the message (`try_reclaim`): large messages then land in memory that
+    /// is already mapped instead of faulting in fresh pages each time. Its capacity never
+    /// exceeds `max_message_size` (see [`grow_body`]).
+    spare: BytesMut,
+    /// Length of the last reassembled message: the first guess for the next one's buffer (the
+    /// wire does not announce a continued message's total size).
+    last_message_len: usize,
     /// Worker: rejected requests whose ERROR the driver has not sent yet. It holds only what
     /// the driver owes, so it stays as small as the driver's backlog.
     unanswered_rejects: HashSet<u64, IdBuildHasher>,
@@ -322,6 +330,8 @@ impl Connection {
             requests: IdMap::default(),
             partials: IdMap::default(),
             partial_bytes: 0,
+            spare: BytesMut::new(),
+            last_message_len: 0,
             unanswered_rejects: HashSet::default(),
             draining: false,
             goodbye: false,
@@ -706,19 +716,36 @@ impl Connection {
         Ok(Some(event_from_frame(frame)))
     }
 
-    fn start_partial(&mut self, first: Frame, size: u64) -> Result<(), ProtocolError> {
+    fn start_partial(&mut self, mut first: Frame, size: u64) -> Result<(), ProtocolError> {
         self.check_message_size(first.id, size)?;
         self.check_partial_bytes(first.id, self.partial_bytes + size)?;
         self.partial_bytes += size;
-        self.partials.insert(
-            first.id,
-            Partial {
-                first,
-                rest: BytesMut::new(),
-                size,
-            },
-        );
+        let chunk = match &mut first.body {
+            FrameBody::Request { body, .. }
+            | FrameBody::Result { body }
+            | FrameBody::End { summary: body, .. } => std::mem::take(body),
+            _ => Bytes::new(),
+        };
+        // Sized for the message as large as the last one (or twice this chunk), within what
+        // this connection may still hold: checked sizes only, never a peer's claim.
+        let budget = self.receive_budget();
+        let mut body = std::mem::take(&mut self.spare);
+        if !body.try_reclaim(chunk.len()) {
+            let guess = self.last_message_len.max(chunk.len() * 2);
+            body = BytesMut::with_capacity(guess.min(budget).max(chunk.len()));
+        }
+        body.extend_from_slice(&chunk);
+        self.partials
+            .insert(first.id, Partial { first, body, size });
         Ok(())
+    }
+
+    /// The most a buffer of a message in progress may reserve: `max_message_size` less what
+    /// the other messages in progress hold (section 5's per-connection bound, applied to
+    /// capacity too, so reserving ahead never holds more than the wire could fill).
+    fn receive_budget(&self) -> usize {
+        let limit = self.welcome.map_or(u64::MAX, |w| w.max_message_size);
+        usize::try_from(limit.saturating_sub(self.partial_bytes)).unwrap_or(usize::MAX)
     }
 
     fn check_message_size(&self, id: u64, size: u64) -> Result<(), ProtocolError> {
@@ -766,26 +793,39 @@ impl Connection {
                 let Some(partial) = self.partials.get_mut(&id) else {
                     return Ok(None);
                 };
+                // This message's own bytes count once in the budget, not twice.
+                let budget = usize::try_from(
+                    self.welcome
+                        .map_or(u64::MAX, |w| w.max_message_size)
+                        .saturating_sub(total - size),
+                )
+                .unwrap_or(usize::MAX);
                 self.partial_bytes = total;
                 partial.size = size;
-                partial.rest.extend_from_slice(&chunk);
+                grow_body(&mut partial.body, chunk.len(), budget);
+                partial.body.extend_from_slice(&chunk);
+                drop(chunk);
                 if frame.more {
                     return Ok(None);
                 }
                 let Some(Partial {
-                    mut first, rest, ..
+                    mut first,
+                    body: mut whole,
+                    ..
                 }) = self.remove_partial(id)
                 else {
                     return Ok(None);
                 };
                 first.more = false;
-                let tail = rest.freeze();
+                let message = whole.split().freeze();
+                self.last_message_len = message.len();
+                // What is left is an empty view of the same allocation: reclaimed for the next
+                // message once the reader drops this one.
+                self.spare = whole;
                 match &mut first.body {
                     FrameBody::Request { body, .. }
                     | FrameBody::Result { body }
-                    | FrameBody::End { summary: body, .. } => {
-                        *body = concat(std::mem::take(body), tail);
-                    }
+                    | FrameBody::End { summary: body, .. } => *body = message,
                     _ => {}
                 }
                 if first.frame_type() == FrameType::Request {
@@ -1678,15 +1718,20 @@ fn frame_payload_len(frame: &Frame) -> u64 {
     (frame.encoded_len() - crate::frame::HEADER_LEN) as u64
 }
 
-/// First chunk + the rest; copies only when there is a rest.
-fn concat(first: Bytes, rest: Bytes) -> Bytes {
-    if rest.is_empty() {
-        return first;
+/// Makes room for `more` bytes in a message's buffer: doubling (so appending frame after frame
+/// costs amortised linear copies), but never reserving more than `budget` bytes in all unless
+/// the bytes themselves need it (they were checked against the limits before this call).
+fn grow_body(body: &mut BytesMut, more: usize, budget: usize) {
+    let needed = body.len() + more;
+    if body.capacity() >= needed || body.try_reclaim(more) {
+        return;
     }
-    let mut whole = BytesMut::with_capacity(first.len() + rest.len());
-    whole.extend_from_slice(&first);
-    whole.extend_from_slice(&rest);
-    whole.freeze()
+    let want = needed
+        .max(body.len().saturating_mul(2))
+        .min(budget.max(needed));
+    let mut grown = BytesMut::with_capacity(want);
+    grown.extend_from_slice(body);
+    *body = grown;
 }
 
 fn truncate_utf8(text: &str, max: usize) -> &str {
@@ -1746,5 +1791,129 @@ fn event_from_frame(frame: Frame) -> Event {
             id,
             frame: FrameType::Continuation,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handshake::{MethodInfo, MethodKind};
+
+    /// A worker core past the handshake with these limits.
+    fn open_worker(max_frame_size: u32, max_message_size: u64) -> Connection {
+        let hello = Hello {
+            methods: vec![MethodInfo {
+                name: "echo".into(),
+                kind: MethodKind::Unary,
+                codecs: vec![0],
+            }],
+            ..Hello::new("test", "1")
+        };
+        let mut worker = Connection::new_worker();
+        worker.send_hello(&hello, &mut Vec::new()).unwrap();
+        let welcome = Welcome {
+            max_frame_size,
+            max_message_size,
+            ..Welcome::for_hello(&hello, 1).unwrap()
+        };
+        let mut wire = Vec::new();
+        Frame::new(0, FrameBody::Welcome(welcome))
+            .encode(&mut wire)
+            .unwrap();
+        worker.push(&wire);
+        assert!(matches!(worker.poll_event(), Ok(Some(Event::Welcome(_)))));
+        worker
+    }
+
+    fn request(id: u64, more: bool, body: Vec<u8>) -> Vec<u8> {
+        let mut frame = Frame::new(
+            id,
+            FrameBody::Request {
+                method: 0,
+                codec: 0,
+                timeout_us: 0,
+                body: body.into(),
+            },
+        );
+        frame.more = more;
+        let mut wire = Vec::new();
+        frame.encode(&mut wire).unwrap();
+        wire
+    }
+
+    fn continuation(id: u64, more: bool, chunk: Vec<u8>) -> Vec<u8> {
+        let mut frame = Frame::new(
+            id,
+            FrameBody::Continuation {
+                chunk: chunk.into(),
+            },
+        );
+        frame.more = more;
+        let mut wire = Vec::new();
+        frame.encode(&mut wire).unwrap();
+        wire
+    }
+
+    /// Every byte reserved for messages in progress or kept for the next one.
+    fn reserved(conn: &Connection) -> usize {
+        conn.spare.capacity()
+            + conn
+                .partials
+                .values()
+                .map(|p| p.body.capacity())
+                .sum::<usize>()
+    }
+
+    #[test]
+    fn reassembly_never_reserves_past_the_connection_bound() {
+        const LIMIT: u64 = 300_000;
+        const PREFIX: u64 = 12;
+        let mut worker = open_worker(65_536, LIMIT);
+        // A 250,000-byte message: the guess for the next one's buffer.
+        worker.push(&request(1, true, vec![1; 60_000]));
+        for more in [true, true, true, false] {
+            worker.push(&continuation(1, more, vec![1; 47_500]));
+        }
+        let Ok(Some(Event::Request { body, .. })) = worker.poll_event() else {
+            panic!("no request")
+        };
+        assert_eq!(body.len(), 60_000 + 4 * 47_500);
+        drop(body);
+        assert!(reserved(&worker) as u64 <= LIMIT);
+
+        // Two messages in progress at once: the second's buffer is sized within what the
+        // connection may still hold, not from the previous message's size.
+        worker.push(&request(2, true, vec![2; 60_000]));
+        worker.push(&request(3, true, vec![3; 60_000]));
+        assert!(matches!(worker.poll_event(), Ok(None)));
+        assert_eq!(worker.partial_bytes, 2 * (PREFIX + 60_000));
+        assert!(worker.partials[&3].body.capacity() as u64 <= LIMIT - (PREFIX + 60_000));
+        // Growing them stays within the bound too, until the sum passes it: the typed error,
+        // raised before anything is reserved for the offending chunk.
+        worker.push(&continuation(2, true, vec![2; 60_000]));
+        worker.push(&continuation(3, true, vec![3; 60_000]));
+        assert!(matches!(worker.poll_event(), Ok(None)));
+        assert!(worker
+            .partials
+            .values()
+            .all(|p| p.body.capacity() as u64 <= LIMIT));
+        let before = reserved(&worker);
+        worker.push(&continuation(2, true, vec![2; 60_001]));
+        let e = worker.poll_event().unwrap_err();
+        assert_eq!(e.code, ErrorCode::MessageTooLarge);
+        assert_eq!(reserved(&worker), before);
+    }
+
+    #[test]
+    fn one_message_past_max_message_size_is_refused_before_its_buffer_grows() {
+        let mut worker = open_worker(65_536, 100_000);
+        worker.push(&request(1, true, vec![1; 60_000]));
+        assert!(matches!(worker.poll_event(), Ok(None)));
+        let before = reserved(&worker);
+        worker.push(&continuation(1, false, vec![1; 40_001]));
+        let e = worker.poll_event().unwrap_err();
+        assert_eq!(e.code, ErrorCode::MessageTooLarge);
+        assert_eq!(reserved(&worker), before);
+        assert!(before <= 100_000);
     }
 }

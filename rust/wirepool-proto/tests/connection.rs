@@ -558,3 +558,46 @@ fn a_second_terminal_is_refused_but_a_reject_is_answered_once() {
     ));
     assert_eq!(parent.in_flight(), 0);
 }
+
+/// Parent -> worker: a continued REQUEST of `len` bytes of `fill`; the body the worker gets.
+fn send_large(
+    parent: &mut Connection,
+    worker: &mut Connection,
+    len: usize,
+    fill: u8,
+) -> bytes::Bytes {
+    let mut wire = Vec::new();
+    parent
+        .send_request(UNARY, 0, 0, &vec![fill; len], &mut wire)
+        .unwrap();
+    assert!(wire.len() > 65_536 + 16, "the request must be continued");
+    let mut events = deliver(worker, &mut wire);
+    let Some(Event::Request { body, .. }) = events.pop() else {
+        panic!("no request")
+    };
+    assert!(events.is_empty());
+    body
+}
+
+#[test]
+fn continued_messages_land_in_one_buffer_reused_once_the_reader_drops_them() {
+    let (mut parent, mut worker) = open_pair(|w| Welcome {
+        max_frame_size: 65_536,
+        ..w
+    });
+    let first = send_large(&mut parent, &mut worker, 200_000, 1);
+    // Held by the reader: the next message must not touch it.
+    let second = send_large(&mut parent, &mut worker, 200_000, 2);
+    assert!(first.iter().all(|&b| b == 1) && first.len() == 200_000);
+    assert!(second.iter().all(|&b| b == 2) && second.len() == 200_000);
+    let second_at = second.as_ptr();
+    drop((first, second));
+    // Dropped: the next message reuses the last one's memory instead of fresh pages.
+    let third = send_large(&mut parent, &mut worker, 150_000, 3);
+    assert_eq!(third.as_ptr(), second_at);
+    assert!(third.iter().all(|&b| b == 3) && third.len() == 150_000);
+    // Larger than the buffer held: it grows, and the content is whole.
+    drop(third);
+    let fourth = send_large(&mut parent, &mut worker, 300_000, 4);
+    assert!(fourth.iter().all(|&b| b == 4) && fourth.len() == 300_000);
+}
