@@ -38,6 +38,7 @@ from harness import analysis, execute, history, icount, report, scenarios, setup
 from registry import RUNNERS  # noqa: E402
 
 HISTORY = BENCH / "history" / "ratios.jsonl"
+BENCHMARK_DATA = BENCH / "history" / "benchmark-data.json"  # github-action-benchmark's format
 T0_ENV = "WIREPOOL_BENCH_T0"  # wall-clock start of the run (seconds since the epoch)
 
 
@@ -78,6 +79,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                f"(default all: {','.join(icount.PAIRS)})")
     p.add_argument("--ops", default="", help="gate: comma-separated operations "
                                              f"(default all: {','.join(icount.OPS)})")
+    p.add_argument("--consecutive", type=int, default=history.DEFAULT_CONSECUTIVE,
+                   help="check: alert only when a drop holds over this many newest full runs "
+                        f"(default {history.DEFAULT_CONSECUTIVE})")
     p.add_argument("--all-kinds", action="store_true",
                    help="check: track incumbents' ratios too, not only wirepool's")
     p.set_defaults(mode="quick")
@@ -266,8 +270,6 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
     # take milliseconds.
     doc["durations"] = analysis.durations(results, measuring_from - t0, measuring_s,
                                           time.time() - t0)
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out_dir / "report.md").write_text(report.render(doc, plots))
 
     # The committed history records whole full runs only, so its lines stay comparable; an
     # explicit --history FILE records any run (e.g. one scenario before and after a change).
@@ -276,6 +278,28 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
     if (whole_full_run or explicit_history) and not args.no_history:
         history.append(Path(args.history), history.history_line(doc))
         log(f"bench: appended ratios to {args.history}")
+        if not explicit_history:  # the whole history as github-action-benchmark stores it
+            BENCHMARK_DATA.write_text(json.dumps(
+                history.benchmark_data(history.load(HISTORY)), indent=1) + "\n")
+    # This run as github-action-benchmark's inputs (customBiggerIsBetter / SmallerIsBetter).
+    for name, entries in zip(("bigger", "smaller"), history.github_benchmark(doc)):
+        (out_dir / f"github-action-benchmark-{name}.json").write_text(
+            json.dumps(entries, indent=1) + "\n")
+    if args.mode == "full":  # the trend over the full runs, and whether an alert holds
+        lines = history.load(Path(args.history))
+        said: list[str] = []
+        history.check(Path(args.history), history.DEFAULT_THRESHOLD, ("wirepool",),
+                      out=said.append, consecutive=history.DEFAULT_CONSECUTIVE)
+        trend_plots: list[str] = []
+        try:
+            from harness import plots as plotting
+            trend_plots = plotting.trend(lines, out_dir) if lines else []
+        except ImportError:
+            pass
+        doc["trend"] = {"history": str(args.history), "runs": len(lines), "check": said,
+                        "consecutive": history.DEFAULT_CONSECUTIVE, "plots": trend_plots}
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out_dir / "report.md").write_text(report.render(doc, plots))
     bad = [r for r in results if r["status"] in ("error", "timeout")]
     d = doc["durations"]
     log(f"bench: {len(results)} results, {len(bad)} errors/timeouts; report: "
@@ -340,7 +364,8 @@ def main(argv: list[str]) -> int:
     if args.command == "check":
         kinds = ("wirepool", "incumbent") if args.all_kinds else ("wirepool",)
         threshold = history.DEFAULT_THRESHOLD if args.threshold is None else args.threshold
-        return history.check(Path(args.history), threshold, kinds)
+        return history.check(Path(args.history), threshold, kinds,
+                             consecutive=max(1, args.consecutive))
 
     # The run's clock starts before the venv step; the re-executed harness inherits it.
     if not setup.in_venv() or T0_ENV not in os.environ:

@@ -17,6 +17,10 @@ from typing import Any
 
 METRICS = ("vs_floor", "vs_best_incumbent")
 DEFAULT_THRESHOLD = 0.20
+# `run.py check` alerts on a drop only when each of this many newest full runs shows it against
+# the run before them: one full run on this VM differs from the next by more than 20% in places
+# for the same code; a regression persists, noise does not.
+DEFAULT_CONSECUTIVE = 3
 
 
 def history_line(results: dict[str, Any]) -> dict[str, Any]:
@@ -97,9 +101,29 @@ def regressions(previous: dict[str, Any], newest: dict[str, Any],
     return found
 
 
+def persistent_regressions(lines: list[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD,
+                           kinds: tuple[str, ...] = ("wirepool",), consecutive: int = 1
+                           ) -> list[dict[str, Any]]:
+    """The regressions that each of the newest `consecutive` lines shows against the line just
+    before them all (same figure, same metric); the newest line's values are reported."""
+    reference = lines[-consecutive - 1]
+    found = [{(r["key"], r["metric"]): r for r in regressions(reference, newer, threshold, kinds)}
+             for newer in lines[-consecutive:]]
+    common = set(found[0]).intersection(*found[1:])
+    return [found[-1][k] for k in sorted(common, key=lambda k: (k[0], k[1] or ""))]
+
+
+def _describe(r: dict[str, Any]) -> str:
+    metric = f" {r['metric']}" if r["metric"] else ""
+    values = "" if r["old"] is None else f" {r['old']:.3f} -> " + (
+        "none" if r["new"] is None else f"{r['new']:.3f}")
+    return f"{r['key']}{metric}:{values} ({r['why']})"
+
+
 def check(path: Path, threshold: float = DEFAULT_THRESHOLD,
-          kinds: tuple[str, ...] = ("wirepool",), out=print) -> int:
-    """Exit status for `run.py check`: 1 when the newest run regressed against the previous."""
+          kinds: tuple[str, ...] = ("wirepool",), out=print, consecutive: int = 1) -> int:
+    """Exit status for `run.py check`: 1 when a tracked ratio fell by more than `threshold` in
+    each of the newest `consecutive` full runs against the run before them."""
     lines = load(path)
     if len(lines) < 2:
         out(f"check: {len(lines)} run(s) in {path}; need two to compare, nothing to do")
@@ -112,18 +136,91 @@ def check(path: Path, threshold: float = DEFAULT_THRESHOLD,
             "nothing to compare")
         return 0
     moved: list[dict[str, Any]] = []
-    bad = regressions(previous, newest, threshold, kinds, moved)
+    latest = regressions(previous, newest, threshold, kinds, moved)
+    enough = len(lines) >= consecutive + 1
+    bad = persistent_regressions(lines, threshold, kinds, consecutive) if enough else []
+    reference = lines[-consecutive - 1] if enough else previous
     out(f"check: {newest['commit'][:12]} ({newest['timestamp']}) against "
-        f"{previous['commit'][:12]} ({previous['timestamp']}): {len(tracked)} tracked ratios, "
-        f"threshold {threshold:.0%}")
+        f"{reference['commit'][:12]} ({reference['timestamp']}): {len(tracked)} tracked ratios, "
+        f"threshold {threshold:.0%}, alert when a drop holds over {consecutive} consecutive "
+        f"full run(s)")
+    if not enough:
+        out(f"check: {len(lines)} full runs in {path}, an alert needs {consecutive + 1}: the "
+            "drops below are to watch, not counted")
     for r in bad:
-        metric = f" {r['metric']}" if r["metric"] else ""
-        values = "" if r["old"] is None else f" {r['old']:.3f} -> " + (
-            "none" if r["new"] is None else f"{r['new']:.3f}")
-        out(f"  REGRESSION {r['key']}{metric}:{values} ({r['why']})")
+        out(f"  REGRESSION {_describe(r)}, in each of the newest {consecutive} full run(s)")
+    alerted = {(r["key"], r["metric"]) for r in bad}
+    for r in latest:
+        if (r["key"], r["metric"]) not in alerted:
+            out(f"  watch (newest run against the previous only) {_describe(r)}")
     for r in moved:
         out(f"  not counted, the baseline moved: {r['key']} {r['metric']}: {r['old']:.3f} -> "
             f"{r['new']:.3f} ({r['why']})")
     if not bad:
-        out("check: no ratio dropped by more than the threshold")
+        out(f"check: no ratio dropped by more than the threshold over {consecutive} "
+            "consecutive full run(s)")
     return 1 if bad else 0
+
+
+# github-action-benchmark (https://github.com/benchmark-action/github-action-benchmark): its
+# `customBiggerIsBetter` / `customSmallerIsBetter` tools read a JSON list of
+# {"name", "unit", "value", "range"?, "extra"?}; its chart page reads the stored history
+# `window.BENCHMARK_DATA = {"lastUpdate", "repoUrl", "entries": {suite: [run, ...]}}`.
+SUITE_BIGGER = "wirepool wall-clock (bigger is better)"
+SUITE_SMALLER = "wirepool wall-clock (smaller is better)"
+
+
+def github_benchmark(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A run's wirepool medians as the action's (customBiggerIsBetter, customSmallerIsBetter)
+    inputs, with the spread of the repeats as `range` and the ratios as `extra`."""
+    kinds = {r["name"]: r["kind"] for r in doc["runners"]}
+    bigger: list[dict[str, Any]] = []
+    smaller: list[dict[str, Any]] = []
+    for row in doc["comparisons"]:
+        for runner, fig in row["runners"].items():
+            if kinds.get(runner) != "wirepool" or fig["median"] != fig["median"]:
+                continue
+            spread = fig.get("spread")
+            ratios = ", ".join(f"{m} {fig[m]:.3f}" for m in METRICS if fig.get(m) is not None)
+            entry = {"name": f"{runner} {row['scenario']} {row['figure']}", "unit": row["unit"],
+                     "value": fig["median"], "extra": ratios or "no baseline in this run"}
+            if spread is not None:
+                entry["range"] = f"{100 * spread:.0f}% (max - min of repeats / median)"
+            (bigger if row["better"] == "higher" else smaller).append(entry)
+    return bigger, smaller
+
+
+def benchmark_data(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The whole history in the action's stored format (its data.js without the assignment):
+    one entry per full run and suite: every wirepool ratio (bigger is better) and, where the
+    line has it, the runner's own median."""
+    entries: dict[str, list[dict[str, Any]]] = {SUITE_BIGGER: [], SUITE_SMALLER: []}
+    for line in lines:
+        date_ms = int(_epoch(line["timestamp"]) * 1000)
+        benches: dict[str, list[dict[str, Any]]] = {SUITE_BIGGER: [], SUITE_SMALLER: []}
+        for key, fig in sorted(line["ratios"].items()):
+            runner = key.split("|", 1)[0]
+            if line.get("kinds", {}).get(runner) != "wirepool":
+                continue
+            name = key.replace("|", " ")
+            # Ratios are oriented so that bigger is better, latencies included.
+            for m in METRICS:
+                if fig.get(m) is not None:
+                    benches[SUITE_BIGGER].append({"name": f"{name} {m}", "unit": "x",
+                                                  "value": fig[m]})
+            if fig.get("median") is not None:  # lines before 2026-11-22 04:58 lack it
+                suite = SUITE_BIGGER if fig.get("better", "higher") == "higher" else SUITE_SMALLER
+                benches[suite].append({"name": name, "unit": "", "value": fig["median"]})
+        for suite, tool in ((SUITE_BIGGER, "customBiggerIsBetter"),
+                            (SUITE_SMALLER, "customSmallerIsBetter")):
+            if benches[suite]:
+                entries[suite].append({"commit": {"id": line["commit"],
+                                                  "timestamp": line["timestamp"]},
+                                       "date": date_ms, "tool": tool, "benches": benches[suite]})
+    last = max((e["date"] for runs in entries.values() for e in runs), default=0)
+    return {"lastUpdate": last, "repoUrl": "", "entries": entries}
+
+
+def _epoch(timestamp: str) -> float:
+    import datetime as dt
+    return dt.datetime.fromisoformat(timestamp).timestamp()

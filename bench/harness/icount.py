@@ -94,20 +94,22 @@ def parent_argv(pair: str, python: str) -> list[str]:
     return [python, str(BENCH / "icount" / "count_python.py"), "--worker", worker]
 
 
-def snapshot_python_sdk(python: str) -> Path:
+def snapshot_python_sdk(python: str, snapshot: Path = SNAPSHOT) -> Path:
     """A copy of python/wirepool, compiled to bytecode: the counted runs import it, so an edit
     of the shared tree while they run (a recompiled module costs ~100 M instructions) changes
     nothing, and no counted run compiles anything."""
-    dest = SNAPSHOT / "wirepool"
-    shutil.rmtree(SNAPSHOT, ignore_errors=True)
+    dest = snapshot / "wirepool"
+    shutil.rmtree(snapshot, ignore_errors=True)
     shutil.copytree(REPO / "python" / "wirepool", dest,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    subprocess.run([python, "-m", "compileall", "-q", str(dest)], env=count_env(python),
-                   check=True, capture_output=True, timeout=120)
-    return SNAPSHOT
+    subprocess.run([python, "-m", "compileall", "-q", str(dest)],
+                   env=count_env(python, snapshot=snapshot), check=True, capture_output=True,
+                   timeout=120)
+    return snapshot
 
 
-def count_env(python: str, plant: str | None = None) -> dict[str, str]:
+def count_env(python: str, plant: str | None = None, snapshot: Path = SNAPSHOT
+              ) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # imports must read cached bytecode, not compile
     env.pop("WIREPOOL_ICOUNT_PLANT", None)
@@ -119,7 +121,7 @@ def count_env(python: str, plant: str | None = None) -> dict[str, str]:
         env.get("GLIBC_TUNABLES", ""), "glibc.cpu.x86_rep_movsb_threshold=1073741824",
         "glibc.cpu.x86_non_temporal_threshold=1073741824"]))
     env.update(PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=str(PYCACHE), WIREPOOL_REPO=str(REPO),
-               WIREPOOL_BENCH_PYTHON=python, WIREPOOL_PYTHON_SRC=str(SNAPSHOT))
+               WIREPOOL_BENCH_PYTHON=python, WIREPOOL_PYTHON_SRC=str(snapshot))
     if plant:
         env["WIREPOOL_ICOUNT_PLANT"] = plant
     return env
@@ -140,12 +142,13 @@ def missing_tools(pairs: list[str]) -> list[str]:
     return sorted(set(out))
 
 
-def warm_up(pairs: list[str], python: str) -> None:
+def warm_up(pairs: list[str], python: str, snapshot: Path = SNAPSHOT) -> None:
     """One native run of each parent with tiny counts: fills the bytecode cache (PYCACHE) so that
     no counted run compiles a module, and fails early and clearly when a pair cannot run."""
     tiny = [f"{op}=1" for op in OPS]
     for pair in pairs:
-        r = subprocess.run(parent_argv(pair, python) + tiny, env=count_env(python),
+        r = subprocess.run(parent_argv(pair, python) + tiny,
+                           env=count_env(python, snapshot=snapshot),
                            cwd=REPO, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"{pair}: the counting parent failed natively (exit "
@@ -224,20 +227,22 @@ def count_run(argv: list[str], env: dict[str, str], cpu: int | None, n_phases: i
 
 def measure(pairs: list[str], ops: list[str], python: str = sys.executable,
             plant: str | None = None, log: Callable[[str], None] = print,
-            parallel: int | None = None) -> dict[str, dict[str, Any]]:
+            cpus: list[int] | None = None, snapshot: Path = SNAPSHOT
+            ) -> dict[str, dict[str, Any]]:
     """`pair.op` -> {"count": instructions per operation, "unit", "what"}: one counting run per
-    pair, the runs side by side (one per CPU, each pinned to its own)."""
+    pair, the runs side by side, each pinned to its own CPU of `cpus` (default: all of ours)."""
     missing = missing_tools(pairs)
     if missing:
         raise RuntimeError("cannot count instructions: " + "; ".join(missing))
-    snapshot_python_sdk(python)
-    warm_up(pairs, python)
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
-    width = max(1, min(parallel or len(cpus), len(cpus), len(pairs)))
+    snapshot_python_sdk(python, snapshot)
+    warm_up(pairs, python, snapshot)
+    if cpus is None:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    width = max(1, min(len(cpus), len(pairs)))
     free: queue.Queue[int] = queue.Queue()
     for cpu in cpus[:width]:
         free.put(cpu)
-    env = count_env(python, plant)
+    env = count_env(python, plant, snapshot)
 
     def one(pair: str) -> dict[str, dict[str, Any]]:
         steps = phases(ops, pair)
@@ -355,11 +360,11 @@ def compare(baseline: dict[str, Any], figures: dict[str, dict[str, Any]], commit
             failures += 1
             continue
         change = new / old - 1 if old else 0.0
-        if change > limit:
+        if new > old * (1 + limit):
             out(f"  REGRESSION {key}: {old:,} -> {new:,} {unit} ({change:+.1%}, threshold "
                 f"+{limit:.0%}) at commit {commit}")
             failures += 1
-        elif change < -limit:
+        elif new < old * (1 - limit):
             out(f"  improved   {key}: {old:,} -> {new:,} {unit} ({change:+.1%}); lower the "
                 "baseline on purpose: make bench-baseline")
         else:

@@ -119,3 +119,45 @@ def render(results: dict[str, Any], out_dir: Path) -> list[str]:
         plt.close(fig)
         written.append("pool_scaling.png")
     return written
+
+
+def trend(lines: list[dict[str, Any]], out_dir: Path, metric: str = "vs_floor") -> list[str]:
+    """One PNG per workload: every wirepool ratio (`metric`, > 1 better) across the full runs of
+    the history, oldest first, so a change that holds shows as a step and noise as jitter."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{line['timestamp'][:16]}\n{line['commit'][:7]}" for line in lines]
+    per_workload: dict[str, dict[str, list[float | None]]] = {}
+    for i, line in enumerate(lines):
+        for key, fig in line["ratios"].items():
+            runner, scenario, _ = key.split("|", 2)
+            if line.get("kinds", {}).get(runner) != "wirepool":
+                continue
+            series = per_workload.setdefault(scenario.split(".", 1)[0], {}).setdefault(
+                key, [None] * len(lines))
+            series[i] = fig.get(metric)
+    written = []
+    for workload, series in sorted(per_workload.items()):
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(lines) + 4), 5))
+        for key, values in sorted(series.items()):
+            pts = [(i, v) for i, v in enumerate(values) if v is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
+                        linewidth=1, label=key.replace("|", " "))
+        ax.set_xticks(range(len(lines)))
+        ax.set_xticklabels(labels, fontsize=6)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{metric} (> 1 better)")
+        ax.set_title(f"{workload}: wirepool {metric} over the full runs in the history")
+        ax.grid(True, which="both", alpha=0.3)
+        if len(series) <= 24:
+            ax.legend(fontsize=5, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.tight_layout()
+        name = f"trend_{workload}.png"
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        written.append(name)
+    return written

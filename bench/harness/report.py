@@ -237,6 +237,17 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
     if any(notes.values()):
         lines += ["", "## How each runner was driven", ""]
         lines += [f"- {runner}: " + "; ".join(n) for runner, n in notes.items() if n]
+    trend = results.get("trend")
+    if trend:
+        lines += ["", "## Trend over full runs", "",
+                  f"{trend['runs']} full run(s) in `{trend['history']}`. Wall-clock ratios are "
+                  "reported, not gated: one full run on this VM differs from the next by more "
+                  "than 20% in places for the same code, so `run.py check` alerts only when a "
+                  f"drop holds in each of the newest {trend['consecutive']} consecutive full "
+                  "runs against the run before them; a drop in the newest run alone is listed "
+                  "to watch. The CI gate is the instruction count (`run.py gate`).", "", "```"]
+        lines += trend["check"] + ["```", ""]
+        lines += [f"![{p}]({p})" for p in trend["plots"]]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"

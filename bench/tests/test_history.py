@@ -134,13 +134,48 @@ def test_corrupt_history_line_is_reported_with_its_line_number(tmp_path):
 
 def test_run_py_check_exit_status_follows_the_history(tmp_path):
     slow = write(tmp_path, line("a", {KEY: (0.5, 1.0)}), line("b", {KEY: (0.2, 0.4)}))
-    cmd = [sys.executable, str(BENCH / "run.py"), "check", "--history", str(slow)]
+    cmd = [sys.executable, str(BENCH / "run.py"), "check", "--consecutive", "1", "--history",
+           str(slow)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "REGRESSION" in done.stdout
     fine = write(tmp_path, line("a", {KEY: (0.5, 1.0)}), line("b", {KEY: (0.5, 1.0)}))
     cmd[-1] = str(fine)
     assert subprocess.run(cmd, capture_output=True, text=True, timeout=60).returncode == 0
+
+
+def test_the_alert_needs_the_drop_in_each_of_the_consecutive_newest_runs(tmp_path):
+    good, bad = (0.5, 1.0), (0.3, 0.6)
+    messages: list[str] = []
+    # Dropped in the newest two only, against the reference three runs back: no alert yet.
+    path = write(tmp_path, line("a", {KEY: good}), line("b", {KEY: good}),
+                 line("c", {KEY: bad}), line("d", {KEY: bad}))
+    assert history.check(path, out=messages.append, consecutive=3) == 0
+    assert any("watch" in m for m in messages) is False  # d against c: no drop between them
+    # A third run with the drop: it holds over three consecutive runs.
+    path = write(tmp_path, line("a", {KEY: good}), line("b", {KEY: bad}), line("c", {KEY: bad}),
+                 line("d", {KEY: bad}))
+    messages.clear()
+    assert history.check(path, out=messages.append, consecutive=3) == 1
+    assert any("REGRESSION" in m and "newest 3" in m for m in messages)
+
+
+def test_a_single_noisy_run_is_watched_not_alerted(tmp_path):
+    good, bad = (0.5, 1.0), (0.3, 0.6)
+    path = write(tmp_path, line("a", {KEY: good}), line("b", {KEY: good}), line("c", {KEY: good}),
+                 line("d", {KEY: bad}))
+    messages: list[str] = []
+    assert history.check(path, out=messages.append, consecutive=3) == 0
+    assert any(m.startswith("  watch") and KEY in m for m in messages)
+    assert not any("REGRESSION" in m for m in messages)
+
+
+def test_too_few_runs_for_the_alert_only_watch(tmp_path):
+    path = write(tmp_path, line("a", {KEY: (0.5, 1.0)}), line("b", {KEY: (0.3, 0.6)}))
+    messages: list[str] = []
+    assert history.check(path, out=messages.append, consecutive=3) == 0
+    assert any("an alert needs 4" in m for m in messages)
+    assert any(m.startswith("  watch") for m in messages)
 
 
 def _results(medians: dict[str, float], better: str = "higher") -> dict:
