@@ -43,10 +43,10 @@ def worker_argv() -> list[str]:
                                          "wirepool_python_worker.py")]
 
 
-def make_pool(workers: int, max_in_flight: int) -> wirepool.AsyncPool:
+def make_pool(workers: int, max_in_flight: int, max_frame: int = MAX_FRAME) -> wirepool.AsyncPool:
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
     return wirepool.AsyncPool(worker_argv(), workers=workers, max_in_flight=max_in_flight,
-                              max_frame_size=MAX_FRAME, startup_timeout=20.0, env=env)
+                              max_frame_size=max_frame, startup_timeout=20.0, env=env)
 
 
 def children_peak_kib(pool: wirepool.AsyncPool) -> int | None:
@@ -98,7 +98,9 @@ async def run_echo(sc: dict) -> tuple[list[dict], int | None, str]:
     method = "oneway" if kind == "oneway" else "echo"
     body = payload_bytes(sc["payload"])
     latency = kind == "echo" and inflight == 1
-    async with make_pool(1, max(inflight, 1)) as pool:
+    # Scenarios around the frame size set their own (the large-message variants).
+    max_frame = sc.get("max_frame_size", MAX_FRAME)
+    async with make_pool(1, max(inflight, 1), max_frame) as pool:
         await echo_window(pool, method, body, inflight, sc["warmup_s"], 1, False, sc["payload"])
         results = []
         for _ in range(sc["repeats"]):
@@ -108,7 +110,7 @@ async def run_echo(sc: dict) -> tuple[list[dict], int | None, str]:
     it = iter(results)
     figs = echo_figures(sc, lambda: next(it))
     how = f"{inflight} tasks each keeping one call outstanding" if inflight > 1 else "one call at a time"
-    return figs, children, f"AsyncPool.call(codec='raw'), 16 MiB frames; {how}"
+    return figs, children, f"AsyncPool.call(codec='raw'), {max_frame >> 10} KiB frames; {how}"
 
 
 async def read_rows(pool, sc: dict) -> int:

@@ -242,6 +242,50 @@ def test_parent_reassembles_and_limits_message_size() -> None:
     assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
+def _underlying(view: object) -> object:
+    assert isinstance(view, memoryview)
+    return view.obj
+
+
+def test_continued_messages_land_in_one_buffer_reused_once_the_reader_lets_go() -> None:
+    c = open_parent()
+    results = []
+    for rid, (fill, size) in enumerate([(1, 150_000), (2, 150_000), (3, 120_000), (4, 190_000)], 1):
+        c.send(proto.Request(rid, 0, 1, b"{}"))
+        (ev,) = events(c, enc(*proto.split_message(proto.Result(rid, bytes([fill]) * size), 65536)))
+        assert isinstance(ev, proto.Result) and len(ev.body) == size
+        results.append(ev.body)
+    first, second, third, fourth = results
+    # Each held while the next arrived: none was overwritten, none shares a buffer.
+    assert bytes(first) == b"\x01" * 150_000 and bytes(second) == b"\x02" * 150_000
+    assert len({id(_underlying(v)) for v in results}) == 4
+    assert bytes(fourth) == b"\x04" * 190_000
+    # Let go of the last one: the next message reuses its buffer (already mapped memory).
+    reused = id(_underlying(fourth))  # the spare keeps it alive: this id cannot be recycled
+    length = len(_underlying(fourth))  # type: ignore[arg-type]
+    del results, first, second, third, fourth, ev
+    c.send(proto.Request(5, 0, 1, b"{}"))
+    (ev,) = events(c, enc(*proto.split_message(proto.Result(5, b"\x05" * 100_000), 65536)))
+    assert id(_underlying(ev.body)) == reused
+    assert bytes(ev.body) == b"\x05" * 100_000
+    # Bounded: never longer than a message the connection accepted.
+    assert length == len(_underlying(ev.body)) <= WELCOME.max_message_size  # type: ignore[arg-type,operator]
+
+
+def test_continued_message_past_the_limit_is_refused_before_it_is_copied() -> None:
+    c = open_parent()
+    c.send(proto.Request(1, 0, 1, b"{}"))
+    c.send(proto.Request(2, 0, 1, b"{}"))
+    # Two messages in progress (120,000 bytes held), then a chunk taking the sum past 200,000.
+    first = proto.split_message(proto.Result(1, b"a" * 190_000), 65536)
+    second = proto.split_message(proto.Result(2, b"b" * 190_000), 65536)
+    assert events(c, enc(first[0], second[0])) == []
+    with pytest.raises(ProtocolError) as e:
+        events(c, enc(first[1], first[2]))
+    assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert c._incoming == {} and c._incoming_bytes == 0
+
+
 def test_worker_rejects_overload_draining_unknown_codec() -> None:
     c = open_worker()
     evs = events(c, enc(proto.Request(1, 0, 1), proto.Request(2, 0, 1), proto.Request(3, 0, 1),

@@ -1144,14 +1144,24 @@ class _Stream:
 
 
 class _Assembly:
-    """An incoming message split by MORE, being reassembled."""
+    """An incoming message split by MORE, being reassembled into one buffer: each chunk is
+    copied in as it arrives (so the frame's own buffer is free for the next frame at once) and
+    the message is a view of that buffer, never a join of the chunks."""
 
-    __slots__ = ("first", "chunks", "size")
+    __slots__ = ("first", "buf", "fill", "size")
 
-    def __init__(self, first: Frame, chunk: Buffer, size: int) -> None:
+    def __init__(self, first: Frame, buf: bytearray, size: int) -> None:
         self.first = first
-        self.chunks: list[Buffer] = [chunk]
+        self.buf = buf
+        self.fill = 0  # bytes of the body in ``buf`` (which may be longer: a reused buffer)
         self.size = size
+
+    def append(self, chunk: Buffer) -> None:
+        end = self.fill + len(chunk)
+        # Assigning past the end grows the bytearray (amortised, realloc in place when it can);
+        # within it, the bytes of an earlier message are overwritten.
+        self.buf[self.fill:end if end <= len(self.buf) else len(self.buf)] = chunk
+        self.fill = end
 
 
 _START, _HELLO_DONE, _OPEN = 0, 1, 2
@@ -1190,6 +1200,7 @@ class Connection:
         self.in_flight: dict[int, _Stream] = {}
         self._incoming: dict[int, _Assembly] = {}
         self._incoming_bytes = 0  # all messages in progress: bounded per connection (section 5)
+        self._spare: bytearray | None = None  # the last reassembled message's buffer
         self._outgoing: set[int] = set()
         self.draining = False
         self.goodbye_sent = False
@@ -1241,11 +1252,15 @@ class Connection:
                         f"{self.max_message_size}", f.id)
         self._incoming_bytes += len(body)
         self._check_incoming_bytes(f.id)
-        asm.chunks.append(body)
+        asm.append(body)
+        # Let go of the frame's buffer now: the decoder reuses it for the next large frame.
+        f.body = b""  # type: ignore[attr-defined]
+        del body
         if f.more:
             return None
         self._drop_assembly(f.id)
-        whole = b"".join(asm.chunks)
+        whole = memoryview(asm.buf)[:asm.fill]
+        self._spare = asm.buf
         first = asm.first
         if first.TYPE == FrameType.REQUEST:
             return Request(first.id, first.method, first.codec, whole, first.timeout_us)  # type: ignore[attr-defined]
@@ -1254,9 +1269,23 @@ class Connection:
         return End(first.id, first.row_count, whole)  # type: ignore[attr-defined]
 
     def _start_assembly(self, f: Frame, chunk: Buffer) -> None:
-        asm = self._incoming[f.id] = _Assembly(f, chunk, len(chunk) + _PREFIX_SIZE[f.TYPE])
-        self._incoming_bytes += asm.size
+        size = len(chunk) + _PREFIX_SIZE[f.TYPE]
+        self._incoming_bytes += size
         self._check_incoming_bytes(f.id)
+        # The last message's buffer, if nothing refers to it any more (2 = the attribute and
+        # getrefcount's argument; a view of it held by a reader adds one): large messages then
+        # land in memory already mapped instead of fresh pages each time. It is never longer
+        # than a message this connection accepted (bounded by max_message_size).
+        buf = self._spare
+        self._spare = None
+        if buf is None or sys.getrefcount(buf) != 2:
+            buf = bytearray()
+        asm = self._incoming[f.id] = _Assembly(f, buf, size)
+        asm.append(chunk)
+        if f.TYPE == FrameType.END:
+            f.summary = b""  # type: ignore[attr-defined]
+        else:
+            f.body = b""  # type: ignore[attr-defined]
 
     def _drop_assembly(self, id: int) -> None:
         self._incoming_bytes -= self._incoming.pop(id).size
