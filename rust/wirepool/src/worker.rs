@@ -372,16 +372,15 @@ impl Worker {
         awaiting: Awaiting,
         events: Option<&EventSender>,
     ) -> Result<WorkerRequest, NotSent> {
-        let sent = self.wire_method(method_no, &awaiting).and_then(|wire| {
-            self.queue_request(wire, method_no, codec, timeout, body, awaiting, events)
-        });
-        let (id, started) = match sent {
-            Ok(sent) => sent,
-            Err(e) => {
-                self.release_slot();
-                return Err(e);
-            }
+        let wire = match self.wire_method(method_no, &awaiting) {
+            Ok(wire) => wire,
+            Err(e) => return Err(self.not_sent(e)),
         };
+        let (id, started) =
+            match self.queue_request(wire, method_no, codec, timeout, body, awaiting, events) {
+                Ok(sent) => sent,
+                Err(e) => return Err(self.not_sent(e)),
+            };
         self.counters.requests.fetch_add(1, Relaxed);
         if let Some(now) = started {
             self.last_request_ms.store(
@@ -397,6 +396,13 @@ impl Worker {
             method_no,
             started,
         })
+    }
+
+    /// A request refused before it left gives its reserved slot back.
+    #[cold]
+    fn not_sent(&self, e: NotSent) -> NotSent {
+        self.release_slot();
+        e
     }
 
     /// How method `method_no` is called on this worker; an unknown method, or one called as
