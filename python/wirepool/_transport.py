@@ -27,6 +27,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._recv_view: memoryview | None = None
         self._direct = False
         self.bytes_sent = 0  # for metrics
+        self.bytes_received = 0
 
     def _write(self, parts: list[Any]) -> None:
         self._out.extend(parts)
@@ -71,6 +72,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return self._recv_view
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.bytes_received += nbytes
         if self._direct:
             self.conn.decoder.wrote(nbytes)
             self.data_received(b"")

@@ -23,7 +23,7 @@ Series (every one labelled ``pool``, the name given to the collector, "default" 
 | ``wirepool_worker_rows_total`` | counter | worker_id | stream rows received from it |
 | ``wirepool_worker_received_bytes_total`` | counter | worker_id | bytes received from it |
 | ``wirepool_worker_sent_bytes_total`` | counter | worker_id | bytes sent to it |
-| ``wirepool_method_duration_seconds`` | histogram | method | latency of completed calls and streams, from sending to the outcome (5 us to 5 min buckets, as the Rust pool's) |
+| ``wirepool_method_duration_seconds`` | histogram | method | latency of completed calls and streams since the collector was made, from sending to the outcome (power-of-two buckets from 1 us) |
 | ``wirepool_worker_restarts_total`` | counter | cause | replacements by why the worker died (``crashed``, ``hung``, ``protocol_violation``, ``start_failed``) |
 | ``wirepool_calls_total`` | counter | | unary calls started |
 | ``wirepool_streams_total`` | counter | | streams started |
@@ -107,6 +107,9 @@ class PoolCollector(Collector):
     def __init__(self, pools: AnyPool | Mapping[str, AnyPool], *, name: str = "default") -> None:
         self._pools: dict[str, AnyPool] = (dict(pools) if isinstance(pools, Mapping)
                                            else {name: pools})
+        for pool in self._pools.values():
+            # Per-method latency costs the pool a little per request: recorded once collected.
+            (pool._apool if isinstance(pool, Pool) else pool).latency_histograms = True
 
     def describe(self) -> Iterable[Metric]:
         # Registering must not scrape a pool (it may not be started yet): the families, empty.
@@ -182,7 +185,7 @@ class _Families:
             self.sent.add_metric(labels, w.get("bytes_sent", 0))
         for method, h in m.get("methods", {}).items():
             cumulative, buckets = 0, []
-            for bound, n in zip(h["bounds"], h["buckets"]):
+            for bound, n in h["buckets"]:
                 cumulative += n
                 buckets.append((repr(float(bound)), cumulative))
             buckets.append(("+Inf", h["count"]))
