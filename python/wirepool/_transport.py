@@ -25,7 +25,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._out: list[Any] = []
         self._out_scheduled = False
         self._recv_view: memoryview | None = None
-        self._direct = False
+        self._into_frame = False
         self.bytes_sent = 0  # for metrics
         self.bytes_received = 0
 
@@ -62,18 +62,18 @@ class FrameProtocol(asyncio.BufferedProtocol):
     # whose mmap/munmap churn cost more than the copy; large payloads are received straight
     # into their frame's buffer.
     def get_buffer(self, sizehint: int) -> memoryview:
-        direct = self.conn.decoder.writable()
-        if direct is not None:
-            self._direct = True
-            return direct
-        self._direct = False
+        frame_buffer = self.conn.decoder.writable()
+        if frame_buffer is not None:
+            self._into_frame = True
+            return frame_buffer
+        self._into_frame = False
         if self._recv_view is None:
             self._recv_view = memoryview(bytearray(_RECV_BUFFER))
         return self._recv_view
 
     def buffer_updated(self, nbytes: int) -> None:
         self.bytes_received += nbytes
-        if self._direct:
+        if self._into_frame:
             self.conn.decoder.wrote(nbytes)
             self.data_received(b"")
         else:
