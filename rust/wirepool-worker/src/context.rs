@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use wirepool_codec::Codec;
 
-use crate::core::RequestShared;
+use crate::state::RequestShared;
 
 /// The request a handler is serving: its id, codec, deadline, cancellation, and a way to send
 /// progress events. Cheap to clone; clones refer to the same request.

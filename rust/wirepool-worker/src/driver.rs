@@ -11,12 +11,12 @@ use tokio::sync::Notify;
 use wirepool_codec::Codec;
 use wirepool_proto::{ErrorCode, Event, Hello, MethodInfo, MethodKind, ProtocolError, Welcome};
 
-use crate::core::{send_error, CancelReason, RequestShared, Shared, Terminal};
+use crate::state::{send_error, CancelReason, RequestShared, Shared, Terminal};
 use crate::error::HandlerError;
 use wirepool_io::outbox::WriteQueue;
-use crate::socket::Socket;
-use crate::pool::{Pool, Task};
-use crate::sink::StreamShared;
+use wirepool_io::Socket;
+use crate::handler_threads::{HandlerThreads, Task};
+use crate::sink::RowBatcher;
 use crate::worker::{Handler, Method, Worker};
 
 /// The environment variable holding the inherited socket's descriptor number.
@@ -33,7 +33,7 @@ const CANCEL_GRACE: Duration = Duration::from_millis(200);
 const FINAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 const GOODBYE_DRAINED: u32 = 0;
-/// How long queued blocking work may see no thread start a task before the pool adds a thread.
+/// How long queued blocking work may see no thread start a task before another handler thread is started.
 const POOL_MONITOR_TICK: Duration = Duration::from_millis(1);
 
 pub(crate) fn take_inherited_socket() -> io::Result<StdUnixStream> {
@@ -98,12 +98,12 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
     let shared = Shared::new();
     {
         let mut guard = shared.lock();
-        let core = &mut *guard;
-        core.conn.send_hello(&hello, core.out.tail()).map_err(protocol_io_error)?;
+        let state = &mut *guard;
+        state.conn.send_hello(&hello, state.out.tail()).map_err(protocol_io_error)?;
     }
     let writer = tokio::spawn(write_loop(Arc::clone(&shared), Arc::clone(&socket)));
     let mut driver = Driver {
-        pool: Pool::new(worker.max_concurrency as usize),
+        handler_threads: HandlerThreads::new(worker.max_concurrency as usize),
         methods: worker.methods.into_iter().map(Arc::new).collect(),
         batch_bytes: worker.batch_bytes,
         flush_interval: worker.flush_interval,
@@ -129,9 +129,9 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
             let fatal = e.get_ref().and_then(|inner| inner.downcast_ref::<ProtocolError>()).cloned();
             let sent = fatal.is_some_and(|fatal| {
                 let mut guard = shared.lock();
-                let core = &mut *guard;
-                let ok = !core.closed && core.conn.encode_fatal(&fatal, core.out.tail()).is_ok();
-                core.closed = true;
+                let state = &mut *guard;
+                let ok = !state.closed && state.conn.encode_fatal(&fatal, state.out.tail()).is_ok();
+                state.closed = true;
                 ok
             });
             if sent {
@@ -151,7 +151,7 @@ enum Exit {
 }
 
 struct Driver {
-    pool: Pool,
+    handler_threads: HandlerThreads,
     methods: Vec<Arc<Method>>,
     batch_bytes: usize,
     flush_interval: Duration,
@@ -161,7 +161,7 @@ struct Driver {
     draining: bool,
     /// Set by the drain task once GOODBYE is queued.
     goodbye: Arc<Notify>,
-    /// Blocking handlers of the current read, handed to the pool together.
+    /// Blocking handlers of the current read, handed to the handler threads together.
     tasks: Vec<Task>,
     /// The state of the last inline request, reused by the next one.
     inline_req: Option<Arc<RequestShared>>,
@@ -194,8 +194,8 @@ impl Driver {
                 _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
             };
             let eof = {
-                let mut core = self.shared.lock();
-                std::mem::swap(core.conn.read_buf(), &mut buf);
+                let mut state = self.shared.lock();
+                std::mem::swap(state.conn.read_buf(), &mut buf);
                 spare = buf;
                 match read {
                     Ok(0) => true,
@@ -210,12 +210,12 @@ impl Driver {
                 return Ok(Exit::Eof);
             }
             let violation = {
-                let mut core = self.shared.lock();
+                let mut state = self.shared.lock();
                 // What this read's frames produce (inline results, PONGs, refusals) is flushed
                 // by `end_pass` below, so it need not wake the writer task.
-                core.reader_flushes = true;
+                state.reader_flushes = true;
                 loop {
-                    match core.conn.poll_event() {
+                    match state.conn.poll_event() {
                         Ok(Some(event)) => events.push(event),
                         Ok(None) => break None,
                         // Act on what arrived before the violation, then report it.
@@ -229,12 +229,12 @@ impl Driver {
             if let Some(e) = violation {
                 return Err(protocol_io_error(e));
             }
-            if self.pool.submit(&mut self.tasks) {
-                let pool = self.pool.clone();
+            if self.handler_threads.submit(&mut self.tasks) {
+                let threads = self.handler_threads.clone();
                 tokio::spawn(async move {
                     loop {
                         tokio::time::sleep(POOL_MONITOR_TICK).await;
-                        if !pool.check_progress() {
+                        if !threads.check_progress() {
                             break;
                         }
                     }
@@ -248,13 +248,13 @@ impl Driver {
     /// switch before the answer leaves); anything left over goes to the writer task.
     fn end_pass(&self, socket: &Socket) {
         let mut guard = self.shared.lock();
-        let core = &mut *guard;
-        core.reader_flushes = false;
-        if core.out.is_empty() {
+        let state = &mut *guard;
+        state.reader_flushes = false;
+        if state.out.is_empty() {
             return;
         }
-        if !core.writer_busy && !core.closed {
-            if let Some(tail) = core.out.tail_only() {
+        if !state.writer_busy && !state.closed {
+            if let Some(tail) = state.out.tail_only() {
                 // WouldBlock (or a broken socket) leaves the bytes for the writer task.
                 if let Ok(n) = socket.try_write(tail) {
                     if n == tail.len() {
@@ -265,7 +265,7 @@ impl Driver {
                 }
             }
         }
-        let wake = !core.out.is_empty();
+        let wake = !state.out.is_empty();
         drop(guard);
         if wake {
             self.shared.wake_writer.notify_one();
@@ -303,9 +303,9 @@ impl Driver {
             }
             Event::Ping { nonce } => {
                 let mut guard = self.shared.lock();
-                let core = &mut *guard;
-                let wake = core.writer_needs_wake();
-                if !core.closed && core.conn.send_pong(nonce, core.out.tail()).is_ok() && wake {
+                let state = &mut *guard;
+                let wake = state.writer_needs_wake();
+                if !state.closed && state.conn.send_pong(nonce, state.out.tail()).is_ok() && wake {
                     drop(guard);
                     self.shared.wake_writer.notify_one();
                 }
@@ -325,13 +325,13 @@ impl Driver {
 
     /// Answer a request that will not run.
     fn reject(&self, id: u64, code: ErrorCode, message: String) {
-        let mut core = self.shared.lock();
-        if core.closed {
+        let mut state = self.shared.lock();
+        if state.closed {
             return;
         }
-        let wake = core.writer_needs_wake();
-        let _ = send_error(&mut core, id, &HandlerError::protocol(code, message));
-        drop(core);
+        let wake = state.writer_needs_wake();
+        let _ = send_error(&mut state, id, &HandlerError::protocol(code, message));
+        drop(state);
         if wake {
             self.shared.wake_writer.notify_one();
         }
@@ -346,7 +346,7 @@ impl Driver {
         // requests without one. Any u64 is valid: a deadline past the clock's range is none.
         let deadline = (timeout_us > 0).then(|| Instant::now().checked_add(Duration::from_micros(timeout_us))).flatten();
         let stream = (m.kind == MethodKind::Stream).then(|| {
-            Arc::new(StreamShared::new(id, codec, max_frame_size, self.batch_bytes, Arc::clone(&self.shared)))
+            Arc::new(RowBatcher::new(id, codec, max_frame_size, self.batch_bytes, Arc::clone(&self.shared)))
         });
         if let Handler::Inline(run) = &m.handler {
             // No map entry and no timer: the handler runs to its end right here, before the
@@ -367,10 +367,10 @@ impl Driver {
         }
         let req = Arc::new(RequestShared::new(id, codec, deadline, Arc::clone(&self.shared), stream.clone(), false));
         {
-            let mut core = self.shared.lock();
-            core.requests.insert(id, Arc::clone(&req));
+            let mut state = self.shared.lock();
+            state.requests.insert(id, Arc::clone(&req));
             if let Some(stream) = &stream {
-                core.streams.insert(id, Arc::clone(stream));
+                state.streams.insert(id, Arc::clone(stream));
             }
         }
         if let Some(deadline) = deadline {
@@ -440,9 +440,9 @@ impl Driver {
             }
             {
                 let mut guard = shared.lock();
-                let core = &mut *guard;
-                let _ = core.conn.send_goodbye(GOODBYE_DRAINED, core.out.tail());
-                core.closed = true;
+                let state = &mut *guard;
+                let _ = state.conn.send_goodbye(GOODBYE_DRAINED, state.out.tail());
+                state.closed = true;
             }
             shared.wake_writer.notify_one();
             goodbye.notify_one();
@@ -481,10 +481,10 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> 
     let mut queue = WriteQueue::default();
     loop {
         let closed = {
-            let mut core = shared.lock();
-            core.out.take_into(&mut queue);
-            core.writer_busy = !queue.is_empty();
-            core.closed
+            let mut state = shared.lock();
+            state.out.take_into(&mut queue);
+            state.writer_busy = !queue.is_empty();
+            state.closed
         };
         if queue.is_empty() {
             if closed {

@@ -60,13 +60,11 @@
 #![warn(missing_docs)]
 
 mod context;
-mod core;
 mod driver;
 mod error;
-// The socket plumbing is shared with the other driver; `crate::socket` keeps its old path.
-use wirepool_io as socket;
-mod pool;
+mod handler_threads;
 mod sink;
+mod state;
 mod worker;
 
 pub use context::Context;

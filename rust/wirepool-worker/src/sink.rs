@@ -14,11 +14,11 @@ use tokio::sync::Notify;
 use wirepool_codec::Codec;
 use wirepool_proto::ErrorCode;
 
-use crate::core::{RequestShared, Shared};
+use crate::state::{RequestShared, Shared};
 use crate::error::StreamClosed;
 
-/// One stream's batch and credit waiters. Lock order: this state, then the core.
-pub(crate) struct StreamShared {
+/// One stream's batch and credit waiters. Lock order: this state, then the worker state.
+pub(crate) struct RowBatcher {
     id: u64,
     codec: Codec,
     max_frame: usize,
@@ -56,10 +56,10 @@ enum Submit {
     Gone,
 }
 
-impl StreamShared {
-    pub(crate) fn new(id: u64, codec: Codec, max_frame: u32, batch_bytes: usize, shared: Arc<Shared>) -> StreamShared {
+impl RowBatcher {
+    pub(crate) fn new(id: u64, codec: Codec, max_frame: u32, batch_bytes: usize, shared: Arc<Shared>) -> RowBatcher {
         let max_frame = max_frame as usize;
-        StreamShared {
+        RowBatcher {
             id,
             codec,
             max_frame,
@@ -172,15 +172,15 @@ impl StreamShared {
     fn try_submit(&self, st: &mut StreamState) -> Submit {
         if st.rows_in_batch > 0 {
             let mut guard = self.shared.lock();
-            let core = &mut *guard;
-            if core.closed || !core.conn.is_in_flight(self.id) {
+            let state = &mut *guard;
+            if state.closed || !state.conn.is_in_flight(self.id) {
                 return Submit::Gone;
             }
-            if !core.conn.can_send_rows(self.id) {
+            if !state.conn.can_send_rows(self.id) {
                 return Submit::NoCredit;
             }
-            let wake = core.writer_needs_wake();
-            let Ok(mut rows) = core.conn.rows(self.id, core.out.tail()) else {
+            let wake = state.writer_needs_wake();
+            let Ok(mut rows) = state.conn.rows(self.id, state.out.tail()) else {
                 return Submit::Gone;
             };
             let mut rest = &st.batch[..];
@@ -334,7 +334,7 @@ fn closed_error(req: &RequestShared) -> StreamClosed {
 /// ```
 pub struct RowSink<Row> {
     pub(crate) req: Arc<RequestShared>,
-    pub(crate) stream: Arc<StreamShared>,
+    pub(crate) stream: Arc<RowBatcher>,
     pub(crate) _row: PhantomData<fn(Row)>,
 }
 
@@ -413,7 +413,7 @@ impl<Row> std::fmt::Debug for RowSink<Row> {
 /// [`RowSink`], but `send` blocks the thread while the stream has no credit.
 pub struct BlockingRowSink<Row> {
     pub(crate) req: Arc<RequestShared>,
-    pub(crate) stream: Arc<StreamShared>,
+    pub(crate) stream: Arc<RowBatcher>,
     pub(crate) _row: PhantomData<fn(Row)>,
 }
 

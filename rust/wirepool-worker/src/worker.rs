@@ -16,7 +16,7 @@ use wirepool_codec::{Codec, CodecError};
 use wirepool_proto::{ErrorCode, MethodKind};
 
 use crate::context::Context;
-use crate::core::{CancelReason, RequestShared, Terminal};
+use crate::state::{CancelReason, RequestShared, Terminal};
 use crate::error::HandlerError;
 use crate::sink::{BlockingRowSink, RowSink};
 
@@ -311,7 +311,7 @@ impl Worker {
         let fd = socket.as_raw_fd();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .on_thread_park(move || crate::socket::spin_until_readable(fd, SPIN_BEFORE_PARK))
+            .on_thread_park(move || wirepool_io::spin_until_readable(fd, SPIN_BEFORE_PARK))
             .build()?;
         runtime.block_on(crate::driver::serve(self, socket))
     }
@@ -359,7 +359,7 @@ fn end(req: &RequestShared, terminal: Terminal) {
     req.shared.finish(req, terminal);
 }
 
-fn stream_terminal(stream: &crate::sink::StreamShared, result: Result<Bytes, HandlerError>) -> Terminal {
+fn stream_terminal(stream: &crate::sink::RowBatcher, result: Result<Bytes, HandlerError>) -> Terminal {
     if let Some(failed) = stream.failure() {
         return Terminal::Error(HandlerError::protocol(failed.code(), failed.message));
     }
@@ -465,7 +465,7 @@ mod default_tests {
                 "max_frame_size" => u64::from(w.max_frame_size),
                 "rows_flush_interval" => w.flush_interval.as_millis() as u64,
                 "rows_batch_bytes" => w.batch_bytes as u64,
-                "event_interval" => crate::core::EVENT_SPACING.as_millis() as u64,
+                "event_interval" => crate::state::EVENT_SPACING.as_millis() as u64,
                 other => panic!("worker default {other} has no Rust counterpart: add it here"),
             };
             assert_eq!(ours, d["value"].as_u64().unwrap(), "{name}: {}", d["reason"]);

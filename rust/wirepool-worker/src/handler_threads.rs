@@ -1,6 +1,6 @@
 //! Threads for blocking handlers, so the I/O thread always answers PING and CANCEL.
 //!
-//! The pool must serve two loads well: many tiny handlers (echo at hundreds of thousands of calls
+//! The threads must serve two loads well: many tiny handlers (echo at hundreds of thousands of calls
 //! per second) and a few handlers that block for a long time (sleep, wait on I/O). Waking a thread
 //! per request is what kills the first (a futex and a context switch per call, and a thread per
 //! request in flight), so only as many threads as there are spare CPUs are woken for queued work.
@@ -13,20 +13,21 @@ use std::sync::{Arc, Condvar, Mutex};
 
 pub(crate) type Task = Box<dyn FnOnce() + Send + 'static>;
 
+/// The handler threads of one worker process (not a pool of workers: that is the parent's).
 #[derive(Clone)]
-pub(crate) struct Pool {
-    inner: Arc<PoolInner>,
+pub(crate) struct HandlerThreads {
+    inner: Arc<Inner>,
 }
 
-struct PoolInner {
-    state: Mutex<PoolState>,
+struct Inner {
+    state: Mutex<QueueState>,
     work: Condvar,
     max_threads: usize,
     /// Threads woken for queued work without evidence that running ones are stuck.
     eager_threads: usize,
 }
 
-struct PoolState {
+struct QueueState {
     queue: VecDeque<Task>,
     idle: usize,
     threads: usize,
@@ -42,10 +43,10 @@ enum Helper {
     Spawn,
 }
 
-impl PoolInner {
+impl Inner {
     /// Whether queued work should get another thread; `force` ignores the eager limit (the
     /// monitor saw no progress).
-    fn helper_for(&self, st: &mut PoolState, force: bool) -> Helper {
+    fn helper_for(&self, st: &mut QueueState, force: bool) -> Helper {
         let busy = st.threads - st.idle;
         if st.queue.is_empty() || (!force && busy >= self.eager_threads) {
             Helper::None
@@ -60,13 +61,13 @@ impl PoolInner {
     }
 }
 
-impl Pool {
-    pub(crate) fn new(max_threads: usize) -> Pool {
+impl HandlerThreads {
+    pub(crate) fn new(max_threads: usize) -> HandlerThreads {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let max_threads = max_threads.max(1);
-        Pool {
-            inner: Arc::new(PoolInner {
-                state: Mutex::new(PoolState {
+        HandlerThreads {
+            inner: Arc::new(Inner {
+                state: Mutex::new(QueueState {
                     queue: VecDeque::new(),
                     idle: 0,
                     threads: 0,
@@ -83,7 +84,7 @@ impl Pool {
     }
 
     /// Queue every task in `tasks` (leaving it empty). Returns true if the caller should start
-    /// the monitor ([`Pool::check_progress`] every tick until it returns false).
+    /// the monitor ([`HandlerThreads::check_progress`] every tick until it returns false).
     pub(crate) fn submit(&self, tasks: &mut Vec<Task>) -> bool {
         if tasks.is_empty() {
             return false;
@@ -126,7 +127,7 @@ impl Pool {
     }
 }
 
-fn help(inner: &Arc<PoolInner>, helper: Helper) {
+fn help(inner: &Arc<Inner>, helper: Helper) {
     match helper {
         Helper::None => {}
         Helper::Wake => inner.work.notify_one(),
@@ -143,7 +144,7 @@ fn help(inner: &Arc<PoolInner>, helper: Helper) {
     }
 }
 
-fn thread_main(inner: Arc<PoolInner>) {
+fn thread_main(inner: Arc<Inner>) {
     let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         if let Some(task) = st.queue.pop_front() {

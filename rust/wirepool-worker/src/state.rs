@@ -11,7 +11,7 @@ use wirepool_proto::{Connection, ErrorCode};
 
 use crate::error::HandlerError;
 use wirepool_io::outbox::Outbox;
-use crate::sink::StreamShared;
+use crate::sink::RowBatcher;
 
 /// Minimum spacing of EVENT frames per request (PROTOCOL.md 2: events are not flow controlled,
 /// so SDKs coalesce them).
@@ -24,7 +24,7 @@ pub(crate) use wirepool_proto::IdMap;
 
 
 pub(crate) struct Shared {
-    core: Mutex<Core>,
+    state: Mutex<WorkerState>,
     /// Something was queued in the outbox.
     pub(crate) wake_writer: Notify,
     /// The writer took everything queued (reader back-pressure).
@@ -34,21 +34,21 @@ pub(crate) struct Shared {
     pub(crate) draining: AtomicBool,
 }
 
-pub(crate) struct Core {
+pub(crate) struct WorkerState {
     pub(crate) conn: Connection,
     pub(crate) out: Outbox,
     pub(crate) requests: IdMap<Arc<RequestShared>>,
-    pub(crate) streams: IdMap<Arc<StreamShared>>,
+    pub(crate) streams: IdMap<Arc<RowBatcher>>,
     /// GOODBYE or a fatal ERROR went out: nothing more may be sent.
     pub(crate) closed: bool,
     /// The writer task holds bytes it has not finished writing: nobody else may write now.
     pub(crate) writer_busy: bool,
     /// The I/O loop is handling a read's frames and flushes the outbox when done: frames queued
-    /// meanwhile need not wake the writer task (see [`Core::writer_needs_wake`]).
+    /// meanwhile need not wake the writer task (see [`WorkerState::writer_needs_wake`]).
     pub(crate) reader_flushes: bool,
 }
 
-impl Core {
+impl WorkerState {
     /// Whether a frame about to be queued must wake the writer task: only the first one after
     /// the writer took the outbox, and none while the I/O loop will flush it anyway.
     pub(crate) fn writer_needs_wake(&self) -> bool {
@@ -59,7 +59,7 @@ impl Core {
 impl Shared {
     pub(crate) fn new() -> Arc<Shared> {
         Arc::new(Shared {
-            core: Mutex::new(Core {
+            state: Mutex::new(WorkerState {
                 conn: Connection::new_worker(),
                 out: Outbox::default(),
                 requests: IdMap::default(),
@@ -75,42 +75,42 @@ impl Shared {
         })
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, WorkerState> {
         // A panic while holding the lock can only come from this crate's own code (handlers never
         // run under it); the state is still consistent frame-wise, so keep going.
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// End request `req` with `terminal`, exactly once: later calls for the same request are
     /// ignored (a handler finishing after its cancellation was already answered).
     pub(crate) fn finish(&self, req: &RequestShared, terminal: Terminal) {
         let mut guard = self.lock();
-        let core = &mut *guard;
+        let state = &mut *guard;
         // An inline request is not in the map (it starts and ends within one dispatch, so
         // nothing can cancel or end it meanwhile) and has exactly one caller of `finish`.
-        if !req.inline && core.requests.remove(&req.id).is_none() {
+        if !req.inline && state.requests.remove(&req.id).is_none() {
             return;
         }
         if req.stream.is_some() {
-            core.streams.remove(&req.id);
+            state.streams.remove(&req.id);
         }
-        if core.closed {
+        if state.closed {
             return;
         }
-        let wake = core.writer_needs_wake();
+        let wake = state.writer_needs_wake();
         if let Some((topic, data)) = req.take_pending_event() {
-            let _ = core.conn.send_event(req.id, &topic, &data, core.out.tail());
+            let _ = state.conn.send_event(req.id, &topic, &data, state.out.tail());
         }
         let sent = match &terminal {
-            Terminal::Result(body) => core.conn.send_result(req.id, body, &mut core.out.message_writer(body)),
-            Terminal::End { summary } => core.conn.send_end(req.id, summary, &mut core.out.message_writer(summary)),
-            Terminal::Error(e) => send_error(core, req.id, e),
+            Terminal::Result(body) => state.conn.send_result(req.id, body, &mut state.out.message_writer(body)),
+            Terminal::End { summary } => state.conn.send_end(req.id, summary, &mut state.out.message_writer(summary)),
+            Terminal::Error(e) => send_error(state, req.id, e),
         };
         if let Err(e) = sent {
             // A result or summary the parent's limits refuse (above max_message_size): the
             // request still needs its one terminal.
             let e = HandlerError::new(format!("the handler's value could not be sent: {e}"));
-            let _ = send_error(core, req.id, &e);
+            let _ = send_error(state, req.id, &e);
         }
         drop(guard);
         // The writer empties the outbox each time it wakes, so only the first frame queued
@@ -131,8 +131,8 @@ impl Shared {
 
 /// Send an ERROR for request `id`, cutting message and details to fit one frame (ERROR cannot
 /// continue).
-pub(crate) fn send_error(core: &mut Core, id: u64, e: &HandlerError) -> Result<(), wirepool_proto::ProtocolError> {
-    let max_frame = core.conn.max_frame_size() as usize;
+pub(crate) fn send_error(state: &mut WorkerState, id: u64, e: &HandlerError) -> Result<(), wirepool_proto::ProtocolError> {
+    let max_frame = state.conn.max_frame_size() as usize;
     let mut message = e.message();
     let limit = (u16::MAX as usize).min(max_frame - 6);
     if message.len() > limit {
@@ -143,7 +143,7 @@ pub(crate) fn send_error(core: &mut Core, id: u64, e: &HandlerError) -> Result<(
         message = &message[..cut];
     }
     let details = if 6 + message.len() + e.details().len() <= max_frame { e.details() } else { "" };
-    core.conn.send_error(id, e.code(), message, details, core.out.tail())
+    state.conn.send_error(id, e.code(), message, details, state.out.tail())
 }
 
 pub(crate) enum Terminal {
@@ -212,8 +212,8 @@ pub(crate) struct RequestShared {
     reason: AtomicU8,
     pub(crate) shared: Arc<Shared>,
     events: Mutex<EventGate>,
-    pub(crate) stream: Option<Arc<StreamShared>>,
-    /// Run by an inline handler: not in `Core::requests`, no deadline timer.
+    pub(crate) stream: Option<Arc<RowBatcher>>,
+    /// Run by an inline handler: not in `WorkerState::requests`, no deadline timer.
     pub(crate) inline: bool,
 }
 
@@ -229,7 +229,7 @@ impl RequestShared {
         codec: Codec,
         deadline: Option<Instant>,
         shared: Arc<Shared>,
-        stream: Option<Arc<StreamShared>>,
+        stream: Option<Arc<RowBatcher>>,
         inline: bool,
     ) -> RequestShared {
         RequestShared {
@@ -298,8 +298,8 @@ impl RequestShared {
         };
         if let Some((topic, data)) = send {
             let mut guard = self.shared.lock();
-            let core = &mut *guard;
-            if core.closed || core.conn.send_event(self.id, &topic, &data, core.out.tail()).is_err() {
+            let state = &mut *guard;
+            if state.closed || state.conn.send_event(self.id, &topic, &data, state.out.tail()).is_err() {
                 return;
             }
             drop(guard);
