@@ -54,7 +54,7 @@ def test_error_codes_and_classes() -> None:
 
 
 def test_codecs_kinds_and_limits() -> None:
-    ours = {name: value for name, value in vars(proto.Codec).items() if name.isupper()}
+    ours = {name: value for name, value in vars(proto.CodecId).items() if name.isupper()}
     assert sorted(ours.values()) == [c["id"] for c in CONSTANTS["codecs"]]
     assert {"unary": proto.MethodKind.UNARY, "stream": proto.MethodKind.STREAM} == \
         CONSTANTS["method_kinds"]

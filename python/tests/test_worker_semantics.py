@@ -24,7 +24,7 @@ from wirepool.errors import ErrorCode
 from wirepool.proto import FrameType
 
 WORKER = Path(__file__).resolve().parent / "workers" / "semantics.py"
-JSON = proto.Codec.JSON
+JSON = proto.CodecId.JSON
 TERMINALS = (FrameType.RESULT, FrameType.ERROR, FrameType.END)
 
 

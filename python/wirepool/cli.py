@@ -42,7 +42,7 @@ __all__ = ["main", "describe_worker", "WorkerDescription"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 _KIND_NAMES = {proto.MethodKind.UNARY: "unary", proto.MethodKind.STREAM: "stream"}
-_CODEC_NAMES = {v: k.lower() for k, v in vars(proto.Codec).items() if k.isupper()}
+_CODEC_NAMES = {v: k.lower() for k, v in vars(proto.CodecId).items() if k.isupper()}
 _EXIT_GRACE_S = 2.0  # how long a described worker gets to exit after we close its socket
 
 

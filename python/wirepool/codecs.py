@@ -16,7 +16,7 @@ from __future__ import annotations
 import json as _stdjson
 from typing import Any, Callable, Union
 
-from .proto import Codec as CodecId
+from .proto import CodecId
 
 Buffer = Union[bytes, bytearray, memoryview]
 

@@ -1054,7 +1054,7 @@ class Stream:
         if self._req is None:
             self._req = await self._factory()
             self._decode = self._req.codec.decode
-            self._copy_rows = self._req.codec.id != proto.Codec.RAW
+            self._copy_rows = self._req.codec.id != proto.CodecId.RAW
         return self._req
 
     async def __anext__(self) -> Any:

@@ -37,11 +37,11 @@ from .errors import ErrorCode, ProtocolError
 __all__ = [
     "PROTOCOL_VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_SIZE", "HANDSHAKE_MAX_FRAME_SIZE",
     "MIN_FRAME_SIZE_LIMIT", "MAX_FRAME_SIZE_LIMIT", "DEFAULT_INITIAL_CREDIT", "DEFAULT_HEARTBEAT_MS",
-    "DEFAULT_MAX_MESSAGE_SIZE", "MAX_CREDIT", "FLAG_MORE", "FrameType", "Codec", "MethodKind",
+    "DEFAULT_MAX_MESSAGE_SIZE", "MAX_CREDIT", "FLAG_MORE", "FrameType", "CodecId", "MethodKind",
     "MethodInfo", "Frame", "Hello", "Welcome", "Request", "Cancel", "Result", "ErrorFrame", "Rows",
     "End", "Credit", "Event", "Ping", "Pong", "Drain", "Goodbye", "Continuation", "Late", "Reject",
     "RowsBuilder", "FrameDecoder", "Connection", "encode_frame", "encode_frame_parts",
-    "split_message", "encode_message_parts",
+    "split_message",
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -99,7 +99,9 @@ class FrameType:
     CONTINUATION = 0x7F
 
 
-class Codec:
+class CodecId:
+    """The codec ids of the wire (PROTOCOL.md 7); the codecs themselves are `wirepool.codecs`."""
+
     RAW = 0
     JSON = 1
     MSGPACK = 2
@@ -578,12 +580,6 @@ class Reject(Frame):
         return ErrorCode(self.code).name
 
 
-FRAME_CLASSES: dict[int, type[Frame]] = {
-    c.TYPE: c for c in (Hello, Welcome, Request, Cancel, Result, ErrorFrame, Rows, End, Credit,
-                        Event, Ping, Pong, Drain, Goodbye, Continuation)
-}
-
-
 # ---------------------------------------------------------------------------------------------
 # Encoding
 # ---------------------------------------------------------------------------------------------
@@ -643,16 +639,6 @@ def split_message(frame: Frame, max_frame_size: int) -> list[Frame]:
         end = min(pos + max_frame_size, total)
         out.append(Continuation(frame.id, mv[pos:end], more=end < total))
         pos = end
-    return out
-
-
-def encode_message_parts(frame: Frame, max_frame_size: int) -> list[Buffer]:
-    """Encode a whole message, split into MORE + CONTINUATION frames when needed."""
-    if frame.TYPE not in _PREFIX_SIZE:
-        return encode_frame_parts(frame)
-    out: list[Buffer] = []
-    for f in split_message(frame, max_frame_size):
-        out.extend(encode_frame_parts(f))
     return out
 
 

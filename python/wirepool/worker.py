@@ -229,8 +229,8 @@ class _Call:
         self.packs = 0  # frames built so far (the flush timer leaves an active producer alone)
         self.packs_seen = 0
         self.pump_scheduled = False
-        self.pad = ctx.codec.id == proto.Codec.JSON  # rows may be padded with spaces
-        self.bare = ctx.codec.id == proto.Codec.RAW  # raw rows: queued without length fields
+        self.pad = ctx.codec.id == proto.CodecId.JSON  # rows may be padded with spaces
+        self.bare = ctx.codec.id == proto.CodecId.RAW  # raw rows: queued without length fields
         self.prefixes = _PREFIXES  # a row's length field (and padding) by its length
         self.slot = 0  # JSON rows of nearly this size are padded to it (0: none)
         self.timer: asyncio.TimerHandle | None = None
@@ -1109,7 +1109,7 @@ def _raw_row(item: Any) -> bytes:
 
 def _row_encoder(codec: _codecs.Codec) -> Callable[[Any], bytes]:
     """The function that turns a yielded item into its row (every other codec returns bytes)."""
-    return _raw_row if codec.id == proto.Codec.RAW else codec.encode  # type: ignore[return-value]
+    return _raw_row if codec.id == proto.CodecId.RAW else codec.encode  # type: ignore[return-value]
 
 
 _u32_pack = proto._u32_pack
