@@ -1267,6 +1267,17 @@ impl Connection {
         let ty = head.frame_type();
         self.check_can_send(ty, id)?;
         self.check_message_size(id, head.message_len(body_len))?;
+        self.terminal_state(id, ty)?;
+        Ok(())
+    }
+
+    /// The state of request `id` if a terminal of type `ty` may end it now: in flight, of the
+    /// terminal's kind (RESULT for unary, END for stream), and no message of it being sent.
+    fn terminal_state(
+        &mut self,
+        id: u64,
+        ty: FrameType,
+    ) -> Result<&mut StreamSendState, ProtocolError> {
         let req = self.in_flight_state(id, ty)?;
         check_kind_for_send(req, ty, id)?;
         if req.sending.is_some() {
@@ -1276,7 +1287,7 @@ impl Connection {
                 "a message for this id is already being sent",
             ));
         }
-        Ok(())
+        Ok(req)
     }
 
     // ----------------------------------------------------------------------------------------
@@ -1634,15 +1645,7 @@ impl Connection {
                 }
             }
             FrameBody::Result { .. } | FrameBody::End { .. } => {
-                let req = self.in_flight_state(id, ty)?;
-                check_kind_for_send(req, ty, id)?;
-                if req.sending.is_some() {
-                    return Err(err(
-                        ErrorCode::Continuation,
-                        id,
-                        "a message for this id is already being sent",
-                    ));
-                }
+                let req = self.terminal_state(id, ty)?;
                 if let FrameBody::End { row_count, .. } = &frame.body {
                     if *row_count != req.rows {
                         return Err(err(
