@@ -66,6 +66,16 @@ def test_an_operation_may_have_its_own_threshold_and_the_command_line_overrides_
     assert verdict(base, figs(rust_rust__handshake=1_050_000), threshold=0.01)[0] == 1
 
 
+def test_a_figure_may_have_its_own_threshold_over_its_operations():
+    base = baseline(python_python__echo_1mib=400_000, rust_rust__echo_1mib=30_000)
+    base["thresholds"] = {"python_python.echo_1mib": 0.06}
+    now = figs(python_python__echo_1mib=420_000, rust_rust__echo_1mib=31_500)
+    status, text = verdict(base, now)
+    assert status == 1
+    assert "ok         python_python.echo_1mib" in text
+    assert "REGRESSION rust_rust.echo_1mib" in text
+
+
 def test_rebaselining_writes_the_new_counts_and_keeps_the_thresholds(tmp_path):
     path = tmp_path / "baseline.json"
     old = baseline(rust_rust__unary=10_000) | {"thresholds": {"handshake": 0.1}}
