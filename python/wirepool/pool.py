@@ -29,6 +29,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import itertools
 import json
@@ -41,7 +42,8 @@ import subprocess
 import threading
 import time
 import weakref
-from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import (Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Protocol,
+                    Sequence)
 
 from . import codecs as _codecs
 from . import proto
@@ -57,6 +59,17 @@ log = logging.getLogger("wirepool.pool")
 worker_log = logging.getLogger("wirepool.worker")
 
 EventCallback = Callable[[str, Any], None]
+
+
+class RequestHooks(Protocol):
+    """Told of every request a pool sends (``AsyncPool.request_hooks``): ``started`` returns a
+    token (e.g. a tracing span) that ``ended`` gets back once, with the error if it failed.
+    ``started`` runs in the caller's context (its task, or for ``Pool.call`` its thread), so
+    context-based tracing links the request to the caller's span."""
+
+    def started(self, method: str, kind: int, request_id: int, worker: Any) -> Any: ...
+
+    def ended(self, token: Any, error: BaseException | None) -> None: ...
 
 # 16 MiB frames by default (PROTOCOL.md suggests 1 MiB): a payload up to 16 MiB then travels
 # in one frame, received straight into its buffer, instead of MORE + CONTINUATION frames
@@ -125,7 +138,7 @@ class LatencyHistogram:
 class _Request:
     __slots__ = ("id", "worker", "kind", "codec", "_future", "frames", "waiter", "end", "error",
                  "deadline_handle", "cancel_handle", "on_event", "method", "abandoned",
-                 "consumed", "rows", "outcome", "sink", "started")
+                 "consumed", "rows", "outcome", "sink", "started", "trace")
 
     def __init__(self, id: int, worker: "_Worker", kind: int, codec: _codecs.Codec, method: str,
                  on_event: EventCallback | None,
@@ -157,6 +170,8 @@ class _Request:
         # For the method's latency histogram, when the pool records them (0.0 when it does
         # not; a burst of requests shares one clock read).
         self.started = started
+        # (the pool's request_hooks, their token, e.g. an OpenTelemetry span), or None.
+        self.trace: tuple[RequestHooks, Any] | None = None
 
     @property
     def future(self) -> asyncio.Future[Any]:
@@ -200,6 +215,9 @@ class _Request:
             return
         fut = self._future
         if fut is not None and fut.done():  # its awaiting task was cancelled
+            if self.trace is not None:
+                (hooks, token), self.trace = self.trace, None
+                hooks.ended(token, error_from_code(ErrorCode.CANCELLED, "the call was cancelled"))
             return
         if error is not None:
             self.error = error
@@ -213,6 +231,9 @@ class _Request:
                 fut.set_result(result)
         if self.started:
             self._observe()
+        if self.trace is not None:
+            (hooks, token), self.trace = self.trace, None
+            hooks.ended(token, error)
         if self.waiter is not None:
             self._wake()
         sink = self.sink
@@ -820,6 +841,9 @@ class _Worker(FrameProtocol):
             self.reclaim()  # parked: chosen by _pick, which never picks a caller's worker
         req = _Request(id, self, kind, codec, method, on_event, None,
                        time.monotonic() if self.pool.latency_histograms else 0.0)
+        hooks = self.pool.request_hooks
+        if hooks is not None:
+            req.trace = (hooks, hooks.started(method, expect_kind, id, self))
         timeout_us = 0
         if timeout is not None:
             timeout_us = max(1, int(timeout * 1e6))
@@ -880,6 +904,10 @@ class _Worker(FrameProtocol):
         reqs = [_Request(id, self, unary, codec, method, None, sink, now)
                 for id in range(first, self.next_id)]
         self.requests.update(zip(range(first, self.next_id), reqs))
+        hooks = self.pool.request_hooks
+        if hooks is not None:
+            for req in reqs:
+                req.trace = (hooks, hooks.started(method, unary, req.id, self))
         # A burst leaves now, in one write (a map submits one burst per worker and pump).
         self._out.append(parts)
         self._flush_out()
@@ -1281,6 +1309,8 @@ class AsyncPool:
         # Off by default: ~2,000 instructions a request (a tenth of a small Pool.map call);
         # wirepool.prometheus turns it on when it collects the pool.
         self.latency_histograms = latency_histograms
+        # Called as each request starts and ends (wirepool.otel.instrument sets them).
+        self.request_hooks: RequestHooks | None = None
         self._clamp_logged = False  # said once per pool that a worker's offer lowered max_in_flight
         self.workers: list[_Worker] = []
         self._all: set[_Worker] = set()
@@ -2259,6 +2289,8 @@ class Pool:
             return self._call_looped(method, request, codec, timeout)
         w.next_id = id + 1
         w.direct_calls += 1
+        hooks = ap.request_hooks
+        trace = None if hooks is None else (hooks, hooks.started(method, MethodKind.UNARY, id, w))
         started = time.monotonic()
         fd = w.direct_fd
         results: list[Any] = []
@@ -2287,7 +2319,7 @@ class Pool:
                 pass  # the connection broke (reset, a dying worker): the loop ends the call
         except BaseException as e:  # Ctrl-C, or the core refused what it read
             call = _SyncCall()
-            self._hand_back(w, id, c, method, timeout, started, results, call)
+            self._hand_back(w, id, c, method, timeout, started, results, call, trace)
             if isinstance(e, ProtocolError):
                 # The loop reads the same bytes again and handles the violation the usual way.
                 return self._wait_call(call)
@@ -2303,22 +2335,29 @@ class Pool:
             w.release_from_caller(
                 recheck=ap.max_requests is not None and w.served >= ap.max_requests)
             try:
-                return c.decode(body)
+                value = c.decode(body)
             except Exception as e:
                 w.direct_errors += 1
-                raise error_from_code(ErrorCode.DECODE_FAILED, f"cannot decode the result as "
-                                      f"{c.name}: {e}", id=id) from None
+                err = error_from_code(ErrorCode.DECODE_FAILED, f"cannot decode the result as "
+                                      f"{c.name}: {e}", id=id)
+                if trace is not None:
+                    trace[0].ended(trace[1], err)
+                raise err from None
+            if trace is not None:
+                trace[0].ended(trace[1], None)
+            return value
         call = _SyncCall()
-        self._hand_back(w, id, c, method, timeout, started, results, call)
+        self._hand_back(w, id, c, method, timeout, started, results, call, trace)
         return self._wait_call(call)
 
     def _hand_back(self, w: _Worker, id: int, codec: _codecs.Codec, method: str,
                    timeout: float | None, started: float, results: list[Any],
-                   call: "_SyncCall") -> None:
+                   call: "_SyncCall", trace: Any) -> None:
         """In the caller's thread: make the direct call an ordinary request of ``w`` (the loop
         finishes it, with its deadline as it would have had) and give the reading back."""
         req = _Request(id, w, MethodKind.UNARY, codec, method, None, None,
                        started if self._apool.latency_histograms else 0.0)
+        req.trace = trace  # its span, if any, ends with it on the loop
         call.req = req
         req.sink = functools.partial(self._call_finished, call=call)
         w.requests[id] = req
@@ -2346,9 +2385,13 @@ class Pool:
         return self._wait_call(call)
 
     def _post(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` on the pool's loop; PoolClosed once the pool is closed."""
+        """Run ``fn(*args)`` on the pool's loop; PoolClosed once the pool is closed. With
+        request hooks it runs in a copy of the caller's context (tracing spans link up)."""
         try:
-            self._loop.call_soon_threadsafe(fn, *args)
+            if self._apool.request_hooks is not None:
+                self._loop.call_soon_threadsafe(fn, *args, context=contextvars.copy_context())
+            else:
+                self._loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the loop is closed
             raise PoolClosed(ErrorCode.POOL_CLOSED, "the pool is closed") from None
 
