@@ -30,7 +30,7 @@ demo:
 $(VPY): python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e "./python[test]"
+	$(VPY) -m pip install -q -e "./python[test,lint]"
 	touch $(VPY)
 
 venv: $(VPY)
@@ -56,8 +56,10 @@ test-conformance: $(VPY)
 test-bench: $(VPY)
 	$(VPY) -m pytest -q bench/tests
 
-lint:
+# Clippy with warnings denied, and mypy over the Python package (its settings: python/pyproject.toml).
+lint: $(VPY)
 	cd rust && $(CARGO) clippy --workspace --all-targets -q -- -D warnings
+	cd python && ../$(VPY) -m mypy
 
 # The API reference of the published crates (a broken intra-doc link or a malformed doc comment
 # fails the build; every feature, as docs.rs builds them) and of the Python package (pdoc, from
