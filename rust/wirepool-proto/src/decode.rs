@@ -43,8 +43,18 @@ pub struct FrameDecoder {
     max_frame_size: u32,
     /// Header of the frame whose payload is still arriving (already checked and consumed).
     pending: Option<Header>,
+    /// The payload of a pending large frame (at least [`OWN_BUFFER_MIN`] bytes): a buffer of
+    /// exactly its length, so reads land in it directly and never run into the next frame,
+    /// and `buf` stays small (no large moves when a frame ends mid-buffer).
+    large: Option<BytesMut>,
+    /// The allocation of the last large payload, reclaimed for the next one once nothing
+    /// refers to that payload any more (no fresh pages per frame). At most one frame's size.
+    spare: BytesMut,
     failed: Option<ProtocolError>,
 }
+
+/// Payloads at least this large get a buffer of their own (see [`FrameDecoder`]'s `large`).
+const OWN_BUFFER_MIN: usize = 64 * 1024;
 
 impl FrameDecoder {
     /// A decoder accepting payloads up to `max_frame_size` bytes.
@@ -53,6 +63,8 @@ impl FrameDecoder {
             buf: BytesMut::new(),
             max_frame_size,
             pending: None,
+            large: None,
+            spare: BytesMut::new(),
             failed: None,
         }
     }
@@ -76,6 +88,10 @@ impl FrameDecoder {
     /// checked length) or 64 KiB: read from the socket straight into it (for example with
     /// tokio's `AsyncReadExt::read_buf`), then call [`next_frame`](FrameDecoder::next_frame).
     pub fn read_buf(&mut self) -> &mut BytesMut {
+        if let Some(large) = self.large.as_mut() {
+            // Its spare capacity is exactly the missing part of the payload.
+            return large;
+        }
         let need = match self.pending {
             Some(h) => (h.length as usize).saturating_sub(self.buf.len()),
             None => HEADER_LEN.saturating_sub(self.buf.len()),
@@ -86,13 +102,27 @@ impl FrameDecoder {
 
     /// Bytes received but not yet returned as frames (header of a pending frame excluded).
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() + self.large.as_ref().map_or(0, BytesMut::len)
     }
 
     /// Bytes of the frame still arriving, its header included (0 between frames), once
     /// [`next_frame`](FrameDecoder::next_frame) returned `Ok(None)`.
     pub(crate) fn incomplete_frame_len(&self) -> usize {
-        self.buf.len() + if self.pending.is_some() { HEADER_LEN } else { 0 }
+        let large = self.large.as_ref().map_or(0, BytesMut::len);
+        self.buf.len() + large + if self.pending.is_some() { HEADER_LEN } else { 0 }
+    }
+
+    /// A buffer of exactly `len` bytes' capacity for a large payload: the spare allocation when
+    /// nothing refers to it any more, else a new one.
+    fn large_buffer(&mut self, len: usize) -> BytesMut {
+        let mut spare = std::mem::take(&mut self.spare);
+        if !spare.try_reclaim(len) {
+            spare = BytesMut::with_capacity(len);
+        }
+        // Keep the rest of the allocation as the handle that reclaims it next time; the
+        // payload's view ends at `len`, so a read cannot run past the frame.
+        self.spare = spare.split_off(len);
+        spare
     }
 
     /// True if the stream is between frames: nothing buffered, no payload pending.
@@ -123,20 +153,37 @@ impl FrameDecoder {
                 };
                 let h = Header::parse(raw, self.max_frame_size)?;
                 self.buf.advance(HEADER_LEN);
-                // The length is checked: reserving the whole payload now saves regrowing the
-                // buffer a few times for a large frame.
-                self.buf
-                    .reserve((h.length as usize).saturating_sub(self.buf.len()));
+                let len = h.length as usize;
+                if len >= OWN_BUFFER_MIN && self.buf.len() < len {
+                    // The length is checked: its own buffer, sized once.
+                    self.large = Some(self.large_buffer(len));
+                } else {
+                    self.buf.reserve(len.saturating_sub(self.buf.len()));
+                }
                 self.pending = Some(h);
                 h
             }
         };
         let len = header.length as usize;
-        if self.buf.len() < len {
-            return Ok(None);
-        }
-        self.pending = None;
-        let payload = self.buf.split_to(len).freeze();
+        let payload = if let Some(large) = self.large.as_mut() {
+            // Bytes already buffered (or pushed) belong to it first.
+            let take = self.buf.len().min(len - large.len());
+            if take > 0 {
+                large.extend_from_slice(&self.buf[..take]);
+                self.buf.advance(take);
+            }
+            if large.len() < len {
+                return Ok(None);
+            }
+            self.pending = None;
+            self.large.take().unwrap_or_default().freeze()
+        } else {
+            if self.buf.len() < len {
+                return Ok(None);
+            }
+            self.pending = None;
+            self.buf.split_to(len).freeze()
+        };
         let body = parse_body(header.frame_type, payload).map_err(|mut e| {
             e.id = header.id;
             e

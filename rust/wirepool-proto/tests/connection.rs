@@ -601,3 +601,68 @@ fn continued_messages_land_in_one_buffer_reused_once_the_reader_drops_them() {
     let fourth = send_large(&mut parent, &mut worker, 300_000, 4);
     assert!(fourth.iter().all(|&b| b == 4) && fourth.len() == 300_000);
 }
+
+/// Writes `wire` into `dec` the way a socket read does: at most the spare capacity of
+/// `read_buf()` at a time, and at most `step` bytes.
+fn read_like_a_socket(
+    dec: &mut FrameDecoder,
+    wire: &[u8],
+    step: usize,
+) -> Vec<wirepool_proto::Frame> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let buf = dec.read_buf();
+        let room = buf.capacity() - buf.len();
+        assert!(room > 0, "read_buf offers no room");
+        let n = room.min(step).min(wire.len() - at);
+        buf.extend_from_slice(&wire[at..at + n]);
+        at += n;
+        while let Some(frame) = dec.next_frame().unwrap() {
+            frames.push(frame);
+        }
+    }
+    frames
+}
+
+#[test]
+fn a_large_payload_is_read_into_a_buffer_of_its_own_size_reused_once_dropped() {
+    let mut wire = Vec::new();
+    for fill in [1u8, 2, 3] {
+        let body = bytes::Bytes::from(vec![fill; 100_000]);
+        wirepool_proto::Frame::new(7, FrameBody::Result { body })
+            .encode(&mut wire)
+            .unwrap();
+    }
+    let one = wire.len() / 3;
+    for step in [1_000, 65_536, 70_000, usize::MAX] {
+        let mut dec = FrameDecoder::new(1 << 20);
+        // The first frame's header and a little of its payload: from then on, the room offered
+        // is exactly the missing payload, so a read never runs into the next frame.
+        let first = read_like_a_socket(&mut dec, &wire[..16 + 10], step);
+        assert!(first.is_empty());
+        let buf = dec.read_buf();
+        assert_eq!(buf.capacity() - buf.len(), 100_000 - 10);
+        let mut frames = read_like_a_socket(&mut dec, &wire[16 + 10..one], step);
+        assert_eq!(frames.len(), 1);
+        let first_at = match &frames[0].body {
+            FrameBody::Result { body } => body.as_ptr(),
+            other => panic!("{other:?}"),
+        };
+        frames.clear();
+        // Dropped: the next large payload lands in the same memory.
+        frames.extend(read_like_a_socket(&mut dec, &wire[one..], step));
+        assert_eq!(frames.len(), 2);
+        for (frame, fill) in frames.iter().zip([2u8, 3]) {
+            let FrameBody::Result { body } = &frame.body else {
+                panic!("{:?}", frame.body)
+            };
+            assert!(body.len() == 100_000 && body.iter().all(|&b| b == fill));
+        }
+        let FrameBody::Result { body } = &frames[0].body else {
+            unreachable!()
+        };
+        assert_eq!(body.as_ptr(), first_at, "step {step}");
+        assert!(dec.is_idle());
+    }
+}
