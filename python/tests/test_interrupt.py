@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,31 @@ def test_ctrl_c_while_streaming_is_prompt_and_quiet(form: str, method: str) -> N
         assert noise not in err, err
     # The pool closes with a 5 s grace; an interrupted stream must not spend it.
     assert took < 3.5, f"{form}/{method}: exited {took:.1f}s after Ctrl-C\n{err}"
+
+
+def test_ctrl_c_while_the_pool_starts_is_prompt_and_quiet(tmp_path: Path) -> None:
+    """Interrupting ``Pool(...)`` while its workers start: their reaping used to wait out its
+    timeouts (~6 s) and pending tasks complained at exit."""
+    marker = tmp_path / "spawned"
+    slow_hello = (f"import time; open({str(marker)!r}, 'a').close(); time.sleep(5); "
+                  f"exec(open({BASIC!r}).read())")
+    program = "import sys, wirepool\nwirepool.Pool([sys.executable, '-c', sys.argv[1]], workers=2)\n"
+    proc = subprocess.Popen([sys.executable, "-c", program, slow_hello], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():  # a worker runs: the pool is inside its start-up
+            assert time.monotonic() < deadline and proc.poll() is None, "no worker started"
+            time.sleep(0.01)
+        interrupted = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+        took = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err
+    for noise in ("never awaited", "Event loop is closed", "Exception ignored", "Task was destroyed"):
+        assert noise not in err, err
+    assert took < 3.5, f"exited {took:.1f}s after Ctrl-C\n{err}"

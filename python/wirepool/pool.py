@@ -1371,7 +1371,9 @@ class AsyncPool:
             if not w.alive:  # died between its HELLO and now: a failed start, not a worker
                 raise w.failure or WorkerExited(
                     ErrorCode.WORKER_EXITED, f"worker pid {w.pid} died right after its HELLO")
-        except BaseException:
+        except BaseException as e:
+            if isinstance(e, asyncio.CancelledError):
+                w.kill(None)  # the start itself was given up (Ctrl-C): no grace to wait out
             await asyncio.shield(w.reap())
             self._all.discard(w)
             raise
@@ -1409,6 +1411,16 @@ class AsyncPool:
             if codec.id not in info[2]:
                 return f"method {name!r} does not accept codec {codec.name!r}"
         return None
+
+    async def _kill_all(self) -> None:
+        """Kill every worker process now and wait (bounded) until each is reaped."""
+        workers = list(self._all)
+        for w in workers:
+            w.kill(None)
+        exits = [w.exited for w in workers if not w.exited.done()]
+        if exits:
+            await asyncio.wait(exits, timeout=2.0)
+        await asyncio.sleep(0)  # their _forget_after_exit tasks finish
 
     async def close(self, grace: float | None = None) -> None:
         """Drain: no new requests; in-flight ones get ``grace`` seconds (default
@@ -2511,6 +2523,11 @@ class Pool:
             self._stop_loop()
 
     def _stop_loop(self) -> None:
+        with contextlib.suppress(Exception):
+            # Workers still there (a start that was interrupted or failed) are killed and
+            # reaped first: cancelling their exit watchers would leave their reaping to wait
+            # out its timeouts (a Ctrl-C during start-up took 6 s).
+            self._run(self._apool._kill_all)
         with contextlib.suppress(Exception):
             self._run(_cancel_other_tasks)
         self._loop.call_soon_threadsafe(self._loop.stop)
