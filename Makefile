@@ -10,12 +10,12 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check lint docs package venv clean
+.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
 
 help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
 	@echo "make test    every test of every language"
-	@echo "make bench   end-to-end benchmarks (quick mode); bench-full for the full matrix"
+	@echo "make bench   end-to-end benchmarks (quick mode) and the instruction-count gate; bench-full for the full matrix"
 	@echo "make fuzz    the Rust and Python fuzz targets, FUZZ_SECONDS per language"
 	@echo "make docs    the API reference: rust/target/doc (cargo doc) and build/docs/python (pdoc)"
 	@echo "make package the release checks: Python sdist+wheel (twine check), cargo publish --dry-run"
@@ -101,9 +101,17 @@ fuzz: $(VPY)
 	  rm -rf "$$scratch"; exit $$rc
 	HOSTILE_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest -q conformance/test_hostile.py -k test_fuzz
 
+# The wall-clock report (quick), then the gate: instructions per operation under valgrind against
+# bench/icount/baseline.json (fails on growth beyond its threshold), then the wall-clock history.
 bench:
 	$(PYTHON) bench/run.py --quick
+	$(PYTHON) bench/run.py gate
 	$(PYTHON) bench/run.py check
+
+# Lowering (or accepting) the gate's counts is a deliberate commit of the rewritten file.
+bench-baseline:
+	$(PYTHON) bench/run.py gate --rebaseline
+	@echo "now: git add bench/icount/baseline.json && git commit -m 'bench: new instruction-count baseline (why)'"
 
 bench-full:
 	$(PYTHON) bench/run.py --full
