@@ -346,7 +346,9 @@ def gate(args: argparse.Namespace) -> int:
     if args.rebaseline:
         icount.write_baseline(baseline_path, figures, git["commit"], env, baseline)
         if baseline is not None:
-            icount.compare(baseline, figures, git["commit"][:12], args.threshold, env, out=print)
+            log("bench gate: the new counts against the baseline they replace:")
+            icount.compare(baseline, figures, git["commit"][:12], args.threshold, env, out=print,
+                           verdict=False)
         log(f"bench gate: wrote {baseline_path} ({len(figures)} figures, {took}); commit it")
         return 0
     if baseline is None:

@@ -342,9 +342,10 @@ def threshold_of(baseline: dict[str, Any], key: str, override: float | None = No
 
 def compare(baseline: dict[str, Any], figures: dict[str, dict[str, Any]], commit: str,
             threshold: float | None = None, env: dict[str, str] | None = None,
-            out: Callable[[str], None] = print) -> int:
+            out: Callable[[str], None] = print, verdict: bool = True) -> int:
     """Exit status of the gate: 1 when a figure grew by more than its threshold against the
-    baseline, or a baseline figure was not measured; 0 otherwise. Prints every figure."""
+    baseline, or a baseline figure was not measured; 0 otherwise. Prints every figure, and the
+    verdict unless `verdict` is false (a rebaseline shows the change without judging it)."""
     base = baseline["figures"]
     out(f"icount gate: commit {commit} against the baseline of "
         f"{baseline.get('commit', 'unknown')[:12]} ({baseline.get('measured', '?')}), "
@@ -380,8 +381,9 @@ def compare(baseline: dict[str, Any], figures: dict[str, dict[str, Any]], commit
                 "baseline on purpose: make bench-baseline")
         else:
             out(f"  ok         {key}: {old:,} -> {new:,} {unit} ({change:+.1%})")
-    out("icount gate: " + (f"FAILED, {failures} figure(s) above their threshold or missing"
-                           if failures else "passed"))
+    if verdict:
+        out("icount gate: " + (f"FAILED, {failures} figure(s) above their threshold or missing"
+                               if failures else "passed"))
     return 1 if failures else 0
 
 
