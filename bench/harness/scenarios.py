@@ -113,6 +113,20 @@ def build(mode: str, every_scenario: bool = False) -> list[dict[str, Any]]:
                 inflight=1, duration_s=window, min_calls=1, warmup_s=0, x=size,
                 repeats=FULL_REPEATS_HEAVY if size >= 256 * MIB else repeats)
 
+    # The same at the SDKs' default max_frame_size (4 MiB; the rows above use 16 MiB frames, so
+    # 1 and 16 MiB travel in one frame): 16 MiB in four frames, and a payload just below and just
+    # above one frame, which should cost the same per byte (issue 13). Baselines have no frames.
+    frame = 4 * MIB
+    for label, size, kinds in (("16MiB", 16 * MIB, ("oneway", "echo_large")),
+                               ("4MiB-1KiB", frame - KIB, ("echo_large",)),
+                               ("4MiB+1KiB", frame + KIB, ("echo_large",))):
+        for kind in kinds:
+            verb = "oneway" if kind == "oneway" else "echo"
+            add(id=f"W3.f4MiB.{verb}.{label}", workload="W3", kind=kind, payload=size,
+                max_frame_size=frame, inflight=1, duration_s=window, min_calls=1, warmup_s=0,
+                x=size, runner_kinds=["floor", "wirepool"],
+                not_applicable="a baseline has no frame size: see the 16 MiB-frame rows")
+
     small = (8192, 1 << 20) if full else (8192, 1 << 16)
     large = (512, 16384) if full else (512, 4096)
     for shape, counts in (("small_rows", small), ("large_rows", large)):

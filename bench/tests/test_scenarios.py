@@ -23,8 +23,13 @@ def test_full_mode_has_the_specified_grid():
     assert [s["payload"] for s in of("full", "W1")] == [64, KIB, 16 * KIB, 64 * KIB]
     echo2 = [(s["payload"], s["inflight"]) for s in of("full", "W2") if s["kind"] == "echo"]
     assert echo2 == [(p, k) for p in (64, KIB) for k in (16, 64, 256)]
-    w3 = {(s["kind"], s["payload"]) for s in of("full", "W3")}
+    w3 = {(s["kind"], s["payload"]) for s in of("full", "W3") if "max_frame_size" not in s}
     assert w3 == {(k, p) for k in ("oneway", "echo_large") for p in (MIB, 16 * MIB, 256 * MIB)}
+    # At the default frame size: 16 MiB in four frames, and just below / above one frame.
+    framed = {(s["kind"], s["payload"], s["max_frame_size"]) for s in of("full", "W3")
+              if "max_frame_size" in s}
+    assert framed == {("oneway", 16 * MIB, 4 * MIB), ("echo_large", 16 * MIB, 4 * MIB),
+                      ("echo_large", 4 * MIB - KIB, 4 * MIB), ("echo_large", 4 * MIB + KIB, 4 * MIB)}
     w4 = [(s["shape"], s["n"]) for s in of("full", "W4") if s["codec"] == "json"]
     assert w4 == [("small_rows", 8192), ("small_rows", 1 << 20), ("large_rows", 512),
                   ("large_rows", 16384)]
