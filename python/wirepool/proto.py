@@ -57,9 +57,11 @@ DEFAULT_HEARTBEAT_MS = 1_000
 DEFAULT_MAX_MESSAGE_SIZE = 1_073_741_824
 MAX_CREDIT = 2**31 - 1
 MAGIC = b"WIREPOOL"
-# Large-frame receive buffers a decoder keeps for reuse (see FrameDecoder._gather_buffer).
+# Large-frame receive buffers a decoder keeps for reuse (see FrameDecoder._gather_buffer): room
+# for two frames of the largest size the protocol allows (16 MiB), so that 16 MiB frames are
+# reused too (fresh ones cost a zeroing pass and page faults: 3x slower 16 MiB echo).
 _SPARES = 2
-_SPARE_MAX_BYTES = 8 << 20
+_SPARE_MAX_BYTES = 32 << 20
 FLAG_MORE = 0x01
 
 _HEADER = struct.Struct("<IBBHQ")
