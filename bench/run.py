@@ -75,6 +75,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rebaseline", action="store_true",
                    help="gate: measure and rewrite the baseline instead of comparing")
     p.add_argument("--baseline", default=str(icount.BASELINE), help="gate: the baseline file")
+    p.add_argument("--samples", type=int, default=3,
+                   help="gate --rebaseline: measurements whose median becomes the baseline "
+                        "(default 3)")
     p.add_argument("--pairs", default="", help="gate: comma-separated parent_worker pairs "
                                                f"(default all: {','.join(icount.PAIRS)})")
     p.add_argument("--ops", default="", help="gate: comma-separated operations "
@@ -326,8 +329,14 @@ def gate(args: argparse.Namespace) -> int:
             log(f"bench gate: building rust/wirepool-bench failed: {failure}")
             return 1
     git = git_info()
+    samples = max(1, args.samples) if args.rebaseline else 1
     try:
-        figures = icount.measure(pairs, ops, sys.executable, log=log)
+        measured = []
+        for i in range(samples):
+            if samples > 1:
+                log(f"bench gate: measurement {i + 1} of {samples}")
+            measured.append(icount.measure(pairs, ops, sys.executable, log=log))
+        figures = measured[0] if samples == 1 else icount.median_figures(measured)
     except (RuntimeError, subprocess.SubprocessError) as exc:
         log(f"bench gate: FAILED, could not count: {exc}")
         return 1

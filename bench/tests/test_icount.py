@@ -86,6 +86,14 @@ def test_rebaselining_writes_the_new_counts_and_keeps_the_thresholds(tmp_path):
     assert verdict(doc, figs(rust_rust__unary=9_000))[0] == 0
 
 
+def test_a_baseline_is_the_median_of_its_samples_with_their_spread():
+    got = icount.median_figures([figs(rust_rust__unary=100), figs(rust_rust__unary=110),
+                                 figs(rust_rust__unary=104)])
+    assert got["rust_rust.unary"]["count"] == 104
+    assert got["rust_rust.unary"]["samples"] == [100, 104, 110]
+    assert got["rust_rust.unary"]["spread"] == round(10 / 104, 4)
+
+
 def test_the_phases_alternate_base_and_base_plus_delta_for_every_operation():
     steps = icount.phases(["unary", "handshake"], "rust_rust", repeats=2)
     d = icount.DELTAS["rust_rust"]
