@@ -76,6 +76,13 @@ def test_a_figure_may_have_its_own_threshold_over_its_operations():
     assert "REGRESSION rust_rust.echo_1mib" in text
 
 
+def test_a_report_only_figure_is_printed_and_never_fails():
+    base = baseline(rust_python__rows_raw=4_500) | {"report_only": {"rust_python.rows_raw": "noisy"}}
+    status, text = verdict(base, figs(rust_python__rows_raw=5_000))
+    assert status == 0
+    assert "reported   rust_python.rows_raw: 4,500 -> 5,000" in text and "not gated: noisy" in text
+
+
 def test_rebaselining_writes_the_new_counts_and_keeps_the_thresholds(tmp_path):
     path = tmp_path / "baseline.json"
     old = baseline(rust_rust__unary=10_000) | {"thresholds": {"handshake": 0.1}}
