@@ -305,6 +305,9 @@ pub struct Connection {
     /// Length of the last reassembled message: the first guess for the next one's buffer (the
     /// wire does not announce a continued message's total size).
     last_message_len: usize,
+    /// The message buffer the decoder filled with the frame it just returned (see
+    /// [`lend_to_continuation`](Connection::lend_to_continuation)).
+    lent_back: Option<BytesMut>,
     /// Worker: rejected requests whose ERROR the driver has not sent yet. It holds only what
     /// the driver owes, so it stays as small as the driver's backlog.
     unanswered_rejects: HashSet<u64, IdBuildHasher>,
@@ -332,6 +335,7 @@ impl Connection {
             partial_bytes: 0,
             spare: BytesMut::new(),
             last_message_len: 0,
+            lent_back: None,
             unanswered_rejects: HashSet::default(),
             draining: false,
             goodbye: false,
@@ -486,9 +490,15 @@ impl Connection {
         loop {
             let frame = match self.decoder.next_frame() {
                 Ok(Some(frame)) => frame,
-                Ok(None) => return Ok(None),
+                Ok(None) => {
+                    if self.lend_to_continuation() {
+                        continue;
+                    }
+                    return Ok(None);
+                }
                 Err(e) => return Err(self.fail(e)),
             };
+            self.lent_back = self.decoder.take_returned();
             match self.on_frame(frame) {
                 Ok(Some(event)) => return Ok(Some(event)),
                 Ok(None) => continue,
@@ -504,6 +514,36 @@ impl Connection {
             return Err(e.clone());
         }
         self.decoder.finish().map_err(|e| self.fail(e))
+    }
+
+    /// A large CONTINUATION of a message in progress is arriving: lend the decoder the rest of
+    /// the message's own buffer, so the payload is read straight into its final place instead
+    /// of being copied there afterwards. Only when the frame will pass the size checks (else it
+    /// takes the ordinary way and fails there), and within the connection's bound.
+    fn lend_to_continuation(&mut self) -> bool {
+        let Some(h) = self.decoder.pending_large() else {
+            return false;
+        };
+        if h.frame_type != FrameType::Continuation {
+            return false;
+        }
+        let limit = self.welcome.map_or(u64::MAX, |w| w.max_message_size);
+        let Some(partial) = self.partials.get_mut(&h.id) else {
+            return false;
+        };
+        let len = u64::from(h.length);
+        if partial.size + len > limit || self.partial_bytes + len > limit {
+            return false;
+        }
+        let others = self.partial_bytes - partial.size;
+        let budget = usize::try_from(limit - others).unwrap_or(usize::MAX);
+        grow_body(&mut partial.body, h.length as usize, budget);
+        // The view after the body, cut to exactly this payload: contiguous with the body, so
+        // taking it back (`unsplit`) copies nothing.
+        let mut tail = partial.body.split_off(partial.body.len());
+        drop(tail.split_off(h.length as usize));
+        self.decoder.lend(tail);
+        true
     }
 
     fn fail(&mut self, e: ProtocolError) -> ProtocolError {
@@ -786,9 +826,12 @@ impl Connection {
         let id = frame.id;
         match (self.role, frame.body) {
             (_, FrameBody::Continuation { chunk }) => {
-                let size = self.partials.get(&id).map_or(0, |p| p.size) + chunk.len() as u64;
+                // The payload is in the message's buffer already (lent), or it is `chunk`.
+                let lent = self.lent_back.take();
+                let len = lent.as_ref().map_or(chunk.len(), BytesMut::len) as u64;
+                let size = self.partials.get(&id).map_or(0, |p| p.size) + len;
                 self.check_message_size(id, size)?;
-                let total = self.partial_bytes + chunk.len() as u64;
+                let total = self.partial_bytes + len;
                 self.check_partial_bytes(id, total)?;
                 let Some(partial) = self.partials.get_mut(&id) else {
                     return Ok(None);
@@ -802,8 +845,12 @@ impl Connection {
                 .unwrap_or(usize::MAX);
                 self.partial_bytes = total;
                 partial.size = size;
-                grow_body(&mut partial.body, chunk.len(), budget);
-                partial.body.extend_from_slice(&chunk);
+                if let Some(lent) = lent {
+                    partial.body.unsplit(lent);
+                } else {
+                    grow_body(&mut partial.body, chunk.len(), budget);
+                    partial.body.extend_from_slice(&chunk);
+                }
                 drop(chunk);
                 if frame.more {
                     return Ok(None);

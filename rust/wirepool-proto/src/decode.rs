@@ -47,6 +47,10 @@ pub struct FrameDecoder {
     /// exactly its length, so reads land in it directly and never run into the next frame,
     /// and `buf` stays small (no large moves when a frame ends mid-buffer).
     large: Option<BytesMut>,
+    /// `large` was lent by the caller (the rest of a continued message's own buffer): when it
+    /// is full, the frame comes out with an empty payload and the buffer goes to `returned`.
+    lent: bool,
+    returned: Option<BytesMut>,
     /// The allocation of the last large payload, reclaimed for the next one once nothing
     /// refers to that payload any more (no fresh pages per frame). At most one frame's size.
     spare: BytesMut,
@@ -64,6 +68,8 @@ impl FrameDecoder {
             max_frame_size,
             pending: None,
             large: None,
+            lent: false,
+            returned: None,
             spare: BytesMut::new(),
             failed: None,
         }
@@ -110,6 +116,28 @@ impl FrameDecoder {
     pub(crate) fn incomplete_frame_len(&self) -> usize {
         let large = self.large.as_ref().map_or(0, BytesMut::len);
         self.buf.len() + large + if self.pending.is_some() { HEADER_LEN } else { 0 }
+    }
+
+    /// The header of a pending large frame that has its own buffer, not a lent one.
+    pub(crate) fn pending_large(&self) -> Option<Header> {
+        self.pending.filter(|_| self.large.is_some() && !self.lent)
+    }
+
+    /// Receive the pending large frame's payload into `target` (empty, with a capacity of
+    /// exactly the payload's length) instead of the decoder's own buffer; what has arrived
+    /// already moves there (at most a read's worth). [`take_returned`](Self::take_returned)
+    /// gives it back, full, with the frame.
+    pub(crate) fn lend(&mut self, mut target: BytesMut) {
+        if let Some(own) = self.large.take() {
+            target.extend_from_slice(&own);
+        }
+        self.large = Some(target);
+        self.lent = true;
+    }
+
+    /// The lent buffer, filled with the payload of the frame just returned.
+    pub(crate) fn take_returned(&mut self) -> Option<BytesMut> {
+        self.returned.take()
     }
 
     /// A buffer of exactly `len` bytes' capacity for a large payload: the spare allocation when
@@ -176,7 +204,13 @@ impl FrameDecoder {
                 return Ok(None);
             }
             self.pending = None;
-            self.large.take().unwrap_or_default().freeze()
+            let large = self.large.take().unwrap_or_default();
+            if std::mem::take(&mut self.lent) {
+                self.returned = Some(large);
+                Bytes::new()
+            } else {
+                large.freeze()
+            }
         } else {
             if self.buf.len() < len {
                 return Ok(None);

@@ -666,3 +666,53 @@ fn a_large_payload_is_read_into_a_buffer_of_its_own_size_reused_once_dropped() {
         assert!(dec.is_idle());
     }
 }
+
+#[test]
+fn continued_messages_read_in_any_chunking_arrive_whole() {
+    // Large continuations are read straight into the message's buffer: whatever the reads look
+    // like, with frames of other requests in between, every message arrives byte for byte.
+    let bodies: Vec<Vec<u8>> = [(1u32, 300_000usize), (2, 65_536 * 2 - 12), (3, 500_001)]
+        .iter()
+        .map(|&(seed, len)| {
+            (0..len)
+                .map(|i| (i as u32).wrapping_mul(seed) as u8)
+                .collect()
+        })
+        .collect();
+    for step in [1_000, 4_096, 65_536 + 16, 100_003, usize::MAX] {
+        let (mut parent, mut worker) = open_pair(|w| Welcome {
+            max_frame_size: 65_536,
+            max_in_flight: 4,
+            ..w
+        });
+        let mut wire = Vec::new();
+        for (i, body) in bodies.iter().enumerate() {
+            parent.send_request(UNARY, 0, 0, body, &mut wire).unwrap();
+            if i == 0 {
+                parent
+                    .send_request(UNARY, 0, 0, b"small", &mut wire)
+                    .unwrap();
+            }
+        }
+        let mut got = Vec::new();
+        let mut at = 0;
+        while at < wire.len() {
+            let buf = worker.read_buf();
+            let n = (buf.capacity() - buf.len()).min(step).min(wire.len() - at);
+            buf.extend_from_slice(&wire[at..at + n]);
+            at += n;
+            while let Some(ev) = worker.poll_event().unwrap() {
+                let Event::Request { body, .. } = ev else {
+                    panic!("{ev:?}")
+                };
+                got.push(body);
+            }
+        }
+        assert_eq!(got.len(), 4, "step {step}");
+        assert_eq!(&got[1][..], b"small");
+        for (body, want) in [&got[0], &got[2], &got[3]].into_iter().zip(&bodies) {
+            assert!(body[..] == want[..], "step {step}");
+        }
+        assert_eq!(worker.incomplete_frame_len(), 0);
+    }
+}
