@@ -98,7 +98,10 @@ PEAK_RSS_MB = {"python": 300.0, "rust": 100.0}
 SOAK_GROWTH_MB = 48.0
 FAIL_FAST_GROWTH_MB = 4.0
 MIN_FAIL_FAST_CALLS = 1000  # in FAIL_FAST_SECONDS: a pool that waits on each call cannot
-MAX_FAIL_FAST_CALL_MS = 1000.0  # far below any start-up or heartbeat wait
+# Far below any start-up (10 s) wait; above the 1 s a thread of a 2-vCPU machine under a load
+# of ~9 was once descheduled for (seen in a CI rehearsal). The call count above is the sharper
+# check: a pool that waits on calls cannot make 1,000 in 2 s.
+MAX_FAIL_FAST_CALL_MS = 3000.0
 GAVE_UP = "restart intensity exceeded"
 
 pytestmark = pytest.mark.timeout(matrix.BUILD_TIMEOUT_S + len(VARIANTS) * RUN_TIMEOUT_S + 120)
