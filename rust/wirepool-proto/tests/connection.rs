@@ -629,20 +629,20 @@ fn read_like_a_socket(
 fn a_large_payload_is_read_into_a_buffer_of_its_own_size_reused_once_dropped() {
     let mut wire = Vec::new();
     for fill in [1u8, 2, 3] {
-        let body = bytes::Bytes::from(vec![fill; 100_000]);
+        let body = bytes::Bytes::from(vec![fill; 3 << 20]);
         wirepool_proto::Frame::new(7, FrameBody::Result { body })
             .encode(&mut wire)
             .unwrap();
     }
     let one = wire.len() / 3;
-    for step in [1_000, 65_536, 70_000, usize::MAX] {
-        let mut dec = FrameDecoder::new(1 << 20);
+    for step in [10_000, 65_536, 70_000, usize::MAX] {
+        let mut dec = FrameDecoder::new(4 << 20);
         // The first frame's header and a little of its payload: from then on, the room offered
         // is exactly the missing payload, so a read never runs into the next frame.
         let first = read_like_a_socket(&mut dec, &wire[..16 + 10], step);
         assert!(first.is_empty());
         let buf = dec.read_buf();
-        assert_eq!(buf.capacity() - buf.len(), 100_000 - 10);
+        assert_eq!(buf.capacity() - buf.len(), (3 << 20) - 10);
         let mut frames = read_like_a_socket(&mut dec, &wire[16 + 10..one], step);
         assert_eq!(frames.len(), 1);
         let first_at = match &frames[0].body {
@@ -657,7 +657,7 @@ fn a_large_payload_is_read_into_a_buffer_of_its_own_size_reused_once_dropped() {
             let FrameBody::Result { body } = &frame.body else {
                 panic!("{:?}", frame.body)
             };
-            assert!(body.len() == 100_000 && body.iter().all(|&b| b == fill));
+            assert!(body.len() == 3 << 20 && body.iter().all(|&b| b == fill));
         }
         let FrameBody::Result { body } = &frames[0].body else {
             unreachable!()
@@ -671,7 +671,7 @@ fn a_large_payload_is_read_into_a_buffer_of_its_own_size_reused_once_dropped() {
 fn continued_messages_read_in_any_chunking_arrive_whole() {
     // Large continuations are read straight into the message's buffer: whatever the reads look
     // like, with frames of other requests in between, every message arrives byte for byte.
-    let bodies: Vec<Vec<u8>> = [(1u32, 300_000usize), (2, 65_536 * 2 - 12), (3, 500_001)]
+    let bodies: Vec<Vec<u8>> = [(1u32, 5 << 20), (2, (4 << 20) - 12), (3, (5 << 20) + 1)]
         .iter()
         .map(|&(seed, len)| {
             (0..len)
@@ -679,9 +679,9 @@ fn continued_messages_read_in_any_chunking_arrive_whole() {
                 .collect()
         })
         .collect();
-    for step in [1_000, 4_096, 65_536 + 16, 100_003, usize::MAX] {
+    for step in [7_000, 65_536 + 16, 1_000_003, usize::MAX] {
         let (mut parent, mut worker) = open_pair(|w| Welcome {
-            max_frame_size: 65_536,
+            max_frame_size: 2 << 20,
             max_in_flight: 4,
             ..w
         });
