@@ -56,8 +56,10 @@ test-conformance: $(VPY)
 test-bench: $(VPY)
 	$(VPY) -m pytest -q bench/tests
 
-# Clippy with warnings denied, and mypy over the Python package (its settings: python/pyproject.toml).
+# rustfmt, clippy with warnings denied, and mypy over the Python package (its settings:
+# python/pyproject.toml).
 lint: $(VPY)
+	cd rust && $(CARGO) fmt --all -- --check
 	cd rust && $(CARGO) clippy --workspace --all-targets -q -- -D warnings
 	cd python && ../$(VPY) -m mypy
 

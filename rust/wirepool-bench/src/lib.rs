@@ -45,7 +45,11 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 fn status_field_kib(pid: u32, field: &str) -> Option<u64> {
-    let path = if pid == 0 { "/proc/self/status".to_string() } else { format!("/proc/{pid}/status") };
+    let path = if pid == 0 {
+        "/proc/self/status".to_string()
+    } else {
+        format!("/proc/{pid}/status")
+    };
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(field))
@@ -55,7 +59,10 @@ fn status_field_kib(pid: u32, field: &str) -> Option<u64> {
 
 /// CPU time of the calling thread, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

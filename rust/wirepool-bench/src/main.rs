@@ -40,7 +40,10 @@ fn repo_root() -> PathBuf {
     }
     // <repo>/rust/target/release/wirepool-bench
     let exe = std::env::current_exe().expect("own path");
-    exe.ancestors().nth(4).expect("repo root above target/release").to_path_buf()
+    exe.ancestors()
+        .nth(4)
+        .expect("repo root above target/release")
+        .to_path_buf()
 }
 
 fn worker_command(lang: WorkerLang) -> WorkerCommand {
@@ -51,7 +54,8 @@ fn worker_command(lang: WorkerLang) -> WorkerCommand {
         }
         WorkerLang::Python => {
             let root = repo_root();
-            let python = std::env::var("WIREPOOL_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+            let python =
+                std::env::var("WIREPOOL_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
             WorkerCommand::new(python)
                 .arg(root.join("bench/runners/wirepool_python_worker.py"))
                 .env("PYTHONPATH", root.join("python"))
@@ -62,7 +66,9 @@ fn worker_command(lang: WorkerLang) -> WorkerCommand {
 /// The scenario's `max_frame_size` when it sets one (the large-message variants run with the
 /// SDK default and around it), else 16 MiB.
 fn frame_size(sc: &Value) -> u32 {
-    sc["max_frame_size"].as_u64().map_or(MAX_FRAME, |n| n as u32)
+    sc["max_frame_size"]
+        .as_u64()
+        .map_or(MAX_FRAME, |n| n as u32)
 }
 
 async fn start_pool(
@@ -92,7 +98,10 @@ fn percentile_us(sorted: &[u64], q: f64) -> f64 {
 }
 
 fn children_peak_kib(pool: &Pool) -> Option<u64> {
-    pool.worker_pids().into_iter().filter_map(peak_rss_kib).max()
+    pool.worker_pids()
+        .into_iter()
+        .filter_map(peak_rss_kib)
+        .max()
 }
 
 /// What an echo window sends: the method, its body, how many calls stay outstanding, and the
@@ -112,7 +121,12 @@ async fn echo_window(
     min_calls: u64,
     latency: bool,
 ) -> wirepool::Result<(u64, f64, Vec<u64>)> {
-    let EchoLoad { method, ref body, inflight, expect } = *load;
+    let EchoLoad {
+        method,
+        ref body,
+        inflight,
+        expect,
+    } = *load;
     let start = Instant::now();
     let deadline = start + window;
     if inflight == 1 {
@@ -153,7 +167,11 @@ async fn echo_window(
     for t in tasks {
         t.await.expect("echo task panicked")?;
     }
-    Ok((calls.load(Relaxed), start.elapsed().as_secs_f64(), Vec::new()))
+    Ok((
+        calls.load(Relaxed),
+        start.elapsed().as_secs_f64(),
+        Vec::new(),
+    ))
 }
 
 fn check_reply(method: &str, reply: &Bytes, expect: usize) -> wirepool::Result<()> {
@@ -168,7 +186,10 @@ fn check_reply(method: &str, reply: &Bytes, expect: usize) -> wirepool::Result<(
     Ok(())
 }
 
-async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
+async fn run_echo(
+    sc: &Value,
+    lang: WorkerLang,
+) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
     let kind = sc["kind"].as_str().unwrap_or("echo");
     let payload = sc["payload"].as_u64().unwrap_or(64) as usize;
     let inflight = sc["inflight"].as_u64().unwrap_or(1) as usize;
@@ -179,12 +200,16 @@ async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     let method = if kind == "oneway" { "oneway" } else { "echo" };
     let latency = kind == "echo" && inflight == 1;
     let pool = start_pool(lang, 1, inflight.max(1) as u32, frame_size(sc)).await?;
-    let load = EchoLoad { method, body: Bytes::from(payload_bytes(payload)), inflight, expect: payload };
+    let load = EchoLoad {
+        method,
+        body: Bytes::from(payload_bytes(payload)),
+        inflight,
+        expect: payload,
+    };
     echo_window(&pool, &load, warmup, 1, false).await?;
     let (mut rates, mut mbs, mut p50s, mut p99s) = (vec![], vec![], vec![], vec![]);
     for _ in 0..repeats {
-        let (calls, secs, mut lat) =
-            echo_window(&pool, &load, window, min_calls, latency).await?;
+        let (calls, secs, mut lat) = echo_window(&pool, &load, window, min_calls, latency).await?;
         rates.push(calls as f64 / secs);
         let dirs = if kind == "echo_large" { 2.0 } else { 1.0 };
         mbs.push(calls as f64 * payload as f64 * dirs / secs / 1e6);
@@ -209,7 +234,11 @@ async fn run_echo(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
     let notes = format!(
         "call_raw, raw codec, {} KiB frames; {}",
         frame_size(sc) >> 10,
-        if inflight > 1 { format!("{inflight} tasks each keeping one call outstanding") } else { "one call at a time".into() }
+        if inflight > 1 {
+            format!("{inflight} tasks each keeping one call outstanding")
+        } else {
+            "one call at a time".into()
+        }
     );
     Ok((figs, children, notes))
 }
@@ -224,7 +253,10 @@ async fn read_rows<Row: serde::de::DeserializeOwned + 'static>(
     pause: Duration,
     index: impl Fn(&Row) -> u64,
 ) -> wirepool::Result<u64> {
-    let opts = CallOptions { codec: Some(codec), ..Default::default() };
+    let opts = CallOptions {
+        codec: Some(codec),
+        ..Default::default()
+    };
     let mut rows = pool.stream_with::<_, Row>("rows", req, opts).await?;
     let mut count = 0u64;
     while let Some(row) = rows.next().await {
@@ -246,7 +278,10 @@ async fn read_rows<Row: serde::de::DeserializeOwned + 'static>(
 
 /// The raw rows of `raw_rows` (the small row's JSON text as bytes), walked a frame at a time.
 async fn read_raw_rows(pool: &Pool, n: u64) -> wirepool::Result<u64> {
-    let opts = CallOptions { codec: Some(Codec::Raw), ..Default::default() };
+    let opts = CallOptions {
+        codec: Some(Codec::Raw),
+        ..Default::default()
+    };
     let req = Bytes::from(n.to_string());
     let mut rows = pool.stream_with::<_, Bytes>("raw_rows", &req, opts).await?;
     let (mut count, mut bytes) = (0u64, 0usize);
@@ -268,7 +303,9 @@ fn row_codec(sc: &Value) -> Result<Option<Codec>, String> {
         "cbor" => Ok(Some(Codec::Cbor)),
         "raw" if sc["shape"] == "small_rows" && sc["kind"] == "rows" => Ok(None),
         "raw" => Err("raw rows exist for small_rows scenarios of kind rows only".into()),
-        other => Err(format!("codec {other:?} is not one of json, msgpack, cbor, raw")),
+        other => Err(format!(
+            "codec {other:?} is not one of json, msgpack, cbor, raw"
+        )),
     }
 }
 
@@ -283,7 +320,10 @@ async fn run_rows(
     let every = sc["every"].as_u64().unwrap_or(0);
     let pause = Duration::from_secs_f64(sc["pause_ms"].as_f64().unwrap_or(0.0) / 1000.0);
     let pool = start_pool(lang, 1, 4, frame_size(sc)).await?;
-    let req = RowsReq { shape: shape.clone(), n };
+    let req = RowsReq {
+        shape: shape.clone(),
+        n,
+    };
     let mut rates = Vec::new();
     for _ in 0..repeats {
         let t = Instant::now();
@@ -308,21 +348,25 @@ async fn run_rows(
         rates.push(n as f64 / t.elapsed().as_secs_f64());
     }
     let figs = vec![figure("rows_per_s", "rows/s", &rates, "higher")];
-    let notes = match codec {
-        None => "raw codec: the small row's JSON text as bytes, walked a ROWS frame at a time \
+    let notes =
+        match codec {
+            None => "raw codec: the small row's JSON text as bytes, walked a ROWS frame at a time \
                  (next_frame), not decoded"
-            .to_string(),
-        Some(c) => format!(
+                .to_string(),
+            Some(c) => format!(
             "pool.stream_with::<_, {}> ({c:?} codec, serde into typed structs, one row per next())",
             if shape == "large_rows" { "LargeRow" } else { "SmallRow" }
         ),
-    };
+        };
     let children = children_peak_kib(&pool);
     pool.shutdown().await;
     Ok((figs, children, notes))
 }
 
-async fn run_pool(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
+async fn run_pool(
+    sc: &Value,
+    lang: WorkerLang,
+) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
     let workers = sc["workers"].as_u64().unwrap_or(1) as usize;
     let task_us = sc["task_us"].as_u64().unwrap_or(50);
     let tasks = sc["tasks"].as_u64().unwrap_or(100);
@@ -366,7 +410,9 @@ async fn run_pool(sc: &Value, lang: WorkerLang) -> wirepool::Result<(Vec<Value>,
 }
 
 fn load_scenario() -> Value {
-    let last = std::env::args().skip(1).rfind(|a| !a.starts_with("--") && a != "rust" && a != "python");
+    let last = std::env::args()
+        .skip(1)
+        .rfind(|a| !a.starts_with("--") && a != "rust" && a != "python");
     let text = match last {
         Some(a) if a.trim_start().starts_with('{') => a,
         _ => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),
@@ -376,26 +422,43 @@ fn load_scenario() -> Value {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let lang = match args.iter().position(|a| a == "--worker").and_then(|i| args.get(i + 1)) {
+    let lang = match args
+        .iter()
+        .position(|a| a == "--worker")
+        .and_then(|i| args.get(i + 1))
+    {
         Some(l) if l == "python" => WorkerLang::Python,
         _ => WorkerLang::Rust,
     };
-    let runner = if lang == WorkerLang::Python { "wirepool_rust_pyworker" } else { "wirepool_rust" };
+    let runner = if lang == WorkerLang::Python {
+        "wirepool_rust_pyworker"
+    } else {
+        "wirepool_rust"
+    };
     let sc = load_scenario();
     let id = sc["id"].clone();
     let kind = sc["kind"].as_str().unwrap_or("").to_string();
     if kind == "frames" {
-        println!("{}", json!({"runner": runner, "scenario": id, "status": "unsupported", "reason": "floor-only scenario"}));
+        println!(
+            "{}",
+            json!({"runner": runner, "scenario": id, "status": "unsupported", "reason": "floor-only scenario"})
+        );
         return;
     }
     let codec = match row_codec(&sc) {
         Ok(c) => c,
         Err(reason) => {
-            println!("{}", json!({"runner": runner, "scenario": id, "status": "unsupported", "reason": reason}));
+            println!(
+                "{}",
+                json!({"runner": runner, "scenario": id, "status": "unsupported", "reason": reason})
+            );
             return;
         }
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let outcome = rt.block_on(async {
         match kind.as_str() {
             "echo" | "oneway" | "echo_large" => run_echo(&sc, lang).await,

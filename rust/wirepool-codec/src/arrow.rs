@@ -30,9 +30,13 @@ pub fn encode_batches<B: BufMut>(batches: &[RecordBatch], out: &mut B) -> Result
         arrow_ipc::writer::StreamWriter::try_new(out.writer(), first.schema_ref().as_ref())
             .map_err(|e| CodecError::encode(Codec::ArrowIpc, e))?;
     for batch in batches {
-        writer.write(batch).map_err(|e| CodecError::encode(Codec::ArrowIpc, e))?;
+        writer
+            .write(batch)
+            .map_err(|e| CodecError::encode(Codec::ArrowIpc, e))?;
     }
-    writer.finish().map_err(|e| CodecError::encode(Codec::ArrowIpc, e))
+    writer
+        .finish()
+        .map_err(|e| CodecError::encode(Codec::ArrowIpc, e))
 }
 
 /// Reads every record batch of one Arrow IPC stream.

@@ -183,11 +183,15 @@ impl Codec {
     /// [`Encoded`] is returned as is for every codec.
     pub fn encode_bytes<T: Serialize + 'static>(self, value: T) -> Result<Bytes, CodecError> {
         let mut slot = Some(value);
-        if let Some(encoded) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Encoded>>() {
+        if let Some(encoded) =
+            (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Encoded>>()
+        {
             return Ok(encoded.take().expect("slot was just filled").0);
         }
         if self.is_opaque() {
-            if let Some(bytes) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Bytes>>() {
+            if let Some(bytes) =
+                (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Bytes>>()
+            {
                 return Ok(bytes.take().expect("slot was just filled"));
             }
         }
@@ -221,8 +225,8 @@ impl Codec {
             #[cfg(feature = "cbor")]
             Codec::Cbor => {
                 let mut reader = body;
-                let value: T = ciborium::from_reader(&mut reader)
-                    .map_err(|e| CodecError::decode(self, e))?;
+                let value: T =
+                    ciborium::from_reader(&mut reader).map_err(|e| CodecError::decode(self, e))?;
                 if !reader.is_empty() {
                     return Err(CodecError::decode(
                         self,
@@ -336,10 +340,18 @@ pub enum CodecErrorKind {
 
 impl CodecError {
     fn encode(codec: Codec, e: impl fmt::Display) -> Self {
-        Self { codec, kind: CodecErrorKind::Encode, message: e.to_string() }
+        Self {
+            codec,
+            kind: CodecErrorKind::Encode,
+            message: e.to_string(),
+        }
     }
     fn decode(codec: Codec, e: impl fmt::Display) -> Self {
-        Self { codec, kind: CodecErrorKind::Decode, message: e.to_string() }
+        Self {
+            codec,
+            kind: CodecErrorKind::Decode,
+            message: e.to_string(),
+        }
     }
     fn unavailable(codec: Codec) -> Self {
         Self {
@@ -369,7 +381,11 @@ impl fmt::Display for CodecError {
             CodecErrorKind::Decode => "decode",
             CodecErrorKind::Unavailable => "use",
         };
-        write!(f, "cannot {what} with codec {}: {}", self.codec, self.message)
+        write!(
+            f,
+            "cannot {what} with codec {}: {}",
+            self.codec, self.message
+        )
     }
 }
 

@@ -37,7 +37,10 @@ fn not_bytes(what: &str) -> RawError {
     ))
 }
 
-pub(crate) fn encode<T: Serialize + ?Sized, B: BufMut>(value: &T, out: &mut B) -> Result<(), RawError> {
+pub(crate) fn encode<T: Serialize + ?Sized, B: BufMut>(
+    value: &T,
+    out: &mut B,
+) -> Result<(), RawError> {
     value.serialize(RawSerializer { out })
 }
 
@@ -137,7 +140,9 @@ impl<B: BufMut> ser::SerializeSeq for RawSeq<'_, B> {
     type Ok = ();
     type Error = RawError;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RawError> {
-        value.serialize(ByteElement { out: &mut *self.out })
+        value.serialize(ByteElement {
+            out: &mut *self.out,
+        })
     }
     fn end(self) -> Result<(), RawError> {
         Ok(())
@@ -241,7 +246,10 @@ impl<'de> de::Deserializer<'de> for RawDeserializer<'de> {
         if self.body.is_empty() {
             visitor.visit_unit()
         } else {
-            Err(RawError(format!("expected an empty body, got {} bytes", self.body.len())))
+            Err(RawError(format!(
+                "expected an empty body, got {} bytes",
+                self.body.len()
+            )))
         }
     }
     fn deserialize_unit_struct<V: Visitor<'de>>(

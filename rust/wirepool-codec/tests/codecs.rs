@@ -12,7 +12,10 @@ struct Decl {
 
 /// The serde codecs compiled into this build (tests run with and without default features).
 fn typed() -> Vec<Codec> {
-    Codec::available().into_iter().filter(|c| !c.is_opaque()).collect()
+    Codec::available()
+        .into_iter()
+        .filter(|c| !c.is_opaque())
+        .collect()
 }
 
 #[test]
@@ -30,7 +33,11 @@ fn ids_round_trip_and_reserved_ids_are_unknown() {
 #[cfg(feature = "json")]
 #[test]
 fn json_rows_match_the_shape_every_language_reads() {
-    let row = Decl { i: 3, name: "decl_3".into(), kind: "theorem".into() };
+    let row = Decl {
+        i: 3,
+        name: "decl_3".into(),
+        kind: "theorem".into(),
+    };
     assert_eq!(
         Codec::Json.to_vec(&row).unwrap(),
         br#"{"i":3,"name":"decl_3","kind":"theorem"}"#
@@ -40,7 +47,11 @@ fn json_rows_match_the_shape_every_language_reads() {
 #[cfg(feature = "msgpack")]
 #[test]
 fn msgpack_writes_structs_as_maps() {
-    let row = Decl { i: 1, name: "a".into(), kind: "b".into() };
+    let row = Decl {
+        i: 1,
+        name: "a".into(),
+        kind: "b".into(),
+    };
     let body = Codec::MsgPack.to_vec(&row).unwrap();
     assert_eq!(body[0], 0x83, "fixmap of 3 entries");
 }
@@ -51,14 +62,21 @@ fn encode_appends_to_the_callers_buffer() {
     Codec::Raw.encode("42", &mut frame).unwrap();
     assert_eq!(frame, b"HEADER42");
     let mut frame = bytes::BytesMut::from(&b"H"[..]);
-    Codec::Raw.encode(&Bytes::from_static(b"xyz"), &mut frame).unwrap();
+    Codec::Raw
+        .encode(&Bytes::from_static(b"xyz"), &mut frame)
+        .unwrap();
     assert_eq!(&frame[..], b"Hxyz");
 }
 
 #[test]
 fn raw_decode_of_bytes_shares_the_buffer() {
     let body = Bytes::from(vec![1u8, 2, 3, 4]);
-    for codec in [Codec::Raw, Codec::ArrowIpc, Codec::Protobuf, Codec::Private(130)] {
+    for codec in [
+        Codec::Raw,
+        Codec::ArrowIpc,
+        Codec::Protobuf,
+        Codec::Private(130),
+    ] {
         let out: Bytes = codec.decode_bytes(body.clone()).unwrap();
         assert_eq!(out.as_ptr(), body.as_ptr());
     }
@@ -89,7 +107,9 @@ fn raw_carries_every_byte_like_type() {
     let payload = vec![0u8, 255, 7];
     for body in [
         Codec::Raw.to_vec(&payload).unwrap(),
-        Codec::Raw.to_vec(&serde_bytes::ByteBuf::from(payload.clone())).unwrap(),
+        Codec::Raw
+            .to_vec(&serde_bytes::ByteBuf::from(payload.clone()))
+            .unwrap(),
         Codec::Raw.to_vec(&Bytes::from(payload.clone())).unwrap(),
         Codec::Raw.to_vec(payload.as_slice()).unwrap(),
     ] {
@@ -118,7 +138,11 @@ fn missing_codecs_say_so() {
 
 #[test]
 fn raw_refuses_structured_values_with_a_clear_error() {
-    let row = Decl { i: 1, name: "a".into(), kind: "b".into() };
+    let row = Decl {
+        i: 1,
+        name: "a".into(),
+        kind: "b".into(),
+    };
     let err = Codec::Raw.to_vec(&row).unwrap_err();
     assert_eq!(err.kind(), CodecErrorKind::Encode);
     assert!(err.message().contains("bytes only"), "{err}");
@@ -141,7 +165,10 @@ fn trailing_bytes_after_a_value_are_a_decode_error() {
 #[test]
 fn garbage_is_a_decode_error_not_a_panic() {
     for codec in typed() {
-        assert!(codec.decode::<Decl>(&[0xc1, 0xff, 0x00]).is_err(), "{codec}");
+        assert!(
+            codec.decode::<Decl>(&[0xc1, 0xff, 0x00]).is_err(),
+            "{codec}"
+        );
         assert!(codec.decode::<Decl>(&[]).is_err(), "{codec}");
     }
 }
@@ -179,16 +206,22 @@ proptest! {
 #[cfg(feature = "arrow")]
 #[test]
 fn arrow_batches_round_trip_and_garbage_fails() {
-    use std::sync::Arc;
     use arrow_array::{Int64Array, RecordBatch, StringArray};
+    use std::sync::Arc;
     let batch = RecordBatch::try_from_iter([
         ("i", Arc::new(Int64Array::from(vec![1, 2, 3])) as _),
-        ("name", Arc::new(StringArray::from(vec!["a", "b", "c"])) as _),
+        (
+            "name",
+            Arc::new(StringArray::from(vec!["a", "b", "c"])) as _,
+        ),
     ])
     .unwrap();
     let mut body = Vec::new();
     wirepool_codec::arrow::encode_batches(&[batch.clone(), batch.clone()], &mut body).unwrap();
-    assert_eq!(wirepool_codec::arrow::decode_batches(&body).unwrap(), vec![batch.clone(), batch]);
+    assert_eq!(
+        wirepool_codec::arrow::decode_batches(&body).unwrap(),
+        vec![batch.clone(), batch]
+    );
     assert!(wirepool_codec::arrow::decode_batches(b"not arrow").is_err());
     assert!(wirepool_codec::arrow::encode_batches(&[], &mut body).is_err());
 }

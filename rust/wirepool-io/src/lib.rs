@@ -139,7 +139,11 @@ impl Socket {
 pub fn spin_until_readable(fd: std::os::fd::RawFd, budget: std::time::Duration) {
     let start = std::time::Instant::now();
     loop {
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd, zero timeout.
         if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 || start.elapsed() >= budget {
             return;
@@ -218,7 +222,9 @@ mod tests {
             let mut got = 0;
             while got < sent + 1 {
                 buf.clear();
-                got += std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf)).await.unwrap();
+                got += std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf))
+                    .await
+                    .unwrap();
             }
             got
         };
@@ -232,7 +238,9 @@ mod tests {
         assert_eq!(bounded.await.unwrap(), sent + 1);
         drop(a);
         let mut buf = BytesMut::new();
-        let eof = std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf)).await.unwrap();
+        let eof = std::future::poll_fn(|cx| b.poll_read_buf(cx, &mut buf))
+            .await
+            .unwrap();
         assert_eq!(eof, 0);
     }
 }

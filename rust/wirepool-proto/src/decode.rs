@@ -118,7 +118,13 @@ impl FrameDecoder {
     /// [`next_frame`](FrameDecoder::next_frame) returned `Ok(None)`.
     pub(crate) fn incomplete_frame_len(&self) -> usize {
         let large = self.large.as_ref().map_or(0, BytesMut::len);
-        self.buf.len() + large + if self.pending.is_some() { HEADER_LEN } else { 0 }
+        self.buf.len()
+            + large
+            + if self.pending.is_some() {
+                HEADER_LEN
+            } else {
+                0
+            }
     }
 
     /// The header of a pending large frame that has its own buffer, not a lent one.

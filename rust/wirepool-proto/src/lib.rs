@@ -49,8 +49,8 @@ pub use frame::{
     FLAG_MORE, HANDSHAKE_MAX_FRAME_SIZE, HEADER_LEN, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
 };
-pub use ids::{IdBuildHasher, IdHasher, IdMap};
 pub use handshake::{
     check_methods, choose_version, Hello, MethodInfo, MethodKind, MethodRequirement, Welcome,
     HELLO_MAGIC, MAX_CODECS_PER_METHOD, MAX_METHODS,
 };
+pub use ids::{IdBuildHasher, IdHasher, IdMap};

@@ -7,14 +7,16 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use wirepool_proto::{
-    Direction, ErrorClass, ErrorCode, FrameType, IdRule, MethodKind, DEFAULT_HEARTBEAT_MS, DEFAULT_INITIAL_CREDIT,
-    DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MESSAGE_SIZE, FLAG_MORE, HANDSHAKE_MAX_FRAME_SIZE, HEADER_LEN, HELLO_MAGIC,
-    MAX_CODECS_PER_METHOD, MAX_CREDIT, MAX_MAX_FRAME_SIZE, MAX_METHODS, PROTOCOL_VERSION,
+    Direction, ErrorClass, ErrorCode, FrameType, IdRule, MethodKind, DEFAULT_HEARTBEAT_MS,
+    DEFAULT_INITIAL_CREDIT, DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MESSAGE_SIZE, FLAG_MORE,
+    HANDSHAKE_MAX_FRAME_SIZE, HEADER_LEN, HELLO_MAGIC, MAX_CODECS_PER_METHOD, MAX_CREDIT,
+    MAX_MAX_FRAME_SIZE, MAX_METHODS, PROTOCOL_VERSION,
 };
 
 fn constants() -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_json::from_str(&text).expect("constants.json is JSON")
 }
 
@@ -44,24 +46,43 @@ fn frame_types_and_their_rules() {
             IdRule::Any => "any",
         };
         assert_eq!(id, t["id"], "{name}");
-        assert_eq!(ours.can_continue(), t["more_allowed"].as_bool().unwrap(), "{name}");
+        assert_eq!(
+            ours.can_continue(),
+            t["more_allowed"].as_bool().unwrap(),
+            "{name}"
+        );
         if ours.can_continue() {
-            assert_eq!(ours.fixed_prefix_len() as u64, int(&t["continued_prefix"]), "{name}");
+            assert_eq!(
+                ours.fixed_prefix_len() as u64,
+                int(&t["continued_prefix"]),
+                "{name}"
+            );
         }
     }
     // No other header byte is a frame type.
     let codes: Vec<u64> = spec.iter().map(|t| int(&t["code"])).collect();
     for byte in 0..=255u8 {
-        assert_eq!(FrameType::from_u8(byte).is_some(), codes.contains(&(byte as u64)), "byte {byte:#04x}");
+        assert_eq!(
+            FrameType::from_u8(byte).is_some(),
+            codes.contains(&(byte as u64)),
+            "byte {byte:#04x}"
+        );
     }
 }
 
 #[test]
 fn error_codes_and_classes() {
     let c = constants();
-    let spec: BTreeMap<u64, &str> =
-        c["error_codes"].as_array().unwrap().iter().map(|e| (int(&e["code"]), e["name"].as_str().unwrap())).collect();
-    let ours: BTreeMap<u64, &str> = ErrorCode::ALL.iter().map(|e| (e.code() as u64, e.name())).collect();
+    let spec: BTreeMap<u64, &str> = c["error_codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (int(&e["code"]), e["name"].as_str().unwrap()))
+        .collect();
+    let ours: BTreeMap<u64, &str> = ErrorCode::ALL
+        .iter()
+        .map(|e| (e.code() as u64, e.name()))
+        .collect();
     assert_eq!(ours, spec);
     for e in c["error_codes"].as_array().unwrap() {
         let code = ErrorCode::from_name(e["name"].as_str().unwrap()).unwrap();
@@ -89,14 +110,29 @@ fn limits_kinds_and_protocol_defaults() {
     assert_eq!(FLAG_MORE as u64, int(&c["flags"]["MORE"]));
     assert_eq!(PROTOCOL_VERSION as u64, int(&c["protocol_version"]));
     assert_eq!(&HELLO_MAGIC[..], c["magic"].as_str().unwrap().as_bytes());
-    assert_eq!(HANDSHAKE_MAX_FRAME_SIZE as u64, int(&lim["handshake_max_frame_size"]));
-    assert_eq!(HANDSHAKE_MAX_FRAME_SIZE as u64, int(&lim["min_max_frame_size"]));
+    assert_eq!(
+        HANDSHAKE_MAX_FRAME_SIZE as u64,
+        int(&lim["handshake_max_frame_size"])
+    );
+    assert_eq!(
+        HANDSHAKE_MAX_FRAME_SIZE as u64,
+        int(&lim["min_max_frame_size"])
+    );
     assert_eq!(MAX_MAX_FRAME_SIZE as u64, int(&lim["max_max_frame_size"]));
     assert_eq!(MAX_CREDIT as u64, int(&lim["max_credit"]));
     assert_eq!(MAX_METHODS as u64, int(&lim["max_methods"]));
-    assert_eq!(MAX_CODECS_PER_METHOD as u64, int(&lim["max_codecs_per_method"]));
-    assert_eq!(MethodKind::Unary.to_u8() as u64, int(&c["method_kinds"]["unary"]));
-    assert_eq!(MethodKind::Stream.to_u8() as u64, int(&c["method_kinds"]["stream"]));
+    assert_eq!(
+        MAX_CODECS_PER_METHOD as u64,
+        int(&lim["max_codecs_per_method"])
+    );
+    assert_eq!(
+        MethodKind::Unary.to_u8() as u64,
+        int(&c["method_kinds"]["unary"])
+    );
+    assert_eq!(
+        MethodKind::Stream.to_u8() as u64,
+        int(&c["method_kinds"]["stream"])
+    );
     let d = &c["protocol_defaults"];
     assert_eq!(DEFAULT_MAX_FRAME_SIZE as u64, int(&d["max_frame_size"]));
     assert_eq!(DEFAULT_INITIAL_CREDIT as u64, int(&d["initial_credit"]));

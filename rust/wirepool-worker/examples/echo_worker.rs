@@ -110,7 +110,10 @@ fn gather(n: u64, ctx: &Context) -> Result<u64, HandlerError> {
     GATHER_CHANGED.notify_all();
     while *count < n && !ctx.is_cancelled() {
         // Timed wait: the cancellation flag is polled, it does not signal this condvar.
-        count = GATHER_CHANGED.wait_timeout(count, Duration::from_millis(5)).unwrap().0;
+        count = GATHER_CHANGED
+            .wait_timeout(count, Duration::from_millis(5))
+            .unwrap()
+            .0;
     }
     Ok(n)
 }
@@ -126,51 +129,78 @@ fn main() -> std::io::Result<()> {
     Worker::new("wirepool-rust-echo")
         .unary("echo", |body: Encoded, _ctx: &Context| Ok(body))
         .codecs(&[Codec::Raw, Codec::Json, Codec::MsgPack])
-        .unary_async("echo_async", |body: Encoded, _ctx: Context| async move { Ok(body) })
+        .unary_async("echo_async", |body: Encoded, _ctx: Context| async move {
+            Ok(body)
+        })
         .codecs(&[Codec::Raw, Codec::Json, Codec::MsgPack])
-        .unary("add", |req: AddReq, _ctx: &Context| Ok(AddResp { sum: req.a + req.b }))
-        .codecs(&[Codec::Json])
-        .stream("decls", |req: DeclsReq, _ctx: Context, rows: RowSink<Decl>| async move {
-            let mut row = Decl { i: 0, name: String::with_capacity(32), kind: "theorem" };
-            for i in 0..req.n {
-                row.set(i);
-                rows.send_ref(&row).await?;
-            }
-            Ok(Some(DeclsSummary { rows: req.n }))
-        })
-        .stream_blocking("decls_blocking", |req: DeclsReq, _ctx: &Context, rows: &BlockingRowSink<Decl>| {
-            let mut row = Decl { i: 0, name: String::with_capacity(32), kind: "theorem" };
-            for i in 0..req.n {
-                row.set(i);
-                rows.send_ref(&row)?;
-            }
-            Ok(Some(DeclsSummary { rows: req.n }))
-        })
-        .stream("trickle", |req: TrickleReq, _ctx: Context, rows: RowSink<u64>| async move {
-            for i in 0..req.n {
-                rows.send(i).await?;
-                tokio::time::sleep(Duration::from_millis(req.ms)).await;
-            }
-            Ok(())
+        .unary("add", |req: AddReq, _ctx: &Context| {
+            Ok(AddResp { sum: req.a + req.b })
         })
         .codecs(&[Codec::Json])
-        .stream("panic_row", |n: u64, _ctx: Context, rows: RowSink<PanicRow>| async move {
-            for i in 0..n {
-                rows.send(PanicRow(i)).await?;
-            }
-            Ok(())
-        })
+        .stream(
+            "decls",
+            |req: DeclsReq, _ctx: Context, rows: RowSink<Decl>| async move {
+                let mut row = Decl {
+                    i: 0,
+                    name: String::with_capacity(32),
+                    kind: "theorem",
+                };
+                for i in 0..req.n {
+                    row.set(i);
+                    rows.send_ref(&row).await?;
+                }
+                Ok(Some(DeclsSummary { rows: req.n }))
+            },
+        )
+        .stream_blocking(
+            "decls_blocking",
+            |req: DeclsReq, _ctx: &Context, rows: &BlockingRowSink<Decl>| {
+                let mut row = Decl {
+                    i: 0,
+                    name: String::with_capacity(32),
+                    kind: "theorem",
+                };
+                for i in 0..req.n {
+                    row.set(i);
+                    rows.send_ref(&row)?;
+                }
+                Ok(Some(DeclsSummary { rows: req.n }))
+            },
+        )
+        .stream(
+            "trickle",
+            |req: TrickleReq, _ctx: Context, rows: RowSink<u64>| async move {
+                for i in 0..req.n {
+                    rows.send(i).await?;
+                    tokio::time::sleep(Duration::from_millis(req.ms)).await;
+                }
+                Ok(())
+            },
+        )
         .codecs(&[Codec::Json])
-        .stream("raw_rows", |req: String, _ctx: Context, rows: RowSink<ByteBuf>| async move {
-            let (n, size) = parse_raw_rows(&req)?;
-            let mut row = ByteBuf::from(vec![0xAB; size]);
-            for i in 0..n {
-                let prefix = size.min(8);
-                row[..prefix].copy_from_slice(&i.to_le_bytes()[..prefix]);
-                rows.send_ref(&row).await?;
-            }
-            Ok(())
-        })
+        .stream(
+            "panic_row",
+            |n: u64, _ctx: Context, rows: RowSink<PanicRow>| async move {
+                for i in 0..n {
+                    rows.send(PanicRow(i)).await?;
+                }
+                Ok(())
+            },
+        )
+        .codecs(&[Codec::Json])
+        .stream(
+            "raw_rows",
+            |req: String, _ctx: Context, rows: RowSink<ByteBuf>| async move {
+                let (n, size) = parse_raw_rows(&req)?;
+                let mut row = ByteBuf::from(vec![0xAB; size]);
+                for i in 0..n {
+                    let prefix = size.min(8);
+                    row[..prefix].copy_from_slice(&i.to_le_bytes()[..prefix]);
+                    rows.send_ref(&row).await?;
+                }
+                Ok(())
+            },
+        )
         .codecs(&[Codec::Raw])
         .unary_async("sleep", |ms: u64, _ctx: Context| async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -192,12 +222,15 @@ fn main() -> std::io::Result<()> {
         })
         .codecs(&[Codec::Json])
         // Fails once it notices its cancellation: the request still ends with the flag's code.
-        .unary("fail_when_cancelled", |_: serde_json::Value, ctx: &Context| -> Result<(), HandlerError> {
-            while !ctx.is_cancelled() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(HandlerError::new("noticed the cancellation"))
-        })
+        .unary(
+            "fail_when_cancelled",
+            |_: serde_json::Value, ctx: &Context| -> Result<(), HandlerError> {
+                while !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(HandlerError::new("noticed the cancellation"))
+            },
+        )
         .codecs(&[Codec::Json])
         .unary("spin", |us: u64, ctx: &Context| {
             let end = Instant::now() + Duration::from_micros(us);
@@ -210,15 +243,27 @@ fn main() -> std::io::Result<()> {
         .codecs(&[Codec::Json])
         .unary("gather", gather)
         .codecs(&[Codec::Json])
-        .unary("crash", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> { std::process::abort() })
+        .unary(
+            "crash",
+            |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+                std::process::abort()
+            },
+        )
         .codecs(&[Codec::Json])
-        .unary("panic", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
-            panic!("the panic method was called")
-        })
+        .unary(
+            "panic",
+            |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+                panic!("the panic method was called")
+            },
+        )
         .codecs(&[Codec::Json])
-        .unary("fail", |req: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
-            Err(HandlerError::new("the fail method was called").with_details(&serde_json::json!({ "request": req })))
-        })
+        .unary(
+            "fail",
+            |req: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+                Err(HandlerError::new("the fail method was called")
+                    .with_details(&serde_json::json!({ "request": req })))
+            },
+        )
         .codecs(&[Codec::Json])
         .unary("print", |req: PrintReq, _ctx: &Context| {
             let text = vec![b'x'; req.n];

@@ -34,7 +34,9 @@ impl Parent {
             let n = {
                 let spare = rb.spare_capacity_mut();
                 // SAFETY: read() only writes into the spare capacity; we then commit n bytes.
-                let slice = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len()) };
+                let slice = unsafe {
+                    std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len())
+                };
                 self.sock.read(slice).expect("read")
             };
             assert!(n > 0, "worker closed the socket");
@@ -46,7 +48,18 @@ impl Parent {
     fn request(&mut self, method: &str, codec: u8, body: &[u8], out: &mut Vec<u8>) -> u64 {
         self.next_id += 1;
         let m = self.hello.method_index(method).unwrap();
-        encode_message(out, self.next_id, MessageHead::Request { method: m, codec, timeout_us: 0 }, body, self.decoder.max_frame_size()).unwrap();
+        encode_message(
+            out,
+            self.next_id,
+            MessageHead::Request {
+                method: m,
+                codec,
+                timeout_us: 0,
+            },
+            body,
+            self.decoder.max_frame_size(),
+        )
+        .unwrap();
         self.next_id
     }
 
@@ -57,19 +70,46 @@ impl Parent {
 }
 
 fn start(initial_credit: u32) -> (Parent, std::process::Child) {
-    let exe = std::env::current_exe().unwrap().parent().unwrap().join("echo_worker");
+    let exe = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("echo_worker");
     let (ours, theirs) = UnixStream::pair().unwrap();
     let fd = theirs.as_raw_fd();
     // SAFETY: plain fcntl on a descriptor we own.
     unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
-    let child = Command::new(exe).args(["--max-concurrency", "256"]).env("WIREPOOL_FD", fd.to_string()).stderr(Stdio::inherit()).spawn().expect("spawn echo_worker");
+    let child = Command::new(exe)
+        .args(["--max-concurrency", "256"])
+        .env("WIREPOOL_FD", fd.to_string())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn echo_worker");
     drop(theirs);
-    let mut p = Parent { sock: ours, decoder: FrameDecoder::new(65_536), hello: Hello::new("x", ""), buf: Vec::new(), next_id: 0 };
-    let FrameBody::Hello(hello) = p.next_frame().body else { panic!("no HELLO") };
-    let max_frame_size = std::env::var("MAX_FRAME").ok().and_then(|v| v.parse().ok()).unwrap_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE);
-    let welcome = Welcome { initial_credit, heartbeat_ms: 0, max_frame_size, ..Welcome::for_hello(&hello, 1).unwrap() };
+    let mut p = Parent {
+        sock: ours,
+        decoder: FrameDecoder::new(65_536),
+        hello: Hello::new("x", ""),
+        buf: Vec::new(),
+        next_id: 0,
+    };
+    let FrameBody::Hello(hello) = p.next_frame().body else {
+        panic!("no HELLO")
+    };
+    let max_frame_size = std::env::var("MAX_FRAME")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE);
+    let welcome = Welcome {
+        initial_credit,
+        heartbeat_ms: 0,
+        max_frame_size,
+        ..Welcome::for_hello(&hello, 1).unwrap()
+    };
     let mut out = Vec::new();
-    Frame::new(0, FrameBody::Welcome(welcome)).encode(&mut out).unwrap();
+    Frame::new(0, FrameBody::Welcome(welcome))
+        .encode(&mut out)
+        .unwrap();
     p.sock.write_all(&out).unwrap();
     p.decoder.set_max_frame_size(welcome.max_frame_size);
     p.hello = *hello;
@@ -93,7 +133,9 @@ fn stream_rows(p: &mut Parent, method: &str, codec: u8, body: &[u8], credit: u32
                 rows += u64::from(r.count());
                 consumed += r.payload().len() as u64;
                 if let Some(grant) = wirepool_proto::grant_due(credit, consumed) {
-                    Frame::new(id, FrameBody::Credit { bytes: grant }).encode(&mut out).unwrap();
+                    Frame::new(id, FrameBody::Credit { bytes: grant })
+                        .encode(&mut out)
+                        .unwrap();
                     p.flush(&mut out);
                     consumed -= u64::from(grant);
                 }
@@ -140,7 +182,9 @@ fn unary_echo(p: &mut Parent, method: &str, size: usize, calls: u64, window: u64
 /// shared machine the worker's CPU per operation is steadier than wall-clock rates.
 fn finish(mut p: Parent, child: std::process::Child) -> f64 {
     let mut out = Vec::new();
-    Frame::new(0, FrameBody::Drain { grace_ms: 0 }).encode(&mut out).unwrap();
+    Frame::new(0, FrameBody::Drain { grace_ms: 0 })
+        .encode(&mut out)
+        .unwrap();
     p.flush(&mut out);
     while !matches!(p.next_frame().body, FrameBody::Goodbye { .. }) {}
     let mut status = 0;
@@ -168,22 +212,46 @@ fn main() {
         for method in ["decls", "decls_blocking"] {
             let (mut p, child) = start(credit);
             let n = 2_000_000u64;
-            let (rows, wall) = stream_rows(&mut p, method, 1, format!("{{\"n\":{n}}}").as_bytes(), credit);
-            report(&format!("{method} JSON rows"), rows, "rows", wall, finish(p, child));
+            let (rows, wall) = stream_rows(
+                &mut p,
+                method,
+                1,
+                format!("{{\"n\":{n}}}").as_bytes(),
+                credit,
+            );
+            report(
+                &format!("{method} JSON rows"),
+                rows,
+                "rows",
+                wall,
+                finish(p, child),
+            );
         }
     }
     if want("raw") {
         let (mut p, child) = start(credit);
         let n = 10_000_000u64;
         let (rows, wall) = stream_rows(&mut p, "raw_rows", 0, format!("{n} 16").as_bytes(), credit);
-        report("raw_rows 16-byte rows", rows, "rows", wall, finish(p, child));
+        report(
+            "raw_rows 16-byte rows",
+            rows,
+            "rows",
+            wall,
+            finish(p, child),
+        );
     }
     if want("unary") {
         for method in ["echo", "echo_async"] {
             let (mut p, child) = start(credit);
             let calls = 500_000;
             let wall = unary_echo(&mut p, method, 64, calls, 256);
-            report(&format!("unary {method} 64 B raw, 256 in flight"), calls, "calls", wall, finish(p, child));
+            report(
+                &format!("unary {method} 64 B raw, 256 in flight"),
+                calls,
+                "calls",
+                wall,
+                finish(p, child),
+            );
         }
     }
     if want("big") {

@@ -49,7 +49,9 @@ impl Context {
 
     /// Time left before the deadline (`None`: no deadline; zero: passed).
     pub fn remaining(&self) -> Option<Duration> {
-        self.req.deadline.map(|d| d.saturating_duration_since(Instant::now()))
+        self.req
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
     /// Send a progress event (`topic` 1-255 bytes, `data` serialised as JSON). Events are

@@ -11,13 +11,13 @@ use tokio::sync::Notify;
 use wirepool_codec::Codec;
 use wirepool_proto::{ErrorCode, Event, Hello, MethodInfo, MethodKind, ProtocolError, Welcome};
 
-use crate::state::{send_error, CancelReason, RequestShared, Shared, Terminal};
 use crate::error::HandlerError;
-use wirepool_io::outbox::WriteQueue;
-use wirepool_io::Socket;
 use crate::handler_threads::{HandlerThreads, Task};
 use crate::sink::RowBatcher;
+use crate::state::{send_error, CancelReason, RequestShared, Shared, Terminal};
 use crate::worker::{Handler, Method, Worker};
+use wirepool_io::outbox::WriteQueue;
+use wirepool_io::Socket;
 
 /// The environment variable holding the inherited socket's descriptor number.
 pub const FD_ENV: &str = "WIREPOOL_FD";
@@ -38,12 +38,17 @@ const POOL_MONITOR_TICK: Duration = Duration::from_millis(1);
 
 pub(crate) fn take_inherited_socket() -> io::Result<StdUnixStream> {
     let value = std::env::var(FD_ENV).map_err(|_| {
-        io::Error::new(io::ErrorKind::NotFound, format!("{FD_ENV} is not set: start this worker from a wirepool parent"))
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{FD_ENV} is not set: start this worker from a wirepool parent"),
+        )
     })?;
-    let fd: RawFd = value
-        .trim()
-        .parse()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{FD_ENV}={value:?} is not a descriptor number")))?;
+    let fd: RawFd = value.trim().parse().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{FD_ENV}={value:?} is not a descriptor number"),
+        )
+    })?;
     std::env::remove_var(FD_ENV);
     // SAFETY: fcntl on an arbitrary integer is safe; it fails with EBADF if fd is not open.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
@@ -67,7 +72,13 @@ pub(crate) fn set_parent_death_signal() {
     // for this process; kill on our own pid has no memory-safety preconditions.
     unsafe {
         let parent = libc::getppid();
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         if libc::getppid() != parent {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
@@ -82,7 +93,11 @@ fn hello_for(worker: &Worker) -> Hello {
         methods: worker
             .methods
             .iter()
-            .map(|m| MethodInfo { name: m.name.clone(), kind: m.kind, codecs: m.codecs.iter().map(|c| c.id()).collect() })
+            .map(|m| MethodInfo {
+                name: m.name.clone(),
+                kind: m.kind,
+                codecs: m.codecs.iter().map(|c| c.id()).collect(),
+            })
             .collect(),
         ..Hello::new(worker.sdk_name.clone(), env!("CARGO_PKG_VERSION"))
     }
@@ -99,7 +114,10 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
     {
         let mut guard = shared.lock();
         let state = &mut *guard;
-        state.conn.send_hello(&hello, state.out.tail()).map_err(protocol_io_error)?;
+        state
+            .conn
+            .send_hello(&hello, state.out.tail())
+            .map_err(protocol_io_error)?;
     }
     let writer = tokio::spawn(write_loop(Arc::clone(&shared), Arc::clone(&socket)));
     let mut driver = Driver {
@@ -126,7 +144,10 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
         }
         Err(e) => {
             driver.cancel_all();
-            let fatal = e.get_ref().and_then(|inner| inner.downcast_ref::<ProtocolError>()).cloned();
+            let fatal = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<ProtocolError>())
+                .cloned();
             let sent = fatal.is_some_and(|fatal| {
                 let mut guard = shared.lock();
                 let state = &mut *guard;
@@ -188,7 +209,10 @@ impl Driver {
             // across the await (handler threads keep sending meanwhile). An empty spare takes
             // its place meanwhile; it already has the room `read_buf` reserves, so lending and
             // returning allocate nothing.
-            let mut buf = std::mem::replace(self.shared.lock().conn.read_buf(), std::mem::take(&mut spare));
+            let mut buf = std::mem::replace(
+                self.shared.lock().conn.read_buf(),
+                std::mem::take(&mut spare),
+            );
             let read = tokio::select! {
                 read = std::future::poll_fn(|cx| socket.poll_read_buf(cx, &mut buf)) => read,
                 _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
@@ -275,11 +299,19 @@ impl Driver {
     fn on_event(&mut self, event: Event) -> io::Result<()> {
         match event {
             Event::Welcome(welcome) => self.welcome = Some(welcome),
-            Event::Request { id, method, codec, timeout_us, body } => self.admit(id, method, codec, timeout_us, body),
+            Event::Request {
+                id,
+                method,
+                codec,
+                timeout_us,
+                body,
+            } => self.admit(id, method, codec, timeout_us, body),
             Event::Reject { id, code } => {
                 let message = match code {
                     ErrorCode::UnknownMethod => "no method with this index".to_owned(),
-                    ErrorCode::CodecUnsupported => "the method does not accept this codec".to_owned(),
+                    ErrorCode::CodecUnsupported => {
+                        "the method does not accept this codec".to_owned()
+                    }
                     ErrorCode::Overloaded => format!(
                         "{} requests already in flight",
                         self.welcome.map_or(0, |w| w.max_in_flight)
@@ -339,24 +371,47 @@ impl Driver {
 
     fn admit(&mut self, id: u64, method: u16, codec: u8, timeout_us: u64, body: Bytes) {
         // The core checked the method index, codec, drain and in-flight limit.
-        let Some(m) = self.methods.get(usize::from(method)).cloned() else { return };
-        let Some(codec) = Codec::from_id(codec) else { return };
-        let max_frame_size = self.welcome.map_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE, |w| w.max_frame_size);
+        let Some(m) = self.methods.get(usize::from(method)).cloned() else {
+            return;
+        };
+        let Some(codec) = Codec::from_id(codec) else {
+            return;
+        };
+        let max_frame_size = self
+            .welcome
+            .map_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE, |w| w.max_frame_size);
         // The budget counts from the REQUEST event (this read; spec 2); no clock read for
         // requests without one. Any u64 is valid: a deadline past the clock's range is none.
-        let deadline = (timeout_us > 0).then(|| Instant::now().checked_add(Duration::from_micros(timeout_us))).flatten();
+        let deadline = (timeout_us > 0)
+            .then(|| Instant::now().checked_add(Duration::from_micros(timeout_us)))
+            .flatten();
         let stream = (m.kind == MethodKind::Stream).then(|| {
-            Arc::new(RowBatcher::new(id, codec, max_frame_size, self.batch_bytes, Arc::clone(&self.shared)))
+            Arc::new(RowBatcher::new(
+                id,
+                codec,
+                max_frame_size,
+                self.batch_bytes,
+                Arc::clone(&self.shared),
+            ))
         });
         if let Handler::Inline(run) = &m.handler {
             // No map entry and no timer: the handler runs to its end right here, before the
             // reader looks at another frame, so no CANCEL or timer could reach it meanwhile.
             let mut req = match self.inline_req.take() {
                 Some(mut req) => {
-                    Arc::get_mut(&mut req).expect("kept only while unshared").reuse(id, codec, deadline);
+                    Arc::get_mut(&mut req)
+                        .expect("kept only while unshared")
+                        .reuse(id, codec, deadline);
                     req
                 }
-                None => Arc::new(RequestShared::new(id, codec, deadline, Arc::clone(&self.shared), None, true)),
+                None => Arc::new(RequestShared::new(
+                    id,
+                    codec,
+                    deadline,
+                    Arc::clone(&self.shared),
+                    None,
+                    true,
+                )),
             };
             run(&req, body);
             // A handler that kept a clone of its `Context` keeps that state; take a fresh one.
@@ -365,7 +420,14 @@ impl Driver {
             }
             return;
         }
-        let req = Arc::new(RequestShared::new(id, codec, deadline, Arc::clone(&self.shared), stream.clone(), false));
+        let req = Arc::new(RequestShared::new(
+            id,
+            codec,
+            deadline,
+            Arc::clone(&self.shared),
+            stream.clone(),
+            false,
+        ));
         {
             let mut state = self.shared.lock();
             state.requests.insert(id, Arc::clone(&req));
@@ -418,7 +480,9 @@ impl Driver {
             return;
         }
         self.draining = true;
-        self.shared.draining.store(true, std::sync::atomic::Ordering::Release);
+        self.shared
+            .draining
+            .store(true, std::sync::atomic::Ordering::Release);
         let shared = Arc::clone(&self.shared);
         let goodbye = Arc::clone(&self.goodbye);
         tokio::spawn(async move {
@@ -432,9 +496,12 @@ impl Driver {
                     // threads stop when the process exits.
                     let left: Vec<_> = shared.lock().requests.values().cloned().collect();
                     for req in left {
-                        shared.finish(&req, Terminal::Error(req.cancel_error().unwrap_or_else(|| {
-                            HandlerError::protocol(ErrorCode::Cancelled, "cancelled by drain")
-                        })));
+                        shared.finish(
+                            &req,
+                            Terminal::Error(req.cancel_error().unwrap_or_else(|| {
+                                HandlerError::protocol(ErrorCode::Cancelled, "cancelled by drain")
+                            })),
+                        );
                     }
                 }
             }
@@ -462,7 +529,11 @@ fn cancel_requests(shared: &Shared) {
 }
 
 /// Wait until `done` holds or `until` passes; returns whether `done` held.
-async fn wait_until(shared: &Shared, until: tokio::time::Instant, done: impl Fn(&Shared) -> bool) -> bool {
+async fn wait_until(
+    shared: &Shared,
+    until: tokio::time::Instant,
+    done: impl Fn(&Shared) -> bool,
+) -> bool {
     loop {
         let ended = shared.request_ended.notified();
         tokio::pin!(ended);

@@ -46,7 +46,10 @@ impl HandlerError {
     /// # Panics
     /// If `code` is below 1000: codes under 1000 belong to the protocol.
     pub fn with_code(mut self, code: u32) -> HandlerError {
-        assert!(code >= 1000, "application error codes start at 1000, got {code}");
+        assert!(
+            code >= 1000,
+            "application error codes start at 1000, got {code}"
+        );
         self.code = code;
         self
     }
@@ -74,7 +77,11 @@ impl HandlerError {
     }
 
     pub(crate) fn protocol(code: ErrorCode, message: impl Into<String>) -> HandlerError {
-        HandlerError { code: code.code(), message: message.into(), details: String::new() }
+        HandlerError {
+            code: code.code(),
+            message: message.into(),
+            details: String::new(),
+        }
     }
 }
 

@@ -138,7 +138,11 @@ fn help(inner: &Arc<Inner>, helper: Helper) {
                 .spawn(move || thread_main(inner2));
             if spawned.is_err() {
                 // Out of threads: the queued work waits for a running thread instead.
-                inner.state.lock().unwrap_or_else(|p| p.into_inner()).threads -= 1;
+                inner
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .threads -= 1;
             }
         }
     }

@@ -71,10 +71,10 @@ pub use context::Context;
 pub use driver::FD_ENV;
 pub use error::{HandlerError, StreamClosed};
 pub use sink::{BlockingRowSink, RowSink};
-pub use wirepool_codec::{Codec, Encoded};
 /// Arrow IPC helpers (cargo feature `arrow`): build the `Bytes` a handler returns or sends as a
 /// row for a method that accepts [`Codec::ArrowIpc`].
 #[cfg(feature = "arrow")]
 pub use wirepool_codec::arrow;
+pub use wirepool_codec::{Codec, Encoded};
 pub use wirepool_proto::ErrorCode;
 pub use worker::{Summary, Worker};

@@ -14,8 +14,8 @@ use tokio::sync::Notify;
 use wirepool_codec::Codec;
 use wirepool_proto::ErrorCode;
 
-use crate::state::{RequestShared, Shared};
 use crate::error::StreamClosed;
+use crate::state::{RequestShared, Shared};
 
 /// One stream's batch and credit waiters. Lock order: this state, then the worker state.
 pub(crate) struct RowBatcher {
@@ -57,7 +57,13 @@ enum Submit {
 }
 
 impl RowBatcher {
-    pub(crate) fn new(id: u64, codec: Codec, max_frame: u32, batch_bytes: usize, shared: Arc<Shared>) -> RowBatcher {
+    pub(crate) fn new(
+        id: u64,
+        codec: Codec,
+        max_frame: u32,
+        batch_bytes: usize,
+        shared: Arc<Shared>,
+    ) -> RowBatcher {
         let max_frame = max_frame as usize;
         RowBatcher {
             id,
@@ -102,16 +108,26 @@ impl RowBatcher {
     }
 
     /// Serialise one row into the batch. `Ok(true)`: the batch should go out now.
-    fn push_row<R: Serialize + ?Sized>(&self, req: &RequestShared, row: &R) -> Result<bool, StreamClosed> {
+    fn push_row<R: Serialize + ?Sized>(
+        &self,
+        req: &RequestShared,
+        row: &R,
+    ) -> Result<bool, StreamClosed> {
         let mut st = self.lock();
         if let Some(f) = &st.failure {
             return Err(f.clone());
         }
         if let Some(e) = req.cancel_error() {
-            return Err(StreamClosed { code: code_of(e.code()), message: e.message().to_owned() });
+            return Err(StreamClosed {
+                code: code_of(e.code()),
+                message: e.message().to_owned(),
+            });
         }
         if st.closed {
-            return Err(StreamClosed { code: ErrorCode::Protocol, message: "the stream already ended".into() });
+            return Err(StreamClosed {
+                code: ErrorCode::Protocol,
+                message: "the stream already ended".into(),
+            });
         }
         if st.batch.capacity() == 0 {
             st.batch.reserve(self.batch_bytes + 256);
@@ -120,16 +136,26 @@ impl RowBatcher {
         st.batch.put_u32_le(0);
         // A panicking `Serialize` must not leave half a row in the batch (the lock does not
         // poison): catch it here, where the partial row can still be cut off.
-        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.codec.encode(row, &mut st.batch)));
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.codec.encode(row, &mut st.batch)
+        }));
         match encoded {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 st.batch.truncate(start);
-                return Err(self.fail(&mut st, ErrorCode::HandlerError, format!("a row could not be encoded: {e}")));
+                return Err(self.fail(
+                    &mut st,
+                    ErrorCode::HandlerError,
+                    format!("a row could not be encoded: {e}"),
+                ));
             }
             Err(_) => {
                 st.batch.truncate(start);
-                return Err(self.fail(&mut st, ErrorCode::HandlerPanic, "a row's Serialize implementation panicked".into()));
+                return Err(self.fail(
+                    &mut st,
+                    ErrorCode::HandlerPanic,
+                    "a row's Serialize implementation panicked".into(),
+                ));
             }
         }
         let len = st.batch.len() - start - 4;
@@ -138,7 +164,10 @@ impl RowBatcher {
             return Err(self.fail(
                 &mut st,
                 ErrorCode::RowTooLarge,
-                format!("a row of {len} bytes does not fit a frame of {} bytes", self.max_frame),
+                format!(
+                    "a row of {len} bytes does not fit a frame of {} bytes",
+                    self.max_frame
+                ),
             ));
         }
         st.batch[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
@@ -231,7 +260,10 @@ impl RowBatcher {
                 }
             }
             if let Some(e) = req.cancel_error() {
-                return Err(StreamClosed { code: code_of(e.code()), message: e.message().to_owned() });
+                return Err(StreamClosed {
+                    code: code_of(e.code()),
+                    message: e.message().to_owned(),
+                });
             }
             notified.await;
         }
@@ -252,7 +284,10 @@ impl RowBatcher {
                 return Ok(());
             }
             if let Some(e) = req.cancel_error() {
-                return Err(StreamClosed { code: code_of(e.code()), message: e.message().to_owned() });
+                return Err(StreamClosed {
+                    code: code_of(e.code()),
+                    message: e.message().to_owned(),
+                });
             }
             let epoch = st.epoch;
             while st.epoch == epoch {
@@ -280,7 +315,11 @@ impl RowBatcher {
     }
 
     /// Flush a partial batch `interval` after its first row, so slow producers still stream.
-    pub(crate) async fn run_flush_timer(self: Arc<Self>, req: Arc<RequestShared>, interval: Duration) {
+    pub(crate) async fn run_flush_timer(
+        self: Arc<Self>,
+        req: Arc<RequestShared>,
+        interval: Duration,
+    ) {
         loop {
             tokio::select! {
                 _ = self.arm.notified() => {}
@@ -306,8 +345,14 @@ fn code_of(code: u32) -> ErrorCode {
 
 fn closed_error(req: &RequestShared) -> StreamClosed {
     match req.cancel_error() {
-        Some(e) => StreamClosed { code: code_of(e.code()), message: e.message().to_owned() },
-        None => StreamClosed { code: ErrorCode::Cancelled, message: "the request already ended".into() },
+        Some(e) => StreamClosed {
+            code: code_of(e.code()),
+            message: e.message().to_owned(),
+        },
+        None => StreamClosed {
+            code: ErrorCode::Cancelled,
+            message: "the request already ended".into(),
+        },
     }
 }
 
@@ -389,7 +434,10 @@ impl<Row: Serialize> RowSink<Row> {
     /// #     S(rx)
     /// # }
     /// ```
-    pub async fn send_stream<S: futures_core::Stream<Item = Row>>(&self, rows: S) -> Result<(), StreamClosed> {
+    pub async fn send_stream<S: futures_core::Stream<Item = Row>>(
+        &self,
+        rows: S,
+    ) -> Result<(), StreamClosed> {
         let mut rows = std::pin::pin!(rows);
         while let Some(row) = std::future::poll_fn(|cx| rows.as_mut().poll_next(cx)).await {
             self.send_ref(&row).await?;
@@ -405,7 +453,9 @@ impl<Row: Serialize> RowSink<Row> {
 
 impl<Row> std::fmt::Debug for RowSink<Row> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RowSink").field("request_id", &self.req.id).finish()
+        f.debug_struct("RowSink")
+            .field("request_id", &self.req.id)
+            .finish()
     }
 }
 
@@ -445,6 +495,8 @@ impl<Row: Serialize> BlockingRowSink<Row> {
 
 impl<Row> std::fmt::Debug for BlockingRowSink<Row> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlockingRowSink").field("request_id", &self.req.id).finish()
+        f.debug_struct("BlockingRowSink")
+            .field("request_id", &self.req.id)
+            .finish()
     }
 }

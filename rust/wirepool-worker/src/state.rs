@@ -10,8 +10,8 @@ use wirepool_codec::Codec;
 use wirepool_proto::{Connection, ErrorCode};
 
 use crate::error::HandlerError;
-use wirepool_io::outbox::Outbox;
 use crate::sink::RowBatcher;
+use wirepool_io::outbox::Outbox;
 
 /// Minimum spacing of EVENT frames per request (PROTOCOL.md 2: events are not flow controlled,
 /// so SDKs coalesce them).
@@ -21,7 +21,6 @@ pub(crate) const EVENT_SPACING: Duration = Duration::from_millis(10);
 // `max_in_flight`, so the core's cheap multiplicative hash is enough (SipHash was visible in
 // the profile of small unary calls).
 pub(crate) use wirepool_proto::IdMap;
-
 
 pub(crate) struct Shared {
     state: Mutex<WorkerState>,
@@ -99,11 +98,21 @@ impl Shared {
         }
         let wake = state.writer_needs_wake();
         if let Some((topic, data)) = req.take_pending_event() {
-            let _ = state.conn.send_event(req.id, &topic, &data, state.out.tail());
+            let _ = state
+                .conn
+                .send_event(req.id, &topic, &data, state.out.tail());
         }
         let sent = match &terminal {
-            Terminal::Result(body) => state.conn.send_result(req.id, body, &mut state.out.message_writer(body)),
-            Terminal::End { summary } => state.conn.send_end(req.id, summary, &mut state.out.message_writer(summary)),
+            Terminal::Result(body) => {
+                state
+                    .conn
+                    .send_result(req.id, body, &mut state.out.message_writer(body))
+            }
+            Terminal::End { summary } => {
+                state
+                    .conn
+                    .send_end(req.id, summary, &mut state.out.message_writer(summary))
+            }
             Terminal::Error(e) => send_error(state, req.id, e),
         };
         if let Err(e) = sent {
@@ -131,7 +140,11 @@ impl Shared {
 
 /// Send an ERROR for request `id`, cutting message and details to fit one frame (ERROR cannot
 /// continue).
-pub(crate) fn send_error(state: &mut WorkerState, id: u64, e: &HandlerError) -> Result<(), wirepool_proto::ProtocolError> {
+pub(crate) fn send_error(
+    state: &mut WorkerState,
+    id: u64,
+    e: &HandlerError,
+) -> Result<(), wirepool_proto::ProtocolError> {
     let max_frame = state.conn.max_frame_size() as usize;
     let mut message = e.message();
     let limit = (u16::MAX as usize).min(max_frame - 6);
@@ -142,14 +155,22 @@ pub(crate) fn send_error(state: &mut WorkerState, id: u64, e: &HandlerError) -> 
         }
         message = &message[..cut];
     }
-    let details = if 6 + message.len() + e.details().len() <= max_frame { e.details() } else { "" };
-    state.conn.send_error(id, e.code(), message, details, state.out.tail())
+    let details = if 6 + message.len() + e.details().len() <= max_frame {
+        e.details()
+    } else {
+        ""
+    };
+    state
+        .conn
+        .send_error(id, e.code(), message, details, state.out.tail())
 }
 
 pub(crate) enum Terminal {
     Result(Bytes),
     /// The row count is the core's own.
-    End { summary: Bytes },
+    End {
+        summary: Bytes,
+    },
     Error(HandlerError),
 }
 
@@ -263,7 +284,9 @@ impl RequestShared {
             CancelReason::Parent => BY_PARENT,
             CancelReason::Deadline => BY_DEADLINE,
         };
-        let _ = self.reason.compare_exchange(NOT_CANCELLED, code, Ordering::AcqRel, Ordering::Acquire);
+        let _ =
+            self.reason
+                .compare_exchange(NOT_CANCELLED, code, Ordering::AcqRel, Ordering::Acquire);
         self.token.cancel();
         if let Some(stream) = &self.stream {
             stream.wake();
@@ -273,8 +296,14 @@ impl RequestShared {
     /// The terminal error a cancelled request ends with, or `None` if it was not cancelled.
     pub(crate) fn cancel_error(&self) -> Option<HandlerError> {
         match self.reason.load(Ordering::Acquire) {
-            BY_PARENT => Some(HandlerError::protocol(ErrorCode::Cancelled, "cancelled by the parent")),
-            BY_DEADLINE => Some(HandlerError::protocol(ErrorCode::DeadlineExceeded, "the request's time budget ran out")),
+            BY_PARENT => Some(HandlerError::protocol(
+                ErrorCode::Cancelled,
+                "cancelled by the parent",
+            )),
+            BY_DEADLINE => Some(HandlerError::protocol(
+                ErrorCode::DeadlineExceeded,
+                "the request's time budget ran out",
+            )),
             _ => None,
         }
     }
@@ -287,7 +316,10 @@ impl RequestShared {
         let now = Instant::now();
         let send = {
             let mut gate = self.events.lock().unwrap_or_else(|p| p.into_inner());
-            if gate.last_sent.is_some_and(|t| now.duration_since(t) < EVENT_SPACING) {
+            if gate
+                .last_sent
+                .is_some_and(|t| now.duration_since(t) < EVENT_SPACING)
+            {
                 gate.pending = Some((topic.to_owned(), data));
                 None
             } else {
@@ -299,7 +331,12 @@ impl RequestShared {
         if let Some((topic, data)) = send {
             let mut guard = self.shared.lock();
             let state = &mut *guard;
-            if state.closed || state.conn.send_event(self.id, &topic, &data, state.out.tail()).is_err() {
+            if state.closed
+                || state
+                    .conn
+                    .send_event(self.id, &topic, &data, state.out.tail())
+                    .is_err()
+            {
                 return;
             }
             drop(guard);
@@ -308,6 +345,10 @@ impl RequestShared {
     }
 
     fn take_pending_event(&self) -> Option<(String, String)> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).pending.take()
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending
+            .take()
     }
 }

@@ -16,9 +16,9 @@ use wirepool_codec::{Codec, CodecError};
 use wirepool_proto::{ErrorCode, MethodKind};
 
 use crate::context::Context;
-use crate::state::{CancelReason, RequestShared, Terminal};
 use crate::error::HandlerError;
 use crate::sink::{BlockingRowSink, RowSink};
+use crate::state::{CancelReason, RequestShared, Terminal};
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// An inline handler borrows its request's state, so the driver can reuse it.
@@ -119,8 +119,16 @@ impl Worker {
             self.methods.iter().all(|m| m.name != name),
             "method {name:?} registered twice"
         );
-        let codecs = Codec::available().into_iter().filter(|c| !c.is_opaque()).collect();
-        self.methods.push(Method { name: name.to_owned(), kind, codecs, handler });
+        let codecs = Codec::available()
+            .into_iter()
+            .filter(|c| !c.is_opaque())
+            .collect();
+        self.methods.push(Method {
+            name: name.to_owned(),
+            kind,
+            codecs,
+            handler,
+        });
         self
     }
 
@@ -133,7 +141,11 @@ impl Worker {
         Resp: Serialize + Send + 'static,
         F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
     {
-        self.add(name, MethodKind::Unary, Handler::Blocking(Arc::new(sync_unary(handler))))
+        self.add(
+            name,
+            MethodKind::Unary,
+            Handler::Blocking(Arc::new(sync_unary(handler))),
+        )
     }
 
     /// Register a unary method whose handler is cheap (microseconds, never blocking): it runs
@@ -154,7 +166,11 @@ impl Worker {
         Resp: Serialize + Send + 'static,
         F: Fn(Req, &Context) -> Result<Resp, HandlerError> + Send + Sync + 'static,
     {
-        self.add(name, MethodKind::Unary, Handler::Inline(Arc::new(inline_unary(handler))))
+        self.add(
+            name,
+            MethodKind::Unary,
+            Handler::Inline(Arc::new(inline_unary(handler))),
+        )
     }
 
     /// Register a unary method served by an async function on the I/O thread: for handlers
@@ -172,7 +188,13 @@ impl Worker {
             Box::pin(async move {
                 let work = async {
                     let input: Req = decode_request(&req, body)?;
-                    let out = handler(input, Context { req: Arc::clone(&req) }).await?;
+                    let out = handler(
+                        input,
+                        Context {
+                            req: Arc::clone(&req),
+                        },
+                    )
+                    .await?;
                     req.codec.encode_bytes(out).map_err(encode_failed)
                 };
                 let terminal = match guarded(&req, work).await {
@@ -203,13 +225,27 @@ impl Worker {
                 let stream = Arc::clone(req.stream.as_ref().expect("stream request has a stream"));
                 let work = async {
                     let input: Req = decode_request(&req, body)?;
-                    let sink = RowSink { req: Arc::clone(&req), stream: Arc::clone(&stream), _row: PhantomData };
-                    let summary = handler(input, Context { req: Arc::clone(&req) }, sink).await?;
+                    let sink = RowSink {
+                        req: Arc::clone(&req),
+                        stream: Arc::clone(&stream),
+                        _row: PhantomData,
+                    };
+                    let summary = handler(
+                        input,
+                        Context {
+                            req: Arc::clone(&req),
+                        },
+                        sink,
+                    )
+                    .await?;
                     let summary = summary.encode_summary(req.codec).map_err(encode_failed)?;
                     if let Some(failed) = stream.failure() {
                         return Err(HandlerError::protocol(failed.code(), failed.message));
                     }
-                    stream.finish_async(&req).await.map_err(|e| HandlerError::protocol(e.code(), e.message))?;
+                    stream
+                        .finish_async(&req)
+                        .await
+                        .map_err(|e| HandlerError::protocol(e.code(), e.message))?;
                     Ok(summary)
                 };
                 let result = guarded(&req, work).await;
@@ -226,7 +262,10 @@ impl Worker {
         Req: DeserializeOwned + Send + 'static,
         Row: Serialize + 'static,
         S: Summary,
-        F: Fn(Req, &Context, &BlockingRowSink<Row>) -> Result<S, HandlerError> + Send + Sync + 'static,
+        F: Fn(Req, &Context, &BlockingRowSink<Row>) -> Result<S, HandlerError>
+            + Send
+            + Sync
+            + 'static,
     {
         let run = move |req: Arc<RequestShared>, body: Bytes| {
             if let Some(e) = req.cancel_error() {
@@ -235,13 +274,25 @@ impl Worker {
             let stream = Arc::clone(req.stream.as_ref().expect("stream request has a stream"));
             let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
                 let input: Req = decode_request(&req, body)?;
-                let sink = BlockingRowSink { req: Arc::clone(&req), stream: Arc::clone(&stream), _row: PhantomData };
-                let summary = handler(input, &Context { req: Arc::clone(&req) }, &sink)?;
+                let sink = BlockingRowSink {
+                    req: Arc::clone(&req),
+                    stream: Arc::clone(&stream),
+                    _row: PhantomData,
+                };
+                let summary = handler(
+                    input,
+                    &Context {
+                        req: Arc::clone(&req),
+                    },
+                    &sink,
+                )?;
                 let summary = summary.encode_summary(req.codec).map_err(encode_failed)?;
                 if let Some(failed) = stream.failure() {
                     return Err(HandlerError::protocol(failed.code(), failed.message));
                 }
-                stream.finish_blocking(&req).map_err(|e| HandlerError::protocol(e.code(), e.message))?;
+                stream
+                    .finish_blocking(&req)
+                    .map_err(|e| HandlerError::protocol(e.code(), e.message))?;
                 Ok(summary)
             }));
             end(&req, stream_terminal(&stream, flatten_panic(outcome)));
@@ -254,7 +305,10 @@ impl Worker {
     /// # Panics
     /// If no method is registered yet, or the list is empty, too long, or repeats a codec.
     pub fn codecs(mut self, codecs: &[Codec]) -> Worker {
-        let method = self.methods.last_mut().expect("codecs() applies to the method registered before it");
+        let method = self
+            .methods
+            .last_mut()
+            .expect("codecs() applies to the method registered before it");
         assert!(
             (1..=wirepool_proto::MAX_CODECS_PER_METHOD).contains(&codecs.len()),
             "a method accepts 1-16 codecs"
@@ -276,7 +330,10 @@ impl Worker {
     /// The largest frame payload this worker accepts (65,536 - 16,777,216; default the maximum,
     /// the parent chooses the value used).
     pub fn max_frame_size(mut self, bytes: u32) -> Worker {
-        self.max_frame_size = bytes.clamp(wirepool_proto::HANDSHAKE_MAX_FRAME_SIZE, wirepool_proto::MAX_MAX_FRAME_SIZE);
+        self.max_frame_size = bytes.clamp(
+            wirepool_proto::HANDSHAKE_MAX_FRAME_SIZE,
+            wirepool_proto::MAX_MAX_FRAME_SIZE,
+        );
         self
     }
 
@@ -322,7 +379,10 @@ impl Worker {
 /// wake-up of a sleeping (virtual) CPU, measured at several microseconds per call.
 const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(30);
 
-fn decode_request<Req: DeserializeOwned + 'static>(req: &RequestShared, body: Bytes) -> Result<Req, HandlerError> {
+fn decode_request<Req: DeserializeOwned + 'static>(
+    req: &RequestShared,
+    body: Bytes,
+) -> Result<Req, HandlerError> {
     req.codec
         .decode_bytes(body)
         .map_err(|e| HandlerError::protocol(ErrorCode::BadRequest, e.to_string()))
@@ -341,7 +401,9 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>) -> HandlerError {
     HandlerError::protocol(ErrorCode::HandlerPanic, format!("handler panicked: {what}"))
 }
 
-fn flatten_panic<T>(outcome: std::thread::Result<Result<T, HandlerError>>) -> Result<T, HandlerError> {
+fn flatten_panic<T>(
+    outcome: std::thread::Result<Result<T, HandlerError>>,
+) -> Result<T, HandlerError> {
     outcome.unwrap_or_else(|payload| Err(panic_error(payload)))
 }
 
@@ -359,7 +421,10 @@ fn end(req: &RequestShared, terminal: Terminal) {
     req.shared.finish(req, terminal);
 }
 
-fn stream_terminal(stream: &crate::sink::RowBatcher, result: Result<Bytes, HandlerError>) -> Terminal {
+fn stream_terminal(
+    stream: &crate::sink::RowBatcher,
+    result: Result<Bytes, HandlerError>,
+) -> Terminal {
     if let Some(failed) = stream.failure() {
         return Terminal::Error(HandlerError::protocol(failed.code(), failed.message));
     }
@@ -371,7 +436,10 @@ fn stream_terminal(stream: &crate::sink::RowBatcher, result: Result<Bytes, Handl
 
 /// Run an async handler until it finishes, panics, or its request is cancelled (then it is
 /// dropped at its current `.await`).
-async fn guarded<T, F: Future<Output = Result<T, HandlerError>>>(req: &RequestShared, work: F) -> Result<T, HandlerError> {
+async fn guarded<T, F: Future<Output = Result<T, HandlerError>>>(
+    req: &RequestShared,
+    work: F,
+) -> Result<T, HandlerError> {
     if let Some(e) = req.cancel_error() {
         return Err(e);
     }
@@ -402,7 +470,9 @@ impl<F: Future> Future for CatchUnwind<F> {
 }
 
 /// The request runner of a synchronous unary handler: decode, call (panics caught), encode, end.
-fn sync_unary<Req, Resp, F>(handler: F) -> impl Fn(Arc<RequestShared>, Bytes) + Send + Sync + 'static
+fn sync_unary<Req, Resp, F>(
+    handler: F,
+) -> impl Fn(Arc<RequestShared>, Bytes) + Send + Sync + 'static
 where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
@@ -412,7 +482,9 @@ where
 }
 
 /// The inline variant borrows the request, so the driver can reuse its allocation.
-fn inline_unary<Req, Resp, F>(handler: F) -> impl Fn(&Arc<RequestShared>, Bytes) + Send + Sync + 'static
+fn inline_unary<Req, Resp, F>(
+    handler: F,
+) -> impl Fn(&Arc<RequestShared>, Bytes) + Send + Sync + 'static
 where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
@@ -433,7 +505,9 @@ where
     }
     let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Bytes, HandlerError> {
         let input: Req = decode_request(req, body)?;
-        let ctx = Context { req: Arc::clone(req) };
+        let ctx = Context {
+            req: Arc::clone(req),
+        };
         let out = handler(input, &ctx)?;
         req.codec.encode_bytes(out).map_err(encode_failed)
     }));
@@ -451,8 +525,10 @@ mod default_tests {
     /// The worker defaults of `spec/constants.json` (PROTOCOL.md section 17) that apply to Rust.
     #[test]
     fn defaults_follow_the_spec_table() {
-        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
-        let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let path =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
+        let c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let w = Worker::new("defaults");
         let mut checked = 0;
         for d in c["sdk_defaults"].as_array().unwrap() {
@@ -468,11 +544,19 @@ mod default_tests {
                 "event_interval" => crate::state::EVENT_SPACING.as_millis() as u64,
                 other => panic!("worker default {other} has no Rust counterpart: add it here"),
             };
-            assert_eq!(ours, d["value"].as_u64().unwrap(), "{name}: {}", d["reason"]);
+            assert_eq!(
+                ours,
+                d["value"].as_u64().unwrap(),
+                "{name}: {}",
+                d["reason"]
+            );
             checked += 1;
         }
         assert_eq!(checked, 5);
         let bound = c["timing"]["rows_flush_bound_ms"].as_u64().unwrap();
-        assert!((w.flush_interval.as_millis() as u64) < bound, "the flush rule (spec 6)");
+        assert!(
+            (w.flush_interval.as_millis() as u64) < bound,
+            "the flush rule (spec 6)"
+        );
     }
 }

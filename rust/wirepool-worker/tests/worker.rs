@@ -33,16 +33,26 @@ fn hello_lists_methods_kinds_codecs_and_pid() {
     assert_eq!(p.hello.pid, p.child.id());
     assert_eq!(p.hello.max_concurrency, 64);
     let echo = &p.hello.methods[p.method("echo") as usize];
-    assert_eq!((echo.kind, echo.codecs.clone()), (MethodKind::Unary, vec![RAW, JSON, MSGPACK]));
+    assert_eq!(
+        (echo.kind, echo.codecs.clone()),
+        (MethodKind::Unary, vec![RAW, JSON, MSGPACK])
+    );
     let decls = &p.hello.methods[p.method("decls") as usize];
-    assert_eq!((decls.kind, decls.codecs.clone()), (MethodKind::Stream, vec![JSON, MSGPACK, 3]));
+    assert_eq!(
+        (decls.kind, decls.codecs.clone()),
+        (MethodKind::Stream, vec![JSON, MSGPACK, 3])
+    );
 }
 
 #[test]
 fn unary_echo_returns_the_same_bytes_in_every_codec() {
     let mut p = Parent::start();
     let msgpack_body = rmp_like_map();
-    for (codec, body) in [(RAW, b"\x00\x01raw bytes".to_vec()), (JSON, br#"{"x":[1,2,3]}"#.to_vec()), (MSGPACK, msgpack_body)] {
+    for (codec, body) in [
+        (RAW, b"\x00\x01raw bytes".to_vec()),
+        (JSON, br#"{"x":[1,2,3]}"#.to_vec()),
+        (MSGPACK, msgpack_body),
+    ] {
         let id = p.request("echo", codec, 0, &body);
         assert_eq!(result_body(&p.terminal(id)), body, "codec {codec}");
     }
@@ -58,17 +68,24 @@ fn unary_add_decodes_and_encodes_json() {
     let mut p = Parent::start();
     let id = p.request("add", JSON, 0, &json_body(json!({"a": 40, "b": 2})));
     let body = result_body(&p.terminal(id));
-    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"sum": 42}));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap(),
+        json!({"sum": 42})
+    );
 }
 
 #[test]
 fn inline_unary_answers_errors_and_panics_per_request() {
     let mut p = Parent::start();
-    let ids: Vec<u64> =
-        (0..50).map(|i| p.request("add_inline", JSON, 0, &json_body(json!({"a": i, "b": 1})))).collect();
+    let ids: Vec<u64> = (0..50)
+        .map(|i| p.request("add_inline", JSON, 0, &json_body(json!({"a": i, "b": 1}))))
+        .collect();
     for (i, id) in ids.into_iter().enumerate() {
         let body = result_body(&p.terminal(id));
-        assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"sum": i + 1}));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap(),
+            json!({"sum": i + 1})
+        );
     }
     let id = p.request("add_inline", JSON, 0, b"{not json");
     assert_eq!(error_code(&p.terminal(id)), ErrorCode::BadRequest.code());
@@ -76,7 +93,10 @@ fn inline_unary_answers_errors_and_panics_per_request() {
     assert_eq!(error_code(&p.terminal(id)), ErrorCode::HandlerPanic.code());
     let id = p.request("add_inline", JSON, 0, &json_body(json!({"a": 2, "b": 3})));
     let body = result_body(&p.terminal(id));
-    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"sum": 5}));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap(),
+        json!({"sum": 5})
+    );
 }
 
 #[test]
@@ -95,7 +115,10 @@ fn unknown_method_and_unsupported_codec_are_request_errors() {
     assert_eq!(error_code(&p.terminal(1)), ErrorCode::UnknownMethod.code());
     let add = p.method("add");
     p.request_with_id(2, add, RAW, 0, b"1");
-    assert_eq!(error_code(&p.terminal(2)), ErrorCode::CodecUnsupported.code());
+    assert_eq!(
+        error_code(&p.terminal(2)),
+        ErrorCode::CodecUnsupported.code()
+    );
     let id = p.request("add", JSON, 0, &json_body(json!({"a": 1, "b": 1})));
     assert!(matches!(p.terminal(id).body, FrameBody::Result { .. }));
 }
@@ -107,12 +130,18 @@ fn check_decls(p: &mut Parent, method: &str, n: u64) {
     assert_eq!(rows.len() as u64, n);
     for (i, row) in rows.iter().enumerate() {
         let v: Value = serde_json::from_slice(row).unwrap();
-        assert_eq!(v, json!({"i": i, "name": format!("decl_{i}"), "kind": "theorem"}));
+        assert_eq!(
+            v,
+            json!({"i": i, "name": format!("decl_{i}"), "kind": "theorem"})
+        );
     }
     match &frames.last().unwrap().body {
         FrameBody::End { row_count, summary } => {
             assert_eq!(*row_count, n);
-            assert_eq!(serde_json::from_slice::<Value>(summary).unwrap(), json!({"rows": n}));
+            assert_eq!(
+                serde_json::from_slice::<Value>(summary).unwrap(),
+                json!({"rows": n})
+            );
         }
         other => panic!("expected END, got {other:?}"),
     }
@@ -129,7 +158,10 @@ fn stream_sends_every_row_in_order_then_end_with_count_and_summary() {
 /// The worker must stop at its credit and resume on CREDIT, for async and blocking handlers.
 fn credit_stalls_and_resumes(method: &str) {
     let credit = 4096u32;
-    let mut p = Parent::start_with(Options { initial_credit: credit, ..Options::default() });
+    let mut p = Parent::start_with(Options {
+        initial_credit: credit,
+        ..Options::default()
+    });
     let n = 5_000u64; // ~200 KB of rows: far above the credit
     let id = p.request(method, JSON, 0, &json_body(json!({"n": n})));
     let mut balance = i64::from(credit);
@@ -150,7 +182,10 @@ fn credit_stalls_and_resumes(method: &str) {
                 FrameBody::Pong { nonce: got } if got == nonce => break,
                 FrameBody::End { row_count, .. } => {
                     assert_eq!((row_count, rows), (n, n));
-                    assert!(grants > 10, "the stream cannot finish on {credit} bytes of credit");
+                    assert!(
+                        grants > 10,
+                        "the stream cannot finish on {credit} bytes of credit"
+                    );
                     return;
                 }
                 other => panic!("unexpected {other:?}"),
@@ -180,7 +215,10 @@ fn blocking_stream_stops_at_credit_and_resumes_on_credit() {
 #[test]
 fn cancel_mid_stream_ends_with_cancelled() {
     for method in ["decls", "decls_blocking"] {
-        let mut p = Parent::start_with(Options { initial_credit: 1 << 16, ..Options::default() });
+        let mut p = Parent::start_with(Options {
+            initial_credit: 1 << 16,
+            ..Options::default()
+        });
         let id = p.request(method, JSON, 0, &json_body(json!({"n": 1u64 << 40})));
         // Wait for the first batch, then cancel; the stream is then stalled on credit or running.
         loop {
@@ -189,7 +227,11 @@ fn cancel_mid_stream_ends_with_cancelled() {
             }
         }
         p.send(&Frame::new(id, FrameBody::Cancel));
-        assert_eq!(error_code(&p.terminal(id)), ErrorCode::Cancelled.code(), "{method}");
+        assert_eq!(
+            error_code(&p.terminal(id)),
+            ErrorCode::Cancelled.code(),
+            "{method}"
+        );
         // The worker is still healthy.
         let id = p.request("echo", RAW, 0, b"after");
         assert_eq!(&result_body(&p.terminal(id))[..], b"after");
@@ -203,7 +245,12 @@ fn deadline_ends_async_and_blocking_handlers_with_deadline_exceeded() {
     let b = p.request("sleep_blocking", JSON, 50_000, b"60000");
     let c = p.request("decls", JSON, 50_000, &json_body(json!({"n": 1u64 << 40})));
     for frame in p.terminals(&[a, b, c]) {
-        assert_eq!(error_code(&frame), ErrorCode::DeadlineExceeded.code(), "request {}", frame.id);
+        assert_eq!(
+            error_code(&frame),
+            ErrorCode::DeadlineExceeded.code(),
+            "request {}",
+            frame.id
+        );
     }
 }
 
@@ -214,12 +261,21 @@ fn a_deaf_handler_is_answered_deadline_exceeded_at_the_timer() {
     let mut p = Parent::start();
     let started = std::time::Instant::now();
     let deaf = p.request("deaf", JSON, 50_000, b"1500");
-    assert_eq!(error_code(&p.terminal(deaf)), ErrorCode::DeadlineExceeded.code());
-    assert!(started.elapsed() < std::time::Duration::from_millis(1200), "answered when the handler returned");
+    assert_eq!(
+        error_code(&p.terminal(deaf)),
+        ErrorCode::DeadlineExceeded.code()
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1200),
+        "answered when the handler returned"
+    );
     // A request answered after the deaf handler has returned: its late result was dropped.
     let later = p.request("sleep", JSON, 0, b"2000");
     let frames = p.collect_until_terminal(later);
-    assert!(frames.iter().all(|f| f.id != deaf), "a frame for the ended request: {frames:?}");
+    assert!(
+        frames.iter().all(|f| f.id != deaf),
+        "a frame for the ended request: {frames:?}"
+    );
     assert_eq!(&result_body(frames.last().unwrap())[..], b"2000");
 }
 
@@ -232,7 +288,10 @@ fn cancel_before_the_deadline_keeps_its_code_when_the_timer_ends_the_request() {
     p.send(&Frame::new(id, FrameBody::Cancel));
     let started = std::time::Instant::now();
     assert_eq!(error_code(&p.terminal(id)), ErrorCode::Cancelled.code());
-    assert!(started.elapsed() < std::time::Duration::from_millis(1500), "answered at the deadline");
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1500),
+        "answered at the deadline"
+    );
 }
 
 /// PROTOCOL.md 8.3: a cancelled handler's error is replaced by the flag's code.
@@ -262,7 +321,9 @@ fn panic_is_handler_panic_for_that_request_only() {
     let id = p.request("panic", JSON, 0, b"null");
     let frame = p.terminal(id);
     assert_eq!(error_code(&frame), ErrorCode::HandlerPanic.code());
-    let FrameBody::Error { message, .. } = frame.body else { unreachable!() };
+    let FrameBody::Error { message, .. } = frame.body else {
+        unreachable!()
+    };
     assert!(message.contains("the panic method was called"), "{message}");
     let id = p.request("echo", RAW, 0, b"still alive");
     assert_eq!(&result_body(&p.terminal(id))[..], b"still alive");
@@ -275,7 +336,10 @@ fn fail_returns_handler_error_with_json_details() {
     match p.terminal(id).body {
         FrameBody::Error { code, details, .. } => {
             assert_eq!(code, ErrorCode::HandlerError.code());
-            assert_eq!(serde_json::from_str::<Value>(&details).unwrap(), json!({"request": {"why": "test"}}));
+            assert_eq!(
+                serde_json::from_str::<Value>(&details).unwrap(),
+                json!({"request": {"why": "test"}})
+            );
         }
         other => panic!("expected ERROR, got {other:?}"),
     }
@@ -283,7 +347,10 @@ fn fail_returns_handler_error_with_json_details() {
 
 #[test]
 fn requests_over_max_in_flight_are_overloaded() {
-    let mut p = Parent::start_with(Options { max_in_flight: 2, ..Options::default() });
+    let mut p = Parent::start_with(Options {
+        max_in_flight: 2,
+        ..Options::default()
+    });
     let a = p.request("sleep", JSON, 0, b"60000");
     let b = p.request("sleep_blocking", JSON, 0, b"60000");
     let c = p.request("echo", RAW, 0, b"x");
@@ -301,7 +368,9 @@ fn blocking_handlers_run_concurrently_up_to_the_limit() {
     // Each `gather` call blocks until 16 are running at once: it can only finish if the pool
     // gives every one its own thread (the deadline turns a failure into DEADLINE_EXCEEDED).
     let mut p = Parent::start();
-    let ids: Vec<u64> = (0..16).map(|_| p.request("gather", JSON, 15_000_000, b"16")).collect();
+    let ids: Vec<u64> = (0..16)
+        .map(|_| p.request("gather", JSON, 15_000_000, b"16"))
+        .collect();
     for frame in p.terminals(&ids) {
         assert_eq!(&result_body(&frame)[..], b"16");
     }
@@ -309,7 +378,10 @@ fn blocking_handlers_run_concurrently_up_to_the_limit() {
 
 #[test]
 fn large_request_and_result_travel_as_continuations() {
-    let mut p = Parent::start_with(Options { max_frame_size: 65_536, ..Options::default() });
+    let mut p = Parent::start_with(Options {
+        max_frame_size: 65_536,
+        ..Options::default()
+    });
     let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7) as u8).collect();
     let id = p.request("echo", RAW, 0, &body);
     let frames = p.collect_until_terminal(id);
@@ -341,24 +413,41 @@ fn progress_events_are_coalesced_and_precede_the_result() {
             _ => None,
         })
         .collect();
-    assert!(!events.is_empty() && events.len() < 1000, "{} events", events.len());
+    assert!(
+        !events.is_empty() && events.len() < 1000,
+        "{} events",
+        events.len()
+    );
     assert!(events.iter().all(|(t, _)| t == "progress"));
     // The last event waiting is flushed before the terminal.
-    assert_eq!(serde_json::from_str::<Value>(&events.last().unwrap().1).unwrap(), json!({"i": 99_999, "of": 100_000}));
-    assert!(matches!(frames.last().unwrap().body, FrameBody::Result { .. }));
+    assert_eq!(
+        serde_json::from_str::<Value>(&events.last().unwrap().1).unwrap(),
+        json!({"i": 99_999, "of": 100_000})
+    );
+    assert!(matches!(
+        frames.last().unwrap().body,
+        FrameBody::Result { .. }
+    ));
 }
 
 #[test]
 fn a_row_larger_than_a_frame_is_row_too_large() {
     // Credit for all 6 MB of rows: this test reads without granting.
-    let mut p = Parent::start_with(Options { max_frame_size: 65_536, initial_credit: 1 << 24, ..Options::default() });
+    let mut p = Parent::start_with(Options {
+        max_frame_size: 65_536,
+        initial_credit: 1 << 24,
+        ..Options::default()
+    });
     let id = p.request("raw_rows", RAW, 0, b"3 70000");
     assert_eq!(error_code(&p.terminal(id)), ErrorCode::RowTooLarge.code());
     let id = p.request("raw_rows", RAW, 0, b"100 60000"); // each fits alone, never two per frame
     let frames = p.collect_until_terminal(id);
     let rows = rows_of(&frames, id);
     assert_eq!(rows.len(), 100);
-    assert!(rows.iter().enumerate().all(|(i, r)| r.len() == 60_000 && r[..8] == (i as u64).to_le_bytes()));
+    assert!(rows
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.len() == 60_000 && r[..8] == (i as u64).to_le_bytes()));
 }
 
 #[test]
@@ -438,7 +527,10 @@ fn protocol_violation_gets_error_id_0_and_the_worker_exits_nonzero() {
     let _ = p.terminal(id);
     p.request_with_id(id, 0, RAW, 0, b"again");
     let frame = p.next_frame();
-    assert_eq!((frame.id, error_code(&frame)), (0, ErrorCode::DuplicateId.code()));
+    assert_eq!(
+        (frame.id, error_code(&frame)),
+        (0, ErrorCode::DuplicateId.code())
+    );
     assert!(p.try_next_frame().is_none());
     assert!(!p.wait_exit().success());
 }
@@ -447,7 +539,12 @@ fn protocol_violation_gets_error_id_0_and_the_worker_exits_nonzero() {
 fn print_writes_to_the_workers_own_stdout_and_stderr() {
     let mut p = Parent::start();
     for stream in ["stdout", "stderr"] {
-        let id = p.request("print", JSON, 0, &json_body(json!({"stream": stream, "n": 100_000})));
+        let id = p.request(
+            "print",
+            JSON,
+            0,
+            &json_body(json!({"stream": stream, "n": 100_000})),
+        );
         assert_eq!(&result_body(&p.terminal(id))[..], b"100000");
     }
 }
@@ -497,10 +594,27 @@ fn stream_rows_and_summary_use_the_request_codec() {
         let body = codec.to_vec(&json!({"n": 3})).unwrap();
         let id = p.request("decls", codec.id(), 0, &body);
         let frames = p.collect_until_terminal(id);
-        let rows: Vec<Value> = rows_of(&frames, id).iter().map(|r| codec.decode(r).unwrap()).collect();
-        assert_eq!(rows[2], json!({"i": 2, "name": "decl_2", "kind": "theorem"}), "{codec}");
-        let FrameBody::End { row_count: 3, summary } = &frames.last().unwrap().body else { panic!("{codec}: no END") };
-        assert_eq!(codec.decode::<Value>(summary).unwrap(), json!({"rows": 3}), "{codec}");
+        let rows: Vec<Value> = rows_of(&frames, id)
+            .iter()
+            .map(|r| codec.decode(r).unwrap())
+            .collect();
+        assert_eq!(
+            rows[2],
+            json!({"i": 2, "name": "decl_2", "kind": "theorem"}),
+            "{codec}"
+        );
+        let FrameBody::End {
+            row_count: 3,
+            summary,
+        } = &frames.last().unwrap().body
+        else {
+            panic!("{codec}: no END")
+        };
+        assert_eq!(
+            codec.decode::<Value>(summary).unwrap(),
+            json!({"rows": 3}),
+            "{codec}"
+        );
     }
 }
 
@@ -508,7 +622,12 @@ fn stream_rows_and_summary_use_the_request_codec() {
 fn a_partial_batch_goes_out_on_the_flush_timer() {
     // One row, then the handler sleeps for a minute: only the flush timer can deliver the row.
     let mut p = Parent::start();
-    let id = p.request("trickle", JSON, 0, &json_body(json!({"n": 2, "ms": 60_000})));
+    let id = p.request(
+        "trickle",
+        JSON,
+        0,
+        &json_body(json!({"n": 2, "ms": 60_000})),
+    );
     match p.next_frame().body {
         FrameBody::Rows(rows) => assert_eq!(rows.iter().collect::<Vec<_>>(), vec![&b"0"[..]]),
         other => panic!("expected the first row, got {other:?}"),
@@ -538,7 +657,10 @@ fn malformed_input_gets_a_typed_fatal_error_before_the_worker_leaves() {
         p.send_bytes(&bytes);
         let frame = p.next_frame();
         assert_eq!((frame.id, error_code(&frame)), (0, code.code()), "{code:?}");
-        assert!(p.try_next_frame().is_none(), "{code:?}: the worker must close after a fatal error");
+        assert!(
+            p.try_next_frame().is_none(),
+            "{code:?}: the worker must close after a fatal error"
+        );
         assert!(!p.wait_exit().success(), "{code:?}");
     }
 }
@@ -551,8 +673,18 @@ fn a_panicking_row_serializer_fails_the_stream_with_handler_panic() {
     // Rows still batched when a stream fails are dropped; any that the flush timer sent first
     // must be whole rows 0, 1, 2 (no half-encoded row 3).
     let rows = rows_of(&frames, id);
-    assert!(rows.len() <= 3 && rows.iter().enumerate().all(|(i, r)| *r == i.to_string().into_bytes()), "{rows:?}");
-    assert_eq!(error_code(frames.last().unwrap()), ErrorCode::HandlerPanic.code());
+    assert!(
+        rows.len() <= 3
+            && rows
+                .iter()
+                .enumerate()
+                .all(|(i, r)| *r == i.to_string().into_bytes()),
+        "{rows:?}"
+    );
+    assert_eq!(
+        error_code(frames.last().unwrap()),
+        ErrorCode::HandlerPanic.code()
+    );
     let id = p.request("echo", RAW, 0, b"ok");
     assert_eq!(&result_body(&p.terminal(id))[..], b"ok");
 }

@@ -88,7 +88,10 @@ fn p50(mut v: Vec<Duration>) -> Duration {
 
 /// 64 B unary calls, 256 in flight (PERF_CALLS in total, default 1 M).
 async fn inflight(pool: &Pool, method: &str, body: &Bytes) {
-    let total: usize = std::env::var("PERF_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let total: usize = std::env::var("PERF_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
     let in_flight = 256;
     let t = Instant::now();
     let mut tasks = Vec::new();
@@ -106,7 +109,10 @@ async fn inflight(pool: &Pool, method: &str, body: &Bytes) {
         task.await.unwrap();
     }
     let rate = (total / in_flight * in_flight) as f64 / t.elapsed().as_secs_f64();
-    println!("64 B unary, 256 in flight: {:.2} M calls/s (target >= 1 M)", rate / 1e6);
+    println!(
+        "64 B unary, 256 in flight: {:.2} M calls/s (target >= 1 M)",
+        rate / 1e6
+    );
 }
 
 fn main() {

@@ -93,10 +93,15 @@ fn fast_echo() -> std::io::Result<()> {
         while let Some(ev) = conn.poll_event().map_err(std::io::Error::other)? {
             match ev {
                 Event::Request {
-                    id, method: 1, body, ..
+                    id,
+                    method: 1,
+                    body,
+                    ..
                 } => {
                     let text = String::from_utf8_lossy(&body);
-                    let mut it = text.split_whitespace().map(|v| v.parse::<usize>().unwrap_or(0));
+                    let mut it = text
+                        .split_whitespace()
+                        .map(|v| v.parse::<usize>().unwrap_or(0));
                     let (count, pad) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
                     let pad = ".".repeat(pad);
                     for i in 0..count {

@@ -131,11 +131,15 @@ mod tests {
     /// Every parent default of `spec/constants.json` that this SDK has, in the table's unit.
     #[test]
     fn defaults_follow_the_spec_table() {
-        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
-        let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let path =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
+        let c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let cfg = PoolConfig::new(WorkerCommand::new("true"));
         let ms = |d: Duration| d.as_millis() as u64;
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u64;
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1) as u64;
         let mut checked = 0;
         for d in c["sdk_defaults"].as_array().unwrap() {
             if d["side"] != "parent" || !(d["language"] == "all" || d["language"] == "rust") {
@@ -162,7 +166,11 @@ mod tests {
                 "stderr_tail_lines" => cfg.stderr_tail_lines as u64,
                 other => panic!("parent default {other} has no Rust counterpart: add it here"),
             };
-            let want = if d["unit"] == "cpus" { cpus } else { d["value"].as_u64().unwrap() };
+            let want = if d["unit"] == "cpus" {
+                cpus
+            } else {
+                d["value"].as_u64().unwrap()
+            };
             assert_eq!(ours, want, "{name}: {}", d["reason"]);
             checked += 1;
         }

@@ -17,7 +17,7 @@ use crate::error::{codes, Error, ExitCause, Result};
 use crate::events::EventSender;
 use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
 use crate::spawn::{self, WorkerCommand, WorkerOutput};
-use crate::stream::{RowStream, RowQueue};
+use crate::stream::{RowQueue, RowStream};
 use crate::worker::{self, Awaiting, Incarnation, NotSent, PoolShared, Worker};
 
 /// Options of one call or stream.
@@ -357,7 +357,14 @@ impl Pool {
         let body = encode(codec, req)?;
         let result = self
             .inner
-            .unary(None, method_no, codec, opts.timeout, body, opts.events.as_ref())
+            .unary(
+                None,
+                method_no,
+                codec,
+                opts.timeout,
+                body,
+                opts.events.as_ref(),
+            )
             .await?;
         decode_result(codec, result)
     }
@@ -392,7 +399,14 @@ impl Pool {
         let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
         self.inner
-            .open_stream(None, method_no, codec, opts.timeout, body, opts.events.as_ref())
+            .open_stream(
+                None,
+                method_no,
+                codec,
+                opts.timeout,
+                body,
+                opts.events.as_ref(),
+            )
             .await
     }
 
@@ -540,7 +554,14 @@ impl Lease {
         let result = self
             .pool
             .inner
-            .unary(Some(&self.worker), method_no, codec, opts.timeout, body, opts.events.as_ref())
+            .unary(
+                Some(&self.worker),
+                method_no,
+                codec,
+                opts.timeout,
+                body,
+                opts.events.as_ref(),
+            )
             .await?;
         decode_result(codec, result)
     }

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-use wirepool_io::Socket;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
+use wirepool_io::Socket;
 
 use crate::error::Error;
 

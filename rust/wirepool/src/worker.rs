@@ -7,15 +7,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use wirepool_io::Socket;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use wirepool_codec::Codec;
+use wirepool_io::Socket;
 
 use wirepool_proto::{
-    check_methods, Connection, ErrorClass, ErrorCode, Event, Hello, MethodKind,
-    MethodRequirement, ProtocolError, Welcome,
+    check_methods, Connection, ErrorClass, ErrorCode, Event, Hello, MethodKind, MethodRequirement,
+    ProtocolError, Welcome,
 };
 
 use crate::config::PoolConfig;
@@ -23,10 +23,10 @@ use crate::error::{Error, ExitCause, ExitInfo, Result};
 use crate::events::EventSender;
 use crate::liveness::{Liveness, Seen};
 use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
-use wirepool_io::outbox::{Outbox, WriteQueue};
 use crate::pending::Pending;
 use crate::spawn::{self, StderrTail};
 use crate::stream::RowQueue;
+use wirepool_io::outbox::{Outbox, WriteQueue};
 
 /// What the pool shares with every worker incarnation.
 pub(crate) struct PoolShared {
@@ -120,13 +120,22 @@ impl Route {
     ///
     /// A unary call's latency is recorded here, ending at `at`; a stream records its own when
     /// its consumer reaches the end.
-    fn deliver(&mut self, outcome: Result<Bytes>, wakers: &mut Vec<Waker>, at: &mut ReadClock, pool: &PoolShared) {
+    fn deliver(
+        &mut self,
+        outcome: Result<Bytes>,
+        wakers: &mut Vec<Waker>,
+        at: &mut ReadClock,
+        pool: &PoolShared,
+    ) {
         match self.sink.take() {
             Some(Sink::Unary(UnaryCell::Waiting(w))) => {
                 wakers.extend(w);
                 self.sink = Some(Sink::Unary(UnaryCell::Done(outcome)));
                 if let Some(started) = self.started {
-                    pool.record_latency(self.method_no as usize, at.now().saturating_duration_since(started));
+                    pool.record_latency(
+                        self.method_no as usize,
+                        at.now().saturating_duration_since(started),
+                    );
                 }
             }
             done @ Some(Sink::Unary(UnaryCell::Done(_))) => self.sink = done,
@@ -248,7 +257,6 @@ pub(crate) struct Worker {
     exit: OnceLock<Arc<ExitInfo>>,
     stderr_tail: Arc<StderrTail>,
 }
-
 
 /// Who waits for a request's outcome.
 pub(crate) enum Awaiting {
@@ -525,8 +533,7 @@ impl Worker {
     /// small frames is written here; a large body queued by reference goes to the writer
     /// task's vectored writes.
     fn write_alone(&self, c: &mut DriverState) {
-        if let (false, Some(tail), Some(sock)) = (c.writer_busy, c.out.tail_only(), &c.socket_out)
-        {
+        if let (false, Some(tail), Some(sock)) = (c.writer_busy, c.out.tail_only(), &c.socket_out) {
             // WouldBlock (or a broken socket) leaves the bytes for the writer task.
             if let Ok(n) = sock.try_write(tail) {
                 self.counters.bytes_out.fetch_add(n as u64, Relaxed);
@@ -551,7 +558,10 @@ impl Worker {
         }
         let polled = match driver.routes.get_mut(id) {
             // Not reachable: the route stays until its outcome is taken. Still one outcome.
-            None => Poll::Ready(Err(driver.closed.clone().unwrap_or(Error::PoolClosed("request lost")))),
+            None => Poll::Ready(Err(driver
+                .closed
+                .clone()
+                .unwrap_or(Error::PoolClosed("request lost")))),
             Some(route) => match &mut route.sink {
                 Some(Sink::Unary(UnaryCell::Waiting(w))) => {
                     match w {
@@ -602,7 +612,10 @@ impl Worker {
     ) {
         // Its own outcome wakes nobody: this poll looks at it right after.
         let own = match c.routes.get_mut(id) {
-            Some(Route { sink: Some(Sink::Unary(UnaryCell::Waiting(w))), .. }) => w.take(),
+            Some(Route {
+                sink: Some(Sink::Unary(UnaryCell::Waiting(w))),
+                ..
+            }) => w.take(),
             _ => return,
         };
         while let Some(sock) = &c.socket_out {
@@ -620,7 +633,10 @@ impl Worker {
                     }
                     let waiting = matches!(
                         c.routes.get_mut(id),
-                        Some(Route { sink: Some(Sink::Unary(UnaryCell::Waiting(_))), .. })
+                        Some(Route {
+                            sink: Some(Sink::Unary(UnaryCell::Waiting(_))),
+                            ..
+                        })
                     );
                     if !waiting {
                         break;
@@ -634,7 +650,11 @@ impl Worker {
                 }
             }
         }
-        if let Some(Route { sink: Some(Sink::Unary(UnaryCell::Waiting(w @ None))), .. }) = c.routes.get_mut(id) {
+        if let Some(Route {
+            sink: Some(Sink::Unary(UnaryCell::Waiting(w @ None))),
+            ..
+        }) = c.routes.get_mut(id)
+        {
             *w = own;
         }
     }
@@ -742,7 +762,12 @@ impl Worker {
             let _ = tx.send(ExitCause::LeftByItself);
         }
         self.pool.notify_state_changed();
-        tracing::debug!(worker = self.id, slot = self.slot, pid = self.pid, "worker said GOODBYE");
+        tracing::debug!(
+            worker = self.id,
+            slot = self.slot,
+            pid = self.pid,
+            "worker said GOODBYE"
+        );
     }
 
     /// Kills the worker's process group now (it is then reaped and replaced).
@@ -764,7 +789,10 @@ impl Worker {
 /// from another thread while it is stored), so the reader is woken to register again.
 fn read_own_answer(c: &mut DriverState, id: u64, waker: &Waker) {
     if let (None, Some(sock)) = (c.direct_reader, &c.socket_out) {
-        if sock.poll_readable(&mut Context::from_waker(waker)).is_pending() {
+        if sock
+            .poll_readable(&mut Context::from_waker(waker))
+            .is_pending()
+        {
             c.direct_reader = Some(id);
         } else if let Some(reader) = &c.reader_waker {
             reader.wake_by_ref();
@@ -1203,7 +1231,12 @@ struct ReadPass {
 
 /// Handles every complete frame in the receive buffer after a read of `n` bytes; the wakers of
 /// unary callers whose outcome arrived go to `wakers` (to be woken after the lock).
-fn handle_read(worker: &Worker, c: &mut DriverState, n: usize, wakers: &mut Vec<Waker>) -> ReadPass {
+fn handle_read(
+    worker: &Worker,
+    c: &mut DriverState,
+    n: usize,
+    wakers: &mut Vec<Waker>,
+) -> ReadPass {
     let mut pass = ReadPass::default();
     worker.counters.bytes_in.fetch_add(n as u64, Relaxed);
     // Liveness reads no clock here: the lifecycle's tick compares these bytes with the
@@ -1226,7 +1259,14 @@ fn handle_read(worker: &Worker, c: &mut DriverState, n: usize, wakers: &mut Vec<
         };
         match ev {
             Event::Result { id, body } => {
-                pass.completed += end_route(&mut c.routes, id, Ok(body), wakers, &mut read_at, &worker.pool);
+                pass.completed += end_route(
+                    &mut c.routes,
+                    id,
+                    Ok(body),
+                    wakers,
+                    &mut read_at,
+                    &worker.pool,
+                );
             }
             Event::Error {
                 id: 0,
@@ -1251,7 +1291,8 @@ fn handle_read(worker: &Worker, c: &mut DriverState, n: usize, wakers: &mut Vec<
                     message,
                     details,
                 });
-                pass.completed += end_route(&mut c.routes, id, e, wakers, &mut read_at, &worker.pool);
+                pass.completed +=
+                    end_route(&mut c.routes, id, e, wakers, &mut read_at, &worker.pool);
             }
             Event::Rows { id, rows } => {
                 worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
@@ -1263,15 +1304,21 @@ fn handle_read(worker: &Worker, c: &mut DriverState, n: usize, wakers: &mut Vec<
                     // Nobody reads this stream any more (cancelled): give the credit
                     // back so a handler blocked on credit can see its cancellation.
                     _ => {
-                        if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out)
-                        {
+                        if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out) {
                             pass.wake_writer |= g > 0;
                         }
                     }
                 }
             }
             Event::End { id, summary, .. } => {
-                pass.completed += end_route(&mut c.routes, id, Ok(summary), wakers, &mut read_at, &worker.pool);
+                pass.completed += end_route(
+                    &mut c.routes,
+                    id,
+                    Ok(summary),
+                    wakers,
+                    &mut read_at,
+                    &worker.pool,
+                );
             }
             Event::Notification { id, topic, data } => {
                 // Into a bounded mailbox, never waiting for its reader (events.rs).
@@ -1313,8 +1360,7 @@ fn handle_read(worker: &Worker, c: &mut DriverState, n: usize, wakers: &mut Vec<
             }
             _ => {}
         }
-    }
-;
+    };
     pass
 }
 
@@ -1581,7 +1627,12 @@ impl Watch {
         };
         let due = clocks.tick(now_ms, seen);
         if let Some(hung) = due.hung {
-            tracing::warn!(worker = worker.id, pid = worker.pid, ?hung, "no progress within 3 heartbeats, killing");
+            tracing::warn!(
+                worker = worker.id,
+                pid = worker.pid,
+                ?hung,
+                "no progress within 3 heartbeats, killing"
+            );
             self.kill(ExitCause::Hung);
             self.liveness = None;
         } else if let Some(nonce) = due.ping {
@@ -1729,10 +1780,16 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
         let mut cancelled = false;
         let mut wakers = Vec::new();
         for (id, r) in c.routes.iter_mut() {
-            if let (true, None, Some((deadline, budget))) = (r.on_wire, r.cancelled_at, r.deadline) {
+            if let (true, None, Some((deadline, budget))) = (r.on_wire, r.cancelled_at, r.deadline)
+            {
                 if now >= deadline {
                     // The worker ignored its time budget: answer the caller now, cancel on the wire.
-                    r.deliver(Err(Error::DeadlineExceeded(budget)), &mut wakers, &mut ReadClock::at(now), &worker.pool);
+                    r.deliver(
+                        Err(Error::DeadlineExceeded(budget)),
+                        &mut wakers,
+                        &mut ReadClock::at(now),
+                        &worker.pool,
+                    );
                     r.cancelled_at = Some(now);
                     let _ = c.conn.send_cancel(id, &mut c.out);
                     cancelled = true;

@@ -23,7 +23,9 @@ impl Write for Captured {
 
 fn clamp_lines(log: &Captured) -> usize {
     let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
-    text.lines().filter(|l| l.contains("max_in_flight 5000 is above the worker's max_concurrency 1024")).count()
+    text.lines()
+        .filter(|l| l.contains("max_in_flight 5000 is above the worker's max_concurrency 1024"))
+        .count()
 }
 
 // One thread: the subscriber set for this thread sees the pool's start-up and restarts.
@@ -43,8 +45,20 @@ async fn a_clamped_max_in_flight_is_logged_once_per_pool() {
         let e = pool.call::<_, ()>("crash", &3i32).await.unwrap_err();
         assert_eq!(e.code(), wirepool::codes::WORKER_EXITED, "{e}");
         // The replacement starts (clamped again) before another call is served by both.
-        while pool.metrics().workers.iter().filter(|w| w.pid.is_some()).count() < 2
-            || pool.metrics().workers.iter().map(|w| w.restarts).sum::<u64>() < 1
+        while pool
+            .metrics()
+            .workers
+            .iter()
+            .filter(|w| w.pid.is_some())
+            .count()
+            < 2
+            || pool
+                .metrics()
+                .workers
+                .iter()
+                .map(|w| w.restarts)
+                .sum::<u64>()
+                < 1
         {
             tokio::task::yield_now().await;
         }

@@ -54,6 +54,9 @@ fn codes_are_the_spec_codes() {
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     for name in local {
-        assert!(ours.iter().any(|(n, _)| *n == name), "codes::{name} is missing");
+        assert!(
+            ours.iter().any(|(n, _)| *n == name),
+            "codes::{name} is missing"
+        );
     }
 }

@@ -49,10 +49,15 @@ async fn progress_reaches_the_calls_mailbox_or_else_the_pools() {
         let (n, got) = tokio::join!(call, read);
         assert_eq!(n.unwrap(), 5);
         assert_eq!(progress_of(&got), vec![1, 2, 3, 4, 5]);
-        assert!(got.iter().all(|e| e.request_id == got[0].request_id && e.request_id != 0));
+        assert!(got
+            .iter()
+            .all(|e| e.request_id == got[0].request_id && e.request_id != 0));
         assert_eq!(got[0].decode::<Progress>().unwrap().of, 5);
         assert_eq!(rx.dropped(), 0);
-        assert!(pool_rx.try_recv().is_none(), "the call's own mailbox took its events");
+        assert!(
+            pool_rx.try_recv().is_none(),
+            "the call's own mailbox took its events"
+        );
 
         // A call without one: its events go to the pool's mailbox.
         let n: u64 = pool.call("progress", &3u64).await.unwrap();
@@ -99,7 +104,11 @@ async fn a_flood_of_events_to_an_unread_mailbox_keeps_memory_bounded() {
         // The mailbox holds the 8 latest (same request and topic: each newer one replaced the
         // oldest), and counted every other one as dropped.
         let kept: Vec<u64> = std::iter::from_fn(|| rx.try_recv())
-            .map(|e| e.decode::<serde_json::Value>().unwrap()["i"].as_u64().unwrap())
+            .map(|e| {
+                e.decode::<serde_json::Value>().unwrap()["i"]
+                    .as_u64()
+                    .unwrap()
+            })
             .collect();
         assert_eq!(kept, (count - 8..count).collect::<Vec<u64>>());
         assert_eq!(rx.dropped(), count - 8);

@@ -333,7 +333,10 @@ async fn deadlines_travel_on_the_wire_and_are_enforced_by_the_parent_too() {
         // the worker would be gone by now (an absence can only be checked by waiting).
         tokio::time::sleep(Duration::from_millis(600)).await;
         let same: u32 = pool.call("pid", &()).await.unwrap();
-        assert_eq!(same, pid, "the worker answered the deadline itself and was not killed");
+        assert_eq!(
+            same, pid,
+            "the worker answered the deadline itself and was not killed"
+        );
         assert!(pool.metrics().workers[0].restart_causes.is_empty());
         // A handler that ignores CANCEL keeps its request in flight (spec 8.3): the parent
         // kills the worker once the cancel grace is over.
@@ -342,7 +345,14 @@ async fn deadlines_travel_on_the_wire_and_are_enforced_by_the_parent_too() {
             let pool = pool.clone();
             tokio::spawn(async move { pool.call::<_, u64>("spin", &10_000u64).await })
         };
-        while pool.metrics().workers.iter().map(|w| w.in_flight).sum::<u64>() == 0 {
+        while pool
+            .metrics()
+            .workers
+            .iter()
+            .map(|w| w.in_flight)
+            .sum::<u64>()
+            == 0
+        {
             tokio::task::yield_now().await;
         }
         // Let the handler start: a CANCEL that finds the request still queued for a thread
@@ -394,7 +404,10 @@ async fn callers_beyond_the_in_flight_limit_wait_and_all_finish() {
         }))
         .await;
         assert_eq!(sums, (1..=300).collect::<Vec<i64>>());
-        assert!(!waiting_lease.is_finished(), "the only worker is still leased");
+        assert!(
+            !waiting_lease.is_finished(),
+            "the only worker is still leased"
+        );
         let pid = held.pid();
         drop(held);
         let second = tokio::time::timeout(Duration::from_secs(10), waiting_lease)
@@ -728,9 +741,9 @@ async fn a_crash_loop_past_the_restart_intensity_closes_the_pool() {
         };
         assert_eq!(closed.code(), codes::POOL_CLOSED, "{closed}");
         assert!(
-            closed
-                .to_string()
-                .contains("restart intensity exceeded: 4 worker deaths within 60s (max_restarts 3)"),
+            closed.to_string().contains(
+                "restart intensity exceeded: 4 worker deaths within 60s (max_restarts 3)"
+            ),
             "the count and window are named: {closed}"
         );
         assert_eq!(
@@ -898,16 +911,28 @@ async fn a_caller_that_stops_polling_does_not_stall_other_calls() {
         let first = pool.call_raw("echo_raw_inline", Bytes::from_static(b"first"));
         tokio::pin!(first);
         // One poll sends the request; then its caller goes quiet while its answer arrives.
-        let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(std::future::Future::poll(first.as_mut(), cx))).await;
+        let polled = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(first.as_mut(), cx))
+        })
+        .await;
         assert!(polled.is_pending());
         let in_flight: u64 = pool.metrics().workers.iter().map(|w| w.in_flight).sum();
         assert_eq!(in_flight, 1, "the first poll sent the request");
         for i in 0..20u32 {
             let body = Bytes::from(i.to_le_bytes().to_vec());
-            assert_eq!(pool.call_raw("echo_raw_inline", body.clone()).await.unwrap(), body);
+            assert_eq!(
+                pool.call_raw("echo_raw_inline", body.clone())
+                    .await
+                    .unwrap(),
+                body
+            );
         }
         assert_eq!(first.await.unwrap(), Bytes::from_static(b"first"));
-        assert_eq!(pool.worker_pids(), vec![pid], "the worker was not judged hung");
+        assert_eq!(
+            pool.worker_pids(),
+            vec![pid],
+            "the worker was not judged hung"
+        );
         pool.shutdown().await;
         assert_reaped(&[pid]);
     })

@@ -16,27 +16,46 @@ use wirepool_bench::{peak_rss_kib, rss_kib, RowsReq, SmallRow};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let n: u64 = args.first().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
+    let n: u64 = args
+        .first()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
     let every: u64 = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(1000);
     let pause_ms: f64 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(1.0);
     let python = args.get(3).is_some_and(|v| v == "python");
     let exe = std::env::current_exe().expect("own path");
     let cmd = if python {
         let root = exe.ancestors().nth(4).expect("repo root").to_path_buf();
-        WorkerCommand::new(std::env::var("WIREPOOL_BENCH_PYTHON").unwrap_or_else(|_| "python3".into()))
-            .arg(root.join("bench/runners/wirepool_python_worker.py"))
-            .env("PYTHONPATH", root.join("python"))
+        WorkerCommand::new(
+            std::env::var("WIREPOOL_BENCH_PYTHON").unwrap_or_else(|_| "python3".into()),
+        )
+        .arg(root.join("bench/runners/wirepool_python_worker.py"))
+        .env("PYTHONPATH", root.join("python"))
     } else {
         WorkerCommand::new(exe.with_file_name("wirepool-bench-worker"))
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async move {
-        let pool = Pool::builder(cmd).workers(1).max_frame_size(16 << 20).start().await.expect("pool");
+        let pool = Pool::builder(cmd)
+            .workers(1)
+            .max_frame_size(16 << 20)
+            .start()
+            .await
+            .expect("pool");
         let start_kib = rss_kib(0).unwrap_or(0);
         let pause = Duration::from_secs_f64(pause_ms / 1000.0);
         let t = Instant::now();
-        let req = RowsReq { shape: "small_rows".into(), n };
-        let mut rows = pool.stream::<_, SmallRow>("rows", &req).await.expect("stream");
+        let req = RowsReq {
+            shape: "small_rows".into(),
+            n,
+        };
+        let mut rows = pool
+            .stream::<_, SmallRow>("rows", &req)
+            .await
+            .expect("stream");
         let (mut count, mut max_kib) = (0u64, start_kib);
         while let Some(row) = rows.next().await {
             let row = row.expect("row");
@@ -50,7 +69,11 @@ fn main() {
             }
         }
         assert_eq!(count, n, "row count");
-        let worker_kib = pool.worker_pids().into_iter().filter_map(peak_rss_kib).max();
+        let worker_kib = pool
+            .worker_pids()
+            .into_iter()
+            .filter_map(peak_rss_kib)
+            .max();
         pool.shutdown().await;
         let hwm = peak_rss_kib(0).unwrap_or(0);
         let growth_kib = max_kib.max(hwm) as i64 - start_kib as i64;

@@ -86,9 +86,14 @@ fn main() -> std::io::Result<()> {
             Ok(Bytes::copy_from_slice(&(body.len() as u64).to_le_bytes()))
         })
         .codecs(&[Codec::Raw])
-        .stream("rows", |req: RowsReq, _ctx: Context, sink: RowSink<Row>| rows(req, sink))
+        .stream("rows", |req: RowsReq, _ctx: Context, sink: RowSink<Row>| {
+            rows(req, sink)
+        })
         .codecs(&[Codec::Json, Codec::MsgPack, Codec::Cbor])
-        .stream("raw_rows", |req: Bytes, _ctx: Context, sink: RowSink<ByteBuf>| raw_rows(req, sink))
+        .stream(
+            "raw_rows",
+            |req: Bytes, _ctx: Context, sink: RowSink<ByteBuf>| raw_rows(req, sink),
+        )
         .codecs(&[Codec::Raw])
         .unary_async("spin", |us: u64, _ctx: Context| async move {
             let end = thread_cpu_ns() + us * 1000;

@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde_bytes::ByteBuf;
 use serde_json::{json, Map, Value};
-use wirepool::{CallOptions, Codec, Error, MethodKind, Pool, PoolBuilder, RecyclePolicy, RowStream, WorkerCommand};
+use wirepool::{
+    CallOptions, Codec, Error, MethodKind, Pool, PoolBuilder, RecyclePolicy, RowStream,
+    WorkerCommand,
+};
 
 type Check<T = ()> = Result<T, String>;
 
@@ -42,19 +45,26 @@ fn main() {
             other => usage(&format!("unknown argument {other:?}")),
         }
     }
-    let Some(path) = scenarios_path else { usage("--scenarios FILE is required") };
+    let Some(path) = scenarios_path else {
+        usage("--scenarios FILE is required")
+    };
     if worker.is_empty() {
         usage("the worker command follows --");
     }
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| usage(&format!("cannot read {path}: {e}")));
-    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| usage(&format!("{path} is not JSON: {e}")));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| usage(&format!("cannot read {path}: {e}")));
+    let doc: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| usage(&format!("{path} is not JSON: {e}")));
     let suite = Suite {
         codes: doc["error_codes"].as_object().cloned().unwrap_or_default(),
         defaults: doc["defaults"].clone(),
         health: doc["health_check"].clone(),
     };
     let scenarios = doc["scenarios"].as_array().cloned().unwrap_or_default();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
     runtime.block_on(async {
         for sc in &scenarios {
             let name = sc["name"].as_str().unwrap_or("?");
@@ -103,11 +113,16 @@ fn usage(problem: &str) -> ! {
 
 /// A top-level setting of the scenario, else of the defaults.
 fn setting(suite: &Suite, sc: &Value, key: &str) -> Value {
-    sc.get(key).cloned().unwrap_or_else(|| suite.defaults[key].clone())
+    sc.get(key)
+        .cloned()
+        .unwrap_or_else(|| suite.defaults[key].clone())
 }
 
 fn pool_config(suite: &Suite, sc: &Value) -> Map<String, Value> {
-    let mut cfg = suite.defaults["pool"].as_object().cloned().unwrap_or_default();
+    let mut cfg = suite.defaults["pool"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     if let Some(over) = sc.get("pool").and_then(Value::as_object) {
         cfg.extend(over.clone());
     }
@@ -125,7 +140,8 @@ impl ScenarioDir {
     fn new() -> Self {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("wirepool-scenario-{}-{n}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("wirepool-scenario-{}-{n}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
         ScenarioDir(dir.to_string_lossy().into_owned())
     }
@@ -143,7 +159,10 @@ fn with_env(mut cfg: Map<String, Value>, sc: &Value, tmp: &str) -> Map<String, V
         let env: Map<String, Value> = extra
             .iter()
             .map(|(k, v)| {
-                let text = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+                let text = v
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string());
                 (k.clone(), Value::String(text.replace("{tmp}", tmp)))
             })
             .collect();
@@ -211,7 +230,10 @@ fn live_children() -> Vec<u32> {
         };
         let Some(at) = stat.rfind(')') else { continue };
         let mut fields = stat[at + 1..].split_whitespace(); // after the command name
-        let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse::<u32>().ok()));
+        let (state, ppid) = (
+            fields.next(),
+            fields.next().and_then(|p| p.parse::<u32>().ok()),
+        );
         if ppid == Some(me) && state != Some("Z") {
             found.push(pid);
         }
@@ -237,7 +259,11 @@ async fn check_live_workers(suite: &Suite, sc: &Value, want: usize) -> Check {
     let mut since: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        since = if live_children().len() == want { since.or(Some(now)) } else { None };
+        since = if live_children().len() == want {
+            since.or(Some(now))
+        } else {
+            None
+        };
         if since.is_some_and(|t| now - t >= LIVE_HOLD) {
             return Ok(());
         }
@@ -253,13 +279,23 @@ async fn check_live_workers(suite: &Suite, sc: &Value, want: usize) -> Check {
 }
 
 fn number(cfg: &Map<String, Value>, key: &str) -> f64 {
-    cfg.get(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("pool setting {key} is missing"))
+    cfg.get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("pool setting {key} is missing"))
 }
 
 fn builder(worker: &[String], cfg: &Map<String, Value>) -> PoolBuilder {
-    let recycle = RecyclePolicy { max_requests: cfg.get("max_requests").and_then(Value::as_u64), ..Default::default() };
+    let recycle = RecyclePolicy {
+        max_requests: cfg.get("max_requests").and_then(Value::as_u64),
+        ..Default::default()
+    };
     let mut command = WorkerCommand::new(&worker[0]).args(&worker[1..]);
-    for (k, v) in cfg.get("env").and_then(Value::as_object).into_iter().flatten() {
+    for (k, v) in cfg
+        .get("env")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         command = command.env(k, v.as_str().unwrap_or_default());
     }
     Pool::builder(command)
@@ -307,7 +343,9 @@ fn pattern(size: usize) -> Vec<u8> {
 
 /// The text of `{"string": {"size": N}}`: character i is 'a' + (31 i + 17) mod 26.
 fn pattern_string(size: usize) -> String {
-    (0..size).map(|i| (b'a' + ((i * 31 + 17) % 26) as u8) as char).collect()
+    (0..size)
+        .map(|i| (b'a' + ((i * 31 + 17) % 26) as u8) as char)
+        .collect()
 }
 
 fn request(form: &Value) -> Check<Body> {
@@ -332,7 +370,10 @@ fn describe(body: &Body) -> String {
         Body::Value(v) => {
             let text = v.to_string();
             if text.len() > 200 {
-                format!("{}...", &text[..text.char_indices().nth(200).map_or(text.len(), |(i, _)| i)])
+                format!(
+                    "{}...",
+                    &text[..text.char_indices().nth(200).map_or(text.len(), |(i, _)| i)]
+                )
             } else {
                 text
             }
@@ -346,10 +387,22 @@ fn same_body(want: &Body, got: &Body) -> Check {
         (Body::Value(a), Body::Value(b)) if a == b => Ok(()),
         (Body::Bytes(a), Body::Bytes(b)) if a == b => Ok(()),
         (Body::Bytes(a), Body::Bytes(b)) => {
-            let first = a.iter().zip(b.iter()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-            Err(format!("expected {} bytes, got {} bytes differing from offset {first}", a.len(), b.len()))
+            let first = a
+                .iter()
+                .zip(b.iter())
+                .position(|(x, y)| x != y)
+                .unwrap_or(a.len().min(b.len()));
+            Err(format!(
+                "expected {} bytes, got {} bytes differing from offset {first}",
+                a.len(),
+                b.len()
+            ))
         }
-        _ => Err(format!("expected {}, got {}", describe(want), describe(got))),
+        _ => Err(format!(
+            "expected {}, got {}",
+            describe(want),
+            describe(got)
+        )),
     }
 }
 
@@ -368,7 +421,9 @@ struct Failure {
 
 fn failure(e: &Error) -> Failure {
     let (message, details) = match e {
-        Error::Remote { message, details, .. } => {
+        Error::Remote {
+            message, details, ..
+        } => {
             let parsed = if details.is_empty() {
                 Value::Null
             } else {
@@ -378,13 +433,25 @@ fn failure(e: &Error) -> Failure {
         }
         other => (other.to_string(), Value::Null),
     };
-    let (signal, stderr) = e.exit_info().map(|x| (x.signal, x.stderr_tail.join("\n"))).unwrap_or((None, String::new()));
-    Failure { code: e.code(), message, details, signal, stderr }
+    let (signal, stderr) = e
+        .exit_info()
+        .map(|x| (x.signal, x.stderr_tail.join("\n")))
+        .unwrap_or((None, String::new()));
+    Failure {
+        code: e.code(),
+        message,
+        details,
+        signal,
+        stderr,
+    }
 }
 
 fn expected_code(suite: &Suite, code: &Value) -> Check<u32> {
     match code {
-        Value::Number(n) => n.as_u64().map(|n| n as u32).ok_or_else(|| format!("bad error code {n}")),
+        Value::Number(n) => n
+            .as_u64()
+            .map(|n| n as u32)
+            .ok_or_else(|| format!("bad error code {n}")),
         Value::String(name) => suite
             .codes
             .get(name)
@@ -399,7 +466,10 @@ fn check_error(suite: &Suite, want: &Value, e: &Error) -> Check {
     let f = failure(e);
     let code = expected_code(suite, &want["code"])?;
     if f.code != code {
-        return Err(format!("expected error {} ({code}), got code {}: {e}", want["code"], f.code));
+        return Err(format!(
+            "expected error {} ({code}), got code {}: {e}",
+            want["code"], f.code
+        ));
     }
     if let Some(pc) = want.get("protocol_code") {
         let got = match e {
@@ -407,33 +477,49 @@ fn check_error(suite: &Suite, want: &Value, e: &Error) -> Check {
             _ => None,
         };
         if got.map(|c| json!(c)).as_ref() != Some(pc) {
-            return Err(format!("expected protocol code {pc} in the error, got {got:?} ({e})"));
+            return Err(format!(
+                "expected protocol code {pc} in the error, got {got:?} ({e})"
+            ));
         }
     }
     if let Some(part) = want.get("message_contains").and_then(Value::as_str) {
         if !f.message.contains(part) {
-            return Err(format!("error message {:?} does not contain {part:?}", f.message));
+            return Err(format!(
+                "error message {:?} does not contain {part:?}",
+                f.message
+            ));
         }
     }
     if let Some(details) = want.get("details") {
         if &f.details != details {
-            return Err(format!("error details {} differ from the expected {details}", f.details));
+            return Err(format!(
+                "error details {} differ from the expected {details}",
+                f.details
+            ));
         }
     }
     if let Some(signal) = want.get("signal").and_then(Value::as_i64) {
         if f.signal != Some(signal as i32) {
-            return Err(format!("expected the worker to die by signal {signal}, got {:?} ({e})", f.signal));
+            return Err(format!(
+                "expected the worker to die by signal {signal}, got {:?} ({e})",
+                f.signal
+            ));
         }
     }
     if let Some(status) = want.get("exit_status").and_then(Value::as_i64) {
         let got = e.exit_info().and_then(|x| x.code);
         if got != Some(status as i32) {
-            return Err(format!("expected the worker to exit with status {status}, got {got:?} ({e})"));
+            return Err(format!(
+                "expected the worker to exit with status {status}, got {got:?} ({e})"
+            ));
         }
     }
     if let Some(part) = want.get("stderr_contains").and_then(Value::as_str) {
         if !f.stderr.contains(part) {
-            return Err(format!("the stderr tail {:?} does not contain {part:?}", f.stderr));
+            return Err(format!(
+                "the stderr tail {:?} does not contain {part:?}",
+                f.stderr
+            ));
         }
     }
     Ok(())
@@ -444,7 +530,9 @@ fn check_elapsed(expect: &Value, elapsed: Duration) -> Check {
     if let Some(min) = expect.get("min_elapsed_s").and_then(Value::as_f64) {
         // The worker counts its budget from receipt, so the outcome cannot come earlier.
         if secs + 0.001 < min {
-            return Err(format!("the outcome came after {secs:.3}s, before the {min}s deadline"));
+            return Err(format!(
+                "the outcome came after {secs:.3}s, before the {min}s deadline"
+            ));
         }
     }
     if let Some(max) = expect.get("max_elapsed_s").and_then(Value::as_f64) {
@@ -455,13 +543,28 @@ fn check_elapsed(expect: &Value, elapsed: Duration) -> Check {
     Ok(())
 }
 
-async fn call(pool: &Pool, method: &str, codec: Codec, body: &Body, timeout: Option<Duration>) -> Result<Body, Error> {
-    let opts = CallOptions { timeout, codec: Some(codec), ..Default::default() };
+async fn call(
+    pool: &Pool,
+    method: &str,
+    codec: Codec,
+    body: &Body,
+    timeout: Option<Duration>,
+) -> Result<Body, Error> {
+    let opts = CallOptions {
+        timeout,
+        codec: Some(codec),
+        ..Default::default()
+    };
     match body {
-        Body::Value(v) => pool.call_with::<Value, Value>(method, v, opts).await.map(Body::Value),
+        Body::Value(v) => pool
+            .call_with::<Value, Value>(method, v, opts)
+            .await
+            .map(Body::Value),
         Body::Bytes(b) => {
             let req = ByteBuf::from(b.clone());
-            pool.call_with::<ByteBuf, ByteBuf>(method, &req, opts).await.map(|r| Body::Bytes(r.into_vec()))
+            pool.call_with::<ByteBuf, ByteBuf>(method, &req, opts)
+                .await
+                .map(|r| Body::Bytes(r.into_vec()))
         }
     }
 }
@@ -472,12 +575,20 @@ fn check_call(suite: &Suite, expect: &Value, sent: &Body, outcome: &Result<Body,
     }
     if let Some(want) = expect.get("error") {
         return match outcome {
-            Ok(body) => Err(format!("expected error {}, got the result {}", want["code"], describe(body))),
+            Ok(body) => Err(format!(
+                "expected error {}, got the result {}",
+                want["code"],
+                describe(body)
+            )),
             Err(e) => check_error(suite, want, e),
         };
     }
-    let want = expect.get("result").ok_or("the expectation has neither result nor error")?;
-    let got = outcome.as_ref().map_err(|e| format!("expected a result, got error {}: {e}", e.code()))?;
+    let want = expect
+        .get("result")
+        .ok_or("the expectation has neither result nor error")?;
+    let got = outcome
+        .as_ref()
+        .map_err(|e| format!("expected a result, got error {}: {e}", e.code()))?;
     if want == "echo" {
         same_body(sent, got)
     } else {
@@ -510,7 +621,11 @@ impl RowShape {
             "unchecked" => return Ok(0), // any_outcome: rows of any form
             "decl" => json!({ "i": k, "name": format!("decl_{k}"), "kind": "theorem" }),
             "int_index" => json!(k),
-            other => return Err(format!("row shape {other:?} does not apply to decoded rows")),
+            other => {
+                return Err(format!(
+                    "row shape {other:?} does not apply to decoded rows"
+                ))
+            }
         };
         if row == &want {
             Ok(k)
@@ -524,7 +639,10 @@ impl RowShape {
             return Ok(0);
         }
         if self.shape != "raw_index" {
-            return Err(format!("row shape {:?} does not apply to raw rows", self.shape));
+            return Err(format!(
+                "row shape {:?} does not apply to raw rows",
+                self.shape
+            ));
         }
         let prefix = self.size.min(8);
         let ok = row.len() == self.size
@@ -533,7 +651,11 @@ impl RowShape {
         if ok {
             Ok(k)
         } else {
-            Err(format!("raw row {k} ({} bytes) is not {} bytes of index {k} then 0xAB", row.len(), self.size))
+            Err(format!(
+                "raw row {k} ({} bytes) is not {} bytes of index {k} then 0xAB",
+                row.len(),
+                self.size
+            ))
         }
     }
 }
@@ -567,18 +689,32 @@ impl Reader {
         timeout: Option<Duration>,
         shape: RowShape,
     ) -> Reader {
-        let opts = CallOptions { timeout, codec: Some(codec), ..Default::default() };
+        let opts = CallOptions {
+            timeout,
+            codec: Some(codec),
+            ..Default::default()
+        };
         let opened = match body {
-            Body::Value(v) => pool.stream_with::<Value, Value>(method, v, opts).await.map(Rows::Values),
-            Body::Bytes(b) => {
-                pool.stream_with::<ByteBuf, ByteBuf>(method, &ByteBuf::from(b.clone()), opts).await.map(Rows::Bytes)
-            }
+            Body::Value(v) => pool
+                .stream_with::<Value, Value>(method, v, opts)
+                .await
+                .map(Rows::Values),
+            Body::Bytes(b) => pool
+                .stream_with::<ByteBuf, ByteBuf>(method, &ByteBuf::from(b.clone()), opts)
+                .await
+                .map(Rows::Bytes),
         };
         let (rows, terminal) = match opened {
             Ok(rows) => (Some(rows), None),
             Err(e) => (None, Some(Terminal::Failed(e))),
         };
-        Reader { rows, shape, count: 0, checksum: 0, terminal }
+        Reader {
+            rows,
+            shape,
+            count: 0,
+            checksum: 0,
+            terminal,
+        }
     }
 
     /// Reads rows until `until` rows were read (or to the terminal with `None`). A bad row is an
@@ -626,10 +762,13 @@ impl Reader {
 
     fn summary(&self) -> Check<Option<Value>> {
         match &self.rows {
-            Some(Rows::Values(s)) => s.summary::<Value>().map_err(|e| format!("the summary does not decode: {e}")),
-            Some(Rows::Bytes(s)) => {
-                Ok(s.summary_bytes().filter(|b| !b.is_empty()).map(|b| json!(format!("{} raw bytes", b.len()))))
-            }
+            Some(Rows::Values(s)) => s
+                .summary::<Value>()
+                .map_err(|e| format!("the summary does not decode: {e}")),
+            Some(Rows::Bytes(s)) => Ok(s
+                .summary_bytes()
+                .filter(|b| !b.is_empty())
+                .map(|b| json!(format!("{} raw bytes", b.len())))),
             None => Ok(None),
         }
     }
@@ -637,16 +776,22 @@ impl Reader {
     /// Exactly one terminal: once a stream has ended, reading again yields nothing.
     async fn after_terminal(&mut self) -> Check {
         let again = match self.rows.as_mut() {
-            Some(Rows::Values(s)) => s.next().await.map(|r| r.map(|v| v.to_string()).map_err(|e| e.to_string())),
-            Some(Rows::Bytes(s)) => {
-                s.next().await.map(|r| r.map(|b| format!("{} bytes", b.len())).map_err(|e| e.to_string()))
-            }
+            Some(Rows::Values(s)) => s
+                .next()
+                .await
+                .map(|r| r.map(|v| v.to_string()).map_err(|e| e.to_string())),
+            Some(Rows::Bytes(s)) => s.next().await.map(|r| {
+                r.map(|b| format!("{} bytes", b.len()))
+                    .map_err(|e| e.to_string())
+            }),
             None => None,
         };
         match again {
             None => Ok(()),
             Some(Ok(row)) => Err(format!("a row ({row}) arrived after the stream's terminal")),
-            Some(Err(e)) => Err(format!("a second outcome ({e}) after the stream's terminal")),
+            Some(Err(e)) => Err(format!(
+                "a second outcome ({e}) after the stream's terminal"
+            )),
         }
     }
 }
@@ -656,7 +801,10 @@ fn check_stream(suite: &Suite, expect: &Value, reader: &Reader) -> Check<String>
     let n = reader.count;
     if let Some(count) = rows.get("count").and_then(Value::as_u64) {
         if n != count {
-            return Err(format!("expected {count} rows, got {n} ({})", terminal_text(reader)));
+            return Err(format!(
+                "expected {count} rows, got {n} ({})",
+                terminal_text(reader)
+            ));
         }
     }
     if let Some(min) = rows.get("min").and_then(Value::as_u64) {
@@ -671,7 +819,10 @@ fn check_stream(suite: &Suite, expect: &Value, reader: &Reader) -> Check<String>
     }
     if let Some(sum) = rows.get("checksum").and_then(Value::as_u64) {
         if reader.checksum != sum {
-            return Err(format!("row checksum {} differs from {sum}", reader.checksum));
+            return Err(format!(
+                "row checksum {} differs from {sum}",
+                reader.checksum
+            ));
         }
     }
     match (&reader.terminal, expect.get("error")) {
@@ -682,10 +833,14 @@ fn check_stream(suite: &Suite, expect: &Value, reader: &Reader) -> Check<String>
         (Some(Terminal::Failed(e)), Some(want)) => {
             check_error(suite, want, e).map(|_| format!("{n} rows, then error {}", e.code()))
         }
-        (Some(Terminal::Failed(e)), None) => Err(format!("after {n} rows the stream failed with {}: {e}", e.code())),
-        (Some(Terminal::End(_)), Some(want)) => {
-            Err(format!("expected error {} after the rows, the stream ended normally after {n} rows", want["code"]))
-        }
+        (Some(Terminal::Failed(e)), None) => Err(format!(
+            "after {n} rows the stream failed with {}: {e}",
+            e.code()
+        )),
+        (Some(Terminal::End(_)), Some(want)) => Err(format!(
+            "expected error {} after the rows, the stream ended normally after {n} rows",
+            want["code"]
+        )),
         (Some(Terminal::End(summary)), None) => {
             match expect.get("summary") {
                 Some(Value::String(none)) if none == "none" => {
@@ -698,7 +853,10 @@ fn check_stream(suite: &Suite, expect: &Value, reader: &Reader) -> Check<String>
                     let got = summary.clone().map(Body::Value);
                     if got.as_ref().map(|g| same_body(&want, g)) != Some(Ok(())) {
                         let got = got.as_ref().map_or("none".into(), describe);
-                        return Err(format!("expected the summary {}, got {got}", describe(&want)));
+                        return Err(format!(
+                            "expected the summary {}, got {got}",
+                            describe(&want)
+                        ));
                     }
                 }
                 None => {}
@@ -726,7 +884,10 @@ struct Snapshot {
 }
 
 fn snapshot(pool: &Pool) -> Snapshot {
-    Snapshot { pids: pool.worker_pids().into_iter().collect(), restarts: pool.metrics().total_restarts() }
+    Snapshot {
+        pids: pool.worker_pids().into_iter().collect(),
+        restarts: pool.metrics().total_restarts(),
+    }
 }
 
 fn in_flight(pool: &Pool) -> u64 {
@@ -756,7 +917,10 @@ async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String], tmp: &str) -
     if kind_name == "shutdown_in_flight" {
         return shutdown_in_flight(suite, sc, worker, &cfg).await;
     }
-    let pool = builder(worker, &cfg).start().await.map_err(|e| format!("the pool did not start: {} {e}", e.code()))?;
+    let pool = builder(worker, &cfg)
+        .start()
+        .await
+        .map_err(|e| format!("the pool did not start: {} {e}", e.code()))?;
     let before = snapshot(&pool);
     let detail = match kind_name {
         "call" => call_scenario(suite, sc, &pool).await,
@@ -792,36 +956,66 @@ async fn after(suite: &Suite, sc: &Value, pool: &Pool, before: &Snapshot) -> Che
     let method = health["method"].as_str().unwrap_or("add");
     // After any_outcome (a fuzzing worker), a health check routed to the broken worker before the
     // pool saw it break may fail like any request on it: the pool must serve within settle_s.
-    let retry_until = Instant::now() + if sc["kind"] == "any_outcome" { settle } else { Duration::ZERO };
+    let retry_until = Instant::now()
+        + if sc["kind"] == "any_outcome" {
+            settle
+        } else {
+            Duration::ZERO
+        };
     loop {
-        let outcome = call(pool, method, codec(health["codec"].as_str().unwrap_or("json"))?, &body, None).await;
+        let outcome = call(
+            pool,
+            method,
+            codec(health["codec"].as_str().unwrap_or("json"))?,
+            &body,
+            None,
+        )
+        .await;
         match check_call(suite, &health["expect"], &body, &outcome) {
             Ok(()) => break,
-            Err(e) if Instant::now() >= retry_until => return Err(format!("the pool no longer serves: {method}: {e}")),
+            Err(e) if Instant::now() >= retry_until => {
+                return Err(format!("the pool no longer serves: {method}: {e}"))
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
     let now = snapshot(pool);
     match setting(suite, sc, "restarted") {
-        Value::Bool(false) if now.restarts != before.restarts || now.pids != before.pids => Err(format!(
-            "the worker was replaced (pids {:?} -> {:?}, restarts {} -> {})",
-            before.pids, now.pids, before.restarts, now.restarts
-        )),
-        Value::Bool(true) if !now.pids.is_disjoint(&before.pids) => {
-            Err(format!("expected the worker to be replaced, pids {:?} -> {:?}", before.pids, now.pids))
+        Value::Bool(false) if now.restarts != before.restarts || now.pids != before.pids => {
+            Err(format!(
+                "the worker was replaced (pids {:?} -> {:?}, restarts {} -> {})",
+                before.pids, now.pids, before.restarts, now.restarts
+            ))
         }
+        Value::Bool(true) if !now.pids.is_disjoint(&before.pids) => Err(format!(
+            "expected the worker to be replaced, pids {:?} -> {:?}",
+            before.pids, now.pids
+        )),
         _ => Ok(()),
     }?;
-    check_live_workers(suite, sc, number(&pool_config(suite, sc), "workers") as usize).await
+    check_live_workers(
+        suite,
+        sc,
+        number(&pool_config(suite, sc), "workers") as usize,
+    )
+    .await
 }
 
 fn timeout_of(sc: &Value) -> Option<Duration> {
-    sc.get("call_timeout_s").and_then(Value::as_f64).map(Duration::from_secs_f64)
+    sc.get("call_timeout_s")
+        .and_then(Value::as_f64)
+        .map(Duration::from_secs_f64)
 }
 
 fn method_of(sc: &Value) -> Check<(&str, Codec, Body)> {
-    let method = sc["method"].as_str().ok_or("the scenario names no method")?;
-    Ok((method, codec(sc["codec"].as_str().unwrap_or("json"))?, request(&sc["request"])?))
+    let method = sc["method"]
+        .as_str()
+        .ok_or("the scenario names no method")?;
+    Ok((
+        method,
+        codec(sc["codec"].as_str().unwrap_or("json"))?,
+        request(&sc["request"])?,
+    ))
 }
 
 async fn call_scenario(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
@@ -845,11 +1039,24 @@ async fn stream_scenario(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String
     let (method, codec, body) = method_of(sc)?;
     let expect = &sc["expect"];
     let started = Instant::now();
-    let mut reader = Reader::open(pool, method, codec, &body, timeout_of(sc), RowShape::new(expect)).await;
+    let mut reader = Reader::open(
+        pool,
+        method,
+        codec,
+        &body,
+        timeout_of(sc),
+        RowShape::new(expect),
+    )
+    .await;
     if let Some(pause) = sc.get("pause") {
         // A consumer that stops reading for a while.
-        reader.read(Some(pause[0].as_u64().ok_or("bad pause")?)).await?;
-        tokio::time::sleep(Duration::from_secs_f64(pause[1].as_f64().ok_or("bad pause")?)).await;
+        reader
+            .read(Some(pause[0].as_u64().ok_or("bad pause")?))
+            .await?;
+        tokio::time::sleep(Duration::from_secs_f64(
+            pause[1].as_f64().ok_or("bad pause")?,
+        ))
+        .await;
     }
     reader.read(None).await?;
     let elapsed = started.elapsed();
@@ -861,13 +1068,28 @@ async fn stream_scenario(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String
 async fn cancel_stream(sc: &Value, pool: &Pool) -> Check<String> {
     let (method, codec, body) = method_of(sc)?;
     let want = sc["read_rows"].as_u64().ok_or("read_rows is missing")?;
-    let mut reader = Reader::open(pool, method, codec, &body, None, RowShape::new(&sc["expect"])).await;
+    let mut reader = Reader::open(
+        pool,
+        method,
+        codec,
+        &body,
+        None,
+        RowShape::new(&sc["expect"]),
+    )
+    .await;
     reader.read(Some(want)).await?;
     if reader.terminal.is_some() {
-        return Err(format!("the endless stream ended after {} rows ({})", reader.count, terminal_text(&reader)));
+        return Err(format!(
+            "the endless stream ended after {} rows ({})",
+            reader.count,
+            terminal_text(&reader)
+        ));
     }
     // Not reading for a while lets the worker use up its credit and wait for more.
-    tokio::time::sleep(Duration::from_secs_f64(sc.get("pause_s").and_then(Value::as_f64).unwrap_or(0.0))).await;
+    tokio::time::sleep(Duration::from_secs_f64(
+        sc.get("pause_s").and_then(Value::as_f64).unwrap_or(0.0),
+    ))
+    .await;
     drop(reader); // dropping the stream is how a Rust caller cancels it
     Ok(format!("cancelled after {want} rows"))
 }
@@ -888,16 +1110,26 @@ async fn cancel_call(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
     match task.await {
         Err(e) if e.is_cancelled() => Ok("cancelled while in flight".into()),
         Err(e) => Err(format!("the call task failed: {e}")),
-        Ok(Ok(b)) => Err(format!("the call returned {} instead of being cancelled", describe(&b))),
-        Ok(Err(e)) => Err(format!("the call ended with {} before it was cancelled: {e}", e.code())),
+        Ok(Ok(b)) => Err(format!(
+            "the call returned {} instead of being cancelled",
+            describe(&b)
+        )),
+        Ok(Err(e)) => Err(format!(
+            "the call ended with {} before it was cancelled: {e}",
+            e.code()
+        )),
     }
 }
 
 async fn slow_consumer(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
     let (method, codec, body) = method_of(sc)?;
     let expect = &sc["expect"];
-    let bound = sc["max_ahead_rows"].as_u64().ok_or("max_ahead_rows is missing")?;
-    let checkpoints = sc["checkpoints"].as_array().ok_or("checkpoints are missing")?;
+    let bound = sc["max_ahead_rows"]
+        .as_u64()
+        .ok_or("max_ahead_rows is missing")?;
+    let checkpoints = sc["checkpoints"]
+        .as_array()
+        .ok_or("checkpoints are missing")?;
     let mut reader = Reader::open(pool, method, codec, &body, None, RowShape::new(expect)).await;
     let mut worst = 0;
     for point in checkpoints {
@@ -913,8 +1145,10 @@ async fn slow_consumer(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> 
         }
         // The consumer is slow: it stops reading for a while, and the producer must stall.
         tokio::time::sleep(pause).await;
-        let produced: u64 =
-            pool.call("raw_rows_produced", &Value::Null).await.map_err(|e| format!("raw_rows_produced: {e}"))?;
+        let produced: u64 = pool
+            .call("raw_rows_produced", &Value::Null)
+            .await
+            .map_err(|e| format!("raw_rows_produced: {e}"))?;
         let ahead = produced.saturating_sub(reader.count);
         worst = worst.max(ahead);
         if ahead > bound {
@@ -926,7 +1160,9 @@ async fn slow_consumer(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> 
     }
     reader.read(None).await?;
     let detail = check_stream(suite, expect, &reader)?;
-    Ok(format!("{detail}; producer at most {worst} rows ahead (bound {bound})"))
+    Ok(format!(
+        "{detail}; producer at most {worst} rows ahead (bound {bound})"
+    ))
 }
 
 async fn concurrent(sc: &Value, pool: &Pool) -> Check<String> {
@@ -937,8 +1173,10 @@ async fn concurrent(sc: &Value, pool: &Pool) -> Check<String> {
     for i in 0..calls as i64 {
         let pool = pool.clone();
         tasks.spawn(async move {
-            let got: Value =
-                pool.call("add", &json!({ "a": i, "b": 2 * i })).await.map_err(|e| format!("add #{i}: {e}"))?;
+            let got: Value = pool
+                .call("add", &json!({ "a": i, "b": 2 * i }))
+                .await
+                .map_err(|e| format!("add #{i}: {e}"))?;
             if got != json!({ "sum": 3 * i }) {
                 return Err(format!("add #{i} returned {got}"));
             }
@@ -949,30 +1187,57 @@ async fn concurrent(sc: &Value, pool: &Pool) -> Check<String> {
         let pool = pool.clone();
         tasks.spawn(async move {
             let n = stream_rows + s;
-            let shape = RowShape { shape: "decl".into(), size: 0 };
-            let mut reader =
-                Reader::open(&pool, "decls", Codec::Json, &Body::Value(json!({ "n": n })), None, shape).await;
+            let shape = RowShape {
+                shape: "decl".into(),
+                size: 0,
+            };
+            let mut reader = Reader::open(
+                &pool,
+                "decls",
+                Codec::Json,
+                &Body::Value(json!({ "n": n })),
+                None,
+                shape,
+            )
+            .await;
             reader.read(None).await?;
             match &reader.terminal {
-                Some(Terminal::End(Some(summary))) if reader.count == n && summary == &json!({ "rows": n }) => Ok(()),
-                _ => Err(format!("stream #{s}: {} of {n} rows, {}", reader.count, terminal_text(&reader))),
+                Some(Terminal::End(Some(summary)))
+                    if reader.count == n && summary == &json!({ "rows": n }) =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "stream #{s}: {} of {n} rows, {}",
+                    reader.count,
+                    terminal_text(&reader)
+                )),
             }
         });
     }
     let mut first_error = None;
     while let Some(joined) = tasks.join_next().await {
-        let outcome = joined.map_err(|e| format!("a task failed: {e}")).and_then(|r| r);
+        let outcome = joined
+            .map_err(|e| format!("a task failed: {e}"))
+            .and_then(|r| r);
         if let Err(e) = outcome {
             first_error.get_or_insert(e);
         }
     }
     match first_error {
         Some(e) => Err(e),
-        None => Ok(format!("{calls} calls and {streams} streams at once, all correct")),
+        None => Ok(format!(
+            "{calls} calls and {streams} streams at once, all correct"
+        )),
     }
 }
 
-async fn startup(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String, Value>) -> Check<String> {
+async fn startup(
+    suite: &Suite,
+    sc: &Value,
+    worker: &[String],
+    cfg: &Map<String, Value>,
+) -> Check<String> {
     let mut b = builder(worker, cfg);
     for r in sc["require"].as_array().into_iter().flatten() {
         let name = r["method"].as_str().ok_or("require without a method")?;
@@ -987,7 +1252,10 @@ async fn startup(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String,
     match (b.start().await, expect.get("error")) {
         (Ok(pool), Some(want)) => {
             pool.shutdown().await;
-            Err(format!("expected start-up to fail with {}, the pool started", want["code"]))
+            Err(format!(
+                "expected start-up to fail with {}, the pool started",
+                want["code"]
+            ))
         }
         (Ok(pool), None) => {
             let before = snapshot(&pool);
@@ -999,17 +1267,24 @@ async fn startup(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String,
             let elapsed = started.elapsed();
             check_error(suite, want, &e)?;
             check_elapsed(expect, elapsed)?;
-            check_live_workers(suite, sc, 0).await.map_err(|m| format!("{m} (the failed worker was not reaped)"))?;
+            check_live_workers(suite, sc, 0)
+                .await
+                .map_err(|m| format!("{m} (the failed worker was not reaped)"))?;
             if sc.get("then_start") != Some(&Value::Bool(true)) {
                 return Ok(format!("refused at start-up in {elapsed:?}: {e}"));
             }
             // A fresh pool (the next worker behaves) must serve.
             let again = builder(worker, cfg).start().await.map_err(|e2| {
-                format!("refused at start-up as expected ({}), but the next pool failed: {} {e2}", e.code(), e2.code())
+                format!(
+                    "refused at start-up as expected ({}), but the next pool failed: {} {e2}",
+                    e.code(),
+                    e2.code()
+                )
             })?;
             let checked = after(suite, sc, &again, &snapshot(&again)).await;
             again.shutdown().await;
-            checked.map(|_| format!("refused at start-up in {elapsed:?}: {e}; the next pool served"))
+            checked
+                .map(|_| format!("refused at start-up in {elapsed:?}: {e}; the next pool served"))
         }
         (Err(e), None) => Err(format!("the pool did not start: {} {e}", e.code())),
     }
@@ -1018,11 +1293,19 @@ async fn startup(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String,
 /// Shuts the pool down while a call is in flight: the call ends as expected (finished within
 /// the drain grace, or cancelled by the worker when the grace runs out), and the closed pool
 /// refuses new calls with `POOL_CLOSED`.
-async fn shutdown_in_flight(suite: &Suite, sc: &Value, worker: &[String], cfg: &Map<String, Value>) -> Check<String> {
+async fn shutdown_in_flight(
+    suite: &Suite,
+    sc: &Value,
+    worker: &[String],
+    cfg: &Map<String, Value>,
+) -> Check<String> {
     let (method, codec, body) = method_of(sc)?;
     let expect = &sc["expect"];
     let settle = Duration::from_secs_f64(setting(suite, sc, "settle_s").as_f64().unwrap_or(3.0));
-    let pool = builder(worker, cfg).start().await.map_err(|e| format!("the pool did not start: {} {e}", e.code()))?;
+    let pool = builder(worker, cfg)
+        .start()
+        .await
+        .map_err(|e| format!("the pool did not start: {} {e}", e.code()))?;
     let sent = body.clone();
     let task = {
         let pool = pool.clone();
@@ -1037,12 +1320,27 @@ async fn shutdown_in_flight(suite: &Suite, sc: &Value, worker: &[String], cfg: &
     let started = Instant::now();
     pool.shutdown().await;
     let shut = started.elapsed();
-    let outcome = task.await.map_err(|e| format!("the call task failed: {e}"))?;
+    let outcome = task
+        .await
+        .map_err(|e| format!("the call task failed: {e}"))?;
     check_call(suite, expect, &sent, &outcome)?;
     check_elapsed(expect, shut)?;
-    match call(&pool, "add", Codec::Json, &Body::Value(json!({ "a": 1, "b": 2 })), None).await {
+    match call(
+        &pool,
+        "add",
+        Codec::Json,
+        &Body::Value(json!({ "a": 1, "b": 2 })),
+        None,
+    )
+    .await
+    {
         Err(e) if e.code() == wirepool::codes::POOL_CLOSED => {}
-        Err(e) => return Err(format!("a call after shutdown failed with {} instead of POOL_CLOSED: {e}", e.code())),
+        Err(e) => {
+            return Err(format!(
+                "a call after shutdown failed with {} instead of POOL_CLOSED: {e}",
+                e.code()
+            ))
+        }
         Ok(b) => return Err(format!("a call after shutdown returned {}", describe(&b))),
     }
     Ok(format!(
@@ -1074,7 +1372,10 @@ async fn any_outcome(sc: &Value, pool: &Pool) -> Check<String> {
     for _ in 0..sc["streams"].as_u64().unwrap_or(0) {
         let (pool, method, body) = (pool.clone(), stream_method.clone(), body.clone());
         tasks.spawn(async move {
-            let shape = RowShape { shape: "unchecked".into(), size: 0 };
+            let shape = RowShape {
+                shape: "unchecked".into(),
+                size: 0,
+            };
             let mut reader = Reader::open(&pool, &method, codec, &body, timeout, shape).await;
             match reader.read(None).await {
                 Ok(()) => Ok(format!("{} rows, {}", reader.count, terminal_text(&reader))),
@@ -1106,7 +1407,8 @@ async fn parallel_calls(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String>
     let mut checked = 0;
     while let Some(joined) = tasks.join_next().await {
         let outcome = joined.map_err(|e| format!("a call task failed: {e}"))?;
-        check_call(suite, &sc["expect"], &body, &outcome).map_err(|e| format!("call #{checked}: {e}"))?;
+        check_call(suite, &sc["expect"], &body, &outcome)
+            .map_err(|e| format!("call #{checked}: {e}"))?;
         checked += 1;
     }
     Ok(format!("{checked} calls at once, all as expected"))
@@ -1115,44 +1417,82 @@ async fn parallel_calls(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String>
 /// A leased worker serves only its holder; once it dies, the lease's calls fail `LEASE_LOST`.
 async fn lease(suite: &Suite, sc: &Value, pool: &Pool) -> Check<String> {
     let calls = sc["calls"].as_u64().ok_or("calls is missing")?;
-    let lease = pool.lease().await.map_err(|e| format!("lease: {} {e}", e.code()))?;
+    let lease = pool
+        .lease()
+        .await
+        .map_err(|e| format!("lease: {} {e}", e.code()))?;
     let pid = lease.pid();
     for k in 0..calls {
-        let got: u32 =
-            lease.call("whoami", &Value::Null).await.map_err(|e| format!("whoami #{k} on the lease: {e}"))?;
+        let got: u32 = lease
+            .call("whoami", &Value::Null)
+            .await
+            .map_err(|e| format!("whoami #{k} on the lease: {e}"))?;
         if got != pid {
-            return Err(format!("call #{k} on the lease of pid {pid} was served by pid {got}"));
+            return Err(format!(
+                "call #{k} on the lease of pid {pid} was served by pid {got}"
+            ));
         }
     }
-    let other: u32 = pool.call("whoami", &Value::Null).await.map_err(|e| format!("whoami on the pool: {e}"))?;
+    let other: u32 = pool
+        .call("whoami", &Value::Null)
+        .await
+        .map_err(|e| format!("whoami on the pool: {e}"))?;
     if other == pid {
         return Err(format!("a pool call was served by the leased worker {pid}"));
     }
     let crashed = lease.call::<Value, Value>("crash", &Value::Null).await;
-    let allowed = sc["crash_codes"].as_array().ok_or("crash_codes is missing")?;
-    let codes: Vec<u32> = allowed.iter().map(|c| expected_code(suite, c)).collect::<Check<_>>()?;
+    let allowed = sc["crash_codes"]
+        .as_array()
+        .ok_or("crash_codes is missing")?;
+    let codes: Vec<u32> = allowed
+        .iter()
+        .map(|c| expected_code(suite, c))
+        .collect::<Check<_>>()?;
     match &crashed {
         Err(e) if codes.contains(&e.code()) => {}
         Err(e) => {
-            return Err(format!("crash on the lease failed with {} ({e}), expected one of {allowed:?}", e.code()))
+            return Err(format!(
+                "crash on the lease failed with {} ({e}), expected one of {allowed:?}",
+                e.code()
+            ))
         }
         Ok(v) => return Err(format!("crash on the lease returned {v}")),
     }
     let lost = expected_code(suite, &json!("LEASE_LOST"))?;
-    match lease.call::<Value, Value>("add", &json!({ "a": 1, "b": 2 })).await {
+    match lease
+        .call::<Value, Value>("add", &json!({ "a": 1, "b": 2 }))
+        .await
+    {
         Err(e) if e.code() == lost => {
             // The lease's later calls carry the same exit record as the crash itself.
-            let (was, now) = (crashed.as_ref().err().and_then(|c| c.exit_info()), e.exit_info());
+            let (was, now) = (
+                crashed.as_ref().err().and_then(|c| c.exit_info()),
+                e.exit_info(),
+            );
             match (was, now) {
                 (Some(a), Some(b))
-                    if a.pid == b.pid && a.signal == b.signal && a.code == b.code && a.stderr_tail == b.stderr_tail => {
+                    if a.pid == b.pid
+                        && a.signal == b.signal
+                        && a.code == b.code
+                        && a.stderr_tail == b.stderr_tail => {}
+                _ => {
+                    return Err(format!(
+                        "LEASE_LOST lacks the crash's exit record: crash {was:?}, lost {now:?}"
+                    ))
                 }
-                _ => return Err(format!("LEASE_LOST lacks the crash's exit record: crash {was:?}, lost {now:?}")),
             }
         }
-        Err(e) => return Err(format!("a call on the lost lease failed with {} ({e}), expected LEASE_LOST", e.code())),
+        Err(e) => {
+            return Err(format!(
+                "a call on the lost lease failed with {} ({e}), expected LEASE_LOST",
+                e.code()
+            ))
+        }
         Ok(v) => return Err(format!("a call on the lost lease returned {v}")),
     }
     drop(lease);
-    Ok(format!("{calls} calls on pid {pid}; crash -> {}; then LEASE_LOST", crashed.err().map_or(0, |e| e.code())))
+    Ok(format!(
+        "{calls} calls on pid {pid}; crash -> {}; then LEASE_LOST",
+        crashed.err().map_or(0, |e| e.code())
+    ))
 }

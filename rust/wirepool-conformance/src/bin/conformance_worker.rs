@@ -62,7 +62,10 @@ fn gather(n: u64, ctx: &Context) -> Result<u64, HandlerError> {
             return Err(HandlerError::new("cancelled while gathering"));
         }
         // Timed wait: cancellation sets a flag, it does not signal this condvar.
-        arrived = GATHER_CHANGED.wait_timeout(arrived, Duration::from_millis(5)).unwrap().0;
+        arrived = GATHER_CHANGED
+            .wait_timeout(arrived, Duration::from_millis(5))
+            .unwrap()
+            .0;
     }
     Ok(n)
 }
@@ -92,7 +95,11 @@ struct Decl {
 
 impl Decl {
     fn new() -> Self {
-        Decl { i: 0, name: String::with_capacity(32), kind: "theorem" }
+        Decl {
+            i: 0,
+            name: String::with_capacity(32),
+            kind: "theorem",
+        }
     }
 
     /// Rewrites this row for index `i` without allocating.
@@ -115,7 +122,9 @@ struct SizeReq {
 
 /// The pattern string of the scenarios' `{"string": {"size": N}}`: character i is 'a' + (31 i + 17) mod 26.
 fn pattern_string(size: usize) -> String {
-    (0..size).map(|i| (b'a' + ((i * 31 + 17) % 26) as u8) as char).collect()
+    (0..size)
+        .map(|i| (b'a' + ((i * 31 + 17) % 26) as u8) as char)
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -130,10 +139,17 @@ struct DeclsSummary {
 }
 
 fn parse_raw_rows(req: &[u8]) -> Result<(u64, usize), HandlerError> {
-    let text = std::str::from_utf8(req).map_err(|e| HandlerError::new(format!("raw_rows wants text: {e}")))?;
+    let text = std::str::from_utf8(req)
+        .map_err(|e| HandlerError::new(format!("raw_rows wants text: {e}")))?;
     let mut parts = text.split_whitespace();
-    let n = parts.next().ok_or_else(|| HandlerError::new("raw_rows wants \"N SIZE\""))?.parse()?;
-    let size = parts.next().ok_or_else(|| HandlerError::new("raw_rows wants \"N SIZE\""))?.parse()?;
+    let n = parts
+        .next()
+        .ok_or_else(|| HandlerError::new("raw_rows wants \"N SIZE\""))?
+        .parse()?;
+    let size = parts
+        .next()
+        .ok_or_else(|| HandlerError::new("raw_rows wants \"N SIZE\""))?
+        .parse()?;
     Ok((n, size))
 }
 
@@ -147,47 +163,64 @@ fn main() -> std::io::Result<()> {
     Worker::new("wirepool-rust-conformance")
         .unary("echo", |body: Encoded, _ctx: &Context| Ok(body))
         .codecs(&[Codec::Raw, Codec::Json, Codec::MsgPack, Codec::Cbor])
-        .unary("add", |req: AddReq, _ctx: &Context| Ok(AddResp { sum: req.a + req.b }))
-        .codecs(&[Codec::Json])
-        .stream("decls", |req: CountReq, _ctx: Context, rows: RowSink<Decl>| async move {
-            let mut row = Decl::new();
-            for i in 0..req.n {
-                row.set(i);
-                rows.send_ref(&row).await?;
-            }
-            Ok(Some(DeclsSummary { rows: req.n }))
+        .unary("add", |req: AddReq, _ctx: &Context| {
+            Ok(AddResp { sum: req.a + req.b })
         })
+        .codecs(&[Codec::Json])
+        .stream(
+            "decls",
+            |req: CountReq, _ctx: Context, rows: RowSink<Decl>| async move {
+                let mut row = Decl::new();
+                for i in 0..req.n {
+                    row.set(i);
+                    rows.send_ref(&row).await?;
+                }
+                Ok(Some(DeclsSummary { rows: req.n }))
+            },
+        )
         .codecs(&[Codec::Json, Codec::MsgPack, Codec::Cbor])
-        .stream("raw_rows", |req: ByteBuf, _ctx: Context, rows: RowSink<ByteBuf>| async move {
-            let (n, size) = parse_raw_rows(&req)?;
-            RAW_ROWS_PRODUCED.store(0, Ordering::SeqCst);
-            let mut row = ByteBuf::from(vec![0xAB; size]);
-            let prefix = size.min(8);
-            for i in 0..n {
-                row[..prefix].copy_from_slice(&i.to_le_bytes()[..prefix]);
-                RAW_ROWS_PRODUCED.store(i + 1, Ordering::SeqCst);
-                rows.send_ref(&row).await?;
-            }
-            Ok(())
-        })
+        .stream(
+            "raw_rows",
+            |req: ByteBuf, _ctx: Context, rows: RowSink<ByteBuf>| async move {
+                let (n, size) = parse_raw_rows(&req)?;
+                RAW_ROWS_PRODUCED.store(0, Ordering::SeqCst);
+                let mut row = ByteBuf::from(vec![0xAB; size]);
+                let prefix = size.min(8);
+                for i in 0..n {
+                    row[..prefix].copy_from_slice(&i.to_le_bytes()[..prefix]);
+                    RAW_ROWS_PRODUCED.store(i + 1, Ordering::SeqCst);
+                    rows.send_ref(&row).await?;
+                }
+                Ok(())
+            },
+        )
         .codecs(&[Codec::Raw])
-        .unary("raw_rows_produced", |_: serde_json::Value, _ctx: &Context| Ok(RAW_ROWS_PRODUCED.load(Ordering::SeqCst)))
+        .unary(
+            "raw_rows_produced",
+            |_: serde_json::Value, _ctx: &Context| Ok(RAW_ROWS_PRODUCED.load(Ordering::SeqCst)),
+        )
         .codecs(&[Codec::Json])
-        .stream("forever", |_: serde_json::Value, ctx: Context, rows: RowSink<u64>| async move {
-            let mut i = 0u64;
-            while !ctx.is_cancelled() {
-                rows.send(i).await?;
-                i += 1;
-            }
-            Ok(())
-        })
+        .stream(
+            "forever",
+            |_: serde_json::Value, ctx: Context, rows: RowSink<u64>| async move {
+                let mut i = 0u64;
+                while !ctx.is_cancelled() {
+                    rows.send(i).await?;
+                    i += 1;
+                }
+                Ok(())
+            },
+        )
         .codecs(&[Codec::Json])
-        .stream("one_row_then_wait", |_: serde_json::Value, ctx: Context, rows: RowSink<u64>| async move {
-            rows.send(0).await?;
-            // Blocked after one row: the SDK must still send it within the flush bound.
-            ctx.cancelled().await;
-            Ok(())
-        })
+        .stream(
+            "one_row_then_wait",
+            |_: serde_json::Value, ctx: Context, rows: RowSink<u64>| async move {
+                rows.send(0).await?;
+                // Blocked after one row: the SDK must still send it within the flush bound.
+                ctx.cancelled().await;
+                Ok(())
+            },
+        )
         .codecs(&[Codec::Json])
         .unary_async("sleep", |ms: u64, _ctx: Context| async move {
             // Cancellation and the deadline drop this future at its await.
@@ -201,47 +234,68 @@ fn main() -> std::io::Result<()> {
             Ok(ms)
         })
         .codecs(&[Codec::Json])
-        .unary("fail", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
-            Err(HandlerError::new("the fail method was called"))
-        })
+        .unary(
+            "fail",
+            |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+                Err(HandlerError::new("the fail method was called"))
+            },
+        )
         .codecs(&[Codec::Json])
-        .unary("fail_app", |req: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
-            Err(HandlerError::new("application failure")
-                .with_code(APP_ERROR_CODE)
-                .with_details(&serde_json::json!({ "request": req })))
-        })
+        .unary(
+            "fail_app",
+            |req: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+                Err(HandlerError::new("application failure")
+                    .with_code(APP_ERROR_CODE)
+                    .with_details(&serde_json::json!({ "request": req })))
+            },
+        )
         .codecs(&[Codec::Json])
-        .stream("fail_after", |req: CountReq, _ctx: Context, rows: RowSink<Decl>| async move {
-            let mut row = Decl::new();
-            for i in 0..req.n {
-                row.set(i);
-                rows.send_ref(&row).await?;
-            }
-            Err::<(), _>(HandlerError::new("failed after the rows"))
-        })
+        .stream(
+            "fail_after",
+            |req: CountReq, _ctx: Context, rows: RowSink<Decl>| async move {
+                let mut row = Decl::new();
+                for i in 0..req.n {
+                    row.set(i);
+                    rows.send_ref(&row).await?;
+                }
+                Err::<(), _>(HandlerError::new("failed after the rows"))
+            },
+        )
         .codecs(&[Codec::Json])
         .unary("gather", gather)
         .codecs(&[Codec::Json])
-        .unary("fail_long", |req: CountReq, _ctx: &Context| -> Result<(), HandlerError> {
-            let message = format!("long failure: {}", "\u{e9}".repeat(req.n as usize));
-            Err(HandlerError::new(message).with_code(APP_ERROR_CODE))
-        })
+        .unary(
+            "fail_long",
+            |req: CountReq, _ctx: &Context| -> Result<(), HandlerError> {
+                let message = format!("long failure: {}", "\u{e9}".repeat(req.n as usize));
+                Err(HandlerError::new(message).with_code(APP_ERROR_CODE))
+            },
+        )
         .codecs(&[Codec::Json])
-        .stream("big_summary", |req: SizeReq, _ctx: Context, rows: RowSink<u64>| async move {
-            rows.send(0).await?;
-            Ok(Some(pattern_string(req.size)))
-        })
+        .stream(
+            "big_summary",
+            |req: SizeReq, _ctx: Context, rows: RowSink<u64>| async move {
+                rows.send(0).await?;
+                Ok(Some(pattern_string(req.size)))
+            },
+        )
         .codecs(&[Codec::Json])
-        .unary("crash", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> { crash_now() })
+        .unary(
+            "crash",
+            |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> { crash_now() },
+        )
         .codecs(&[Codec::Json])
-        .stream("crash_stream", |req: CountReq, _ctx: Context, rows: RowSink<Decl>| async move {
-            let mut row = Decl::new();
-            for i in 0..req.n {
-                row.set(i);
-                rows.send_ref(&row).await?;
-            }
-            crash_now::<Result<(), HandlerError>>()
-        })
+        .stream(
+            "crash_stream",
+            |req: CountReq, _ctx: Context, rows: RowSink<Decl>| async move {
+                let mut row = Decl::new();
+                for i in 0..req.n {
+                    row.set(i);
+                    rows.send_ref(&row).await?;
+                }
+                crash_now::<Result<(), HandlerError>>()
+            },
+        )
         .codecs(&[Codec::Json])
         .unary("spin", |ms: u64, ctx: &Context| {
             let end = std::time::Instant::now() + Duration::from_millis(ms);
@@ -252,19 +306,29 @@ fn main() -> std::io::Result<()> {
             Ok(ms)
         })
         .codecs(&[Codec::Json])
-        .unary("whoami", |_: serde_json::Value, _ctx: &Context| Ok(std::process::id()))
-        .codecs(&[Codec::Json])
-        .unary("exit", |req: ExitReq, _ctx: &Context| -> Result<(), HandlerError> { std::process::exit(req.status) })
-        .codecs(&[Codec::Json])
-        .unary("freeze", |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
-            // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
-            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-            // Resumed (e.g. while the parent replaces it): never answer, so the outcome cannot
-            // depend on when the resume came; the parent's WORKER_HUNG is the one terminal.
-            loop {
-                std::thread::park();
-            }
+        .unary("whoami", |_: serde_json::Value, _ctx: &Context| {
+            Ok(std::process::id())
         })
+        .codecs(&[Codec::Json])
+        .unary(
+            "exit",
+            |req: ExitReq, _ctx: &Context| -> Result<(), HandlerError> {
+                std::process::exit(req.status)
+            },
+        )
+        .codecs(&[Codec::Json])
+        .unary(
+            "freeze",
+            |_: serde_json::Value, _ctx: &Context| -> Result<(), HandlerError> {
+                // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                // Resumed (e.g. while the parent replaces it): never answer, so the outcome cannot
+                // depend on when the resume came; the parent's WORKER_HUNG is the one terminal.
+                loop {
+                    std::thread::park();
+                }
+            },
+        )
         .codecs(&[Codec::Json])
         .unary("print", |req: PrintReq, _ctx: &Context| {
             let text = vec![b'x'; req.n];

@@ -24,7 +24,14 @@ pub fn worker_binary() -> PathBuf {
         // `cargo test --tests` does not build examples: build it (a no-op when up to date) so
         // the tests never run a stale worker. Same profile as this test binary.
         let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-q", "-p", "wirepool-worker", "--example", "echo_worker"]);
+        cargo.args([
+            "build",
+            "-q",
+            "-p",
+            "wirepool-worker",
+            "--example",
+            "echo_worker",
+        ]);
         if !cfg!(debug_assertions) {
             cargo.arg("--release");
         }
@@ -32,7 +39,10 @@ pub fn worker_binary() -> PathBuf {
         assert!(status.success(), "building the echo_worker example failed");
         // target/<profile>/deps/<test>-<hash> -> target/<profile>/examples/echo_worker
         let exe = std::env::current_exe().expect("test binary path");
-        exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("examples/echo_worker")
+        exe.parent()
+            .and_then(|deps| deps.parent())
+            .expect("target dir")
+            .join("examples/echo_worker")
     })
     .clone()
 }
@@ -55,7 +65,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { initial_credit: 1 << 20, max_in_flight: 64, max_frame_size: 1 << 20, worker_args: Vec::new() }
+        Options {
+            initial_credit: 1 << 20,
+            max_in_flight: 64,
+            max_frame_size: 1 << 20,
+            worker_args: Vec::new(),
+        }
     }
 }
 
@@ -77,11 +92,16 @@ impl Parent {
             .env("WIREPOOL_FD", fd.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(if std::env::var_os("WIREPOOL_TEST_STDERR").is_some() { Stdio::inherit() } else { Stdio::null() })
+            .stderr(if std::env::var_os("WIREPOOL_TEST_STDERR").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .expect("spawn echo_worker");
         drop(theirs);
-        ours.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        ours.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let mut parent = Parent {
             sock: ours,
             child,
@@ -109,7 +129,9 @@ impl Parent {
     }
 
     pub fn method(&self, name: &str) -> u16 {
-        self.hello.method_index(name).unwrap_or_else(|| panic!("worker has no method {name}"))
+        self.hello
+            .method_index(name)
+            .unwrap_or_else(|| panic!("worker has no method {name}"))
     }
 
     pub fn send(&mut self, frame: &Frame) {
@@ -130,17 +152,35 @@ impl Parent {
         id
     }
 
-    pub fn request_with_id(&mut self, id: u64, method: u16, codec: u8, timeout_us: u64, body: &[u8]) {
+    pub fn request_with_id(
+        &mut self,
+        id: u64,
+        method: u16,
+        codec: u8,
+        timeout_us: u64,
+        body: &[u8],
+    ) {
         self.next_id = self.next_id.max(id);
         let mut out = Vec::new();
-        encode_message(&mut out, id, MessageHead::Request { method, codec, timeout_us }, body, self.welcome.max_frame_size)
-            .expect("encode request");
+        encode_message(
+            &mut out,
+            id,
+            MessageHead::Request {
+                method,
+                codec,
+                timeout_us,
+            },
+            body,
+            self.welcome.max_frame_size,
+        )
+        .expect("encode request");
         self.send_bytes(&out);
     }
 
     /// The next frame from the worker; panics after [`STEP_TIMEOUT`].
     pub fn next_frame(&mut self) -> Frame {
-        self.try_next_frame().expect("the worker closed the connection")
+        self.try_next_frame()
+            .expect("the worker closed the connection")
     }
 
     /// The next frame, or `None` at end of file.
@@ -150,7 +190,10 @@ impl Parent {
             if let Some(frame) = self.decoder.next_frame().expect("worker sent a bad frame") {
                 return Some(frame);
             }
-            assert!(Instant::now() < deadline, "no frame from the worker within {STEP_TIMEOUT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no frame from the worker within {STEP_TIMEOUT:?}"
+            );
             let mut buf = [0u8; 65536];
             match self.sock.read(&mut buf) {
                 Ok(0) => {
@@ -158,7 +201,11 @@ impl Parent {
                     return None;
                 }
                 Ok(n) => self.decoder.push(&buf[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
                 Err(e) => panic!("read from worker: {e}"),
             }
         }
@@ -173,7 +220,9 @@ impl Parent {
             let frame = self.next_frame();
             if frame.id == id {
                 if let Some((first, mut body)) = partial.take() {
-                    let FrameBody::Continuation { chunk } = &frame.body else { panic!("expected CONTINUATION, got {frame:?}") };
+                    let FrameBody::Continuation { chunk } = &frame.body else {
+                        panic!("expected CONTINUATION, got {frame:?}")
+                    };
                     body.extend_from_slice(chunk);
                     if frame.more {
                         partial = Some((first, body));
@@ -182,7 +231,9 @@ impl Parent {
                     let mut whole = first;
                     whole.more = false;
                     match &mut whole.body {
-                        FrameBody::Result { body: b } | FrameBody::End { summary: b, .. } => *b = Bytes::from(body),
+                        FrameBody::Result { body: b } | FrameBody::End { summary: b, .. } => {
+                            *b = Bytes::from(body)
+                        }
                         _ => unreachable!(),
                     }
                     frames.push(whole);
@@ -190,13 +241,18 @@ impl Parent {
                 }
                 if frame.more {
                     let body = match &frame.body {
-                        FrameBody::Result { body } | FrameBody::End { summary: body, .. } => body.to_vec(),
+                        FrameBody::Result { body } | FrameBody::End { summary: body, .. } => {
+                            body.to_vec()
+                        }
                         other => panic!("MORE on {other:?}"),
                     };
                     partial = Some((frame, body));
                     continue;
                 }
-                let terminal = matches!(frame.body, FrameBody::Result { .. } | FrameBody::End { .. } | FrameBody::Error { .. });
+                let terminal = matches!(
+                    frame.body,
+                    FrameBody::Result { .. } | FrameBody::End { .. } | FrameBody::Error { .. }
+                );
                 frames.push(frame);
                 if terminal {
                     return frames;
@@ -213,11 +269,20 @@ impl Parent {
         let mut found: Vec<Option<Frame>> = vec![None; ids.len()];
         while found.iter().any(Option::is_none) {
             let frame = self.next_frame();
-            if !matches!(frame.body, FrameBody::Result { .. } | FrameBody::End { .. } | FrameBody::Error { .. }) {
+            if !matches!(
+                frame.body,
+                FrameBody::Result { .. } | FrameBody::End { .. } | FrameBody::Error { .. }
+            ) {
                 continue;
             }
-            assert!(!frame.more, "use collect_until_terminal for continued terminals");
-            let slot = ids.iter().position(|&id| id == frame.id).unwrap_or_else(|| panic!("unexpected terminal {frame:?}"));
+            assert!(
+                !frame.more,
+                "use collect_until_terminal for continued terminals"
+            );
+            let slot = ids
+                .iter()
+                .position(|&id| id == frame.id)
+                .unwrap_or_else(|| panic!("unexpected terminal {frame:?}"));
             assert!(found[slot].is_none(), "second terminal for id {}", frame.id);
             found[slot] = Some(frame);
         }
@@ -236,7 +301,10 @@ impl Parent {
             if let Some(status) = self.child.try_wait().expect("wait for worker") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "worker did not exit within {STEP_TIMEOUT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "worker did not exit within {STEP_TIMEOUT:?}"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
