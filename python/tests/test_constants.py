@@ -77,7 +77,7 @@ def test_protocol_defaults() -> None:
 
 # Pending: edits to pool.py/proto.py listed in /work/notes/issue10_python_defaults.md. Each is a
 # strict xfail, so it fails (XPASS) the moment the edit lands: then delete its name here.
-PENDING = {"parent.max_frame_size"}
+PENDING: set[str] = set()
 
 S = {"ms": 1e-3}  # the SDK takes seconds where the table says ms
 
