@@ -2247,20 +2247,7 @@ class Pool:
             w = self._direct_worker()
             if w is not None:
                 return self._call_direct(w, method, request, codec, timeout)
-        # One hand-off each way and no Task: the loop submits the request in a plain callback
-        # and releases our lock when the request finishes.
-        call = _SyncCall()
-        self._post(self._start_call, call, method, request, codec, timeout, on_event)
-        try:
-            call.done.acquire()
-        except BaseException:  # e.g. KeyboardInterrupt: cancel the request (CANCEL is sent)
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._abandon_call, call)
-            raise
-        ok, value = call.outcome  # type: ignore[misc]
-        if ok:
-            return value
-        raise value
+        return self._call_looped(method, request, codec, timeout, on_event)
 
     def _direct_worker(self) -> _Worker | None:
         """A parked (idle) worker this thread may call directly, taken; None when there is
@@ -2379,6 +2366,7 @@ class Pool:
         w.release_from_caller(results, recheck=True)
 
     def _wait_call(self, call: "_SyncCall") -> Any:
+        """Wait for ``call``'s outcome; an interrupted wait (Ctrl-C) cancels the request."""
         try:
             call.done.acquire()
         except BaseException:
@@ -2391,9 +2379,11 @@ class Pool:
         raise value
 
     def _call_looped(self, method: str, request: Any, codec: str | None,
-                     timeout: float | None) -> Any:
+                     timeout: float | None, on_event: EventCallback | None = None) -> Any:
+        """The call through the pool's loop: one hand-off each way and no Task (the loop
+        submits it in a plain callback and releases our lock when it finishes)."""
         call = _SyncCall()
-        self._post(self._start_call, call, method, request, codec, timeout, None)
+        self._post(self._start_call, call, method, request, codec, timeout, on_event)
         return self._wait_call(call)
 
     def _post(self, fn: Callable[..., None], *args: Any) -> None:
