@@ -196,14 +196,9 @@ class _Request:
     def _observe(self) -> None:
         """Into the method's latency histogram (one clock read per socket read serves every
         request the read ends)."""
-        worker = self.worker
-        pool = worker.pool
-        seconds = (pool._read_at if pool._reading else time.monotonic()) - self.started
-        hist = worker.latency.get(self.method)
-        if hist is None:
-            hist = worker.latency[self.method] = LatencyHistogram()
-        hist.buckets[int(seconds * 1e6).bit_length()] += 1
-        hist.sum += seconds
+        pool = self.worker.pool
+        now = pool._read_at if pool._reading else time.monotonic()
+        self.worker.observe(self.method, now - self.started)
 
     def finish(self, result: Any = None, error: BaseException | None = None) -> None:
         """Deliver the terminal outcome exactly once."""
