@@ -5,7 +5,7 @@
     python3 bench/run.py check [--threshold 0.2] [--all-kinds]
     python3 bench/run.py gate [--rebaseline] [--pairs rust_rust,...] [--ops unary,...]
 
-The first form creates bench/.venv (from bench/requirements.txt), installs bench/node's npm
+The first form creates bench/.venv (from bench/requirements.txt), installs bench/incumbents/node's npm
 packages, builds the C floor, then re-executes itself inside the venv and runs every scenario
 against every registered runner. Results go to bench/results/<UTC timestamp>/ (results.json,
 report.md, PNG plots). A full run without filters appends its ratios to
@@ -113,7 +113,7 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     procwire = "not installed"
-    pkg = BENCH / "node" / "node_modules" / "@procwire" / "core" / "package.json"
+    pkg = BENCH / "incumbents" / "node" / "node_modules" / "@procwire" / "core" / "package.json"
     if pkg.exists():
         procwire = json.loads(pkg.read_text())["version"]
     return {

@@ -1,4 +1,4 @@
-"""The bench installs its own tools: a venv (bench/.venv), npm packages (bench/node), the floor.
+"""The bench installs its own tools: a venv (bench/.venv), npm packages (bench/incumbents/node), the floor.
 
 Each step is skipped when a stamp file says its inputs have not changed. A failed step is
 returned as a reason, so the runners that need it show up as "not available: <reason>".
@@ -16,7 +16,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent.parent
 VENV = BENCH / ".venv"
 BUILD = BENCH / ".build"
-NODE_DIR = BENCH / "node"
+NODE_DIR = BENCH / "incumbents" / "node"
 
 
 def venv_python() -> Path:
@@ -73,7 +73,7 @@ def ensure_npm(log=print) -> str | None:
     digest = _digest(NODE_DIR / "package.json", lock)
     if _stamped(stamp, digest):
         return None
-    log("bench: installing npm packages into bench/node (npm ci)")
+    log("bench: installing npm packages into bench/incumbents/node (npm ci)")
     cmd = [npm, "ci" if lock.exists() else "install", "--no-audit", "--no-fund"]
     r = subprocess.run(cmd, cwd=NODE_DIR, capture_output=True, text=True)
     if r.returncode != 0:
