@@ -228,3 +228,64 @@ def test_conformance_error_code_tables_agree(path):
     ours = {e["name"]: e["code"] for e in CONSTANTS["error_codes"]}
     assert table and all(ours.get(name) == code for name, code in table.items()), \
         {n: c for n, c in table.items() if ours.get(n) != c}
+
+
+def test_shm_extension_matches_section_20():
+    """The shm extension (section 20): its frames, codes, tag, fields, limits and defaults."""
+    sec = _section("20")
+    flat = re.sub(r"\s+", " ", sec)
+    shm = CONSTANTS["extensions"]["shm"]
+    frames = {}
+    for code, name, direction, ident, payload in _rows(sec, r"0x[0-9A-F]{2}"):
+        size = re.search(r"exactly (\d+) bytes", payload)
+        frames[name] = {"code": int(code, 16), "name": name,
+                        "direction": {"both": "both"}[direction],
+                        "id": {"0": "zero", "request": "request"}[ident],
+                        "more_allowed": False, "payload_size": int(size.group(1))}
+    assert len(frames) == 4 and shm["frame_types"] == list(frames.values())
+    assert "None of them may carry `MORE` (`BAD_FLAGS`)" in flat
+    # The frame sizes are the sums of their fields.
+    for _c, name, _d, _i, payload in _rows(sec, r"0x[0-9A-F]{2}"):
+        fields = re.findall(r"\b(u8|u16|u32|u64)\b", payload.split("`, ")[0])
+        assert sum(SIZES[f] for f in fields) == frames[name]["payload_size"], name
+    # Extension frame types and codes never collide with version 1's.
+    base_types = {t["code"] for t in CONSTANTS["frame_types"]}
+    assert not base_types & {t["code"] for t in shm["frame_types"]}
+    base_codes = {e["code"] for e in CONSTANTS["error_codes"]}
+    doc_codes = [{"code": int(c), "name": n, "class": "protocol", "fate": "connection_closed"}
+                 for c, n, _meaning in _rows(sec, r"\d{3}")]
+    assert shm["error_codes"] == doc_codes and len(doc_codes) == 4
+    assert not base_codes & {e["code"] for e in doc_codes}
+    assert "All four are protocol violations (section 3): the connection is closed." in flat
+    for e in doc_codes:
+        rng = next(c for c in CONSTANTS["error_classes"] if c["from"] <= e["code"] <= c["to"])
+        assert (e["class"], e["fate"]) == (rng["class"], rng["fate"])
+    # Negotiation: the tag, the entries' fields, the block layout.
+    assert f"Tags: `{shm['tag']}` shm" in flat
+    block = CONSTANTS["extensions"]["block"]
+    assert "`tag u16, length u16, data (length bytes)`" in flat
+    assert block["entry_fields"] == [["tag", "u16"], ["length", "u16"]]
+    lo, hi = block["private_tags"]
+    assert f"`{lo:#06X}`-`{hi:#06X}` private use".replace("0X", "0x") in flat
+    neg = {r[0]: r[1] for r in _rows(sec, r"HELLO .*|WELCOME .*")}
+    hello = next(v for k, v in neg.items() if k.startswith("HELLO"))
+    welcome = next(v for k, v in neg.items() if k.startswith("WELCOME"))
+    assert [list(f) for f in re.findall(r"(\w+) (u\d+)", hello)] == shm["hello_fields"]
+    assert [list(f) for f in re.findall(r"(\w+) (u\d+)", welcome)] == shm["welcome_fields"]
+    assert f"length >= {sum(SIZES[t] for _n, t in shm['hello_fields'])} in HELLO, >= " \
+        f"{sum(SIZES[t] for _n, t in shm['welcome_fields'])} in WELCOME" in flat
+    # Limits, seals, the messages a body can belong to, and the SDK defaults.
+    lim = shm["limits"]
+    assert f"at most {lim['max_live_regions']} regions are live" in flat
+    assert f"at most {lim['max_descriptors_per_write']} per call" in flat
+    assert f"more than {lim['max_queued_descriptors']} received and not yet taken" in flat
+    assert all(f"`{s}`" in flat for s in shm["required_seals"])
+    assert f"lacks `{shm['required_seals'][0]}` or `{shm['required_seals'][1]}`" in flat
+    assert "first frame (REQUEST, RESULT or END)" in flat and shm["body_of"] == \
+        ["REQUEST", "RESULT", "END"]
+    d = shm["sdk_defaults"]
+    assert d["to_worker_window"] == d["to_parent_window"] == d["window"] == \
+        _number(re.search(r"both windows ([\d,]+) bytes", flat).group(1))
+    assert d["window"] == CONSTANTS["protocol_defaults"]["max_message_size"]
+    assert d["shm_threshold"] == \
+        _number(re.search(r"message bodies of at least ([\d,]+) bytes", flat).group(1))
