@@ -43,8 +43,10 @@ def test_frame_type_rules() -> None:
 
 
 def test_error_codes_and_classes() -> None:
+    shm = CONSTANTS["extensions"]["shm"]["error_codes"]
     assert {c.name: c.value for c in ErrorCode} == \
-        {e["name"]: e["code"] for e in CONSTANTS["error_codes"]}
+        {e["name"]: e["code"] for e in CONSTANTS["error_codes"] + shm}
+    assert all(ErrorCode(e["code"]) >= 100 and ErrorCode(e["code"]) < 200 for e in shm)
     names = {"protocol": "PROTOCOL", "request": "REQUEST_ERROR", "local": "LOCAL_ERROR",
              "application": "APPLICATION", "unassigned": "UNKNOWN"}
     for c in CONSTANTS["error_classes"]:

@@ -41,6 +41,11 @@ class ErrorCode(enum.IntEnum):
     CODEC_MISMATCH = 120
     ROW_COUNT_MISMATCH = 121
     KIND_MISMATCH = 122
+    # The shared-memory extension (section 20.6), only on a connection that agreed to it.
+    SHM_BAD_REGION = 123
+    SHM_BAD_DESCRIPTOR = 124
+    SHM_BOUNDS = 125
+    SHM_BAD_RELEASE = 126
     # 200-299: request errors, the connection survives.
     UNKNOWN_METHOD = 200
     CODEC_UNSUPPORTED = 201
