@@ -139,3 +139,20 @@ fn limits_kinds_and_protocol_defaults() {
     assert_eq!(DEFAULT_HEARTBEAT_MS as u64, int(&d["heartbeat_ms"]));
     assert_eq!(DEFAULT_MAX_MESSAGE_SIZE, int(&d["max_message_size"]));
 }
+
+/// The shared-memory extension's codes (PROTOCOL.md 20.6) are protocol violations by their range,
+/// so a core that does not know them yet still closes the connection on one; a core that knows
+/// them names them as the spec does.
+#[test]
+fn shm_extension_error_codes() {
+    let c = constants();
+    let shm = c["extensions"]["shm"]["error_codes"].as_array().unwrap();
+    assert_eq!(shm.len(), 4);
+    for e in shm {
+        let code = int(&e["code"]) as u32;
+        assert_eq!(ErrorClass::of(code), ErrorClass::Protocol, "code {code}");
+        if let Some(known) = ErrorCode::from_code(code) {
+            assert_eq!(known.name(), e["name"].as_str().unwrap());
+        }
+    }
+}
