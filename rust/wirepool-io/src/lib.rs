@@ -13,6 +13,8 @@
 #![warn(missing_docs)]
 
 pub mod outbox;
+#[cfg(target_os = "linux")]
+pub mod shm;
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -1,0 +1,556 @@
+//! The shared-memory lane's primitives (PROTOCOL.md section 20), Linux only: sealed memory files
+//! (`memfd_create`), their descriptors passed over the connection (`SCM_RIGHTS`), and zero-copy
+//! views of a received region.
+//!
+//! The owner of a region creates it with [`OwnedRegion::create`] (sealed against shrinking and
+//! growing before anyone else sees it), writes payloads into it and sends its descriptor once
+//! with [`send_with_fds`]. The receiver takes the descriptor from [`recv_with_fds`], checks and
+//! maps it with [`Region::map_received`], and hands out [`Region::lend`] views: `Bytes` that keep
+//! the mapping alive and run a release callback (the driver's SHM_RELEASE) when the last clone or
+//! slice of them is dropped. The mapping is unmapped when the region and every view are gone.
+//!
+//! ```
+//! use wirepool_io::shm::{OwnedRegion, Region};
+//! use std::os::fd::AsFd;
+//!
+//! let mut owned = OwnedRegion::create(4096).unwrap();
+//! owned.as_mut_slice()[..5].copy_from_slice(b"hello");
+//! // In a real connection the descriptor travels with `send_with_fds`; here it is duplicated.
+//! let fd = owned.as_fd().try_clone_to_owned().unwrap();
+//! let region = Region::map_received(fd, 4096).unwrap();
+//! let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+//! let flag = released.clone();
+//! let view = region
+//!     .lend(0, 5, move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+//!     .unwrap();
+//! drop(region); // the view keeps the mapping
+//! assert_eq!(&view[..], b"hello");
+//! drop(view);
+//! assert!(released.load(std::sync::atomic::Ordering::SeqCst));
+//! ```
+
+use std::fmt;
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// The seals a received region must carry (PROTOCOL.md 20.5): without `F_SEAL_SHRINK` its owner
+/// could truncate it later and every read of a view past the new end would raise SIGBUS.
+pub const REQUIRED_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+
+/// Descriptors a sender attaches to one `sendmsg`, and a receiver makes room for in one
+/// `recvmsg` (PROTOCOL.md 20.5).
+pub const MAX_FDS_PER_WRITE: usize = 8;
+
+/// The shared-memory extension's error codes (PROTOCOL.md 20.6); all are fatal to the
+/// connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShmErrorCode {
+    /// SHM_REGION breaks a rule (id order, size 0, too many live regions, above the window).
+    BadRegion = 123,
+    /// A region's descriptor is missing, unexpected, truncated, unsealed, not tmpfs, of another
+    /// size, or cannot be mapped.
+    BadDescriptor = 124,
+    /// A body names a region not live, a range past its end or empty, or bytes above the window.
+    Bounds = 125,
+    /// A release of a range not lent, or a retire of a region not live or still lent.
+    BadRelease = 126,
+}
+
+impl ShmErrorCode {
+    /// The numeric code sent on the wire.
+    pub const fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The stable name (`"SHM_BAD_DESCRIPTOR"`), identical in every SDK.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ShmErrorCode::BadRegion => "SHM_BAD_REGION",
+            ShmErrorCode::BadDescriptor => "SHM_BAD_DESCRIPTOR",
+            ShmErrorCode::Bounds => "SHM_BOUNDS",
+            ShmErrorCode::BadRelease => "SHM_BAD_RELEASE",
+        }
+    }
+}
+
+/// A refused region, descriptor or range: a stable code and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmError {
+    /// The stable code.
+    pub code: ShmErrorCode,
+    /// What was refused, for people; never parsed.
+    pub message: String,
+}
+
+impl ShmError {
+    fn new(code: ShmErrorCode, message: impl Into<String>) -> ShmError {
+        ShmError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The `ShmError` inside an `io::Error` returned by [`recv_with_fds`], if it is one.
+    pub fn from_io(e: &io::Error) -> Option<&ShmError> {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<ShmError>())
+    }
+}
+
+impl fmt::Display for ShmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code.name(),
+            self.code.code(),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ShmError {}
+
+/// One `mmap`ed range, unmapped on drop.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; shared access is read-only (a
+// writable mapping is only reachable through `&mut OwnedRegion`).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<Mapping> {
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping of `len` bytes of a descriptor we hold; the kernel
+        // chooses the address. The caller checked that the file is at least `len` long and
+        // cannot shrink, so no page of it can fault with SIGBUS.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(ptr.cast()).expect("mmap never returns null on success"),
+            len,
+        })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` mapped, readable bytes that live as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the range was returned by mmap and nothing refers to it any more (every view
+        // holds an `Arc` of this mapping).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A region this process owns: a sealed memory file mapped read-write, whose descriptor is sent
+/// to the peer once (PROTOCOL.md 20.4). Dropping it closes the descriptor and unmaps it; the
+/// peer's mapping stays valid (the file lives until its last descriptor or mapping is gone).
+pub struct OwnedRegion {
+    fd: OwnedFd,
+    map: Mapping,
+}
+
+impl OwnedRegion {
+    /// Creates a memory file of `size` bytes (`size` >= 1), sealed against shrinking, growing
+    /// and further seals, and maps it read-write.
+    pub fn create(size: usize) -> io::Result<OwnedRegion> {
+        if size == 0 || size as u64 > i64::MAX as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a region of {size} bytes"),
+            ));
+        }
+        // SAFETY: a NUL-terminated name and valid flags.
+        let raw = unsafe {
+            libc::memfd_create(
+                c"wirepool-shm".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate and fcntl on a descriptor we own.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let seals = REQUIRED_SEALS | libc::F_SEAL_SEAL;
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let map = Mapping::new(fd.as_fd(), size, true)?;
+        Ok(OwnedRegion { fd, map })
+    }
+
+    /// The region's size in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Always false: a region has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+
+    /// The region's bytes, to read.
+    pub fn as_slice(&self) -> &[u8] {
+        self.map.as_slice()
+    }
+
+    /// The region's bytes, to write a payload in place. The owner must not write into a range
+    /// it has lent and not had back (PROTOCOL.md 20.4): the peer may be reading it.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` mapped, writable bytes; `&mut self` makes this the only reference in
+        // this process.
+        unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr(), self.map.len) }
+    }
+}
+
+impl AsFd for OwnedRegion {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// A region received from the peer, checked and mapped read-only (PROTOCOL.md 20.5). Clones
+/// share the mapping; it is unmapped when the last clone and the last view are dropped.
+#[derive(Clone)]
+pub struct Region {
+    map: Arc<Mapping>,
+}
+
+impl Region {
+    /// Checks the descriptor of a SHM_REGION announcing `size` bytes and maps it read-only;
+    /// the descriptor is closed either way (a mapped region costs no descriptor).
+    ///
+    /// Refused with [`ShmErrorCode::BadDescriptor`]: a file that is not a sealable memory file,
+    /// lacks [`REQUIRED_SEALS`], is not on tmpfs (a hugetlbfs file can SIGBUS when its pool runs
+    /// dry), or whose size is not `size`, or a mapping that fails. The seals are checked before
+    /// the mapping exists, so a hostile owner can never truncate the file under it.
+    pub fn map_received(fd: OwnedFd, size: u64) -> Result<Region, ShmError> {
+        let bad = |m: String| ShmError::new(ShmErrorCode::BadDescriptor, m);
+        if size == 0 || size > isize::MAX as u64 {
+            return Err(ShmError::new(
+                ShmErrorCode::BadRegion,
+                format!("a region of {size} bytes"),
+            ));
+        }
+        // SAFETY: fcntl on a descriptor we own.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 {
+            let e = io::Error::last_os_error();
+            return Err(bad(format!(
+                "not a sealable memory file (F_GET_SEALS: {e})"
+            )));
+        }
+        if seals & REQUIRED_SEALS != REQUIRED_SEALS {
+            return Err(bad(format!(
+                "the memory file is not sealed against shrinking and growing (seals {seals:#x})"
+            )));
+        }
+        let mut fs = MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: fstatfs fills the struct on success.
+        if unsafe { libc::fstatfs(fd.as_raw_fd(), fs.as_mut_ptr()) } < 0 {
+            return Err(bad(format!("fstatfs: {}", io::Error::last_os_error())));
+        }
+        // SAFETY: initialised by the successful call.
+        let f_type = unsafe { fs.assume_init() }.f_type;
+        #[allow(clippy::unnecessary_cast)] // f_type's type differs between C libraries
+        if f_type as i64 != libc::TMPFS_MAGIC as i64 {
+            return Err(bad(format!(
+                "the memory file is not on tmpfs (filesystem {f_type:#x})"
+            )));
+        }
+        let mut st = MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstat fills the struct on success.
+        if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } < 0 {
+            return Err(bad(format!("fstat: {}", io::Error::last_os_error())));
+        }
+        // SAFETY: initialised by the successful call.
+        let actual = unsafe { st.assume_init() }.st_size;
+        if actual < 0 || actual as u64 != size {
+            return Err(bad(format!(
+                "the memory file has {actual} bytes, its SHM_REGION announced {size}"
+            )));
+        }
+        let map = Mapping::new(fd.as_fd(), size as usize, false)
+            .map_err(|e| bad(format!("mmap of {size} bytes: {e}")))?;
+        Ok(Region { map: Arc::new(map) })
+    }
+
+    /// The region's size in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Always false: a region has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+
+    /// A zero-copy view of `length` bytes at `offset`, holding the mapping; `on_release` runs
+    /// once, when the last clone or slice of the view is dropped (the driver sends SHM_RELEASE
+    /// then). A range that is empty or runs past the region is [`ShmErrorCode::Bounds`], and
+    /// `on_release` is dropped without running.
+    pub fn lend(
+        &self,
+        offset: u64,
+        length: u64,
+        on_release: impl FnOnce() + Send + 'static,
+    ) -> Result<Bytes, ShmError> {
+        let (offset, length) = self.check_range(offset, length)?;
+        Ok(Bytes::from_owner(View {
+            map: self.map.clone(),
+            offset,
+            length,
+            on_release: Some(Box::new(on_release)),
+        }))
+    }
+
+    /// [`lend`](Self::lend) without a release callback.
+    pub fn view(&self, offset: u64, length: u64) -> Result<Bytes, ShmError> {
+        let (offset, length) = self.check_range(offset, length)?;
+        Ok(Bytes::from_owner(View {
+            map: self.map.clone(),
+            offset,
+            length,
+            on_release: None,
+        }))
+    }
+
+    fn check_range(&self, offset: u64, length: u64) -> Result<(usize, usize), ShmError> {
+        let size = self.map.len as u64;
+        match offset.checked_add(length) {
+            Some(end) if length > 0 && end <= size => Ok((offset as usize, length as usize)),
+            _ => Err(ShmError::new(
+                ShmErrorCode::Bounds,
+                format!("bytes {offset} + {length} of a region of {size} bytes"),
+            )),
+        }
+    }
+}
+
+type ReleaseFn = Box<dyn FnOnce() + Send>;
+
+/// The owner of a lent view's bytes: the mapping and the release to run when it goes.
+struct View {
+    map: Arc<Mapping>,
+    offset: usize,
+    length: usize,
+    on_release: Option<ReleaseFn>,
+}
+
+impl AsRef<[u8]> for View {
+    fn as_ref(&self) -> &[u8] {
+        &self.map.as_slice()[self.offset..self.offset + self.length]
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        if let Some(release) = self.on_release.take() {
+            release();
+        }
+    }
+}
+
+/// Writes `data` with `fds` attached as `SCM_RIGHTS` (at most [`MAX_FDS_PER_WRITE`]), without
+/// blocking; returns the bytes written (`WouldBlock` when none). The kernel delivers the
+/// descriptors with the first byte of this write, so they travel even when the write is
+/// partial: the caller writes the rest without them. A closed peer is an error, not SIGPIPE.
+pub fn send_with_fds(
+    sock: BorrowedFd<'_>,
+    data: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<usize> {
+    if fds.len() > MAX_FDS_PER_WRITE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} descriptors in one write", fds.len()),
+        ));
+    }
+    let mut control = ControlBuf::new();
+    // SAFETY: msghdr is plain data; an all-zero value is valid (no name, no control).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = data.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = data.len() as _;
+    if !fds.is_empty() {
+        let payload = std::mem::size_of_val(fds);
+        // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic; the buffer holds MAX_FDS_PER_WRITE fds.
+        let (space, len) = unsafe {
+            (
+                libc::CMSG_SPACE(payload as u32) as usize,
+                libc::CMSG_LEN(payload as u32) as usize,
+            )
+        };
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer is aligned for cmsghdr and `space` bytes long, so the
+        // first header and its `fds.len()` descriptors fit.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = len as _;
+            let out = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            for (i, fd) in fds.iter().enumerate() {
+                out.add(i).write_unaligned(fd.as_raw_fd());
+            }
+        }
+    }
+    loop {
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec`; the slices and the control buffer
+        // outlive the call.
+        let n = unsafe {
+            libc::sendmsg(
+                sock.as_raw_fd(),
+                &msg,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads once into `buf` without blocking, appending the descriptors that arrived with the
+/// bytes to `fds` (close-on-exec, in order); `Ok(0)` is end of file. More descriptors than
+/// [`MAX_FDS_PER_WRITE`] in one read (`MSG_CTRUNC`) is an `InvalidData` error carrying a
+/// [`ShmError`] `BadDescriptor` (see [`ShmError::from_io`]); the descriptors that did arrive are
+/// closed, never leaked.
+pub fn recv_with_fds(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+) -> io::Result<usize> {
+    let mut control = ControlBuf::new();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; an all-zero value is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    // Room for exactly MAX_FDS_PER_WRITE descriptors: more is MSG_CTRUNC, refused below.
+    // SAFETY: arithmetic only.
+    msg.msg_controllen =
+        unsafe { libc::CMSG_SPACE((MAX_FDS_PER_WRITE * std::mem::size_of::<RawFd>()) as u32) } as _;
+    let n = loop {
+        // SAFETY: the iovec points at `buf`, the control buffer at `control`; both outlive the
+        // call.
+        let n = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+            )
+        };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let first_new = fds.len();
+    // SAFETY: walking the control messages the kernel wrote, within `msg_controllen`.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    // Each received descriptor is new in this process: own it at once.
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        fds.truncate(first_new); // closes what did arrive
+        let e = ShmError::new(
+            ShmErrorCode::BadDescriptor,
+            format!("more than {MAX_FDS_PER_WRITE} descriptors in one read (MSG_CTRUNC)"),
+        );
+        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+    }
+    Ok(n)
+}
+
+/// Room for one `SCM_RIGHTS` message of [`MAX_FDS_PER_WRITE`] descriptors, aligned for
+/// `cmsghdr` (16 header bytes + 8 x 4, with slack).
+#[repr(C, align(8))]
+struct ControlBuf([u8; 64]);
+
+impl ControlBuf {
+    fn new() -> ControlBuf {
+        ControlBuf([0; 64])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_buffer_fits_the_largest_write() {
+        // SAFETY: arithmetic only.
+        let space = unsafe { libc::CMSG_SPACE((MAX_FDS_PER_WRITE * 4) as u32) } as usize;
+        assert!(space <= std::mem::size_of::<ControlBuf>(), "{space}");
+    }
+
+    #[test]
+    fn ranges_are_checked_without_overflow() {
+        let owned = OwnedRegion::create(100).unwrap();
+        let region =
+            Region::map_received(owned.as_fd().try_clone_to_owned().unwrap(), 100).unwrap();
+        assert_eq!(region.view(0, 100).unwrap().len(), 100);
+        assert_eq!(region.view(99, 1).unwrap().len(), 1);
+        for (offset, length) in [(0, 0), (0, 101), (100, 1), (u64::MAX, 2), (1, u64::MAX)] {
+            let e = region.view(offset, length).unwrap_err();
+            assert_eq!(e.code, ShmErrorCode::Bounds, "{offset} + {length}");
+        }
+    }
+}
