@@ -289,3 +289,37 @@ def test_shm_extension_matches_section_20():
     assert d["window"] == CONSTANTS["protocol_defaults"]["max_message_size"]
     assert d["shm_threshold"] == \
         _number(re.search(r"message bodies of at least ([\d,]+) bytes", flat).group(1))
+
+
+def test_remote_workers_match_section_21():
+    """Remote workers (section 21): the ticket, the JOIN block, the ALPN name, the defaults."""
+    sec = _section("21")
+    flat = re.sub(r"\s+", " ", sec)
+    r = CONSTANTS["remote"]
+    assert f"`{r['ticket_prefix']}` followed by the base64url" in flat
+    assert f"at most {r['ticket_max_chars']:,} characters in all" in flat
+    assert [row[0].strip("`") for row in _rows(sec, r"`\w+`")] == r["ticket_fields"]
+    assert f"the ALPN protocol `{r['alpn']}`" in flat
+    join = [(int(off), int(size), field) for off, size, field, _rule in _rows(sec, r"\d+")]
+    assert [[field, size] for _off, size, field in join] == r["join_fields"]
+    assert all(a[0] + a[1] == b[0] for a, b in zip(join, join[1:])), "contiguous"
+    assert join[-1][0] + join[-1][1] == r["join_bytes"]
+    assert f"exactly {r['join_bytes']} bytes" in flat
+    magic = r["join_magic"]
+    assert f"ASCII `{magic}` (`{' '.join(f'{b:02x}' for b in magic.encode())}`)" in flat
+    assert f"| version | {r['join_version']} (u16) |" in sec
+    d = r["sdk_defaults"]
+    for name, value in d.items():
+        assert f"`{name}` {value:,}" in flat, name
+    assert f"`join_timeout` of the TCP accept (SDK default {d['join_timeout_ms']:,} ms)" in flat
+    assert f"(SDK default {d['hello_timeout_ms']:,} ms, the local `startup_timeout`)" in flat
+    assert f"`max_pending_joins` connections (SDK default {d['max_pending_joins']})" in flat
+    assert f"at most {d['refusal_log_per_second']} lines a second" in flat
+    assert f"the default {d['remote_heartbeat_ms']:,} ms for its remote workers" in flat
+    assert f"(SDK default {d['welcome_timeout_ms']:,} ms, above the parent's" in flat
+    # The join adds no error code: refusals use version 1's.
+    assert "The join adds no error code." in flat
+    known = {e["name"] for e in CONSTANTS["error_codes"]} | \
+        {t["name"] for t in CONSTANTS["frame_types"]} | \
+        {magic, "WIREPOOL_FD", "WIREPOOL_TICKET", "WIREPOOL_TICKET_FILE"}
+    assert set(re.findall(r"`([A-Z_]{6,})`", sec)) <= known
