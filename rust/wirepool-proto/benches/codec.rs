@@ -29,7 +29,7 @@ fn rows_frame() -> (Vec<u8>, usize) {
     let mut wire = Vec::with_capacity(MIB + 16);
     let mut builder = RowsBuilder::new(&mut wire, 1, MIB as u32);
     let mut i = 0;
-    while builder.push(&row(i)).unwrap() {
+    while builder.append(&row(i)).unwrap() {
         i += 1;
     }
     let written = builder.finish().unwrap();
@@ -51,7 +51,7 @@ fn result_frame() -> Vec<u8> {
 
 fn loaded_decoder(wire: &[u8]) -> FrameDecoder {
     let mut dec = FrameDecoder::new(MIB as u32);
-    dec.read_buf().extend_from_slice(wire);
+    dec.read_buffer().extend_from_slice(wire);
     dec
 }
 
@@ -84,7 +84,7 @@ fn encode_rows(out: &mut Vec<u8>, rows: &[[u8; ROW_LEN]]) -> usize {
     out.clear();
     let mut builder = RowsBuilder::new(out, 1, MIB as u32);
     for r in rows {
-        if !builder.push(r).unwrap() {
+        if !builder.append(r).unwrap() {
             break;
         }
     }
@@ -109,7 +109,7 @@ fn criterion_benches(c: &mut Criterion) {
     g.bench_function("copy_in_decode_and_touch", |b| {
         let mut dec = FrameDecoder::new(MIB as u32);
         b.iter(|| {
-            dec.push(&rows_wire);
+            dec.receive(&rows_wire);
             decode_rows(&mut dec)
         })
     });
@@ -186,7 +186,7 @@ fn summary() {
         8,
         || (),
         |_| {
-            reused.push(&rows_wire);
+            reused.receive(&rows_wire);
             decode_rows(&mut reused)
         },
     );

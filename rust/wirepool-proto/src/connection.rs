@@ -236,12 +236,12 @@ struct Partial {
 
 /// The sans-IO protocol core of one connection, for a parent or a worker.
 ///
-/// Feed it received bytes ([`push`](Connection::push) or [`read_buf`](Connection::read_buf)),
-/// pull [`Event`]s with [`poll_event`](Connection::poll_event), and send through its methods,
+/// Feed it received bytes ([`receive`](Connection::receive) or [`read_buffer`](Connection::read_buffer)),
+/// pull [`Event`]s with [`next_event`](Connection::next_event), and send through its methods,
 /// which check the state, record it, and encode into your buffer. It decides every size, id,
 /// credit and state rule; a driver only moves bytes, runs handlers, and keeps time (heartbeats,
 /// deadlines). Any `Err` from a receive method is fatal: send it with
-/// [`encode_fatal`](Connection::encode_fatal) and close. An `Err` from a send method is a
+/// [`send_fatal`](Connection::send_fatal) and close. An `Err` from a send method is a
 /// refused send (nothing was written, the state is unchanged) and is fatal only if
 /// [`ProtocolError::is_fatal`] and you cannot avoid it.
 ///
@@ -259,28 +259,28 @@ struct Partial {
 ///     ..Hello::new("doc-sdk", "1")
 /// };
 /// worker.send_hello(&hello, &mut to_parent).unwrap();
-/// parent.push(&to_parent);
+/// parent.receive(&to_parent);
 /// to_parent.clear();
-/// let Some(Event::Hello(hello)) = parent.poll_event().unwrap() else { panic!() };
+/// let Some(Event::Hello(hello)) = parent.next_event().unwrap() else { panic!() };
 /// parent.send_welcome(&Welcome::for_hello(&hello, 1).unwrap(), &mut to_worker).unwrap();
 /// let id = parent.send_request(0, 0, 0, b"3", &mut to_worker).unwrap();
 ///
-/// worker.push(&to_worker);
-/// assert!(matches!(worker.poll_event().unwrap(), Some(Event::Welcome(_))));
-/// let Some(Event::Request { id: got, body, .. }) = worker.poll_event().unwrap() else { panic!() };
+/// worker.receive(&to_worker);
+/// assert!(matches!(worker.next_event().unwrap(), Some(Event::Welcome(_))));
+/// let Some(Event::Request { id: got, body, .. }) = worker.next_event().unwrap() else { panic!() };
 /// assert_eq!((got, &body[..]), (id, &b"3"[..]));
 ///
 /// let mut rows = worker.rows(id, &mut to_parent).unwrap();
 /// for row in [&b"a"[..], b"b", b"c"] {
-///     assert!(rows.push(row).unwrap());
+///     assert!(rows.append(row).unwrap());
 /// }
 /// rows.finish().unwrap();
 /// worker.send_end(id, b"", &mut to_parent).unwrap();
 ///
-/// parent.push(&to_parent);
-/// let Some(Event::Rows { rows, .. }) = parent.poll_event().unwrap() else { panic!() };
+/// parent.receive(&to_parent);
+/// let Some(Event::Rows { rows, .. }) = parent.next_event().unwrap() else { panic!() };
 /// assert_eq!(rows.count(), 3);
-/// assert!(matches!(parent.poll_event().unwrap(), Some(Event::End { row_count: 3, .. })));
+/// assert!(matches!(parent.next_event().unwrap(), Some(Event::End { row_count: 3, .. })));
 /// assert_eq!(parent.in_flight(), 0);
 /// ```
 #[derive(Debug)]
@@ -444,7 +444,7 @@ impl Connection {
     }
 
     /// Bytes of an incomplete frame buffered (its header included) once
-    /// [`poll_event`](Connection::poll_event) returned `Ok(None)`; 0 between frames. A parent's
+    /// [`next_event`](Connection::next_event) returned `Ok(None)`; 0 between frames. A parent's
     /// frame clock (PROTOCOL.md 8.5) runs while one frame keeps this above zero: after `n` more
     /// bytes were read, a value above `n` is still the same frame.
     ///
@@ -454,12 +454,12 @@ impl Connection {
     /// // The header of a 40-byte HELLO (type 0x01), then 2 of its payload bytes.
     /// let mut wire = vec![40, 0, 0, 0, 0x01, 0, 0, 0];
     /// wire.extend_from_slice(&[0; 8]);
-    /// parent.push(&wire[..5]);
-    /// assert!(parent.poll_event().unwrap().is_none());
+    /// parent.receive(&wire[..5]);
+    /// assert!(parent.next_event().unwrap().is_none());
     /// assert_eq!(parent.incomplete_frame_len(), 5);
-    /// parent.push(&wire[5..]);
-    /// parent.push(b"WI");
-    /// assert!(parent.poll_event().unwrap().is_none());
+    /// parent.receive(&wire[5..]);
+    /// parent.receive(b"WI");
+    /// assert!(parent.next_event().unwrap().is_none());
     /// assert_eq!(parent.incomplete_frame_len(), 18);
     /// ```
     pub fn incomplete_frame_len(&self) -> usize {
@@ -469,21 +469,21 @@ impl Connection {
     // ----------------------------------------------------------------------------------------
     // Receiving
 
-    /// Append received bytes (copies them; see [`read_buf`](Connection::read_buf)).
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.decoder.push(bytes);
+    /// Append received bytes (copies them; see [`read_buffer`](Connection::read_buffer)).
+    pub fn receive(&mut self, bytes: &[u8]) {
+        self.decoder.receive(bytes);
     }
 
     /// The receive buffer, with room for the rest of the current frame: read the socket
-    /// straight into it, then call [`poll_event`](Connection::poll_event) until `Ok(None)`.
-    pub fn read_buf(&mut self) -> &mut BytesMut {
-        self.decoder.read_buf()
+    /// straight into it, then call [`next_event`](Connection::next_event) until `Ok(None)`.
+    pub fn read_buffer(&mut self) -> &mut BytesMut {
+        self.decoder.read_buffer()
     }
 
     /// The next event, `Ok(None)` when more bytes are needed, or a fatal error.
     ///
     /// Call it until `Ok(None)` after each read: one read may hold many frames.
-    pub fn poll_event(&mut self) -> Result<Option<Event>, ProtocolError> {
+    pub fn next_event(&mut self) -> Result<Option<Event>, ProtocolError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -507,13 +507,38 @@ impl Connection {
         }
     }
 
+    /// Batch form of [`next_event`](Connection::next_event) (PROTOCOL.md 14.4): appends every
+    /// event available now to `out` and returns how many. On a protocol violation the events
+    /// before it are in `out` (act on them, then send the error with
+    /// [`send_fatal`](Connection::send_fatal)) and the error is returned; the core is failed.
+    ///
+    /// ```
+    /// use wirepool_proto::{Connection, Event, Hello};
+    /// let mut worker = Connection::new_worker();
+    /// let mut wire = Vec::new();
+    /// worker.send_hello(&Hello::new("doc", "1"), &mut wire).unwrap();
+    /// worker.send_ping([7; 8], &mut wire).unwrap_err(); // refused: before WELCOME
+    /// let mut parent = Connection::new_parent();
+    /// parent.receive(&wire);
+    /// let mut events = Vec::new();
+    /// assert_eq!(parent.next_events(&mut events).unwrap(), 1);
+    /// assert!(matches!(events[..], [Event::Hello(_)]));
+    /// ```
+    pub fn next_events(&mut self, out: &mut Vec<Event>) -> Result<usize, ProtocolError> {
+        let before = out.len();
+        while let Some(event) = self.next_event()? {
+            out.push(event);
+        }
+        Ok(out.len() - before)
+    }
+
     /// The peer closed the stream. `TRUNCATED` if it stopped inside a frame; otherwise `Ok`
     /// and the driver ends what is still in flight ([`in_flight_ids`](Connection::in_flight_ids)).
-    pub fn eof(&mut self) -> Result<(), ProtocolError> {
+    pub fn end_of_input(&mut self) -> Result<(), ProtocolError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        self.decoder.finish().map_err(|e| self.fail(e))
+        self.decoder.end_of_input().map_err(|e| self.fail(e))
     }
 
     /// A large CONTINUATION of a message in progress is arriving: lend the decoder the rest of
@@ -1092,7 +1117,7 @@ impl Connection {
 
     /// Either side: report a fatal error to the peer (ERROR id 0 with its code and message);
     /// then close the connection. Nothing can be sent after it.
-    pub fn encode_fatal(
+    pub fn send_fatal(
         &mut self,
         error: &ProtocolError,
         out: &mut impl FrameBuf,
@@ -1206,6 +1231,15 @@ impl Connection {
                 ErrorCode::KindMismatch,
                 id,
                 "CREDIT for a unary request",
+            ));
+        }
+        // The worker fails a connection that sends another frame for an id whose REQUEST is
+        // still arriving (section 5).
+        if req.sending.is_some() {
+            return Err(err(
+                ErrorCode::Continuation,
+                id,
+                "CREDIT for a request still being sent",
             ));
         }
         if bytes == 0 {
@@ -1351,18 +1385,18 @@ impl Connection {
     /// # let mut wire = Vec::new();
     /// # let hello = Hello { max_concurrency: 2, methods: vec![MethodInfo { name: "m".into(), kind: MethodKind::Unary, codecs: vec![0] }], ..Hello::new("doc", "1") };
     /// # worker.send_hello(&hello, &mut wire).unwrap();
-    /// # parent.push(&wire); wire.clear(); parent.poll_event().unwrap();
+    /// # parent.receive(&wire); wire.clear(); parent.next_event().unwrap();
     /// # parent.send_welcome(&Welcome { max_frame_size: 65_536, ..Welcome::for_hello(&hello, 1).unwrap() }, &mut wire).unwrap();
     /// let big = vec![1u8; 200_000];
     /// let mut cursor = parent.begin_request(0, 0, 0, &big, &mut wire).unwrap();
     /// let small = parent.send_request(0, 0, 0, b"small", &mut wire).unwrap(); // not blocked
     /// while !parent.send_next_frame(&mut cursor, &big, &mut wire).unwrap() {}
     ///
-    /// worker.push(&wire);
-    /// assert!(matches!(worker.poll_event().unwrap(), Some(Event::Welcome(_))));
-    /// let first = worker.poll_event().unwrap().unwrap();
+    /// worker.receive(&wire);
+    /// assert!(matches!(worker.next_event().unwrap(), Some(Event::Welcome(_))));
+    /// let first = worker.next_event().unwrap().unwrap();
     /// assert!(matches!(first, Event::Request { id, .. } if id == small));
-    /// let Some(Event::Request { body, .. }) = worker.poll_event().unwrap() else { panic!() };
+    /// let Some(Event::Request { body, .. }) = worker.next_event().unwrap() else { panic!() };
     /// assert_eq!(body.len(), 200_000);
     /// ```
     pub fn begin_request(
@@ -1662,7 +1696,7 @@ impl Connection {
             FrameBody::Rows(rows) => {
                 let mut builder = self.rows(id, out)?;
                 for row in rows {
-                    if !builder.push(row)? {
+                    if !builder.append(row)? {
                         return Err(err(
                             ErrorCode::FrameTooLarge,
                             id,
@@ -1870,8 +1904,8 @@ mod tests {
         Frame::new(0, FrameBody::Welcome(welcome))
             .encode(&mut wire)
             .unwrap();
-        worker.push(&wire);
-        assert!(matches!(worker.poll_event(), Ok(Some(Event::Welcome(_)))));
+        worker.receive(&wire);
+        assert!(matches!(worker.next_event(), Ok(Some(Event::Welcome(_)))));
         worker
     }
 
@@ -1920,11 +1954,11 @@ mod tests {
         const PREFIX: u64 = 12;
         let mut worker = open_worker(65_536, LIMIT);
         // A 250,000-byte message: the guess for the next one's buffer.
-        worker.push(&request(1, true, vec![1; 60_000]));
+        worker.receive(&request(1, true, vec![1; 60_000]));
         for more in [true, true, true, false] {
-            worker.push(&continuation(1, more, vec![1; 47_500]));
+            worker.receive(&continuation(1, more, vec![1; 47_500]));
         }
-        let Ok(Some(Event::Request { body, .. })) = worker.poll_event() else {
+        let Ok(Some(Event::Request { body, .. })) = worker.next_event() else {
             panic!("no request")
         };
         assert_eq!(body.len(), 60_000 + 4 * 47_500);
@@ -1933,23 +1967,23 @@ mod tests {
 
         // Two messages in progress at once: the second's buffer is sized within what the
         // connection may still hold, not from the previous message's size.
-        worker.push(&request(2, true, vec![2; 60_000]));
-        worker.push(&request(3, true, vec![3; 60_000]));
-        assert!(matches!(worker.poll_event(), Ok(None)));
+        worker.receive(&request(2, true, vec![2; 60_000]));
+        worker.receive(&request(3, true, vec![3; 60_000]));
+        assert!(matches!(worker.next_event(), Ok(None)));
         assert_eq!(worker.partial_bytes, 2 * (PREFIX + 60_000));
         assert!(worker.partials[&3].body.capacity() as u64 <= LIMIT - (PREFIX + 60_000));
         // Growing them stays within the bound too, until the sum passes it: the typed error,
         // raised before anything is reserved for the offending chunk.
-        worker.push(&continuation(2, true, vec![2; 60_000]));
-        worker.push(&continuation(3, true, vec![3; 60_000]));
-        assert!(matches!(worker.poll_event(), Ok(None)));
+        worker.receive(&continuation(2, true, vec![2; 60_000]));
+        worker.receive(&continuation(3, true, vec![3; 60_000]));
+        assert!(matches!(worker.next_event(), Ok(None)));
         assert!(worker
             .partials
             .values()
             .all(|p| p.body.capacity() as u64 <= LIMIT));
         let before = reserved(&worker);
-        worker.push(&continuation(2, true, vec![2; 60_001]));
-        let e = worker.poll_event().unwrap_err();
+        worker.receive(&continuation(2, true, vec![2; 60_001]));
+        let e = worker.next_event().unwrap_err();
         assert_eq!(e.code, ErrorCode::MessageTooLarge);
         assert_eq!(reserved(&worker), before);
     }
@@ -1957,11 +1991,11 @@ mod tests {
     #[test]
     fn one_message_past_max_message_size_is_refused_before_its_buffer_grows() {
         let mut worker = open_worker(65_536, 100_000);
-        worker.push(&request(1, true, vec![1; 60_000]));
-        assert!(matches!(worker.poll_event(), Ok(None)));
+        worker.receive(&request(1, true, vec![1; 60_000]));
+        assert!(matches!(worker.next_event(), Ok(None)));
         let before = reserved(&worker);
-        worker.push(&continuation(1, false, vec![1; 40_001]));
-        let e = worker.poll_event().unwrap_err();
+        worker.receive(&continuation(1, false, vec![1; 40_001]));
+        let e = worker.next_event().unwrap_err();
         assert_eq!(e.code, ErrorCode::MessageTooLarge);
         assert_eq!(reserved(&worker), before);
         assert!(before <= 100_000);

@@ -7,7 +7,7 @@ use crate::frame::{Frame, FrameBody, FrameType, Header, RowsPayload, HEADER_LEN}
 use crate::handshake::{Hello, Welcome};
 use crate::wire::{utf8, Reader};
 
-/// Smallest free space [`FrameDecoder::read_buf`] offers, so small frames arrive in few reads.
+/// Smallest free space [`FrameDecoder::read_buffer`] offers, so small frames arrive in few reads.
 const MIN_READ_SPACE: usize = 64 * 1024;
 
 /// Splits a byte stream into checked frames.
@@ -17,7 +17,7 @@ const MIN_READ_SPACE: usize = 64 * 1024;
 /// checked against `max_frame_size` as soon as the 16 header bytes are in, before anything is
 /// reserved for the payload. Errors are sticky: after one, every call returns it again.
 ///
-/// Two ways to feed it: [`push`](FrameDecoder::push) copies a slice in; [`read_buf`](FrameDecoder::read_buf)
+/// Two ways to feed it: [`receive`](FrameDecoder::receive) copies a slice in; [`read_buffer`](FrameDecoder::read_buffer)
 /// hands out the internal buffer so a socket read lands in it directly (the only copy a frame
 /// ever gets: payloads are then sliced out as [`Bytes`] without copying).
 ///
@@ -27,15 +27,15 @@ const MIN_READ_SPACE: usize = 64 * 1024;
 /// Frame::new(0, FrameBody::Ping { nonce: *b"12345678" }).encode(&mut wire).unwrap();
 ///
 /// let mut dec = FrameDecoder::new(65_536);
-/// dec.push(&wire[..5]); // any chunking
+/// dec.receive(&wire[..5]); // any chunking
 /// assert!(dec.next_frame().unwrap().is_none());
-/// dec.push(&wire[5..]);
+/// dec.receive(&wire[5..]);
 /// let frame = dec.next_frame().unwrap().unwrap();
 /// assert_eq!(frame.body, FrameBody::Ping { nonce: *b"12345678" });
-/// assert!(dec.finish().is_ok());
+/// assert!(dec.end_of_input().is_ok());
 ///
-/// dec.push(&wire[..3]);
-/// assert_eq!(dec.finish().unwrap_err().code, ErrorCode::Truncated);
+/// dec.receive(&wire[..3]);
+/// assert_eq!(dec.end_of_input().unwrap_err().code, ErrorCode::Truncated);
 /// ```
 #[derive(Debug)]
 pub struct FrameDecoder {
@@ -89,14 +89,14 @@ impl FrameDecoder {
     }
 
     /// Append received bytes (copies them).
-    pub fn push(&mut self, bytes: &[u8]) {
+    pub fn receive(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
 
     /// The receive buffer, with free capacity for at least the rest of the current frame (the
     /// checked length) or 64 KiB: read from the socket straight into it (for example with
     /// tokio's `AsyncReadExt::read_buf`), then call [`next_frame`](FrameDecoder::next_frame).
-    pub fn read_buf(&mut self) -> &mut BytesMut {
+    pub fn read_buffer(&mut self) -> &mut BytesMut {
         if let Some(large) = self.large.as_mut() {
             // Its spare capacity is exactly the missing part of the payload.
             return large;
@@ -239,7 +239,7 @@ impl FrameDecoder {
     }
 
     /// The peer closed the stream: `TRUNCATED` if it stopped inside a frame, else `Ok`.
-    pub fn finish(&self) -> Result<(), ProtocolError> {
+    pub fn end_of_input(&self) -> Result<(), ProtocolError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -269,9 +269,9 @@ impl FrameDecoder {
 /// ```
 pub fn decode_frame(bytes: &[u8], max_frame_size: u32) -> Result<Frame, ProtocolError> {
     let mut dec = FrameDecoder::new(max_frame_size);
-    dec.push(bytes);
+    dec.receive(bytes);
     let frame = dec.next_frame()?;
-    dec.finish()?;
+    dec.end_of_input()?;
     frame.ok_or_else(|| err(ErrorCode::Truncated, 0, "no complete frame"))
 }
 

@@ -408,8 +408,8 @@ pub struct RowsWritten {
 /// use wirepool_proto::{decode_frame, FrameBody, RowsBuilder};
 /// let mut out = Vec::new();
 /// let mut rows = RowsBuilder::new(&mut out, 9, 65_536);
-/// assert!(rows.push(b"first").unwrap());
-/// assert!(rows.push_with(|buf| buf.extend_from_slice(b"second")).unwrap());
+/// assert!(rows.append(b"first").unwrap());
+/// assert!(rows.append_with(|buf| buf.extend_from_slice(b"second")).unwrap());
 /// let written = rows.finish().unwrap();
 /// assert_eq!(written.count, 2);
 ///
@@ -453,7 +453,7 @@ impl<'a, B: FrameBuf> RowsBuilder<'a, B> {
         }
     }
 
-    /// Rows pushed so far.
+    /// Rows appended so far.
     pub fn count(&self) -> u32 {
         self.count
     }
@@ -480,10 +480,10 @@ impl<'a, B: FrameBuf> RowsBuilder<'a, B> {
         )
     }
 
-    /// Append a row. `Ok(false)`: it does not fit this frame; finish and push it into a new
+    /// Append a row. `Ok(false)`: it does not fit this frame; finish and append it to a new
     /// builder. `ROW_TOO_LARGE`: it can never fit one frame.
     #[inline]
-    pub fn push(&mut self, row: &[u8]) -> Result<bool, ProtocolError> {
+    pub fn append(&mut self, row: &[u8]) -> Result<bool, ProtocolError> {
         if self.payload_len() + 4 + row.len() > self.max_payload {
             return if 8 + row.len() > self.max_payload {
                 Err(self.row_too_large(row.len()))
@@ -500,7 +500,7 @@ impl<'a, B: FrameBuf> RowsBuilder<'a, B> {
     /// Append a row that `write` serializes straight into the buffer (no intermediate copy).
     /// `Ok(false)`: it did not fit; it was removed, finish and write it again into a new
     /// builder. `ROW_TOO_LARGE`: it can never fit one frame.
-    pub fn push_with(&mut self, write: impl FnOnce(&mut B)) -> Result<bool, ProtocolError> {
+    pub fn append_with(&mut self, write: impl FnOnce(&mut B)) -> Result<bool, ProtocolError> {
         let row_start = self.out.written();
         self.out.put_u32_le(0);
         write(self.out);

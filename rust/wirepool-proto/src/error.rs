@@ -191,7 +191,7 @@ impl ErrorClass {
 /// concerns (0 for the connection).
 ///
 /// Every decode or state error is one of these. A 1xx code is fatal to the connection: the
-/// driver should send it to the peer ([`crate::Connection::encode_fatal`]) and close.
+/// driver should send it to the peer ([`crate::Connection::send_fatal`]) and close.
 ///
 /// ```
 /// use wirepool_proto::{ErrorCode, ProtocolError};

@@ -252,7 +252,7 @@ impl Header {
 /// let mut out = Vec::new();
 /// Frame::new(3, FrameBody::Cancel).encode(&mut out).unwrap();
 /// let mut dec = FrameDecoder::new(65_536);
-/// dec.push(&out);
+/// dec.receive(&out);
 /// let frame = dec.next_frame().unwrap().unwrap();
 /// assert_eq!(frame.id, 3);
 /// assert!(matches!(frame.body, FrameBody::Cancel));

@@ -23,8 +23,8 @@
 //! worker.send_hello(&Hello::new("my-sdk", "0.1.0"), &mut wire).unwrap();
 //!
 //! let mut parent = Connection::new_parent();
-//! parent.push(&wire);
-//! let Some(Event::Hello(hello)) = parent.poll_event().unwrap() else { unreachable!() };
+//! parent.receive(&wire);
+//! let Some(Event::Hello(hello)) = parent.next_event().unwrap() else { unreachable!() };
 //! assert_eq!(hello.sdk_name, "my-sdk");
 //! ```
 #![deny(missing_docs)]

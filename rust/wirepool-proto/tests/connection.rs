@@ -34,17 +34,17 @@ fn open_pair(welcome: impl FnOnce(Welcome) -> Welcome) -> (Connection, Connectio
     let hello = hello(4);
     let mut wire = Vec::new();
     worker.send_hello(&hello, &mut wire).unwrap();
-    parent.push(&wire);
+    parent.receive(&wire);
     assert!(matches!(
-        parent.poll_event().unwrap(),
+        parent.next_event().unwrap(),
         Some(Event::Hello(_))
     ));
     let w = welcome(Welcome::for_hello(&hello, 1).unwrap());
     let mut wire = Vec::new();
     parent.send_welcome(&w, &mut wire).unwrap();
-    worker.push(&wire);
+    worker.receive(&wire);
     assert!(matches!(
-        worker.poll_event().unwrap(),
+        worker.next_event().unwrap(),
         Some(Event::Welcome(_))
     ));
     (parent, worker)
@@ -52,10 +52,10 @@ fn open_pair(welcome: impl FnOnce(Welcome) -> Welcome) -> (Connection, Connectio
 
 /// Deliver `wire` to `to` and collect every event.
 fn deliver(to: &mut Connection, wire: &mut Vec<u8>) -> Vec<Event> {
-    to.push(wire);
+    to.receive(wire);
     wire.clear();
     let mut events = Vec::new();
-    while let Some(ev) = to.poll_event().unwrap() {
+    while let Some(ev) = to.next_event().unwrap() {
         events.push(ev);
     }
     events
@@ -81,7 +81,7 @@ fn stream_credit_blocks_rows_until_a_grant_arrives() {
     assert!(worker.can_send_rows(id));
     let mut rows = worker.rows(id, &mut wire).unwrap();
     for row in [&b"1"[..], b"2", b"3"] {
-        assert!(rows.push(row).unwrap());
+        assert!(rows.append(row).unwrap());
     }
     assert_eq!(rows.finish().unwrap().payload_len, 19);
     assert_eq!(worker.credit(id), Some(-3));
@@ -133,7 +133,7 @@ fn send_end_carries_the_row_count_the_core_counted() {
         let mut rows = worker.rows(id, &mut wire).unwrap();
         for i in 0..=batch {
             assert!(rows
-                .push_with(|buf| buf.extend_from_slice(format!("row {i}").as_bytes()))
+                .append_with(|buf| buf.extend_from_slice(format!("row {i}").as_bytes()))
                 .unwrap());
         }
         rows.finish().unwrap();
@@ -287,7 +287,7 @@ fn nothing_is_sent_after_goodbye_or_a_fatal_error() {
 
     let (mut parent, _worker) = open_pair(|w| w);
     let fatal = wirepool_proto::ProtocolError::new(ErrorCode::BadFlags, 0, "test");
-    parent.encode_fatal(&fatal, &mut wire).unwrap();
+    parent.send_fatal(&fatal, &mut wire).unwrap();
     assert_eq!(
         parent.send_ping(*b"12345678", &mut wire).unwrap_err().code,
         ErrorCode::UnexpectedFrame
@@ -323,14 +323,14 @@ fn rows_builder_refuses_a_row_that_can_never_fit() {
     let mut wire = vec![1, 2, 3];
     let mut rows = RowsBuilder::new(&mut wire, 5, 65_536);
     assert_eq!(
-        rows.push(&[0; 65_529]).unwrap_err().code,
+        rows.append(&[0; 65_529]).unwrap_err().code,
         ErrorCode::RowTooLarge
     );
     assert!(
-        rows.push(&[0; 65_528]).unwrap(),
+        rows.append(&[0; 65_528]).unwrap(),
         "count + length + 65,528 bytes is exactly 65,536"
     );
-    assert!(!rows.push(b"").unwrap(), "frame full");
+    assert!(!rows.append(b"").unwrap(), "frame full");
     let written = rows.finish().unwrap();
     assert_eq!(written.payload_len, 65_536);
     assert_eq!(wire.len(), 3 + 16 + 65_536);
@@ -341,18 +341,18 @@ fn rows_builder_undoes_unfinished_and_rejected_rows() {
     let mut wire = vec![9];
     {
         let mut rows = RowsBuilder::new(&mut wire, 5, 65_536);
-        rows.push(b"kept only if finished").unwrap();
+        rows.append(b"kept only if finished").unwrap();
     }
     assert_eq!(wire, [9], "a dropped builder leaves nothing behind");
 
     let mut rows = RowsBuilder::new(&mut wire, 5, 65_536);
-    assert!(rows.push(b"a").unwrap());
+    assert!(rows.append(b"a").unwrap());
     let e = rows
-        .push_with(|buf| buf.extend_from_slice(&[0; 70_000]))
+        .append_with(|buf| buf.extend_from_slice(&[0; 70_000]))
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::RowTooLarge);
     assert!(rows
-        .push_with(|buf| buf.extend_from_slice(&[0; 65_525]))
+        .append_with(|buf| buf.extend_from_slice(&[0; 65_525]))
         .is_ok_and(|fit| !fit));
     assert_eq!(rows.count(), 1);
     rows.finish().unwrap();
@@ -374,7 +374,7 @@ fn rows_builder_undoes_unfinished_and_rejected_rows() {
 }
 
 #[test]
-fn read_buf_reserves_the_whole_checked_frame() {
+fn read_buffer_reserves_the_whole_checked_frame() {
     let mut wire = Vec::new();
     wirepool_proto::encode_message(
         &mut wire,
@@ -385,13 +385,13 @@ fn read_buf_reserves_the_whole_checked_frame() {
     )
     .unwrap();
     let mut dec = FrameDecoder::new(1 << 20);
-    dec.read_buf().extend_from_slice(&wire[..16]);
+    dec.read_buffer().extend_from_slice(&wire[..16]);
     assert!(dec.next_frame().unwrap().is_none());
     assert!(
-        dec.read_buf().capacity() >= 1 << 20,
+        dec.read_buffer().capacity() >= 1 << 20,
         "room for the payload after its length was checked"
     );
-    dec.read_buf().extend_from_slice(&wire[16..]);
+    dec.read_buffer().extend_from_slice(&wire[16..]);
     let frame = dec.next_frame().unwrap().unwrap();
     assert!(matches!(frame.body, FrameBody::Result { ref body } if body.len() == 1 << 20));
 }
@@ -402,10 +402,10 @@ fn frame_too_large_is_refused_from_the_header_alone() {
     let header = [
         0xff, 0xff, 0xff, 0xff, 0x12, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
     ];
-    dec.push(&header);
+    dec.receive(&header);
     assert_eq!(dec.next_frame().unwrap_err().code, ErrorCode::FrameTooLarge);
     assert!(
-        dec.read_buf().capacity() < 1 << 20,
+        dec.read_buffer().capacity() < 1 << 20,
         "nothing reserved for the bogus length"
     );
 }
@@ -445,7 +445,7 @@ fn a_result_sent_frame_by_frame_lets_other_requests_through() {
     let mut frames = 0;
     loop {
         let mut rows = worker.rows(stream, &mut wire).unwrap();
-        assert!(rows.push(format!("row {frames}").as_bytes()).unwrap());
+        assert!(rows.append(format!("row {frames}").as_bytes()).unwrap());
         rows.finish().unwrap();
         frames += 1;
         if worker
@@ -603,7 +603,7 @@ fn continued_messages_land_in_one_buffer_reused_once_the_reader_drops_them() {
 }
 
 /// Writes `wire` into `dec` the way a socket read does: at most the spare capacity of
-/// `read_buf()` at a time, and at most `step` bytes.
+/// `read_buffer()` at a time, and at most `step` bytes.
 fn read_like_a_socket(
     dec: &mut FrameDecoder,
     wire: &[u8],
@@ -612,9 +612,9 @@ fn read_like_a_socket(
     let mut frames = Vec::new();
     let mut at = 0;
     while at < wire.len() {
-        let buf = dec.read_buf();
+        let buf = dec.read_buffer();
         let room = buf.capacity() - buf.len();
-        assert!(room > 0, "read_buf offers no room");
+        assert!(room > 0, "read_buffer offers no room");
         let n = room.min(step).min(wire.len() - at);
         buf.extend_from_slice(&wire[at..at + n]);
         at += n;
@@ -641,7 +641,7 @@ fn a_large_payload_is_read_into_a_buffer_of_its_own_size_reused_once_dropped() {
         // is exactly the missing payload, so a read never runs into the next frame.
         let first = read_like_a_socket(&mut dec, &wire[..16 + 10], step);
         assert!(first.is_empty());
-        let buf = dec.read_buf();
+        let buf = dec.read_buffer();
         assert_eq!(buf.capacity() - buf.len(), (3 << 20) - 10);
         let mut frames = read_like_a_socket(&mut dec, &wire[16 + 10..one], step);
         assert_eq!(frames.len(), 1);
@@ -697,11 +697,11 @@ fn continued_messages_read_in_any_chunking_arrive_whole() {
         let mut got = Vec::new();
         let mut at = 0;
         while at < wire.len() {
-            let buf = worker.read_buf();
+            let buf = worker.read_buffer();
             let n = (buf.capacity() - buf.len()).min(step).min(wire.len() - at);
             buf.extend_from_slice(&wire[at..at + n]);
             at += n;
-            while let Some(ev) = worker.poll_event().unwrap() {
+            while let Some(ev) = worker.next_event().unwrap() {
                 let Event::Request { body, .. } = ev else {
                     panic!("{ev:?}")
                 };

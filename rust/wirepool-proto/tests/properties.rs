@@ -30,7 +30,7 @@ fn rows_payload() -> impl Strategy<Value = RowsPayload> {
         let mut out = Vec::new();
         let mut b = RowsBuilder::new(&mut out, 1, 1 << 20);
         for r in &rows {
-            assert!(b.push(r).expect("fits"));
+            assert!(b.append(r).expect("fits"));
         }
         b.finish().expect("finish");
         RowsPayload::parse(Bytes::from(out).slice(16..)).expect("valid rows")
@@ -164,7 +164,7 @@ fn decode_all(data: &[u8], cuts: &[usize]) -> (Vec<Value>, Option<u32>) {
     bounds.push(data.len());
     bounds.sort_unstable();
     for end in bounds {
-        dec.push(&data[at..end]);
+        dec.receive(&data[at..end]);
         at = end;
         loop {
             match dec.next_frame() {
@@ -174,7 +174,7 @@ fn decode_all(data: &[u8], cuts: &[usize]) -> (Vec<Value>, Option<u32>) {
             }
         }
     }
-    (frames, dec.finish().err().map(|e| e.code.code()))
+    (frames, dec.end_of_input().err().map(|e| e.code.code()))
 }
 
 proptest! {
@@ -219,7 +219,7 @@ proptest! {
         while pending.peek().is_some() {
             let mut b = RowsBuilder::new(&mut wire, 3, limit);
             while let Some(row) = pending.peek() {
-                if !b.push(row).expect("a row of < 3000 bytes fits 8 KiB") {
+                if !b.append(row).expect("a row of < 3000 bytes fits 8 KiB") {
                     break;
                 }
                 pending.next();
@@ -228,7 +228,7 @@ proptest! {
             b.finish().expect("finish");
         }
         let mut dec = FrameDecoder::new(limit);
-        dec.push(&wire);
+        dec.receive(&wire);
         let mut back = Vec::new();
         while let Some(f) = dec.next_frame().expect("valid") {
             let FrameBody::Rows(r) = f.body else { panic!("not ROWS") };
@@ -255,9 +255,9 @@ proptest! {
         bounds.push(wire.len());
         bounds.sort_unstable();
         for end in bounds {
-            worker.push(&wire[at..end]);
+            worker.receive(&wire[at..end]);
             at = end;
-            while let Some(ev) = worker.poll_event().expect("valid stream") {
+            while let Some(ev) = worker.next_event().expect("valid stream") {
                 prop_assert!(got.is_none(), "one event per message");
                 got = Some(ev);
             }
@@ -286,17 +286,17 @@ fn run_parent(wire: &[u8], cuts: &[usize]) -> (Vec<Value>, Option<u32>) {
     bounds.push(wire.len());
     bounds.sort_unstable();
     for end in bounds {
-        parent.push(&wire[at..end]);
+        parent.receive(&wire[at..end]);
         at = end;
         loop {
-            match parent.poll_event() {
+            match parent.next_event() {
                 Ok(Some(ev)) => events.push(event_to_json(&ev)),
                 Ok(None) => break,
                 Err(e) => return (events, Some(e.code.code())),
             }
         }
     }
-    (events, parent.eof().err().map(|e| e.code.code()))
+    (events, parent.end_of_input().err().map(|e| e.code.code()))
 }
 
 /// A parent and a worker past the handshake, with methods 0 (unary) and 1 (stream).
@@ -321,9 +321,9 @@ fn open_pair(max_frame_size: u32) -> (Connection, Connection) {
     };
     let mut wire = Vec::new();
     worker.send_hello(&hello, &mut wire).expect("hello");
-    parent.push(&wire);
+    parent.receive(&wire);
     assert!(matches!(
-        parent.poll_event(),
+        parent.next_event(),
         Ok(Some(wirepool_proto::Event::Hello(_)))
     ));
     let welcome = Welcome {
@@ -333,9 +333,9 @@ fn open_pair(max_frame_size: u32) -> (Connection, Connection) {
     };
     let mut wire = Vec::new();
     parent.send_welcome(&welcome, &mut wire).expect("welcome");
-    worker.push(&wire);
+    worker.receive(&wire);
     assert!(matches!(
-        worker.poll_event(),
+        worker.next_event(),
         Ok(Some(wirepool_proto::Event::Welcome(_)))
     ));
     (parent, worker)

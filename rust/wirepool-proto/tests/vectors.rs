@@ -19,7 +19,7 @@ fn decode_chunked(data: &[u8], chunks: &[usize], max_frame_size: u32) -> (Vec<Va
     let mut frames = Vec::new();
     let mut at = 0;
     for &n in chunks {
-        dec.push(&data[at..at + n]);
+        dec.receive(&data[at..at + n]);
         at += n;
         loop {
             match dec.next_frame() {
@@ -29,7 +29,7 @@ fn decode_chunked(data: &[u8], chunks: &[usize], max_frame_size: u32) -> (Vec<Va
             }
         }
     }
-    match dec.finish() {
+    match dec.end_of_input() {
         Ok(()) => (frames, Value::Null),
         Err(e) => (frames, error_json(&e)),
     }
@@ -106,10 +106,10 @@ fn run_session(case: &Value, pick: &dyn Fn(usize) -> Vec<usize>) {
             let data = unhex(data.as_str().expect("recv hex"));
             let mut pos = 0;
             'feed: for n in pick(data.len()) {
-                conn.push(&data[pos..pos + n]);
+                conn.receive(&data[pos..pos + n]);
                 pos += n;
                 loop {
-                    match conn.poll_event() {
+                    match conn.next_event() {
                         Ok(Some(event)) => events.push(event_to_json(&event)),
                         Ok(None) => break,
                         Err(e) => {
@@ -121,7 +121,7 @@ fn run_session(case: &Value, pick: &dyn Fn(usize) -> Vec<usize>) {
             }
         } else {
             assert_eq!(step["eof"], true, "{at}: unknown step");
-            if let Err(e) = conn.eof() {
+            if let Err(e) = conn.end_of_input() {
                 error = error_json(&e);
             }
         }
@@ -131,7 +131,7 @@ fn run_session(case: &Value, pick: &dyn Fn(usize) -> Vec<usize>) {
         if !want_error.is_null() {
             assert_eq!(i, steps.len() - 1, "{at}: steps after an error");
             // Errors are sticky.
-            assert!(conn.poll_event().is_err(), "{at}: error not sticky");
+            assert!(conn.next_event().is_err(), "{at}: error not sticky");
         }
     }
 }
@@ -197,7 +197,7 @@ fn rows_events_slice_the_frame() {
         .expect("case");
     let data = unhex(case["hex"].as_str().expect("hex"));
     let mut dec = FrameDecoder::new(1 << 20);
-    dec.push(&data);
+    dec.receive(&data);
     let frame = dec.next_frame().expect("valid").expect("complete");
     let FrameBody::Rows(rows) = frame.body else {
         panic!("not ROWS")

@@ -30,7 +30,7 @@ impl Parent {
             if let Some(f) = self.decoder.next_frame().expect("bad frame") {
                 return f;
             }
-            let rb = self.decoder.read_buf();
+            let rb = self.decoder.read_buffer();
             let n = {
                 let spare = rb.spare_capacity_mut();
                 // SAFETY: read() only writes into the spare capacity; we then commit n bytes.

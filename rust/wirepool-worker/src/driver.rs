@@ -151,7 +151,7 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
             let sent = fatal.is_some_and(|fatal| {
                 let mut guard = shared.lock();
                 let state = &mut *guard;
-                let ok = !state.closed && state.conn.encode_fatal(&fatal, state.out.tail()).is_ok();
+                let ok = !state.closed && state.conn.send_fatal(&fatal, state.out.tail()).is_ok();
                 state.closed = true;
                 ok
             });
@@ -207,10 +207,10 @@ impl Driver {
             }
             // The core owns the receive buffer; borrow it for the read so the lock is not held
             // across the await (handler threads keep sending meanwhile). An empty spare takes
-            // its place meanwhile; it already has the room `read_buf` reserves, so lending and
+            // its place meanwhile; it already has the room `read_buffer` reserves, so lending and
             // returning allocate nothing.
             let mut buf = std::mem::replace(
-                self.shared.lock().conn.read_buf(),
+                self.shared.lock().conn.read_buffer(),
                 std::mem::take(&mut spare),
             );
             let read = tokio::select! {
@@ -219,7 +219,7 @@ impl Driver {
             };
             let eof = {
                 let mut state = self.shared.lock();
-                std::mem::swap(state.conn.read_buf(), &mut buf);
+                std::mem::swap(state.conn.read_buffer(), &mut buf);
                 spare = buf;
                 match read {
                     Ok(0) => true,
@@ -230,7 +230,7 @@ impl Driver {
             };
             if eof {
                 // A parent that died mid-frame leaves a truncated frame: it is gone either way.
-                let _ = self.shared.lock().conn.eof();
+                let _ = self.shared.lock().conn.end_of_input();
                 return Ok(Exit::Eof);
             }
             let violation = {
@@ -238,14 +238,8 @@ impl Driver {
                 // What this read's frames produce (inline results, PONGs, refusals) is flushed
                 // by `end_pass` below, so it need not wake the writer task.
                 state.reader_flushes = true;
-                loop {
-                    match state.conn.poll_event() {
-                        Ok(Some(event)) => events.push(event),
-                        Ok(None) => break None,
-                        // Act on what arrived before the violation, then report it.
-                        Err(e) => break Some(e),
-                    }
-                }
+                // On a violation, act on what arrived before it, then report it.
+                state.conn.next_events(&mut events).err()
             };
             let handled = events.drain(..).try_for_each(|event| self.on_event(event));
             self.end_pass(socket);

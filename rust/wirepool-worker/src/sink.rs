@@ -216,7 +216,7 @@ impl RowBatcher {
             while let Some((len, tail)) = rest.split_first_chunk::<4>() {
                 let len = u32::from_le_bytes(*len) as usize;
                 let (row, tail) = tail.split_at(len);
-                if !matches!(rows.push(row), Ok(true)) {
+                if !matches!(rows.append(row), Ok(true)) {
                     // Cannot happen: the batch was sized against the same frame limit.
                     return Submit::Gone;
                 }

@@ -63,7 +63,7 @@ fn drive(conn: &mut Connection, event: &Event, out: &mut Vec<u8>) {
                     }
                     let Ok(mut rows) = conn.rows(*id, out) else { break };
                     for _ in 0..3 {
-                        let _ = rows.push(b"row");
+                        let _ = rows.append(b"row");
                     }
                     rows.finish().expect("finish");
                 }
@@ -103,22 +103,22 @@ fn run(role: Role, data: &[u8], chunk: usize) -> (Vec<Event>, Option<wirepool_pr
         conn.send_hello(&hello(), &mut out).expect("hello");
     }
     for piece in data.chunks(chunk.max(1)) {
-        conn.push(piece);
+        conn.receive(piece);
         loop {
-            match conn.poll_event() {
+            match conn.next_event() {
                 Ok(Some(event)) => {
                     drive(&mut conn, &event, &mut out);
                     events.push(event);
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    let _ = conn.encode_fatal(&e, &mut out);
+                    let _ = conn.send_fatal(&e, &mut out);
                     return (events, Some(e.code), out);
                 }
             }
         }
     }
-    let error = conn.eof().err().map(|e| e.code);
+    let error = conn.end_of_input().err().map(|e| e.code);
     assert!(conn.in_flight() <= 8, "in flight bounded by max_in_flight");
     (events, error, out)
 }

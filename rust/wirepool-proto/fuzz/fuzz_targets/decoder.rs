@@ -12,7 +12,7 @@ fn decode(data: &[u8], chunk: usize, limit: u32) -> (Vec<Frame>, Option<wirepool
     let mut dec = FrameDecoder::new(limit);
     let mut frames = Vec::new();
     for piece in data.chunks(chunk.max(1)) {
-        dec.push(piece);
+        dec.receive(piece);
         loop {
             match dec.next_frame() {
                 Ok(Some(frame)) => frames.push(frame),
@@ -21,7 +21,7 @@ fn decode(data: &[u8], chunk: usize, limit: u32) -> (Vec<Frame>, Option<wirepool
             }
         }
     }
-    (frames, dec.finish().err().map(|e| e.code))
+    (frames, dec.end_of_input().err().map(|e| e.code))
 }
 
 fuzz_target!(|input: &[u8]| {

@@ -197,10 +197,12 @@ impl Parent {
             let mut buf = [0u8; 65536];
             match self.sock.read(&mut buf) {
                 Ok(0) => {
-                    self.decoder.finish().expect("worker closed mid-frame");
+                    self.decoder
+                        .end_of_input()
+                        .expect("worker closed mid-frame");
                     return None;
                 }
-                Ok(n) => self.decoder.push(&buf[..n]),
+                Ok(n) => self.decoder.receive(&buf[..n]),
                 Err(e)
                     if matches!(
                         e.kind(),
