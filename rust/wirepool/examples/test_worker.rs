@@ -89,8 +89,8 @@ fn fast_echo() -> std::io::Result<()> {
         if n == 0 {
             return Ok(());
         }
-        conn.push(&buf[..n]);
-        while let Some(ev) = conn.poll_event().map_err(std::io::Error::other)? {
+        conn.receive(&buf[..n]);
+        while let Some(ev) = conn.next_event().map_err(std::io::Error::other)? {
             match ev {
                 Event::Request {
                     id,

@@ -619,7 +619,7 @@ impl Worker {
             _ => return,
         };
         while let Some(sock) = &c.socket_out {
-            match sock.poll_read_buf(cx, c.conn.read_buf()) {
+            match sock.poll_read_buf(cx, c.conn.read_buffer()) {
                 Poll::Pending => break,
                 Poll::Ready(Ok(n)) if n > 0 => {
                     let read = handle_read(self, c, n, wakers);
@@ -980,7 +980,7 @@ async fn handshake(
                 0,
                 message.clone(),
             );
-            let _ = conn.encode_fatal(&e, &mut out);
+            let _ = conn.send_fatal(&e, &mut out);
             let _ = write_now(socket, &out).await;
             return Err(StartFail::Protocol(code, message));
         }
@@ -1008,7 +1008,7 @@ async fn read_hello(
     conn: &mut Connection,
 ) -> std::result::Result<Box<Hello>, StartFail> {
     loop {
-        match conn.poll_event() {
+        match conn.next_event() {
             Ok(Some(Event::Hello(h))) => return Ok(h),
             Ok(Some(Event::Error { code, message, .. })) => {
                 return Err(StartFail::Protocol(
@@ -1025,9 +1025,9 @@ async fn read_hello(
             Ok(None) => {}
             Err(e) => return Err(StartFail::Protocol(e.code.code(), e.message)),
         }
-        match std::future::poll_fn(|cx| socket.poll_read_buf(cx, conn.read_buf())).await {
+        match std::future::poll_fn(|cx| socket.poll_read_buf(cx, conn.read_buffer())).await {
             Ok(0) | Err(_) => {
-                return Err(match conn.eof() {
+                return Err(match conn.end_of_input() {
                     Err(e) if e.code != ErrorCode::Truncated => {
                         StartFail::Protocol(e.code.code(), e.message)
                     }
@@ -1189,7 +1189,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
             if driver.direct_reader.is_some() {
                 return Poll::Pending;
             }
-            socket.poll_read_buf(cx, driver.conn.read_buf()).map(Ok)
+            socket.poll_read_buf(cx, driver.conn.read_buffer()).map(Ok)
         })
         .await;
         let n = match read {
@@ -1245,11 +1245,11 @@ fn handle_read(
     // At most one clock read per read, shared by every call it completes.
     let mut read_at = ReadClock::unread();
     pass.end = loop {
-        let ev = match c.conn.poll_event() {
+        let ev = match c.conn.next_event() {
             Ok(Some(ev)) => ev,
             Ok(None) => break None,
             Err(e) => {
-                let _ = c.conn.encode_fatal(&e, &mut c.out);
+                let _ = c.conn.send_fatal(&e, &mut c.out);
                 pass.wake_writer = true;
                 break Some(ReaderEnd::Protocol {
                     code: e.code.code(),
@@ -1388,7 +1388,7 @@ fn end_route(
 /// End of file. Stopping inside a frame (`TRUNCATED`) is what a crash looks like, so it is
 /// reported as the worker's exit (with its status), not as a protocol violation.
 fn reader_eof(worker: &Worker) -> ReaderEnd {
-    if let Err(e) = worker.driver.lock().unwrap().conn.eof() {
+    if let Err(e) = worker.driver.lock().unwrap().conn.end_of_input() {
         tracing::debug!(worker = worker.id, error = %e, "connection ended inside a frame");
     }
     ReaderEnd::Eof
