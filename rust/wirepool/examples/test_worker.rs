@@ -50,6 +50,13 @@ fn raw_echo(fd: i32) -> std::io::Result<()> {
 /// `count` EVENT frames `progress {"i":..,"pad":".."}` as fast as the socket takes them, then
 /// the count as its result: the misbehaving worker a parent's event mailbox must survive (SDK
 /// workers coalesce events; this one does not).
+///
+/// Its third and fourth, `deaf_stream` (raw codec, request text `"<bytes>"`) and
+/// `deaf_report`: a stream that sends one 1 KiB row per ROWS frame while it has credit, and
+/// reads a CANCEL but goes on until it has sent `<bytes>` of rows after it (a worker that has
+/// not seen its CANCEL yet, made permanent); then it ends with CANCELLED, and `deaf_report`
+/// answers (once that happened) with the bytes it sent after the CANCEL. It only ends if the
+/// parent keeps granting credit for rows nobody reads (PROTOCOL.md 14.3).
 fn fast_echo() -> std::io::Result<()> {
     use std::io::{Read, Write};
     use std::os::fd::FromRawFd;
@@ -76,6 +83,16 @@ fn fast_echo() -> std::io::Result<()> {
                 kind: MethodKind::Unary,
                 codecs: vec![0],
             },
+            MethodInfo {
+                name: "deaf_stream".into(),
+                kind: MethodKind::Stream,
+                codecs: vec![0],
+            },
+            MethodInfo {
+                name: "deaf_report".into(),
+                kind: MethodKind::Unary,
+                codecs: vec![0],
+            },
         ],
         ..Hello::new("fast-echo", "0")
     };
@@ -84,6 +101,10 @@ fn fast_echo() -> std::io::Result<()> {
     sock.write_all(&out)?;
     out.clear();
     let mut buf = vec![0u8; 1 << 20];
+    // The deaf stream: (id, bytes to send after the CANCEL, CANCEL seen, bytes sent after it).
+    let mut deaf: Option<(u64, usize, bool, usize)> = None;
+    let mut deaf_sent_after_cancel: Option<usize> = None;
+    let mut deaf_reports: Vec<u64> = Vec::new();
     loop {
         let n = sock.read(&mut buf)?;
         if n == 0 {
@@ -92,6 +113,21 @@ fn fast_echo() -> std::io::Result<()> {
         conn.receive(&buf[..n]);
         while let Some(ev) = conn.next_event().map_err(std::io::Error::other)? {
             match ev {
+                Event::Request {
+                    id,
+                    method: 2,
+                    body,
+                    ..
+                } => {
+                    let target = String::from_utf8_lossy(&body).trim().parse().unwrap_or(0);
+                    deaf = Some((id, target, false, 0));
+                }
+                Event::Request { id, method: 3, .. } => deaf_reports.push(id),
+                Event::Cancel { id } => {
+                    if let Some((deaf_id, _, cancelled, _)) = &mut deaf {
+                        *cancelled |= *deaf_id == id;
+                    }
+                }
                 Event::Request {
                     id,
                     method: 1,
@@ -129,6 +165,34 @@ fn fast_echo() -> std::io::Result<()> {
                     return Ok(());
                 }
                 _ => {}
+            }
+        }
+        if let Some((id, target, cancelled, sent)) = &mut deaf {
+            while conn.can_send_rows(*id) && !(*cancelled && *sent >= *target) {
+                let mut rows = conn.rows(*id, &mut out).map_err(std::io::Error::other)?;
+                rows.append(&[b'r'; 1024]).map_err(std::io::Error::other)?;
+                let written = rows.finish().map_err(std::io::Error::other)?;
+                if *cancelled {
+                    *sent += written.payload_len;
+                }
+            }
+            if *cancelled && *sent >= *target {
+                conn.send_error(
+                    *id,
+                    wirepool_proto::ErrorCode::Cancelled.code(),
+                    "cancelled",
+                    "",
+                    &mut out,
+                )
+                .map_err(std::io::Error::other)?;
+                deaf_sent_after_cancel = Some(*sent);
+                deaf = None;
+            }
+        }
+        if let Some(sent) = deaf_sent_after_cancel {
+            for id in deaf_reports.drain(..) {
+                conn.send_result(id, sent.to_string().as_bytes(), &mut out)
+                    .map_err(std::io::Error::other)?;
             }
         }
         sock.write_all(&out)?;

@@ -47,12 +47,13 @@ impl RowQueue {
         })
     }
 
-    /// Called by the reader task for each ROWS frame.
-    pub fn push_rows(&self, rows: RowsPayload) {
+    /// Called by the reader task for each ROWS frame. A frame nobody will read (the consumer
+    /// is gone or the stream already ended) comes back: the reader reports it consumed.
+    pub fn push_rows(&self, rows: RowsPayload) -> std::result::Result<(), RowsPayload> {
         let waker = {
             let mut s = self.state.lock().unwrap();
             if s.abandoned || s.terminal.is_some() {
-                return;
+                return Err(rows);
             }
             s.frames.push_back(rows);
             s.waker.take()
@@ -60,6 +61,7 @@ impl RowQueue {
         if let Some(w) = waker {
             w.wake();
         }
+        Ok(())
     }
 
     /// Called exactly once per stream, with the summary or the error that ended it.
@@ -77,10 +79,12 @@ impl RowQueue {
         }
     }
 
-    fn abandon(&self) {
+    /// The consumer is gone: drops the frames it will never read and returns their payload
+    /// bytes, which count as consumed (PROTOCOL.md 14.3).
+    fn abandon(&self) -> usize {
         let mut s = self.state.lock().unwrap();
         s.abandoned = true;
-        s.frames.clear();
+        s.frames.drain(..).map(|f| f.payload().len()).sum()
     }
 
     /// The next frame, or the terminal outcome (handed out once) after the last frame.
@@ -297,7 +301,13 @@ impl<T> Unpin for RowStream<T> {}
 impl<T> Drop for RowStream<T> {
     fn drop(&mut self) {
         if !self.done {
-            self.queue.abandon();
+            // Rows nobody will read still count as consumed, so a worker that has not yet seen
+            // the CANCEL is not left waiting for credit (the core grants nothing once the stream
+            // has ended); frames arriving from now on are reported by the reader.
+            let unread = self.queue.abandon();
+            if unread > 0 {
+                self.worker.consumed(self.id, unread);
+            }
             self.worker.cancel(self.id);
         }
     }

@@ -1296,17 +1296,19 @@ fn handle_read(
             }
             Event::Rows { id, rows } => {
                 worker.counters.rows.fetch_add(rows.count() as u64, Relaxed);
-                match c.routes.get_mut(id) {
+                let unread = match c.routes.get_mut(id) {
                     Some(Route {
                         sink: Some(Sink::Stream(s)),
                         ..
-                    }) => s.push_rows(rows),
-                    // Nobody reads this stream any more (cancelled): give the credit
-                    // back so a handler blocked on credit can see its cancellation.
-                    _ => {
-                        if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out) {
-                            pass.wake_writer |= g > 0;
-                        }
+                    }) => s.push_rows(rows).err(),
+                    _ => Some(rows),
+                };
+                // Nobody reads these rows (cancelled, or the consumer is gone): they count as
+                // consumed (PROTOCOL.md 14.3), so a handler blocked on credit can go on to see
+                // its cancellation.
+                if let Some(rows) = unread {
+                    if let Ok(g) = c.conn.consumed(id, rows.payload().len(), &mut c.out) {
+                        pass.wake_writer |= g > 0;
                     }
                 }
             }

@@ -462,6 +462,50 @@ async fn dropping_a_call_or_a_stream_cancels_it_on_the_worker() {
     .await
 }
 
+/// PROTOCOL.md 14.3: rows nobody will read (the stream was dropped with frames queued, and
+/// frames keep arriving after it) still count as consumed, so a worker that has not seen the
+/// CANCEL yet is never left waiting for credit. The worker here never stops on CANCEL: it ends
+/// only after 256 KiB of rows past it, sixteen times the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_a_dropped_stream_still_give_credit_back() {
+    bounded(30, async {
+        let window = 16 * 1024;
+        let cmd = WorkerCommand::new(test_worker()).env("WIREPOOL_FAST_ECHO", "1");
+        let pool = wirepool::Pool::builder(cmd)
+            .workers(1)
+            .stream_window(window)
+            .start()
+            .await
+            .unwrap();
+        let raw = || CallOptions {
+            codec: Some(Codec::Raw),
+            ..Default::default()
+        };
+        let mut rows = pool
+            .stream_with::<_, Bytes>("deaf_stream", "262144", raw())
+            .await
+            .unwrap();
+        assert_eq!(rows.next().await.unwrap().unwrap().len(), 1024);
+        // Let the worker fill the window, so frames are queued unread when the stream goes.
+        while pool.metrics().workers[0].bytes_in < window as u64 {
+            tokio::task::yield_now().await;
+        }
+        drop(rows);
+        // Answered only once the deaf stream has ended, which needs the credit.
+        let sent = tokio::time::timeout(
+            Duration::from_secs(10),
+            pool.call_raw("deaf_report", Bytes::new()),
+        )
+        .await
+        .expect("the worker was left waiting for credit")
+        .unwrap();
+        let sent: usize = std::str::from_utf8(&sent).unwrap().parse().unwrap();
+        assert!(sent >= 262_144, "{sent}");
+        pool.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_bounds_what_the_worker_sends_ahead() {
     bounded(30, async {
