@@ -393,15 +393,18 @@ class _JoinReader(asyncio.Protocol):
             if not self.ready.done():
                 self.ready.set_result(None)
 
+    def _failed(self, why: str) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError(why))
+            self.ready.exception()  # retrieved: whoever awaits it gets it, nobody else cares
+
     def eof_received(self) -> bool | None:
         self.eof = True
-        if not self.ready.done():
-            self.ready.set_exception(ConnectionError("end of file before the JOIN block"))
+        self._failed("end of file before the JOIN block")
         return False  # no JOIN block will follow: nothing to answer
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.ready.done():
-            self.ready.set_exception(ConnectionError("connection lost before the JOIN block"))
+        self._failed("connection lost before the JOIN block")
         if self.on_lost is not None:
             self.on_lost()
 
@@ -586,7 +589,8 @@ class Listener:
         return j
 
     def _refuse(self, peer: str, cause: str, transport: asyncio.Transport | None,
-                answer: tuple[int, str] | None = None) -> None:
+                answer: tuple[int, str] | None = None,
+                reader: _JoinReader | None = None) -> None:
         self.counters["refused"] += 1
         self.counters["refused " + cause] += 1
         self._log.refused(peer, cause, time.monotonic())
@@ -597,7 +601,9 @@ class Listener:
             transport.close()  # after the answer is written...
             # ...but a peer that does not read it (or a TLS close waiting for the peer's
             # close_notify) holds the connection one second at most.
-            asyncio.get_running_loop().call_later(1.0, transport.abort)
+            timer = asyncio.get_running_loop().call_later(1.0, transport.abort)
+            if reader is not None:  # closed sooner: its buffers go now, not in a second
+                reader.on_lost = timer.cancel
         else:
             transport.abort()
 
@@ -634,7 +640,7 @@ class Listener:
                 return
             cause, answer, issued = self._check(bytes(reader.buf[:JOIN_SIZE]), transport)
             if issued is None:
-                self._refuse(peer, cause, transport, answer)
+                self._refuse(peer, cause, transport, answer, reader)
                 return
             del reader.buf[:JOIN_SIZE]
             if issued.single_use:
@@ -657,7 +663,7 @@ class Listener:
                         self._parked.pop(issued.ticket.id, None)
                     self._refuse(peer, "pool full" if not lost.done() else "closed while waiting",
                                  transport, (ErrorCode.BAD_HANDSHAKE,
-                                             _REFUSED + ": the pool is full"))
+                                             _REFUSED + ": the pool is full"), reader)
                 else:
                     handed = True
         except asyncio.CancelledError:
