@@ -10,13 +10,13 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo test test-spec test-rust test-python test-bench test-conformance fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
+.PHONY: help demo test test-spec test-rust test-python test-node test-bench test-conformance fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
 
 help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
 	@echo "make test    every test of every language"
 	@echo "make bench   end-to-end benchmarks (quick mode) and the instruction-count gate; bench-full for the full matrix"
-	@echo "make fuzz    the Rust and Python fuzz targets, FUZZ_SECONDS per language"
+	@echo "make fuzz    the Rust, Python and Node fuzz targets, FUZZ_SECONDS per language"
 	@echo "make docs    the API reference: rust/target/doc (cargo doc) and build/docs/python (pdoc)"
 	@echo "make package the release checks: Python sdist+wheel (twine check), cargo publish --dry-run"
 
@@ -35,7 +35,7 @@ $(VPY): python/pyproject.toml
 
 venv: $(VPY)
 
-test: test-spec test-rust test-python test-conformance test-bench
+test: test-spec test-rust test-python test-node test-conformance test-bench
 
 test-spec: $(VPY)
 	$(VPY) spec/vectors/generate.py --check
@@ -49,6 +49,10 @@ test-rust:
 
 test-python: $(VPY)
 	$(VPY) -m pytest -q python/tests examples/python
+
+# The Node SDK (node/): npm ci from its lock file, tsc, then node --test over the compiled tests.
+test-node:
+	cd node && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 test-conformance: $(VPY)
 	$(VPY) -m pytest -q conformance
@@ -102,6 +106,7 @@ fuzz: $(VPY)
 	    -print_final_stats=1 || rc=$$?; \
 	  rm -rf "$$scratch"; exit $$rc
 	HOSTILE_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest -q conformance/test_hostile.py -k test_fuzz
+	cd node && npm ci --no-audit --no-fund --loglevel=error && npm run fuzz -- --seconds $(FUZZ_SECONDS)
 
 # The wall-clock report (quick), then the gate: instructions per operation under valgrind against
 # bench/icount/baseline.json (fails on growth beyond its threshold), then the wall-clock history.
