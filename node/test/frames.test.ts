@@ -3,26 +3,10 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { encodeFrames, FrameDecoder, ProtocolError } from "../src/proto/index.js";
-import { chunkings, frameFromJson, loadVectors, toJson, type Json } from "./vectors.js";
+import { encodeFrames } from "../src/proto/index.js";
+import { chunkings, decodeAll, frameFromJson, loadVectors } from "./vectors.js";
 
 const CASES = loadVectors("frames.json");
-
-export function decodeAll(chunks: Buffer[], maxFrameSize: number): { frames: Json[]; error: ProtocolError | null } {
-  const dec = new FrameDecoder(maxFrameSize);
-  const frames: Json[] = [];
-  try {
-    for (const c of chunks) {
-      dec.push(c);
-      for (let f = dec.next(); f !== null; f = dec.next()) frames.push(toJson(f));
-    }
-    dec.end();
-  } catch (e) {
-    if (!(e instanceof ProtocolError)) throw e;
-    return { frames, error: e };
-  }
-  return { frames, error: null };
-}
 
 describe("frames.json", () => {
   it("has cases", () => assert.ok(CASES.length >= 100, `${CASES.length} cases`));

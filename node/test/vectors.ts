@@ -11,6 +11,8 @@ import {
   type Frame,
   type FrameInit,
   EventType,
+  FrameDecoder,
+  ProtocolError,
 } from "../src/proto/index.js";
 
 /** The repository root (tests run from build/test/, sources live in test/). */
@@ -169,3 +171,21 @@ export function* chunkings(data: Buffer): Generator<[string, Buffer[]]> {
   }
   for (const i of cuts) yield [`split@${i}`, [data.subarray(0, i), data.subarray(i)]];
 }
+
+/** Decodes `chunks` fed one after another, then signals end of input: the frames and the error. */
+export function decodeAll(chunks: Buffer[], maxFrameSize: number): { frames: Json[]; error: ProtocolError | null } {
+  const dec = new FrameDecoder(maxFrameSize);
+  const frames: Json[] = [];
+  try {
+    for (const c of chunks) {
+      dec.push(c);
+      for (let f = dec.next(); f !== null; f = dec.next()) frames.push(toJson(f));
+    }
+    dec.end();
+  } catch (e) {
+    if (!(e instanceof ProtocolError)) throw e;
+    return { frames, error: e };
+  }
+  return { frames, error: null };
+}
+
