@@ -97,6 +97,17 @@ error_codes! {
     RowCountMismatch = 121 => "ROW_COUNT_MISMATCH",
     /// ROWS/END/CREDIT on a unary request, RESULT on a stream.
     KindMismatch = 122 => "KIND_MISMATCH",
+    /// SHM_REGION breaks a rule: id order, size 0, too many live regions, above the window
+    /// (the shared-memory extension, PROTOCOL.md 20.6).
+    ShmBadRegion = 123 => "SHM_BAD_REGION",
+    /// A region's descriptor is missing, unexpected, truncated, unsealed, not tmpfs, of another
+    /// size, or cannot be mapped.
+    ShmBadDescriptor = 124 => "SHM_BAD_DESCRIPTOR",
+    /// SHM_BODY names a region not live, a range past its end or empty, or bytes above the
+    /// window.
+    ShmBounds = 125 => "SHM_BOUNDS",
+    /// SHM_RELEASE of a range not lent, SHM_RETIRE of a region not live or still lent.
+    ShmBadRelease = 126 => "SHM_BAD_RELEASE",
     /// Method index not in the HELLO list.
     UnknownMethod = 200 => "UNKNOWN_METHOD",
     /// The method does not accept this codec.

@@ -37,6 +37,7 @@ mod error;
 mod frame;
 mod handshake;
 mod ids;
+pub mod shm;
 mod wire;
 
 pub use connection::{grant_due, Connection, Event, MessageCursor, Role};

@@ -73,10 +73,12 @@ fn frame_types_and_their_rules() {
 #[test]
 fn error_codes_and_classes() {
     let c = constants();
+    // Version 1's codes and the extensions' (PROTOCOL.md 20.6).
     let spec: BTreeMap<u64, &str> = c["error_codes"]
         .as_array()
         .unwrap()
         .iter()
+        .chain(c["extensions"]["shm"]["error_codes"].as_array().unwrap())
         .map(|e| (int(&e["code"]), e["name"].as_str().unwrap()))
         .collect();
     let ours: BTreeMap<u64, &str> = ErrorCode::ALL
@@ -84,7 +86,12 @@ fn error_codes_and_classes() {
         .map(|e| (e.code() as u64, e.name()))
         .collect();
     assert_eq!(ours, spec);
-    for e in c["error_codes"].as_array().unwrap() {
+    for e in c["error_codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(c["extensions"]["shm"]["error_codes"].as_array().unwrap())
+    {
         let code = ErrorCode::from_name(e["name"].as_str().unwrap()).unwrap();
         assert_eq!(code.is_fatal(), e["fate"] == "connection_closed", "{code}");
     }
