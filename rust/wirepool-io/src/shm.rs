@@ -29,7 +29,6 @@
 //! assert!(released.load(std::sync::atomic::Ordering::SeqCst));
 //! ```
 
-use std::fmt;
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -37,6 +36,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use wirepool_proto::{ErrorCode, ProtocolError};
 
 /// The seals a received region must carry (PROTOCOL.md 20.5): without `F_SEAL_SHRINK` its owner
 /// could truncate it later and every read of a view past the new end would raise SIGBUS.
@@ -46,75 +46,16 @@ pub const REQUIRED_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
 /// `recvmsg` (PROTOCOL.md 20.5).
 pub const MAX_FDS_PER_WRITE: usize = 8;
 
-/// The shared-memory extension's error codes (PROTOCOL.md 20.6); all are fatal to the
-/// connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ShmErrorCode {
-    /// SHM_REGION breaks a rule (id order, size 0, too many live regions, above the window).
-    BadRegion = 123,
-    /// A region's descriptor is missing, unexpected, truncated, unsealed, not tmpfs, of another
-    /// size, or cannot be mapped.
-    BadDescriptor = 124,
-    /// A body names a region not live, a range past its end or empty, or bytes above the window.
-    Bounds = 125,
-    /// A release of a range not lent, or a retire of a region not live or still lent.
-    BadRelease = 126,
+/// The [`ProtocolError`] inside an `io::Error` returned by [`recv_with_fds`], if it is one
+/// (`SHM_BAD_DESCRIPTOR` for a read that carried too many descriptors).
+pub fn protocol_error(e: &io::Error) -> Option<&ProtocolError> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<ProtocolError>())
 }
 
-impl ShmErrorCode {
-    /// The numeric code sent on the wire.
-    pub const fn code(self) -> u32 {
-        self as u32
-    }
-
-    /// The stable name (`"SHM_BAD_DESCRIPTOR"`), identical in every SDK.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ShmErrorCode::BadRegion => "SHM_BAD_REGION",
-            ShmErrorCode::BadDescriptor => "SHM_BAD_DESCRIPTOR",
-            ShmErrorCode::Bounds => "SHM_BOUNDS",
-            ShmErrorCode::BadRelease => "SHM_BAD_RELEASE",
-        }
-    }
+fn shm_error(code: ErrorCode, message: impl Into<String>) -> ProtocolError {
+    ProtocolError::new(code, 0, message)
 }
-
-/// A refused region, descriptor or range: a stable code and a message for people.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShmError {
-    /// The stable code.
-    pub code: ShmErrorCode,
-    /// What was refused, for people; never parsed.
-    pub message: String,
-}
-
-impl ShmError {
-    fn new(code: ShmErrorCode, message: impl Into<String>) -> ShmError {
-        ShmError {
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// The `ShmError` inside an `io::Error` returned by [`recv_with_fds`], if it is one.
-    pub fn from_io(e: &io::Error) -> Option<&ShmError> {
-        e.get_ref()
-            .and_then(|inner| inner.downcast_ref::<ShmError>())
-    }
-}
-
-impl fmt::Display for ShmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({}): {}",
-            self.code.name(),
-            self.code.code(),
-            self.message
-        )
-    }
-}
-
-impl std::error::Error for ShmError {}
 
 /// One `mmap`ed range, unmapped on drop.
 struct Mapping {
@@ -255,15 +196,15 @@ impl Region {
     /// Checks the descriptor of a SHM_REGION announcing `size` bytes and maps it read-only;
     /// the descriptor is closed either way (a mapped region costs no descriptor).
     ///
-    /// Refused with [`ShmErrorCode::BadDescriptor`]: a file that is not a sealable memory file,
+    /// Refused with `SHM_BAD_DESCRIPTOR` ([`ErrorCode::ShmBadDescriptor`]): a file that is not a sealable memory file,
     /// lacks [`REQUIRED_SEALS`], is not on tmpfs (a hugetlbfs file can SIGBUS when its pool runs
     /// dry), or whose size is not `size`, or a mapping that fails. The seals are checked before
     /// the mapping exists, so a hostile owner can never truncate the file under it.
-    pub fn map_received(fd: OwnedFd, size: u64) -> Result<Region, ShmError> {
-        let bad = |m: String| ShmError::new(ShmErrorCode::BadDescriptor, m);
+    pub fn map_received(fd: OwnedFd, size: u64) -> Result<Region, ProtocolError> {
+        let bad = |m: String| shm_error(ErrorCode::ShmBadDescriptor, m);
         if size == 0 || size > isize::MAX as u64 {
-            return Err(ShmError::new(
-                ShmErrorCode::BadRegion,
+            return Err(shm_error(
+                ErrorCode::ShmBadRegion,
                 format!("a region of {size} bytes"),
             ));
         }
@@ -322,14 +263,14 @@ impl Region {
 
     /// A zero-copy view of `length` bytes at `offset`, holding the mapping; `on_release` runs
     /// once, when the last clone or slice of the view is dropped (the driver sends SHM_RELEASE
-    /// then). A range that is empty or runs past the region is [`ShmErrorCode::Bounds`], and
+    /// then). A range that is empty or runs past the region is `SHM_BOUNDS`, and
     /// `on_release` is dropped without running.
     pub fn lend(
         &self,
         offset: u64,
         length: u64,
         on_release: impl FnOnce() + Send + 'static,
-    ) -> Result<Bytes, ShmError> {
+    ) -> Result<Bytes, ProtocolError> {
         let (offset, length) = self.check_range(offset, length)?;
         Ok(Bytes::from_owner(View {
             map: self.map.clone(),
@@ -340,7 +281,7 @@ impl Region {
     }
 
     /// [`lend`](Self::lend) without a release callback.
-    pub fn view(&self, offset: u64, length: u64) -> Result<Bytes, ShmError> {
+    pub fn view(&self, offset: u64, length: u64) -> Result<Bytes, ProtocolError> {
         let (offset, length) = self.check_range(offset, length)?;
         Ok(Bytes::from_owner(View {
             map: self.map.clone(),
@@ -350,12 +291,12 @@ impl Region {
         }))
     }
 
-    fn check_range(&self, offset: u64, length: u64) -> Result<(usize, usize), ShmError> {
+    fn check_range(&self, offset: u64, length: u64) -> Result<(usize, usize), ProtocolError> {
         let size = self.map.len as u64;
         match offset.checked_add(length) {
             Some(end) if length > 0 && end <= size => Ok((offset as usize, length as usize)),
-            _ => Err(ShmError::new(
-                ShmErrorCode::Bounds,
+            _ => Err(shm_error(
+                ErrorCode::ShmBounds,
                 format!("bytes {offset} + {length} of a region of {size} bytes"),
             )),
         }
@@ -453,7 +394,7 @@ pub fn send_with_fds(
 /// Reads once into `buf` without blocking, appending the descriptors that arrived with the
 /// bytes to `fds` (close-on-exec, in order); `Ok(0)` is end of file. More descriptors than
 /// [`MAX_FDS_PER_WRITE`] in one read (`MSG_CTRUNC`) is an `InvalidData` error carrying a
-/// [`ShmError`] `BadDescriptor` (see [`ShmError::from_io`]); the descriptors that did arrive are
+/// [`ProtocolError`] `SHM_BAD_DESCRIPTOR` (see [`protocol_error`]); the descriptors that did arrive are
 /// closed, never leaked.
 pub fn recv_with_fds(
     sock: BorrowedFd<'_>,
@@ -510,8 +451,8 @@ pub fn recv_with_fds(
     }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         fds.truncate(first_new); // closes what did arrive
-        let e = ShmError::new(
-            ShmErrorCode::BadDescriptor,
+        let e = shm_error(
+            ErrorCode::ShmBadDescriptor,
             format!("more than {MAX_FDS_PER_WRITE} descriptors in one read (MSG_CTRUNC)"),
         );
         return Err(io::Error::new(io::ErrorKind::InvalidData, e));
@@ -550,7 +491,7 @@ mod tests {
         assert_eq!(region.view(99, 1).unwrap().len(), 1);
         for (offset, length) in [(0, 0), (0, 101), (100, 1), (u64::MAX, 2), (1, u64::MAX)] {
             let e = region.view(offset, length).unwrap_err();
-            assert_eq!(e.code, ShmErrorCode::Bounds, "{offset} + {length}");
+            assert_eq!(e.code, ErrorCode::ShmBounds, "{offset} + {length}");
         }
     }
 }

@@ -26,9 +26,8 @@ mod linux {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use wirepool_io::shm::{
-        recv_with_fds, send_with_fds, OwnedRegion, Region, ShmError, ShmErrorCode,
-    };
+    use wirepool_io::shm::{protocol_error, recv_with_fds, send_with_fds, OwnedRegion, Region};
+    use wirepool_proto::{ErrorCode, ProtocolError};
 
     const NAME: &str = "/memfd:wirepool-shm";
     const CHILD_SOCK: i32 = 3;
@@ -181,7 +180,7 @@ mod linux {
         }
     }
 
-    fn refused(fd: OwnedFd, size: u64) -> ShmError {
+    fn refused(fd: OwnedFd, size: u64) -> ProtocolError {
         match Region::map_received(fd, size) {
             Ok(_) => panic!("a hostile descriptor was mapped"),
             Err(e) => e,
@@ -192,7 +191,7 @@ mod linux {
         let base = own_counts();
         let sealable = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
         let both = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
-        let bad = ShmErrorCode::BadDescriptor;
+        let bad = ErrorCode::ShmBadDescriptor;
         // Unsealed: its owner could truncate it under the mapping (SIGBUS on the next read).
         let e = refused(raw_memfd(sealable, 4096, 0), 4096);
         assert_eq!(e.code, bad);
@@ -228,7 +227,7 @@ mod linux {
         assert_eq!(refused(s.into(), 4096).code, bad);
         // A size of 0 is the announcement's fault.
         let e = refused(raw_memfd(sealable, 4096, both), 0);
-        assert_eq!(e.code, ShmErrorCode::BadRegion);
+        assert_eq!(e.code, ErrorCode::ShmBadRegion);
         // Every refused descriptor was closed.
         assert_eq!(own_counts(), base);
         // And a properly sealed one is taken.
@@ -250,8 +249,8 @@ mod linux {
         let mut got = Vec::new();
         let mut buf = [0u8; 4];
         let e = recv_with_fds(b.as_fd(), &mut buf, &mut got).unwrap_err();
-        let shm = ShmError::from_io(&e).expect("a typed error");
-        assert_eq!(shm.code, ShmErrorCode::BadDescriptor);
+        let shm = protocol_error(&e).expect("a typed error");
+        assert_eq!(shm.code, ErrorCode::ShmBadDescriptor);
         assert!(got.is_empty());
         assert_eq!(own_counts(), base, "the truncated descriptors leaked");
     }
