@@ -57,6 +57,10 @@ RUNNERS: list[Runner] = [
     # without it this runner answers "unsupported" with the reason.
     Runner("wirepool_python_rsworker", "wirepool", "wirepool, Python parent + Rust worker",
            ("{python}", "{bench}/runners/wirepool_python.py", "--worker", "rust"), needs=("venv",)),
+    # The shared-memory lane's transport (PROTOCOL.md 20), W3 only, until the pool carries it.
+    Runner("wirepool_shm_lane", "wirepool",
+           "wirepool shared-memory lane transport, Rust x Rust (not yet the pool)",
+           discover="shm_lane"),
 ]
 
 
