@@ -356,7 +356,7 @@ export class Connection {
     }
     if (id > this.highest) refuse("UNKNOWN_ID", `${typeName(t)} for id ${id}, above every request (${this.highest})`);
     // 6. Continuation.
-    const partial = this.inbound.get(id);
+    const partial = this.inbound.size === 0 ? undefined : this.inbound.get(id);
     if (partial !== undefined) {
       if (t === FrameType.CONTINUATION) return this.continueInbound(partial, f.body, f.more, size);
       if (this._role === "worker" && t === FrameType.CANCEL) {
@@ -519,7 +519,7 @@ export class Connection {
   private inFlightFor(t: number, id: number): InFlight {
     const req = this.requests.get(id);
     if (req === undefined) refuse("UNKNOWN_ID", `${typeName(t)} for id ${id}, not in flight`);
-    if (this.outbound.has(id)) refuse("CONTINUATION", `${typeName(t)} for id ${id} while its message is being sent`);
+    if (this.outbound.size !== 0 && this.outbound.has(id)) refuse("CONTINUATION", `${typeName(t)} for id ${id} while its message is being sent`);
     return req;
   }
 
@@ -583,9 +583,12 @@ export class Connection {
    * MESSAGE_TOO_LARGE, or UNEXPECTED_FRAME before the handshake.
    */
   sendRequest(method: number, codec: number, timeoutUs: number, body: Uint8Array): number {
-    const cursor = this.beginRequest(method, codec, timeoutUs, body);
-    while (!this.sendNextFrame(cursor));
-    return cursor.id;
+    const id = this.startRequest(method, codec, timeoutUs, body);
+    if (this.outbound.size !== 0 && this.outbound.has(id)) {
+      const cursor = new MessageCursor(id, FrameType.REQUEST);
+      while (!this.sendNextFrame(cursor));
+    }
+    return id;
   }
 
   /** Parent: one REQUEST per body, ids consecutive; returns the first id (a batch fast path, 14.4). */
@@ -609,6 +612,11 @@ export class Connection {
    * The first frame is written now; the request is in flight from here.
    */
   beginRequest(method: number, codec: number, timeoutUs: number, body: Uint8Array): MessageCursor {
+    return new MessageCursor(this.startRequest(method, codec, timeoutUs, body), FrameType.REQUEST);
+  }
+
+  /** beginRequest without the cursor: writes the first frame, returns the id. */
+  private startRequest(method: number, codec: number, timeoutUs: number, body: Uint8Array): number {
     this.checkSend(FrameType.REQUEST, 1);
     if (this.draining) refuse("DRAINING", "no REQUEST can be sent after DRAIN");
     const methods = this._hello!.methods;
@@ -635,7 +643,8 @@ export class Connection {
     this.out.pos = p + 4;
     this.out.u64(timeoutUs);
     this.out.bytes(more ? body.subarray(0, chunk) : body);
-    return this.startOutbound(id, FrameType.REQUEST, more, body, chunk, total);
+    if (more) this.startOutbound(id, FrameType.REQUEST, body, chunk, total);
+    return id;
   }
 
   /** A message above max_message_size cannot be sent (8.1): nor can one past the in-progress sum. */
@@ -644,13 +653,9 @@ export class Connection {
     if (total > limit) refuse("MESSAGE_TOO_LARGE", `the ${what} of ${total} bytes is above max_message_size ${limit}`);
   }
 
-  private startOutbound(id: number, type: number, more: boolean, body: Uint8Array, offset: number, total: number): MessageCursor {
-    const cursor = new MessageCursor(id, type);
-    if (more) {
-      this.outbound.set(id, { type, body, offset, size: total });
-      this.outboundSize += total;
-    }
-    return cursor;
+  private startOutbound(id: number, type: number, body: Uint8Array, offset: number, total: number): void {
+    this.outbound.set(id, { type, body, offset, size: total });
+    this.outboundSize += total;
   }
 
   /**
@@ -741,8 +746,10 @@ export class Connection {
 
   /** Worker: ends unary request `id` with its result (split into frames when large). */
   sendResult(id: number, body: Uint8Array): void {
-    const c = this.beginResult(id, body);
-    while (!this.sendNextFrame(c));
+    if (this.startResult(id, body)) {
+      const cursor = new MessageCursor(id, FrameType.RESULT);
+      while (!this.sendNextFrame(cursor));
+    }
   }
 
   /** Worker: one RESULT per `[id, body]` (a batch fast path, 14.4). */
@@ -752,6 +759,12 @@ export class Connection {
 
   /** Worker: starts a result written one frame at a time (see {@link Connection.sendNextFrame}). */
   beginResult(id: number, body: Uint8Array): MessageCursor {
+    this.startResult(id, body);
+    return new MessageCursor(id, FrameType.RESULT);
+  }
+
+  /** beginResult without the cursor: true when frames remain to be sent. */
+  private startResult(id: number, body: Uint8Array): boolean {
     this.checkSend(FrameType.RESULT, id);
     const req = this.inFlightFor(FrameType.RESULT, id);
     if (req.kind !== MethodKind.UNARY) refuse("KIND_MISMATCH", `RESULT for stream ${id}`);
@@ -760,8 +773,9 @@ export class Connection {
     const more = chunk < body.length;
     this.out.header(FrameType.RESULT, more ? FLAG_MORE : 0, id, chunk);
     this.out.bytes(more ? body.subarray(0, chunk) : body);
-    if (!more) this.requests.delete(id);
-    return this.startOutbound(id, FrameType.RESULT, more, body, chunk, body.length);
+    if (more) this.startOutbound(id, FrameType.RESULT, body, chunk, body.length);
+    else this.requests.delete(id);
+    return more;
   }
 
   /** Worker: ends stream `id` with END; the core fills `row_count` with the rows it counted. */
@@ -782,8 +796,9 @@ export class Connection {
     this.out.header(FrameType.END, more ? FLAG_MORE : 0, id, 8 + chunk);
     this.out.u64(req.rows);
     this.out.bytes(more ? summary.subarray(0, chunk) : summary);
-    if (!more) this.requests.delete(id);
-    return this.startOutbound(id, FrameType.END, more, summary, chunk, total);
+    if (more) this.startOutbound(id, FrameType.END, summary, chunk, total);
+    else this.requests.delete(id);
+    return new MessageCursor(id, FrameType.END);
   }
 
   /**
