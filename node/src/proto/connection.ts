@@ -802,11 +802,16 @@ export class Connection {
   }
 
   /**
-   * Worker: a builder for one ROWS frame of stream `id`. Append rows, then `finish()` it: that
-   * writes the frame, charges the stream's credit and counts the rows.
+   * Worker: a builder for ROWS frames of stream `id` (keep it for the stream's life: it reuses
+   * its buffer). Append rows, then `finish()`: that writes the frame, charges the stream's credit
+   * and counts the rows.
+   * @throws ProtocolError UNKNOWN_ID, KIND_MISMATCH, UNEXPECTED_FRAME, as a ROWS send would.
    */
   rows(id: number): RowsBuilder {
-    if (this._role !== "worker") refuse("UNEXPECTED_FRAME", "the parent cannot send ROWS");
+    // Checked now for early feedback, and again by finish (the stream may end meanwhile).
+    this.checkSend(FrameType.ROWS, id);
+    const req = this.inFlightFor(FrameType.ROWS, id);
+    if (req.kind !== MethodKind.STREAM) refuse("KIND_MISMATCH", `ROWS for unary request ${id}`);
     return new RowsBuilder(this, id, this.sendLimit());
   }
 
