@@ -4,3 +4,5 @@
  * @module
  */
 export * from "./proto/index.js";
+export * from "./worker/index.js";
+export { codec, codecById, CODECS, type Codec, type CodecName } from "./codecs/index.js";

@@ -1,0 +1,167 @@
+/**
+ * Codecs (PROTOCOL.md section 7): how a request's body, its result, its rows and its summary
+ * turn into bytes and back. The protocol carries only a codec id; the worker and the parent
+ * driver share these objects, so both sides of a Node pool agree by construction.
+ *
+ * | name | id | values |
+ * |---|---|---|
+ * | `raw` | 0 | bytes as they are: a `Buffer` view of the received frame (zero-copy); encodes `Uint8Array` or `string` (UTF-8) |
+ * | `json` | 1 | JSON text; integers beyond ±(2^53 - 1) as `bigint`, so u64/i64 values round-trip |
+ * | `msgpack` | 2 | MessagePack ([msgpackr](https://github.com/kriszyp/msgpackr)); 64-bit integers beyond the safe range as `bigint` |
+ * | `cbor` | 3 | CBOR ([cbor-x](https://github.com/kriszyp/cbor-x)); 64-bit integers beyond the safe range as `bigint` |
+ *
+ * @example
+ * ```ts
+ * import { codec } from "wirepool/codecs";
+ * const json = codec("json");
+ * json.decode(json.encode({ n: 18446744073709551615n })); // { n: 18446744073709551615n }
+ * ```
+ * @module
+ */
+
+import { Decoder as CborDecoder, Encoder as CborEncoder } from "cbor-x";
+import { Packr } from "msgpackr";
+import { CodecId } from "../proto/constants.js";
+import { parseJson, stringifyJson } from "./json.js";
+
+export { parseJson, stringifyJson } from "./json.js";
+
+/** The name of a codec this SDK ships. */
+export type CodecName = "raw" | "json" | "msgpack" | "cbor";
+
+/** One codec: its wire id and name, and how values become bytes and back. */
+export interface Codec {
+  /** The codec id carried in REQUEST (section 7). */
+  readonly id: number;
+  /** The name used in method options (`codecs: ["json"]`). */
+  readonly name: string;
+  /**
+   * Bytes of `value`. The result may be a view of a buffer the codec reuses for later values
+   * only when it is never overwritten (msgpackr and cbor-x allocate anew rather than rewrite).
+   */
+  encode(value: unknown): Uint8Array;
+  /**
+   * The value of `bytes`, a view of the received frame. A codec that returns views of it
+   * (raw) relies on the core never overwriting bytes it handed out.
+   * @throws anything on bytes it cannot decode (the worker answers BAD_REQUEST).
+   */
+  decode(bytes: Buffer): unknown;
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** Raw bytes: no copy either way. A handler gets a `Buffer` view of the frame. */
+export const raw: Codec = {
+  id: CodecId.RAW,
+  name: "raw",
+  encode(value: unknown): Uint8Array {
+    if (value instanceof Uint8Array) return value;
+    if (typeof value === "string") return Buffer.from(value, "utf8");
+    if (value === undefined || value === null) return EMPTY;
+    if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+    if (value instanceof ArrayBuffer) return new Uint8Array(value);
+    throw new TypeError(`the raw codec encodes Uint8Array, ArrayBuffer or string, not ${typeof value}`);
+  },
+  decode(bytes: Buffer): unknown {
+    return bytes;
+  },
+};
+
+/** JSON (UTF-8), with exact 64-bit integers as `bigint` (see {@link parseJson}). */
+export const json: Codec = {
+  id: CodecId.JSON,
+  name: "json",
+  encode(value: unknown): Uint8Array {
+    return Buffer.from(stringifyJson(value), "utf8");
+  },
+  decode(bytes: Buffer): unknown {
+    return parseJson(bytes.toString("utf8"));
+  },
+};
+
+// Plain maps and arrays, no msgpackr records or cbor-x tags: the other SDKs read standard data.
+// int64AsType "auto" (not in msgpackr's typings): a 64-bit integer is a number when safe, else a bigint.
+const packr = new Packr({ useRecords: false, int64AsType: "auto" as "bigint", mapsAsObjects: true });
+
+/** An integer msgpackr would write as a float64 (it packs integers beyond 32 bits as doubles). */
+function isWideInt(v: number): boolean {
+  return (v > 0xffffffff || v < -0x80000000) && Number.isSafeInteger(v);
+}
+
+/**
+ * `value` with every integer beyond 32 bits as a bigint (msgpackr then writes int64/uint64, as
+ * the other SDKs expect an integer to arrive); `value` itself when it has none, so the common
+ * case allocates nothing.
+ */
+function widenInts(value: unknown): unknown {
+  if (typeof value === "number") return isWideInt(value) ? BigInt(value) : value;
+  if (value === null || typeof value !== "object" || ArrayBuffer.isView(value)) return value;
+  if (Array.isArray(value)) {
+    let out: unknown[] | null = null;
+    for (let i = 0; i < value.length; i++) {
+      const v = value[i];
+      const w = widenInts(v);
+      if (w !== v && out === null) out = value.slice();
+      if (out !== null) out[i] = w;
+    }
+    return out ?? value;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return value;
+  let out: Record<string, unknown> | null = null;
+  for (const k in value) {
+    const v = (value as Record<string, unknown>)[k];
+    const w = widenInts(v);
+    if (w !== v && out === null) out = { ...(value as Record<string, unknown>) };
+    if (out !== null) out[k] = w;
+  }
+  return out ?? value;
+}
+
+/** MessagePack through msgpackr; integers keep their type whatever their size. */
+export const msgpack: Codec = {
+  id: CodecId.MSGPACK,
+  name: "msgpack",
+  encode(value: unknown): Uint8Array {
+    return packr.pack(widenInts(value));
+  },
+  decode(bytes: Buffer): unknown {
+    return packr.unpack(bytes);
+  },
+};
+
+const cborEncoder = new CborEncoder({ useRecords: false, tagUint8Array: false, mapsAsObjects: true });
+const cborDecoder = new CborDecoder({ useRecords: false, mapsAsObjects: true });
+
+/** CBOR through cbor-x. */
+export const cbor: Codec = {
+  id: CodecId.CBOR,
+  name: "cbor",
+  encode(value: unknown): Uint8Array {
+    return cborEncoder.encode(value);
+  },
+  decode(bytes: Buffer): unknown {
+    return cborDecoder.decode(bytes);
+  },
+};
+
+/** Every codec this SDK ships, by name. */
+export const CODECS: Readonly<Record<CodecName, Codec>> = { raw, json, msgpack, cbor };
+
+const BY_ID = new Map<number, Codec>(Object.values(CODECS).map((c) => [c.id, c]));
+
+/**
+ * A codec by name, or the codec itself (so options may pass a custom {@link Codec}, e.g. a
+ * private-use id 128-255).
+ * @throws TypeError for an unknown name.
+ */
+export function codec(nameOrCodec: CodecName | Codec): Codec {
+  if (typeof nameOrCodec !== "string") return nameOrCodec;
+  const c = (CODECS as Record<string, Codec | undefined>)[nameOrCodec];
+  if (c === undefined) throw new TypeError(`unknown codec ${JSON.stringify(nameOrCodec)} (known: ${Object.keys(CODECS).join(", ")})`);
+  return c;
+}
+
+/** The shipped codec with wire id `id`, or undefined. */
+export function codecById(id: number): Codec | undefined {
+  return BY_ID.get(id);
+}
