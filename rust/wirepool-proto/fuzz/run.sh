@@ -29,7 +29,7 @@ else
     echo "run.sh: using $(rustc --version) with RUSTC_BOOTSTRAP=1" >&2
 fi
 
-targets=(decoder connection)
+targets=(decoder connection shm)
 per=$(( total / ${#targets[@]} ))
 (( per >= 1 )) || per=1
 
