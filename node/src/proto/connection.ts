@@ -115,6 +115,12 @@ class InFlight {
   ) {}
 }
 
+/**
+ * Every unary request shares this one record: only streams keep counters, and every counter
+ * update checks the kind first. One allocation less per call.
+ */
+const UNARY = new InFlight(MethodKind.UNARY, 0);
+
 /** An inbound continued message being reassembled (section 5). */
 interface Inbound {
   readonly first: RequestFrame | ResultFrame | EndFrame;
@@ -471,7 +477,7 @@ export class Connection {
     const m = methods[f.method];
     if (!m.codecs.includes(f.codec)) return this.reject(f.id, ErrorCode.CODEC_UNSUPPORTED);
     if (this.requests.size >= this._welcome!.maxInFlight) return this.reject(f.id, ErrorCode.OVERLOADED);
-    this.requests.set(f.id, new InFlight(m.kind, m.kind === MethodKind.STREAM ? this._welcome!.initialCredit : 0));
+    this.requests.set(f.id, m.kind === MethodKind.STREAM ? new InFlight(MethodKind.STREAM, this._welcome!.initialCredit) : UNARY);
     return f;
   }
 
@@ -631,7 +637,7 @@ export class Connection {
     const id = this.highest + 1;
     const kind = methods[method].kind;
     this.highest = id;
-    this.requests.set(id, new InFlight(kind, kind === MethodKind.STREAM ? w.initialCredit : 0));
+    this.requests.set(id, kind === MethodKind.STREAM ? new InFlight(MethodKind.STREAM, w.initialCredit) : UNARY);
     const chunk = Math.min(body.length, w.maxFrameSize - 12);
     const more = chunk < body.length;
     this.out.header(FrameType.REQUEST, more ? FLAG_MORE : 0, id, 12 + chunk);
@@ -968,7 +974,7 @@ export class Connection {
         const kind = methods[frame.method].kind;
         commit = () => {
           this.highest = id;
-          this.requests.set(id, new InFlight(kind, kind === MethodKind.STREAM ? w.initialCredit : 0));
+          this.requests.set(id, kind === MethodKind.STREAM ? new InFlight(MethodKind.STREAM, w.initialCredit) : UNARY);
           if (more) this.startManualOutbound(id, t, length);
         };
         break;
