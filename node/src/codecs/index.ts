@@ -83,7 +83,7 @@ export const json: Codec = {
 // int64AsType "auto" (not in msgpackr's typings): a 64-bit integer is a number when safe, else a bigint.
 const packr = new Packr({ useRecords: false, int64AsType: "auto" as "bigint", mapsAsObjects: true });
 
-/** An integer msgpackr would write as a float64 (it packs integers beyond 32 bits as doubles). */
+/** An integer msgpackr and cbor-x would write as a float64 (they pack integers beyond 32 bits as doubles). */
 function isWideInt(v: number): boolean {
   return (v > 0xffffffff || v < -0x80000000) && Number.isSafeInteger(v);
 }
@@ -132,15 +132,40 @@ export const msgpack: Codec = {
 const cborEncoder = new CborEncoder({ useRecords: false, tagUint8Array: false, mapsAsObjects: true });
 const cborDecoder = new CborDecoder({ useRecords: false, mapsAsObjects: true });
 
-/** CBOR through cbor-x. */
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * cbor-x decodes every 8-byte integer to a bigint; those within ±(2^53 - 1) become numbers, in
+ * place (the decoded value is ours), as msgpack's "auto" does.
+ */
+function narrowInts(value: unknown): unknown {
+  if (typeof value === "bigint") return value >= MIN_SAFE && value <= MAX_SAFE ? Number(value) : value;
+  if (value === null || typeof value !== "object" || ArrayBuffer.isView(value)) return value;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const v = value[i];
+      if (typeof v === "object" || typeof v === "bigint") value[i] = narrowInts(v);
+    }
+  } else if (Object.getPrototypeOf(value) === Object.prototype) {
+    const o = value as Record<string, unknown>;
+    for (const k in o) {
+      const v = o[k];
+      if (typeof v === "object" || typeof v === "bigint") o[k] = narrowInts(v);
+    }
+  }
+  return value;
+}
+
+/** CBOR through cbor-x; integers keep their type whatever their size (bigint beyond ±(2^53 - 1)). */
 export const cbor: Codec = {
   id: CodecId.CBOR,
   name: "cbor",
   encode(value: unknown): Uint8Array {
-    return cborEncoder.encode(value);
+    return cborEncoder.encode(widenInts(value));
   },
   decode(bytes: Buffer): unknown {
-    return cborDecoder.decode(bytes);
+    return narrowInts(cborDecoder.decode(bytes));
   },
 };
 
