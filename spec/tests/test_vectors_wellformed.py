@@ -182,3 +182,27 @@ def test_protocol_has_a_checked_hex_example_of_every_frame_type():
     assert names and all(n in by_name for n in names), set(names) - set(by_name)
     shown = {f["type"] for n in names for f in by_name[n]["frames"]}
     assert shown == FRAME_TYPES, FRAME_TYPES - shown
+
+
+def test_shm_vectors_name_the_extension_codes():
+    """shm.json (section 20): every error is a code of constants.json, by name and number."""
+    shm = json.loads((VECTORS / "shm.json").read_text(encoding="utf-8"))
+    constants = json.loads((SPEC / "constants.json").read_text(encoding="utf-8"))
+    codes = {e["name"]: e["code"] for e in constants["error_codes"]
+             + constants["extensions"]["shm"]["error_codes"]}
+    kinds = {c["kind"] for c in shm["cases"]}
+    assert kinds == {"block", "welcome_check", "frame", "borrower"}
+    names = [c["name"] for c in shm["cases"]]
+    assert len(names) == len(set(names))
+    errors = [c["error"] for c in shm["cases"] if c["error"]]
+    assert errors and all(codes[e["name"]] == e["code"] for e in errors)
+    # Every code of the extension that a receiver raises from bytes is exercised.
+    assert {e["name"] for e in errors} >= {"SHM_BAD_REGION", "SHM_BAD_DESCRIPTOR", "SHM_BOUNDS",
+                                           "SHM_BAD_RELEASE", "BAD_PAYLOAD", "BAD_HANDSHAKE",
+                                           "RESERVED_NONZERO"}
+    for c in shm["cases"]:
+        if c["kind"] == "frame" and c["frame"]:
+            t = next(t for t in constants["extensions"]["shm"]["frame_types"]
+                     if t["name"] == c["frame"]["type"])
+            assert int(c["hex"][8:10], 16) == t["code"]
+            assert len(c["hex"]) // 2 == 16 + t["payload_size"]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate the wirepool protocol test vectors: spec/vectors/frames.json and sessions.json.
+"""Generate the wirepool protocol test vectors: spec/vectors/frames.json and sessions.json
+(and shm.json, the shared-memory extension's cases, from shm_cases.py).
 
 Standalone and stdlib-only on purpose: it shares no code with any SDK, so a bug in an SDK cannot
 hide in the vectors. It holds three small pieces written straight from spec/PROTOCOL.md:
@@ -1713,11 +1714,16 @@ def main() -> int:
         PROTOCOL_MD.write_text(text, encoding="utf-8")
         print("refreshed the hex examples of PROTOCOL.md")
         return 0
-    outputs = {HERE / "frames.json": dump(FRAME_CASES), HERE / "sessions.json": dump(SESSION_CASES)}
+    import shm_cases  # the shared-memory extension's cases (section 20), from this folder
+
+    shm = shm_cases.build()
+    outputs = {HERE / "frames.json": dump(FRAME_CASES), HERE / "sessions.json": dump(SESSION_CASES),
+               HERE / "shm.json": dump(shm)}
     if not args.check:
         for path, text in outputs.items():
             path.write_text(text, encoding="utf-8")
-        print(f"wrote {len(FRAME_CASES)} frame cases, {len(SESSION_CASES)} session cases")
+        print(f"wrote {len(FRAME_CASES)} frame cases, {len(SESSION_CASES)} session cases, "
+              f"{len(shm)} shm cases")
         return 0
     problems = []
     for path, text in outputs.items():
