@@ -46,6 +46,11 @@ export interface Codec {
    * @throws anything on bytes it cannot decode (the worker answers BAD_REQUEST).
    */
   decode(bytes: Buffer): unknown;
+  /**
+   * Optional, for text codecs: the encoding as a string, which a driver writes straight into
+   * its frame buffer (a stream's rows then cost no Buffer each). Must equal `encode` as UTF-8.
+   */
+  encodeString?(value: unknown): string;
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -74,6 +79,7 @@ export const json: Codec = {
   encode(value: unknown): Uint8Array {
     return Buffer.from(stringifyJson(value), "utf8");
   },
+  encodeString: stringifyJson,
   decode(bytes: Buffer): unknown {
     return parseJson(bytes.toString("utf8"));
   },

@@ -300,6 +300,7 @@ class Runtime {
   private drainTimer: NodeJS.Timeout | null = null;
   private parentTimer: NodeJS.Timeout | null = null;
   private batchBytes = ROWS_BATCH_BYTES;
+  private scratch = Buffer.allocUnsafe(64 * 1024);
   private resolveDone: (status: number) => void = () => {};
   private readonly flushTick = (): void => {
     this.flushQueued = false;
@@ -590,6 +591,7 @@ class Runtime {
       it = iteratorOf(src);
       call.builder = this.conn.rows(call.id);
       const codec = call.codec;
+      const encodeString = codec.encodeString;
       let summary: unknown;
       for (;;) {
         let r = it.next();
@@ -600,7 +602,7 @@ class Runtime {
           summary = r.value;
           break;
         }
-        const pending = this.pushRow(call, codec.encode(r.value));
+        const pending = this.pushRow(call, encodeString !== undefined ? this.utf8(encodeString(r.value)) : codec.encode(r.value));
         if (pending !== undefined) await pending;
       }
       // Every row leaves before END (section 6), credit permitting.
@@ -638,13 +640,25 @@ class Runtime {
   }
 
   /**
+   * `text` as UTF-8 in a scratch buffer this runtime reuses: the builder copies the row at once,
+   * so a text row costs no Buffer of its own.
+   */
+  private utf8(text: string): Buffer {
+    let scratch = this.scratch;
+    // 3 bytes per UTF-16 unit at most; grow (rarely) for a long row.
+    if (text.length * 3 > scratch.length) scratch = this.scratch = Buffer.allocUnsafe(Math.max(text.length * 3, scratch.length * 2));
+    return scratch.subarray(0, scratch.write(text, 0, "utf8"));
+  }
+
+  /**
    * Appends one encoded row to the stream's frame; a full frame is sent (waiting for credit).
    * @returns a promise only when the producer must wait (the common case returns undefined, so
    * a fast generator costs no extra promise per row).
    */
   private pushRow(call: Call, row: Uint8Array): Promise<void> | undefined {
     const b = call.builder!;
-    if (!b.append(row)) return this.sendThenAppend(call, row);
+    // A row held across the wait must not be the scratch buffer another stream may rewrite.
+    if (!b.append(row)) return this.sendThenAppend(call, row.buffer === this.scratch.buffer ? Buffer.from(row) : row);
     if (b.payloadLength >= this.batchBytes) return this.sendBatch(call, true);
     if (b.count === 1 && call.flushTimer === null) {
       call.flushTimer = setTimeout(() => this.flushTimerFired(call), ROWS_FLUSH_INTERVAL_MS);
