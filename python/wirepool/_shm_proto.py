@@ -45,21 +45,20 @@ def _fail(code: ErrorCode, message: str, id: int = 0) -> ProtocolError:
 
 
 def parse_extensions(trailing: bytes | memoryview) -> list[tuple[int, bytes]]:
-    """The entries ``(tag, data)`` of an extension block (20.1).
+    """The entries ``(tag, data)`` of the trailing bytes of a HELLO or WELCOME (20.1).
 
-    An entry running past the end is ``BAD_PAYLOAD``, a tag twice ``BAD_HANDSHAKE``.
+    Never an error: a reader that knows extensions stays a version 1 reader, so bytes that are
+    not an extension block (an entry running past the end, a tag twice) give no entries.
     """
     data = bytes(trailing)
     out: list[tuple[int, bytes]] = []
     at = 0
     while at < len(data):
         if len(data) - at < 4:
-            raise _fail(ErrorCode.BAD_PAYLOAD, "an extension entry's header runs past the end")
+            return []
         tag, length = struct.unpack_from("<HH", data, at)
-        if at + 4 + length > len(data):
-            raise _fail(ErrorCode.BAD_PAYLOAD, f"extension {tag}'s {length} bytes run past the end")
-        if any(t == tag for t, _ in out):
-            raise _fail(ErrorCode.BAD_HANDSHAKE, f"extension {tag} appears twice")
+        if at + 4 + length > len(data) or any(t == tag for t, _ in out):
+            return []
         out.append((tag, data[at + 4:at + 4 + length]))
         at += 4 + length
     return out
@@ -77,10 +76,9 @@ class ShmOffer:
     window: int
 
     @classmethod
-    def decode(cls, data: bytes) -> ShmOffer:
-        if len(data) < 8:
-            raise _fail(ErrorCode.BAD_PAYLOAD, "HELLO's shm entry is shorter than 8 bytes")
-        return cls(struct.unpack_from("<Q", data)[0])
+    def decode(cls, data: bytes) -> ShmOffer | None:
+        """None when shorter than 8 bytes: the entry is ignored (20.1)."""
+        return cls(struct.unpack_from("<Q", data)[0]) if len(data) >= 8 else None
 
     def encode(self) -> bytes:
         return encode_extension(TAG_SHM, struct.pack("<Q", self.window))
@@ -94,10 +92,9 @@ class ShmAccept:
     to_parent_window: int
 
     @classmethod
-    def decode(cls, data: bytes) -> ShmAccept:
-        if len(data) < 16:
-            raise _fail(ErrorCode.BAD_PAYLOAD, "WELCOME's shm entry is shorter than 16 bytes")
-        return cls(*struct.unpack_from("<QQ", data))
+    def decode(cls, data: bytes) -> ShmAccept | None:
+        """None when shorter than 16 bytes: the entry is ignored (20.1)."""
+        return cls(*struct.unpack_from("<QQ", data)) if len(data) >= 16 else None
 
     def check(self, offer: ShmOffer | None) -> None:
         """The worker's check against its HELLO: not offered, or above the offer: BAD_HANDSHAKE."""

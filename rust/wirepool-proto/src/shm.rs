@@ -53,39 +53,28 @@ pub struct Extension<'a> {
     pub data: &'a [u8],
 }
 
-/// Parses the trailing bytes of a HELLO or WELCOME as an extension block (20.1): an entry
-/// running past the end is `BAD_PAYLOAD`, a tag twice `BAD_HANDSHAKE`.
-pub fn parse_extensions(trailing: &[u8]) -> Result<Vec<Extension<'_>>, ProtocolError> {
+/// The entries of the trailing bytes of a HELLO or WELCOME read as an extension block (20.1).
+/// Never an error: a reader that knows extensions stays a version 1 reader, so bytes that are
+/// not an extension block (an entry running past the end, a tag twice) give no entries.
+pub fn parse_extensions(trailing: &[u8]) -> Vec<Extension<'_>> {
     let mut out: Vec<Extension<'_>> = Vec::new();
     let mut rest = trailing;
     while !rest.is_empty() {
         if rest.len() < 4 {
-            return Err(err(
-                ErrorCode::BadPayload,
-                0,
-                "an extension entry's header runs past the end",
-            ));
+            return Vec::new();
         }
         let tag = u16::from_le_bytes([rest[0], rest[1]]);
         let len = u16::from_le_bytes([rest[2], rest[3]]) as usize;
         let Some(data) = rest.get(4..4 + len) else {
-            return Err(err(
-                ErrorCode::BadPayload,
-                0,
-                format!("extension {tag}'s {len} bytes run past the end"),
-            ));
+            return Vec::new();
         };
         if out.iter().any(|e| e.tag == tag) {
-            return Err(err(
-                ErrorCode::BadHandshake,
-                0,
-                format!("extension {tag} appears twice"),
-            ));
+            return Vec::new();
         }
         out.push(Extension { tag, data });
         rest = &rest[4 + len..];
     }
-    Ok(out)
+    out
 }
 
 /// Appends one extension entry (`tag u16, length u16, data`).
@@ -114,16 +103,10 @@ pub struct ShmOffer {
 }
 
 impl ShmOffer {
-    /// Reads the entry's data; shorter than 8 bytes is `BAD_PAYLOAD`, bytes after are ignored.
-    pub fn decode(data: &[u8]) -> Result<ShmOffer, ProtocolError> {
-        if data.len() < 8 {
-            return Err(err(
-                ErrorCode::BadPayload,
-                0,
-                "HELLO's shm entry is shorter than 8 bytes",
-            ));
-        }
-        Ok(ShmOffer {
+    /// Reads the entry's data: `None` when shorter than 8 bytes (the entry is ignored, 20.1);
+    /// bytes after the fields are ignored.
+    pub fn decode(data: &[u8]) -> Option<ShmOffer> {
+        (data.len() >= 8).then(|| ShmOffer {
             window: u64_at(data, 0),
         })
     }
@@ -144,16 +127,10 @@ pub struct ShmAccept {
 }
 
 impl ShmAccept {
-    /// Reads the entry's data; shorter than 16 bytes is `BAD_PAYLOAD`, bytes after are ignored.
-    pub fn decode(data: &[u8]) -> Result<ShmAccept, ProtocolError> {
-        if data.len() < 16 {
-            return Err(err(
-                ErrorCode::BadPayload,
-                0,
-                "WELCOME's shm entry is shorter than 16 bytes",
-            ));
-        }
-        Ok(ShmAccept {
+    /// Reads the entry's data: `None` when shorter than 16 bytes (the entry is ignored, 20.1);
+    /// bytes after the fields are ignored.
+    pub fn decode(data: &[u8]) -> Option<ShmAccept> {
+        (data.len() >= 16).then(|| ShmAccept {
             to_worker_window: u64_at(data, 0),
             to_parent_window: u64_at(data, 8),
         })
