@@ -192,3 +192,49 @@ describe("receiving", () => {
     assert.equal(EventType.LATE, 0x100);
   });
 });
+
+describe("batch fast paths (section 14.4)", () => {
+  it("takeResults then nextEvent reports exactly what nextEvent alone does", () => {
+    const input = fc.array(
+      fc.oneof(
+        fc.record({ kind: fc.constant("result" as const), id: fc.integer({ min: 1, max: 6 }), size: fc.integer({ min: 0, max: 40 }) }),
+        fc.record({ kind: fc.constant("raw" as const), frame: frameArb }),
+      ),
+      { maxLength: 12 },
+    );
+    fc.assert(
+      fc.property(input, fc.integer({ min: 1, max: 64 }), (items, chunk) => {
+        const frames = items.map((it) => (it.kind === "result" ? { type: FrameType.RESULT, id: it.id, more: false, body: Buffer.alloc(it.size, it.id) } : it.frame));
+        const data = encodeFrames(frames as never);
+        const run = (fast: boolean) => {
+          const { parent } = pair();
+          parent.sendRequests(0, 0, [Buffer.alloc(0), Buffer.alloc(0), Buffer.alloc(0)]);
+          parent.sendRequest(1, 0, 0, Buffer.alloc(0));
+          const seen: unknown[] = [];
+          let error: string | undefined;
+          try {
+            for (let p = 0; p < data.length; p += chunk) {
+              parent.receive(data.subarray(p, p + chunk));
+              for (;;) {
+                if (fast) {
+                  const ids: number[] = [];
+                  const bodies: Buffer[] = [];
+                  parent.takeResults(ids, bodies);
+                  ids.forEach((id, i) => seen.push({ type: "RESULT", id, body: bodies[i].toString("hex") }));
+                }
+                const ev = parent.nextEvent();
+                if (ev === null) break;
+                seen.push(toJson(ev, false));
+              }
+            }
+          } catch (e) {
+            error = (e as Error).name;
+          }
+          return { seen, error, inFlight: parent.inFlightIds() };
+        };
+        assert.deepEqual(run(true), run(false));
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

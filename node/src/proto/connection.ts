@@ -15,6 +15,7 @@ import {
 } from "./constants.js";
 import { decodePayload, FrameDecoder } from "./decoder.js";
 import { errorName, ProtocolError } from "./errors.js";
+import { IdTable } from "./idtable.js";
 import {
   COPY_LIMIT,
   encodeFrame,
@@ -213,7 +214,7 @@ export class Connection {
   private open = false;
   /** The highest REQUEST id sent (parent) or received (worker). */
   private highest = 0;
-  private readonly requests = new Map<number, InFlight>();
+  private readonly requests = new IdTable<InFlight>();
   /** Worker: ids refused with REJECT whose ERROR answer has not been sent yet. */
   private readonly rejected = new Set<number>();
   private readonly inbound = new Map<number, Inbound>();
@@ -283,6 +284,33 @@ export class Connection {
     let n = 0;
     for (let ev = this.nextEvent(); ev !== null; ev = this.nextEvent()) {
       out.push(ev);
+      n++;
+    }
+    return n;
+  }
+
+  /**
+   * Parent: takes every complete single-frame RESULT of a unary request in flight at the front of
+   * the received bytes, appending its id to `ids` and its body (a view) to `bodies`; stops at
+   * anything else, which {@link Connection.nextEvent} then reports. The same checks and state
+   * changes as `nextEvent`, without an event object per result (a batch fast path, 14.4).
+   * @returns how many results were taken.
+   */
+  takeResults(ids: number[], bodies: Buffer[]): number {
+    if (this._failure !== null) throw this._failure;
+    if (this._role !== "parent" || !this.open || this.goodbye) return 0;
+    const dec = this.decoder;
+    let n = 0;
+    while (dec.peekType() === FrameType.RESULT) {
+      const id = dec.peekId();
+      // Anything the general path would report differently (UNKNOWN_ID, CONTINUATION, LATE,
+      // KIND_MISMATCH) is left to it.
+      if (id > this.highest || (this.inbound.size !== 0 && this.inbound.has(id))) break;
+      const req = this.requests.get(id);
+      if (req === undefined || req.kind !== MethodKind.UNARY) break;
+      this.requests.delete(id);
+      ids.push(id);
+      bodies.push(dec.takePayload());
       n++;
     }
     return n;
@@ -1126,7 +1154,7 @@ export class Connection {
 
   /** The ids of the requests in flight, in the order they started. */
   inFlightIds(): number[] {
-    return [...this.requests.keys()];
+    return this.requests.ids();
   }
 
   /** Whether request `id` is in flight. */

@@ -210,8 +210,49 @@ export class FrameDecoder {
     this.hLength = length;
     this.hType = type;
     this.hFlags = flags;
-    this.hId = hi * TWO32 + lo;
+    // Small ids stay small integers (no heap number per frame).
+    this.hId = hi === 0 ? lo : hi * TWO32 + lo;
     this.checked = true;
+  }
+
+  /**
+   * @internal For the core's batch fast paths: the type of the next frame when its header has
+   * passed its checks, its payload is all in and it is not continued; otherwise -1 (and a bad
+   * header fails the decoder, so that the next {@link FrameDecoder.next} throws).
+   */
+  peekType(): number {
+    if (this.failed !== null) return -1;
+    const avail = this.tail - this.start;
+    if (!this.checked) {
+      if (avail < HEADER_SIZE) return -1;
+      try {
+        this.checkHeader();
+      } catch (e) {
+        this.failed = e as ProtocolError;
+        return -1;
+      }
+    }
+    if (avail < HEADER_SIZE + this.hLength || (this.hFlags & FLAG_MORE) !== 0) return -1;
+    return this.hType;
+  }
+
+  /** @internal The id of the frame {@link FrameDecoder.peekType} looked at. */
+  peekId(): number {
+    return this.hId;
+  }
+
+  /** @internal Consumes the peeked frame and returns its payload (a view). */
+  takePayload(): Buffer {
+    const p = this.start + HEADER_SIZE;
+    const payload = this.buf.subarray(p, p + this.hLength);
+    this.start = p + this.hLength;
+    this.checked = false;
+    this.lastPayloadLength = this.hLength;
+    if (this.start === this.tail && this.buf.length - this.tail < HEADER_SIZE) {
+      this.buf = EMPTY;
+      this.start = this.tail = 0;
+    }
+    return payload;
   }
 
   /**
