@@ -95,6 +95,23 @@ def test_cycles_leave_no_descriptor_or_mapping(pair: tuple[socket.socket, socket
     assert counts() == base, "descriptors or mappings leaked"
 
 
+def test_regions_dropped_without_close_leak_nothing(pair: tuple[socket.socket, socket.socket]
+                                                     ) -> None:
+    a, b = pair
+    gc.collect()
+    base = counts()
+    for _ in range(50):
+        owned = OwnedRegion(8192)
+        [fd] = passed(a, b, [owned.fileno()])
+        region = Region.map_received(fd, 8192)
+        view = region.lend(4096, 10)
+        del owned, region  # never closed
+        assert bytes(view) == bytes(10)
+        del view
+    gc.collect()
+    assert counts() == base
+
+
 def raw_memfd(size: int, seals: int = 0, sealable: bool = True) -> int:
     flags = os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if sealable else 0)
     fd = os.memfd_create("wirepool-shm", flags)

@@ -81,6 +81,8 @@ class OwnedRegion:
         self._fd = fd
         self.size = size
         self.buffer = memoryview(self._map)
+        # A region dropped without close() still gives its descriptor back (never a leak).
+        self._closer = weakref.finalize(self, os.close, fd)
 
     def fileno(self) -> int:
         return self._fd
@@ -90,7 +92,7 @@ class OwnedRegion:
         if self._fd >= 0:
             self.buffer.release()
             self._map.close()
-            os.close(self._fd)
+            self._closer()
             self._fd = -1
 
     def __enter__(self) -> OwnedRegion:
@@ -120,6 +122,8 @@ class Region:
     def __init__(self, fd: int, size: int) -> None:
         self._fd = fd
         self.size = size
+        # A region dropped without close() still gives its descriptor back (never a leak).
+        self._closer = weakref.finalize(self, os.close, fd)
 
     @classmethod
     def map_received(cls, fd: int, size: int) -> Region:
@@ -183,7 +187,7 @@ class Region:
     def close(self) -> None:
         """Closes the descriptor; views already lent stay valid."""
         if self._fd >= 0:
-            os.close(self._fd)
+            self._closer()
             self._fd = -1
 
     def __enter__(self) -> Region:
