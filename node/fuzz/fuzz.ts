@@ -10,7 +10,8 @@
 // A failing input is written to fuzz/artifacts/ (not committed) and the run exits 1.
 //
 // Input layout for the core target: byte 0 picks the setup (bit 0: worker instead of parent;
-// bit 1: after a handshake; bit 2: the parent has sent requests 1 (unary) and 2 (stream)), the
+// bit 1: after a handshake; bit 2: the parent has sent requests 1 (unary) and 2 (stream); bit 3:
+// the parent takes results with takeResults before nextEvent), the
 // rest is what the core receives. The decoder target decodes the whole input.
 import { createHash } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -129,7 +130,7 @@ function mutate(src: Buffer, corpus: Buffer[]): Buffer {
         if (b.length > 5) b[1 + 4 + 16 * rand(Math.max(1, Math.floor((b.length - 5) / 16)))] = TYPES[rand(TYPES.length)];
         break;
       default:
-        if (b.length) b[0] = rand(8);
+        if (b.length) b[0] = rand(16);
         break;
     }
   }
@@ -197,8 +198,16 @@ function coreTarget(mode: number, parts: Buffer[]): string {
   const conn = setup(mode);
   const seen: string[] = [];
   try {
+    const fast = (mode & 8) !== 0; // the parent's takeResults fast path first
+    const ids: number[] = [];
+    const bodies: Buffer[] = [];
     for (const c of parts) {
       conn.receive(c);
+      if (fast) {
+        ids.length = bodies.length = 0;
+        const n = conn.takeResults(ids, bodies);
+        for (let i = 0; i < n && seen.length < 24; i++) seen.push(String(0x12));
+      }
       for (let ev = conn.nextEvent(); ev !== null; ev = conn.nextEvent()) {
         if (seen.length < 24) seen.push(String(ev.type));
         // Exercise the typed answers a driver gives; a refusal is fine, anything else is a bug.
@@ -226,7 +235,7 @@ function check(input: Buffer): string {
   const whole = decodeTarget([input]);
   const split = decodeTarget(chunks(input));
   if (whole !== split) throw new Error(`decoder: whole ${whole} != chunked ${split}`);
-  const mode = input.length ? input[0] & 7 : 0;
+  const mode = input.length ? input[0] & 15 : 0;
   const body = input.subarray(1);
   const cw = coreTarget(mode, [body]);
   const cs = coreTarget(mode, chunks(body));
