@@ -61,6 +61,10 @@ RUNNERS: list[Runner] = [
     Runner("wirepool_shm_lane", "wirepool",
            "wirepool shared-memory lane transport, Rust x Rust (not yet the pool)",
            discover="shm_lane"),
+    # The same with a Python parent (its Rust worker is built by shm_lane's --prepare).
+    Runner("wirepool_shm_lane_pyparent", "wirepool",
+           "wirepool shared-memory lane transport, Python parent + Rust worker (not yet the pool)",
+           ("{python}", "{bench}/runners/shm_lane_py.py"), needs=("venv",)),
 ]
 
 

@@ -298,8 +298,14 @@ mod lane {
         let mut parts = spec.split(' ');
         let echo = parts.next() == Some("echo");
         let payload: usize = parts.next().unwrap().parse().unwrap();
-        // SAFETY: the parent put our socket on fd 3.
-        let sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(CHILD_SOCK) });
+        // The parent put our socket on fd 3, or on the one WIREPOOL_SHM_LANE_FD names (a parent
+        // in another language: bench/runners/shm_lane_py.py).
+        let fd = std::env::var("WIREPOOL_SHM_LANE_FD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(CHILD_SOCK);
+        // SAFETY: the parent gave us this descriptor, and nothing else here owns it.
+        let sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
         let mut side = Side::new(sock, payload);
         loop {
             // End of file: the parent is done.
