@@ -286,4 +286,17 @@ describe("connection core properties", () => {
     assert.ok(e.message.length > 30000 && /^é+$/.test(e.message));
     assert.ok(e.details === "" || JSON.parse(e.details).truncated === true);
   });
+
+  it("an ERROR message above 65,535 bytes is cut to fit its length field; details that fit stay", () => {
+    const { parent, worker } = pair(1 << 20);
+    const id = parent.sendRequest(0, 0, 0, Buffer.alloc(0));
+    move(parent, worker);
+    drain(worker);
+    worker.sendError(id, 203, "€".repeat(30000), '{"line":3}');
+    move(worker, parent);
+    const [ev] = drain(parent);
+    const e = ev as Json;
+    assert.equal(Buffer.byteLength(e.message), 65535 - (65535 % 3), "cut at a character boundary");
+    assert.equal(e.details, '{"line":3}');
+  });
 });

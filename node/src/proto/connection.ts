@@ -888,17 +888,19 @@ export class Connection {
     }
     checkU32(code, "code");
     const limit = this.sendLimit();
-    let msg: Buffer = Buffer.from(message, "utf8");
+    // `message` is at most 65,535 bytes (its u16 length); then, if the frame is still too big,
+    // details go first and the message is cut last (section 2).
+    let msg: Buffer = cutUtf8(Buffer.from(message, "utf8"), 0xffff);
     let det = details;
     let detLen = utf8Len(det);
-    if (6 + msg.length + detLen > limit || msg.length > 0xffff) {
+    if (6 + msg.length + detLen > limit) {
       det = detLen > 0 ? `{"truncated": true, "details_bytes": ${detLen}}` : "";
       detLen = det.length;
       if (6 + msg.length + detLen > limit) {
         det = "";
         detLen = 0;
       }
-      msg = cutUtf8(msg, Math.min(0xffff, limit - 6 - detLen));
+      msg = cutUtf8(msg, limit - 6 - detLen);
     }
     // State changes only now that nothing can refuse.
     if (id === 0) {
