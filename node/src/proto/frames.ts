@@ -214,7 +214,7 @@ export class FrameWriter {
   private buf: Buffer;
   /** Start of the bytes not yet handed out. */
   private mark = 0;
-  /** Next byte to write. */
+  /** Next byte to write in the buffer {@link FrameWriter.room} returned (callers writing in place advance it). */
   pos = 0;
   private pieces: Buffer[] = [];
   private piecesBytes = 0;
@@ -260,17 +260,20 @@ export class FrameWriter {
     this.pos = p + HEADER_SIZE;
   }
 
+  /** Writes one byte. */
   u8(v: number): void {
     const b = this.room(1);
     b[this.pos++] = v;
   }
 
+  /** Writes a little-endian u16. */
   u16(v: number): void {
     const b = this.room(2);
     b.writeUInt16LE(v, this.pos);
     this.pos += 2;
   }
 
+  /** Writes a little-endian u32. */
   u32(v: number): void {
     const b = this.room(4);
     b.writeUInt32LE(v, this.pos);
