@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wirepool._shm_proto import (
     MAX_LIVE_REGIONS, SHM_BODY, SHM_RELEASE, TAG_SHM, Borrower, Lender, ShmAccept, ShmFrame,
@@ -161,3 +163,26 @@ def test_the_lender_refuses_what_it_must_not_send() -> None:
         assert e.value.code == code
     owner.released(ShmRange(a, 0, 1000))
     assert owner.retire(a) == 1000 and owner.announce(1) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_any_trailing_bytes_are_a_block_or_ignored(data: bytes) -> None:
+    entries = parse_extensions(data)
+    if entries:
+        assert b"".join(encode_extension(t, d) for t, d in entries) == data
+    for tag, d in entries:
+        if tag == TAG_SHM:
+            assert (ShmOffer.decode(d) is None) == (len(d) < 8)
+            assert (ShmAccept.decode(d) is None) == (len(d) < 16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([0x50, 0x51, 0x52, 0x7E]), st.binary(max_size=32))
+def test_any_payload_decodes_and_round_trips_or_is_refused(frame_type: int, payload: bytes) -> None:
+    try:
+        frame = ShmFrame.decode(frame_type, 3, payload)
+    except ProtocolError as e:
+        assert e.code in (ErrorCode.BAD_PAYLOAD, ErrorCode.RESERVED_NONZERO)
+        return
+    assert frame.encode()[16:] == payload
