@@ -6,3 +6,4 @@
 export * from "./proto/index.js";
 export * from "./worker/index.js";
 export { codec, codecById, CODECS, type Codec, type CodecName } from "./codecs/index.js";
+export * from "./parent/index.js";

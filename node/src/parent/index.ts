@@ -1,0 +1,8 @@
+/**
+ * The parent side of wirepool: a {@link Pool} of worker processes, its streams and leases, and
+ * the typed errors every call may end with.
+ * @module
+ */
+export { Pool, RowStream, Lease } from "./pool.js";
+export type { PoolOptions, CallOptions, CodecLike, LogEntry, PoolMetrics, WorkerMetrics } from "./pool.js";
+export * from "./errors.js";

@@ -1,0 +1,934 @@
+/**
+ * The parent driver: a pool of worker processes behind the wire protocol (PROTOCOL.md 8, 12.2,
+ * 14, 17). Calls, streams with credit granted as the loop reads, batches, leases, cancellation
+ * through AbortSignal, deadlines on the wire with the parent's backstop, heartbeats, restarts
+ * with backoff and an intensity limit, recycling, drain and close.
+ *
+ * @example
+ * ```ts
+ * import { Pool } from "wirepool";
+ * const pool = await Pool.start({ command: ["python3", "worker.py"], workers: 4 });
+ * try {
+ *   const sum = await pool.call("add", { a: 1, b: 2 });            // JSON by default
+ *   for await (const row of pool.stream("decls", { n: 1000 })) console.log(row);
+ *   const many = await pool.map("add", [{ a: 1, b: 1 }, { a: 2, b: 2 }]);
+ *   const ac = new AbortController();
+ *   const slow = pool.call("sleep", 60_000, { signal: ac.signal, timeoutMs: 5_000 });
+ *   ac.abort(); // slow rejects with CancelledError; the worker gets CANCEL
+ * } finally {
+ *   await pool.close();
+ * }
+ * ```
+ * @module
+ */
+
+import { EventEmitter } from "node:events";
+import { availableParallelism } from "node:os";
+import { codec as resolveCodec, type Codec, type CodecName } from "../codecs/index.js";
+import { ErrorCode, MethodKind, PARENT_DEFAULTS } from "../proto/constants.js";
+import { ProtocolError } from "../proto/errors.js";
+import type { RowsFrame } from "../proto/frames.js";
+import { wirepoolError, type WirepoolError } from "./errors.js";
+import { WorkerProcess, type Death, type RequiredMethod, type Route, type WorkerSettings } from "./worker.js";
+
+/** A codec by name (`"raw"`, `"json"`, `"msgpack"`, `"cbor"`) or a {@link Codec} object. */
+export type CodecLike = CodecName | Codec;
+
+/** A pool's settings. Every duration is in milliseconds; defaults follow PROTOCOL.md section 17. */
+export interface PoolOptions {
+  /** The worker program and its arguments, run without a shell. */
+  readonly command: readonly string[];
+  /** The workers' whole environment (default: this process's). `WIREPOOL_FD` is added. */
+  readonly env?: NodeJS.ProcessEnv;
+  /** The workers' working directory (default: this process's). */
+  readonly cwd?: string;
+  /** Worker processes kept alive (default: the CPUs this process may use). */
+  readonly workers?: number;
+  /** Requests in flight per worker (default 64; clamped to the worker's offer, logged once). */
+  readonly maxInFlight?: number;
+  /** The codec of calls that do not name one (default `"json"`). */
+  readonly codec?: CodecLike;
+  /** Methods every worker must offer, checked at its HELLO (else CODEC_MISMATCH at start). */
+  readonly require?: readonly { readonly method: string; readonly kind: "unary" | "stream"; readonly codec?: CodecLike }[];
+  readonly startupTimeoutMs?: number;
+  /** PING interval; a worker silent for 3 x this is hung (0: no heartbeat). */
+  readonly heartbeatMs?: number;
+  /** How long a cancelled request may take to end before its worker is killed. */
+  readonly cancelGraceMs?: number;
+  /** The parent's deadline backstop above a call's `timeoutMs`. */
+  readonly deadlineGraceMs?: number;
+  /** How long close() and recycling let requests in flight finish. */
+  readonly drainGraceMs?: number;
+  /** How long a worker that said GOODBYE (or broke) may take to exit before it is killed. */
+  readonly goodbyeGraceMs?: number;
+  readonly restartBackoffMs?: number;
+  readonly restartBackoffMaxMs?: number;
+  /** More unexpected deaths than this within `restartWindowMs` close the pool. */
+  readonly maxRestarts?: number;
+  readonly restartWindowMs?: number;
+  readonly maxFrameSize?: number;
+  /** Each stream's credit window in bytes (the unread rows it may hold). */
+  readonly initialCredit?: number;
+  readonly maxMessageSize?: number;
+  readonly stderrTailLines?: number;
+  /** Recycle a worker after this many requests. */
+  readonly maxRequests?: number | null;
+  /** Recycle a worker whose resident memory passes this many bytes (checked every second). */
+  readonly maxRssBytes?: number | null;
+  /** Recycle a worker idle for this long. */
+  readonly maxIdleMs?: number | null;
+  /** Receives every line the workers write to stdout and stderr (also the `log` event). */
+  readonly logger?: (entry: LogEntry) => void;
+}
+
+/** Options of one call or stream. */
+export interface CallOptions {
+  /** Aborting it cancels the call: it rejects with CancelledError and the worker gets CANCEL. */
+  readonly signal?: AbortSignal;
+  /** The call's time budget: sent on the wire, and enforced here plus `deadlineGraceMs`. */
+  readonly timeoutMs?: number;
+  /** The codec of the request and its answer (default: the pool's). */
+  readonly codec?: CodecLike;
+  /** Progress events the worker sends for this request. */
+  readonly onEvent?: (topic: string, data: string) => void;
+}
+
+/** One line of a worker's output. */
+export interface LogEntry {
+  readonly workerId: number;
+  readonly pid: number;
+  readonly stream: "stdout" | "stderr";
+  readonly line: string;
+}
+
+/** One worker in {@link PoolMetrics}. */
+export interface WorkerMetrics {
+  readonly workerId: number;
+  readonly pid: number;
+  readonly state: "starting" | "ready" | "closing" | "dead";
+  readonly alive: boolean;
+  readonly inFlight: number;
+  readonly requests: number;
+  readonly leased: boolean;
+}
+
+/** A snapshot of the pool's accounting. */
+export interface PoolMetrics {
+  readonly workers: readonly WorkerMetrics[];
+  /** Workers replaced after an unexpected death (crash, hang, violation, failed start). */
+  readonly restarts: number;
+  /** Workers replaced by recycling (request count, RSS, idle). */
+  readonly recycles: number;
+  /** Calls waiting for a free worker. */
+  readonly queued: number;
+  /** Calls and streams started, and those that ended in an error. */
+  readonly calls: number;
+  readonly failures: number;
+  /** Failures by code name. */
+  readonly failuresByCode: Readonly<Record<string, number>>;
+}
+
+interface Settings extends WorkerSettings {
+  readonly workers: number;
+  readonly codec: Codec;
+  readonly cancelGraceMs: number;
+  readonly deadlineGraceMs: number;
+  readonly drainGraceMs: number;
+  readonly restartBackoffMs: number;
+  readonly restartBackoffMaxMs: number;
+  readonly maxRestarts: number;
+  readonly restartWindowMs: number;
+  readonly maxRequests: number;
+  readonly maxRssBytes: number;
+  readonly maxIdleMs: number;
+}
+
+/** What every request at the pool shares: where it went, its timers, its one outcome. */
+abstract class Pending implements Route {
+  worker: WorkerProcess | null = null;
+  id = 0;
+  /** The caller has its outcome. */
+  settled = false;
+  private deadline: NodeJS.Timeout | null = null;
+  private grace: NodeJS.Timeout | null = null;
+  private onAbort: (() => void) | null = null;
+  readonly started = performance.now();
+
+  constructor(
+    readonly pool: Pool,
+    readonly method: string,
+    readonly kind: number,
+    readonly codec: Codec,
+    readonly body: Uint8Array,
+    readonly timeoutMs: number,
+    readonly lease: Lease | null,
+    readonly opts: CallOptions | undefined,
+  ) {
+    const signal = opts?.signal;
+    if (signal !== undefined) {
+      this.onAbort = () => this.abort();
+      signal.addEventListener("abort", this.onAbort, { once: true });
+    }
+    // A budget beyond a timer's range (~24.8 days) means no deadline in practice (section 2).
+    if (timeoutMs > 0 && timeoutMs + pool.settings.deadlineGraceMs <= 0x7fffffff) {
+      this.deadline = setTimeout(() => {
+        this.deadline = null;
+        this.stop(wirepoolError(ErrorCode.DEADLINE_EXCEEDED, `no answer within the ${timeoutMs} ms deadline (+ ${pool.settings.deadlineGraceMs} ms grace)`, { requestId: this.id }));
+      }, timeoutMs + pool.settings.deadlineGraceMs);
+    }
+  }
+
+  /** The wire budget at dispatch: what is left of the caller's deadline. */
+  remainingMs(): number {
+    if (this.timeoutMs <= 0) return 0;
+    return Math.max(1, this.timeoutMs - (performance.now() - this.started));
+  }
+
+  private abort(): void {
+    const reason = this.opts?.signal?.reason;
+    this.stop(wirepoolError(ErrorCode.CANCELLED, "cancelled by the caller", { requestId: this.id, cause: reason }));
+  }
+
+  /**
+   * The caller gives up (abort, deadline, a stream closed): it gets `error` now; the worker gets
+   * CANCEL and has the cancel grace to end the request before it is killed (12.2).
+   */
+  stop(error: WirepoolError | null): void {
+    if (error !== null) {
+      if (this.settled) return;
+      this.deliverError(error);
+    }
+    const w = this.worker;
+    if (w !== null && w.inFlight(this.id)) {
+      w.cancel(this.id);
+      if (this.grace === null) {
+        this.grace = setTimeout(() => {
+          this.grace = null;
+          if (w.inFlight(this.id)) w.kill();
+        }, this.pool.settings.cancelGraceMs);
+      }
+    }
+  }
+
+  /** Settles the caller with an error (once). */
+  abstract deliverError(error: WirepoolError): void;
+
+  /** The request has ended at the worker (terminal or local): timers and listeners go. */
+  protected ended(): void {
+    if (this.deadline !== null) clearTimeout(this.deadline);
+    if (this.grace !== null) clearTimeout(this.grace);
+    this.deadline = this.grace = null;
+    if (this.onAbort !== null) this.opts?.signal?.removeEventListener("abort", this.onAbort);
+    this.onAbort = null;
+  }
+
+  /** Settles the caller (bookkeeping shared by both kinds). */
+  protected settle(error: WirepoolError | null): void {
+    this.settled = true;
+    this.pool.counted(error);
+    if (this.worker === null || !this.worker.inFlight(this.id)) this.ended();
+  }
+
+  abstract result(body: Buffer): void;
+  abstract rows(frame: RowsFrame): void;
+  abstract end(summary: Buffer): void;
+  abstract fail(error: WirepoolError): void;
+
+  event(topic: string, data: string): void {
+    this.opts?.onEvent?.(topic, data);
+  }
+}
+
+class UnaryCall<T> extends Pending {
+  constructor(
+    pool: Pool,
+    method: string,
+    codec: Codec,
+    body: Uint8Array,
+    timeoutMs: number,
+    lease: Lease | null,
+    opts: CallOptions | undefined,
+    private readonly resolve: (v: T) => void,
+    private readonly reject: (e: WirepoolError) => void,
+  ) {
+    super(pool, method, MethodKind.UNARY, codec, body, timeoutMs, lease, opts);
+  }
+
+  result(body: Buffer): void {
+    this.ended();
+    if (this.settled) return;
+    let value: T;
+    try {
+      value = this.codec.decode(body) as T;
+    } catch (e) {
+      this.deliverError(wirepoolError(ErrorCode.DECODE_FAILED, `cannot decode the result with codec ${this.codec.name}: ${(e as Error)?.message ?? e}`, { requestId: this.id, pid: this.worker?.pid, cause: e }));
+      return;
+    }
+    this.settle(null);
+    this.resolve(value);
+  }
+
+  rows(): void {}
+  end(): void {}
+
+  fail(error: WirepoolError): void {
+    this.ended();
+    if (!this.settled) this.deliverError(error);
+  }
+
+  deliverError(error: WirepoolError): void {
+    if (this.settled) return;
+    this.settle(error);
+    this.reject(error);
+  }
+}
+
+/**
+ * The rows of one stream, read with `for await`. Credit goes back to the worker as the loop
+ * reads (section 6), so a slow loop slows the worker; leaving the loop (break, throw, return)
+ * cancels the stream, and rows still arriving for it are counted as read (14.3). After the
+ * loop, `summary` holds the END's summary (undefined when the worker sent none).
+ *
+ * @example
+ * ```ts
+ * const rows = pool.stream("decls", { n: 100 });
+ * for await (const row of rows) console.log(row);
+ * console.log(rows.summary);
+ * ```
+ */
+export class RowStream<T = unknown> extends Pending implements AsyncIterableIterator<T> {
+  /** The END's summary, decoded; undefined before the end or when there is none. */
+  summary: unknown = undefined;
+  private frames: RowsFrame[] = [];
+  private head = 0;
+  private row = 0;
+  private ended_ = false;
+  private error: WirepoolError | null = null;
+  private errorThrown = false;
+  private abandoned = false;
+  private waiter: { resolve: (r: IteratorResult<T>) => void; reject: (e: unknown) => void } | null = null;
+
+  /** @internal */
+  constructor(pool: Pool, method: string, codec: Codec, body: Uint8Array, timeoutMs: number, lease: Lease | null, opts: CallOptions | undefined) {
+    super(pool, method, MethodKind.STREAM, codec, body, timeoutMs, lease, opts);
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  /** The next row; done after END; rejects once with the stream's error. */
+  next(): Promise<IteratorResult<T>> {
+    if (this.head < this.frames.length) return this.take();
+    if (this.ended_) return this.terminal();
+    return new Promise((resolve, reject) => {
+      this.waiter = { resolve, reject };
+    });
+  }
+
+  /** Leaving the loop early: the stream is cancelled (the worker gets CANCEL). */
+  return(): Promise<IteratorResult<T>> {
+    this.cancel();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  /** Stops reading: rows not read yet are dropped (and counted as read), the worker gets CANCEL. */
+  cancel(): void {
+    if (!this.ended_) this.finishWith(wirepoolError(ErrorCode.CANCELLED, "the stream was cancelled by its reader", { requestId: this.id }), true);
+    this.errorThrown = true; // the reader chose to stop: nothing more to report
+    this.abandon();
+    this.stop(null);
+  }
+
+  private take(): Promise<IteratorResult<T>> {
+    const f = this.frames[this.head];
+    const raw = f.rows[this.row++];
+    if (this.row === f.rows.length) {
+      // The whole frame is read: its bytes go back as credit (the core grants at half the window).
+      this.frames[this.head++] = undefined as unknown as RowsFrame;
+      this.row = 0;
+      if (this.head > 64 && this.head * 2 > this.frames.length) {
+        this.frames = this.frames.slice(this.head);
+        this.head = 0;
+      }
+      this.worker?.consumed(this.id, f.payloadLength);
+    }
+    let value: T;
+    try {
+      value = this.codec.decode(raw) as T;
+    } catch (e) {
+      this.finishWith(wirepoolError(ErrorCode.DECODE_FAILED, `cannot decode a row with codec ${this.codec.name}: ${(e as Error)?.message ?? e}`, { requestId: this.id, pid: this.worker?.pid, cause: e }), true);
+      this.abandon();
+      this.stop(null);
+      return this.terminal();
+    }
+    return Promise.resolve({ value, done: false });
+  }
+
+  private terminal(): Promise<IteratorResult<T>> {
+    if (this.error !== null && !this.errorThrown) {
+      this.errorThrown = true;
+      return Promise.reject(this.error);
+    }
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  /** Rows queued and not read are dropped; their bytes are reported as read. */
+  private abandon(): void {
+    this.abandoned = true;
+    const w = this.worker;
+    for (let k = this.head; k < this.frames.length; k++) w?.consumed(this.id, this.frames[k].payloadLength);
+    this.frames = [];
+    this.head = this.row = 0;
+  }
+
+  /** The stream's outcome for its reader (rows already queued are still read first, unless `now`). */
+  private finishWith(error: WirepoolError | null, now: boolean): void {
+    if (this.ended_) return;
+    this.ended_ = true;
+    this.error = error;
+    if (now) this.abandon();
+    this.settle(error);
+    this.wake();
+  }
+
+  private wake(): void {
+    const w = this.waiter;
+    if (w === null) return;
+    if (this.head < this.frames.length) {
+      this.waiter = null;
+      this.take().then(w.resolve, w.reject);
+    } else if (this.ended_) {
+      this.waiter = null;
+      this.terminal().then(w.resolve, w.reject);
+    }
+  }
+
+  // Route: what the worker delivers.
+
+  result(): void {
+    this.ended();
+  }
+
+  rows(frame: RowsFrame): void {
+    if (this.abandoned || this.ended_) {
+      this.worker?.consumed(this.id, frame.payloadLength);
+      return;
+    }
+    this.frames.push(frame);
+    this.wake();
+  }
+
+  end(summary: Buffer): void {
+    this.ended();
+    if (this.ended_) return;
+    let error: WirepoolError | null = null;
+    if (summary.length > 0) {
+      try {
+        this.summary = this.codec.decode(summary);
+      } catch (e) {
+        error = wirepoolError(ErrorCode.DECODE_FAILED, `cannot decode the summary with codec ${this.codec.name}: ${(e as Error)?.message ?? e}`, { requestId: this.id, cause: e });
+      }
+    }
+    this.finishWith(error, false);
+  }
+
+  fail(error: WirepoolError): void {
+    this.ended();
+    this.finishWith(error, false);
+  }
+
+  deliverError(error: WirepoolError): void {
+    this.finishWith(error, true);
+  }
+}
+
+/**
+ * One worker reserved for its holder: every call through the lease goes to that worker (state
+ * kept in a worker between calls), and the pool routes nothing else to it until `release()`.
+ * Once the worker is gone, calls fail with LeaseLostError, which says how it died.
+ */
+export class Lease {
+  /** @internal */
+  lost: Death | null = null;
+  /** @internal */
+  readonly queue: Pending[] = [];
+  private released = false;
+
+  /** @internal */
+  constructor(
+    private readonly pool: Pool,
+    /** @internal */ readonly worker: WorkerProcess,
+  ) {}
+
+  /** The leased worker's process id. */
+  get pid(): number {
+    return this.worker.pid;
+  }
+
+  /** A unary call on the leased worker. */
+  call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
+    return this.pool.submitCall<T>(method, request, opts, this);
+  }
+
+  /** A stream on the leased worker. */
+  stream<T = unknown>(method: string, request?: unknown, opts?: CallOptions): RowStream<T> {
+    return this.pool.submitStream<T>(method, request, opts, this);
+  }
+
+  /** Gives the worker back to the pool (idempotent). */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.pool.releaseLease(this);
+  }
+
+  /** @internal */
+  get isReleased(): boolean {
+    return this.released;
+  }
+}
+
+/**
+ * A pool of worker processes. Start one with {@link Pool.start}; see the module example.
+ * Events: `log` ({@link LogEntry}), `event` (`{pid, id, topic, data}` for every EVENT frame),
+ * `exit` (`{workerId, pid, exitStatus, signal, why}`), `start` (`{workerId, pid}`).
+ */
+export class Pool extends EventEmitter {
+  /** @internal */
+  readonly settings: Settings;
+  private readonly workers: WorkerProcess[] = [];
+  private queue: Pending[] = [];
+  private queueHead = 0;
+  private readonly leaseWaiters: { resolve: (l: Lease) => void; reject: (e: WirepoolError) => void }[] = [];
+  private readonly leases = new Set<Lease>();
+  private nextWorkerId = 1;
+  private closed = false;
+  private closing: Promise<void> | null = null;
+  private closedBy: WirepoolError | null = null;
+  private readonly deaths: number[] = [];
+  private consecutiveDeaths = 0;
+  private readonly restartTimers = new Set<NodeJS.Timeout>();
+  private readonly recycleTimer: NodeJS.Timeout | null = null;
+  private clampLogged = false;
+  private stats = { restarts: 0, recycles: 0, calls: 0, failures: 0 };
+  private readonly failuresByCode: Record<string, number> = {};
+  private readonly logger: ((e: LogEntry) => void) | undefined;
+
+  private constructor(opts: PoolOptions) {
+    super();
+    if (!Array.isArray(opts.command) || opts.command.length === 0) throw new TypeError("Pool: command must be a non-empty array [program, ...args]");
+    const d = PARENT_DEFAULTS;
+    const codec = resolveCodec(opts.codec ?? "json");
+    this.logger = opts.logger;
+    this.settings = {
+      command: [...opts.command],
+      env: opts.env ?? process.env,
+      cwd: opts.cwd,
+      workers: opts.workers ?? availableParallelism(),
+      maxInFlight: opts.maxInFlight ?? d.maxInFlight,
+      codec,
+      require: (opts.require ?? []).map((r): RequiredMethod => ({ method: r.method, kind: r.kind, codecs: [resolveCodec(r.codec ?? codec).id] })),
+      startupTimeoutMs: opts.startupTimeoutMs ?? d.startupTimeoutMs,
+      heartbeatMs: opts.heartbeatMs ?? d.heartbeatMs,
+      cancelGraceMs: opts.cancelGraceMs ?? d.cancelGraceMs,
+      deadlineGraceMs: opts.deadlineGraceMs ?? d.deadlineGraceMs,
+      drainGraceMs: opts.drainGraceMs ?? d.drainGraceMs,
+      goodbyeGraceMs: opts.goodbyeGraceMs ?? d.goodbyeGraceMs,
+      restartBackoffMs: opts.restartBackoffMs ?? d.restartBackoffMs,
+      restartBackoffMaxMs: opts.restartBackoffMaxMs ?? d.restartBackoffMaxMs,
+      maxRestarts: opts.maxRestarts ?? d.maxRestarts,
+      restartWindowMs: opts.restartWindowMs ?? d.restartWindowMs,
+      maxFrameSize: opts.maxFrameSize ?? d.maxFrameSize,
+      initialCredit: opts.initialCredit ?? d.initialCredit,
+      maxMessageSize: opts.maxMessageSize ?? d.maxMessageSize,
+      stderrTailLines: opts.stderrTailLines ?? d.stderrTailLines,
+      maxRequests: opts.maxRequests ?? 0,
+      maxRssBytes: opts.maxRssBytes ?? 0,
+      maxIdleMs: opts.maxIdleMs ?? 0,
+    };
+    if (!(this.settings.workers >= 1)) throw new RangeError(`Pool: workers must be at least 1, not ${this.settings.workers}`);
+    if (this.settings.maxRssBytes > 0 || this.settings.maxIdleMs > 0) {
+      const every = this.settings.maxIdleMs > 0 ? Math.min(1000, Math.max(10, this.settings.maxIdleMs / 2)) : 1000;
+      this.recycleTimer = setInterval(() => this.checkRecycling(), every);
+    }
+  }
+
+  /**
+   * Starts `workers` processes and resolves once every one has completed its handshake.
+   * @throws WirepoolError SPAWN_FAILED, STARTUP_TIMEOUT, WORKER_EXITED (with its status),
+   * PROTOCOL_VIOLATION or CODEC_MISMATCH when a worker cannot start; the pool is then closed.
+   */
+  static async start(opts: PoolOptions): Promise<Pool> {
+    const pool = new Pool(opts);
+    const starts: Promise<void>[] = [];
+    for (let k = 0; k < pool.settings.workers; k++) starts.push(pool.spawnWorker());
+    const outcomes = await Promise.allSettled(starts);
+    const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === "rejected");
+    if (failed !== undefined) {
+      await pool.close({ graceMs: 0 });
+      throw failed.reason;
+    }
+    return pool;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Calls
+
+  /**
+   * Calls `method` with `request` and resolves with its decoded result.
+   * @throws WirepoolError: the worker's error (RequestError, code and details), or a local one
+   * (CancelledError, DeadlineExceededError, WorkerExitedError, WorkerHungError, ...).
+   */
+  call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
+    return this.submitCall<T>(method, request, opts, null);
+  }
+
+  /** Streams `method`'s rows: `for await (const row of pool.stream(...))`. */
+  stream<T = unknown>(method: string, request?: unknown, opts?: CallOptions): RowStream<T> {
+    return this.submitStream<T>(method, request, opts, null);
+  }
+
+  /**
+   * Calls `method` once per request, all at once (the requests to a worker leave in few writes),
+   * and resolves with the results in order; rejects with the first error.
+   */
+  map<T = unknown, R = unknown>(method: string, requests: Iterable<T>, opts?: CallOptions): Promise<R[]> {
+    const out: Promise<R>[] = [];
+    for (const r of requests) out.push(this.submitCall<R>(method, r, opts, null));
+    return Promise.all(out);
+  }
+
+  /**
+   * Reserves one worker for the caller until `release()` (see {@link Lease}); waits for a
+   * worker not already leased.
+   */
+  lease(): Promise<Lease> {
+    if (this.closed) return Promise.reject(this.closedError());
+    const w = this.pickForLease();
+    if (w !== null) return Promise.resolve(this.makeLease(w));
+    return new Promise((resolve, reject) => this.leaseWaiters.push({ resolve, reject }));
+  }
+
+  /** @internal */
+  submitCall<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null): Promise<T> {
+    let codec: Codec;
+    let body: Uint8Array;
+    try {
+      codec = opts?.codec === undefined ? this.settings.codec : resolveCodec(opts.codec);
+      body = codec.encode(request);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return new Promise<T>((resolve, reject) => {
+      const p = new UnaryCall<T>(this, method, codec, body, opts?.timeoutMs ?? 0, lease, opts, resolve, reject);
+      this.stats.calls++;
+      if (opts?.signal?.aborted) {
+        p.stop(wirepoolError(ErrorCode.CANCELLED, "cancelled by the caller before it started"));
+        return;
+      }
+      this.route(p);
+    });
+  }
+
+  /** @internal */
+  submitStream<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null): RowStream<T> {
+    const codec = opts?.codec === undefined ? this.settings.codec : resolveCodec(opts.codec);
+    const body = codec.encode(request);
+    const s = new RowStream<T>(this, method, codec, body, opts?.timeoutMs ?? 0, lease, opts);
+    this.stats.calls++;
+    if (opts?.signal?.aborted) s.stop(wirepoolError(ErrorCode.CANCELLED, "cancelled by the caller before it started"));
+    else this.route(s);
+    return s;
+  }
+
+  private route(p: Pending): void {
+    if (p.settled) return;
+    if (this.closed) {
+      p.deliverError(this.closedError());
+      return;
+    }
+    const lease = p.lease;
+    if (lease !== null) {
+      if (lease.lost !== null || lease.isReleased) {
+        p.deliverError(this.leaseLost(lease));
+      } else if (lease.worker.available()) {
+        this.sendOn(lease.worker, p);
+      } else {
+        lease.queue.push(p);
+      }
+      return;
+    }
+    const w = this.pick();
+    if (w !== null) this.sendOn(w, p);
+    else this.queue.push(p);
+  }
+
+  /** The routable worker with the fewest requests in flight. */
+  private pick(): WorkerProcess | null {
+    let best: WorkerProcess | null = null;
+    for (const w of this.workers) {
+      if (w.leasedBy !== null || !w.available()) continue;
+      if (best === null || w.inFlightCount < best.inFlightCount) best = w;
+    }
+    return best;
+  }
+
+  private sendOn(w: WorkerProcess, p: Pending): void {
+    const m = w.methods.get(p.method);
+    if (m === undefined) {
+      p.deliverError(wirepoolError(ErrorCode.UNKNOWN_METHOD, `the worker offers no method ${JSON.stringify(p.method)}`, { pid: w.pid }));
+      return;
+    }
+    if (m.kind !== p.kind) {
+      const want = p.kind === MethodKind.STREAM ? "stream" : "unary";
+      p.deliverError(wirepoolError(ErrorCode.UNKNOWN_METHOD, `${JSON.stringify(p.method)} is not a ${want} method (use ${want === "stream" ? "call" : "stream"}())`, { pid: w.pid }));
+      return;
+    }
+    try {
+      p.id = w.send(p, m.index, p.codec.id, p.remainingMs(), p.body);
+    } catch (e) {
+      if (!(e instanceof ProtocolError)) throw e;
+      p.deliverError(wirepoolError(e.code, `the request cannot be sent: ${e.message}`, { pid: w.pid }));
+      return;
+    }
+    p.worker = w;
+    const max = this.settings.maxRequests;
+    if (max > 0 && w.requests >= max && !w.retiring) this.recycle(w);
+  }
+
+  /** Routes waiting calls to workers with room (after a request ended or a worker started). */
+  private pump(): void {
+    for (const lease of this.leases) {
+      while (lease.queue.length > 0 && lease.worker.available()) this.sendOnOrSkip(lease.worker, lease.queue.shift()!);
+    }
+    while (this.queueHead < this.queue.length) {
+      const p = this.queue[this.queueHead];
+      if (p.settled) {
+        this.queueHead++;
+        continue;
+      }
+      const w = this.pick();
+      if (w === null) break;
+      this.queueHead++;
+      this.sendOn(w, p);
+    }
+    if (this.queueHead > 0 && this.queueHead === this.queue.length) {
+      this.queue = [];
+      this.queueHead = 0;
+    } else if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {
+      this.queue = this.queue.slice(this.queueHead);
+      this.queueHead = 0;
+    }
+    while (this.leaseWaiters.length > 0) {
+      const w = this.pickForLease();
+      if (w === null) break;
+      this.leaseWaiters.shift()!.resolve(this.makeLease(w));
+    }
+  }
+
+  private sendOnOrSkip(w: WorkerProcess, p: Pending): void {
+    if (!p.settled) this.sendOn(w, p);
+  }
+
+  private pickForLease(): WorkerProcess | null {
+    let best: WorkerProcess | null = null;
+    for (const w of this.workers) {
+      if (w.leasedBy !== null || w.state !== "ready" || w.retiring) continue;
+      if (best === null || w.inFlightCount < best.inFlightCount) best = w;
+    }
+    return best;
+  }
+
+  private makeLease(w: WorkerProcess): Lease {
+    const lease = new Lease(this, w);
+    w.leasedBy = lease;
+    this.leases.add(lease);
+    return lease;
+  }
+
+  /** @internal */
+  releaseLease(lease: Lease): void {
+    this.leases.delete(lease);
+    for (const p of lease.queue.splice(0)) p.deliverError(this.leaseLost(lease));
+    if (lease.worker.leasedBy === lease) lease.worker.leasedBy = null;
+    this.pump();
+  }
+
+  private leaseLost(lease: Lease): WirepoolError {
+    const d = lease.lost;
+    if (d === null) return wirepoolError(ErrorCode.LEASE_LOST, "the lease was released", { pid: lease.pid });
+    return wirepoolError(ErrorCode.LEASE_LOST, `the leased worker (pid ${lease.pid}) is gone`, { pid: lease.pid, exitStatus: d.exitStatus, signal: d.signal, stderrTail: d.stderrTail });
+  }
+
+  /** @internal */
+  counted(error: WirepoolError | null): void {
+    if (error === null) return;
+    this.stats.failures++;
+    this.failuresByCode[error.codeName] = (this.failuresByCode[error.codeName] ?? 0) + 1;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Workers: spawn, death, restart, recycle
+
+  private spawnWorker(): Promise<void> {
+    const w = new WorkerProcess(this.nextWorkerId++, this.settings, {
+      freed: () => this.pump(),
+      exited: (wp, death) => this.onExited(wp, death),
+      log: (wp, stream, line) => {
+        const entry: LogEntry = { workerId: wp.workerId, pid: wp.pid, stream, line };
+        this.logger?.(entry);
+        this.emit("log", entry);
+      },
+      event: (wp, id, topic, data) => this.emit("event", { pid: wp.pid, id, topic, data }),
+      clamped: (configured, offered) => {
+        if (this.clampLogged) return;
+        this.clampLogged = true;
+        process.emitWarning(`wirepool: max_in_flight ${configured} is above the worker's max_concurrency ${offered}; using ${offered}`);
+      },
+      wantsLines: () => this.logger !== undefined || this.listenerCount("log") > 0,
+    });
+    this.workers.push(w);
+    const started = w.start().then(() => {
+      this.consecutiveDeaths = 0;
+      this.emit("start", { workerId: w.workerId, pid: w.pid });
+      if (this.closed) w.drain(0);
+      this.pump();
+    });
+    return started;
+  }
+
+  private onExited(w: WorkerProcess, death: Death): void {
+    const k = this.workers.indexOf(w);
+    if (k >= 0) this.workers.splice(k, 1);
+    this.emit("exit", { workerId: w.workerId, pid: w.pid, exitStatus: death.exitStatus, signal: death.signal, why: death.why });
+    const lease = w.leasedBy as Lease | null;
+    if (lease !== null) {
+      lease.lost = death;
+      this.leases.delete(lease);
+      for (const p of lease.queue.splice(0)) p.deliverError(this.leaseLost(lease));
+    }
+    if (this.closed || w.replaced) {
+      this.pump();
+      return;
+    }
+    if (w.retiring) {
+      // Recycled (idle, RSS, count) without a replacement yet.
+      this.stats.recycles++;
+      this.replace(0);
+      return;
+    }
+    // An unexpected death, counted once (12.1 of the standards: the restart limit counts deaths).
+    const now = performance.now();
+    this.deaths.push(now);
+    while (this.deaths.length > 0 && now - this.deaths[0] > this.settings.restartWindowMs) this.deaths.shift();
+    if (this.deaths.length > this.settings.maxRestarts) {
+      this.closedBy = wirepoolError(ErrorCode.POOL_CLOSED, `the pool closed itself: ${this.deaths.length} worker deaths within ${this.settings.restartWindowMs} ms (max_restarts ${this.settings.maxRestarts}); the last ${w.pid ? `(pid ${w.pid}) ` : ""}${death.why}, exit status ${death.exitStatus}, signal ${death.signal}`, {
+        exitStatus: death.exitStatus,
+        signal: death.signal,
+        stderrTail: death.stderrTail,
+      });
+      void this.close({ graceMs: 0 });
+      return;
+    }
+    this.consecutiveDeaths++;
+    const s = this.settings;
+    const delay = Math.min(s.restartBackoffMs * 2 ** (this.consecutiveDeaths - 1), s.restartBackoffMaxMs);
+    this.stats.restarts++;
+    this.replace(delay);
+  }
+
+  private replace(delayMs: number): void {
+    const t = setTimeout(() => {
+      this.restartTimers.delete(t);
+      if (this.closed) return;
+      // A failed start is a death like any other: onExited counts it and schedules the next.
+      this.spawnWorker().catch(() => {});
+    }, delayMs);
+    this.restartTimers.add(t);
+  }
+
+  /** Takes `w` out of routing, starts its replacement, and drains it. */
+  private recycle(w: WorkerProcess): void {
+    if (w.retiring || this.closed) return;
+    w.replaced = true;
+    this.stats.recycles++;
+    w.drain(this.settings.drainGraceMs);
+    this.replace(0);
+  }
+
+  private checkRecycling(): void {
+    const s = this.settings;
+    const now = performance.now();
+    for (const w of [...this.workers]) {
+      if (w.state !== "ready" || w.retiring || w.leasedBy !== null) continue;
+      if (s.maxIdleMs > 0 && w.inFlightCount === 0 && now - w.idleSince > s.maxIdleMs) this.recycle(w);
+      else if (s.maxRssBytes > 0 && w.rssBytes() > s.maxRssBytes) this.recycle(w);
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Closing
+
+  private closedError(): WirepoolError {
+    const c = this.closedBy;
+    if (c !== null) return wirepoolError(ErrorCode.POOL_CLOSED, c.message, { exitStatus: c.exitStatus, signal: c.signal, stderrTail: c.stderrTail });
+    return wirepoolError(ErrorCode.POOL_CLOSED, "the pool is closed");
+  }
+
+  /**
+   * Drains and stops every worker: no new call is accepted (POOL_CLOSED), calls in flight get
+   * `graceMs` (default `drainGraceMs`) to finish, then the workers cancel them and leave; a
+   * worker that does not is killed. Resolves when every worker process is gone.
+   */
+  close(opts?: { graceMs?: number }): Promise<void> {
+    if (this.closing !== null) {
+      if (opts?.graceMs !== undefined) for (const w of this.workers) w.drain(opts.graceMs);
+      return this.closing;
+    }
+    this.closed = true;
+    const grace = opts?.graceMs ?? this.settings.drainGraceMs;
+    for (const t of this.restartTimers) clearTimeout(t);
+    this.restartTimers.clear();
+    if (this.recycleTimer !== null) clearInterval(this.recycleTimer);
+    const err = this.closedError();
+    for (let k = this.queueHead; k < this.queue.length; k++) this.queue[k].deliverError(err);
+    this.queue = [];
+    this.queueHead = 0;
+    for (const l of this.leases) for (const p of l.queue.splice(0)) p.deliverError(err);
+    for (const waiter of this.leaseWaiters.splice(0)) waiter.reject(err);
+    const gone: Promise<void>[] = [];
+    for (const w of [...this.workers]) {
+      w.drain(grace);
+      gone.push(w.gone);
+    }
+    this.closing = Promise.all(gone).then(() => {});
+    return this.closing;
+  }
+
+  /** Whether close() was called (or the pool closed itself after too many restarts). */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** A snapshot of the pool's workers and counters. */
+  metrics(): PoolMetrics {
+    return {
+      workers: this.workers.map((w) => ({
+        workerId: w.workerId,
+        pid: w.pid,
+        state: w.state,
+        alive: w.state === "ready" || w.state === "starting",
+        inFlight: w.inFlightCount,
+        requests: w.requests,
+        leased: w.leasedBy !== null,
+      })),
+      restarts: this.stats.restarts,
+      recycles: this.stats.recycles,
+      queued: this.queue.length - this.queueHead,
+      calls: this.stats.calls,
+      failures: this.stats.failures,
+      failuresByCode: { ...this.failuresByCode },
+    };
+  }
+}

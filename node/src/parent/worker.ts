@@ -1,0 +1,740 @@
+/**
+ * One worker process as its parent sees it: the spawn, the socket and the sans-IO core, the
+ * handshake, batched writes, both liveness clocks (PROTOCOL.md 8.5), the goodbye grace, stdout
+ * and stderr read continuously, and the one place where a worker's death ends its requests.
+ * The pool (pool.ts) decides routing, restarts and recycling.
+ * @internal
+ * @module
+ */
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { constants as osConstants } from "node:os";
+import { readFileSync } from "node:fs";
+import type { Socket } from "node:net";
+import { Connection, EventType, type ConnectionEvent } from "../proto/connection.js";
+import { ErrorCode, FrameType, MethodKind } from "../proto/constants.js";
+import { errorName, ProtocolError } from "../proto/errors.js";
+import type { HelloFrame, RowsFrame } from "../proto/frames.js";
+import { parseDetails, wirepoolError, type WirepoolError } from "./errors.js";
+
+/** A method the pool requires every worker to offer (checked at HELLO: CODEC_MISMATCH). */
+export interface RequiredMethod {
+  readonly method: string;
+  readonly kind: "unary" | "stream";
+  /** Codec ids the method must accept. */
+  readonly codecs: readonly number[];
+}
+
+/** What a worker process is started with (the pool's settings, resolved). */
+export interface WorkerSettings {
+  readonly command: readonly string[];
+  readonly env: NodeJS.ProcessEnv;
+  readonly cwd: string | undefined;
+  readonly startupTimeoutMs: number;
+  readonly heartbeatMs: number;
+  readonly maxInFlight: number;
+  readonly maxFrameSize: number;
+  readonly initialCredit: number;
+  readonly maxMessageSize: number;
+  readonly goodbyeGraceMs: number;
+  readonly stderrTailLines: number;
+  readonly require: readonly RequiredMethod[];
+}
+
+/** The hooks a request in flight gives its worker: each is called at most once per terminal. */
+export interface Route {
+  /** RESULT (unary) arrived. */
+  result(body: Buffer): void;
+  /** ROWS arrived (streams). */
+  rows(frame: RowsFrame): void;
+  /** END arrived (streams). */
+  end(summary: Buffer): void;
+  /** The request ended in an error: the worker's ERROR, or a local one (death, hang, violation). */
+  fail(error: WirepoolError): void;
+  /** An EVENT for this request. */
+  event?(topic: string, data: string): void;
+}
+
+/** How a worker's life ended, for WORKER_EXITED and LEASE_LOST. */
+export interface Death {
+  readonly exitStatus: number | null;
+  readonly signal: number | null;
+  readonly stderrTail: string;
+  /** What the parent saw first: "exited", "hung", "protocol", "startup_timeout", ... */
+  readonly why: string;
+}
+
+/** What a worker reports to its pool. */
+export interface WorkerHooks {
+  /** A request ended (a slot is free): the pool can route more. */
+  freed(w: WorkerProcess): void;
+  /** The process is gone and every request on it has ended. */
+  exited(w: WorkerProcess, death: Death): void;
+  /** A line of the worker's stdout or stderr (only when someone listens). */
+  log?(w: WorkerProcess, stream: "stdout" | "stderr", line: string): void;
+  /** An EVENT with id 0 (a connection-level notification). */
+  event?(w: WorkerProcess, id: number, topic: string, data: string): void;
+  /** max_in_flight was clamped to the worker's offer (logged once per pool). */
+  clamped?(configured: number, offered: number): void;
+  /** Whether the pool wants every log line (so the worker splits its output into lines). */
+  wantsLines(): boolean;
+}
+
+export type WorkerState = "starting" | "ready" | "closing" | "dead";
+
+const SIGNALS: Record<string, number> = osConstants.signals as Record<string, number>;
+const TAIL_LINE_MAX = 4096;
+const EXIT_OUTPUT_WAIT_MS = 200;
+
+/** A worker process and its connection. */
+export class WorkerProcess {
+  /** The core; replaced by an idle one once the connection is over, so a failed core's buffers
+   * (up to max_message_size of a refused message) are not kept alive by this object. */
+  conn = new Connection("parent");
+  state: WorkerState = "starting";
+  /** Set for a worker taken out of routing (recycling, drain, lease end). */
+  retiring = false;
+  /** The lease holding it, if any (opaque to the worker). */
+  leasedBy: object | null = null;
+  /** Requests routed to it (recycling by count). */
+  requests = 0;
+  /** When it last had nothing in flight (ms, performance.now()); for idle recycling. */
+  idleSince = performance.now();
+  /** Method name -> index in HELLO, and its kind. */
+  readonly methods = new Map<string, { index: number; kind: number; codecs: readonly number[] }>();
+  pid = 0;
+  death: Death | null = null;
+  /** A replacement was already started for it (recycling): its exit needs none. */
+  replaced = false;
+  /** Resolves once the process is gone and every request on it has ended. */
+  readonly gone: Promise<void>;
+  private markGone!: () => void;
+
+  private child: ChildProcess | null = null;
+  private socket: Socket | null = null;
+  private readonly routes = new Map<number, Route>();
+  private flushScheduled = false;
+  private readonly flushBound = () => this.flush();
+  private startResolve: (() => void) | null = null;
+  private startReject: ((e: WirepoolError) => void) | null = null;
+  private startTimer: NodeJS.Timeout | null = null;
+  private heartbeat: NodeJS.Timeout | null = null;
+  private killTimer: NodeJS.Timeout | null = null;
+  private exitWait: NodeJS.Timeout | null = null;
+  /** Heartbeats: nonce counter and the times of PINGs not yet answered, oldest first. */
+  private pingCounter = 0;
+  private readonly pings: { n: number; at: number }[] = [];
+  /** Frame clock: when the current incomplete frame started (0: none). */
+  private frameStartedAt = 0;
+  /** A local error decided before the exit (hung, protocol violation): what requests get. */
+  private brokenBy: WirepoolError | null = null;
+  private why = "exited";
+  private exitStatus: number | null = null;
+  private exitSignal: number | null = null;
+  private exited = false;
+  private outputsOpen = 0;
+  private readonly tail: string[] = [];
+  private partial: Record<"stdout" | "stderr", string> = { stdout: "", stderr: "" };
+  private readonly nonce = Buffer.alloc(8);
+
+  constructor(
+    readonly workerId: number,
+    private readonly settings: WorkerSettings,
+    private readonly hooks: WorkerHooks,
+  ) {
+    this.gone = new Promise<void>((resolve) => {
+      this.markGone = resolve;
+    });
+  }
+
+  /** Spawns the process and resolves once the handshake is done (the worker can serve). */
+  start(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.startResolve = resolve;
+      this.startReject = reject;
+      const s = this.settings;
+      const [program, ...args] = s.command;
+      let child: ChildProcess;
+      try {
+        // A socketpair on fd 3: libuv creates 'pipe' stdio with socketpair(AF_UNIX, SOCK_STREAM)
+        // on Unix, keeps its end close-on-exec and closes the child's end after the spawn.
+        child = spawn(program, args, {
+          stdio: ["ignore", "pipe", "pipe", "pipe"],
+          env: { ...s.env, WIREPOOL_FD: "3" },
+          cwd: s.cwd,
+        });
+      } catch (e) {
+        this.spawnFailed(e);
+        return;
+      }
+      this.child = child;
+      child.once("error", (e) => {
+        if (child.pid === undefined) this.spawnFailed(e);
+      });
+      if (child.pid === undefined) return; // 'error' follows (ENOENT, EACCES)
+      this.pid = child.pid;
+      child.once("exit", (code, signal) => this.onExit(code, signal));
+      this.watchOutput(child.stdout!, "stdout");
+      this.watchOutput(child.stderr!, "stderr");
+      const sock = child.stdio[3] as Socket;
+      this.socket = sock;
+      sock.on("data", (chunk: Buffer) => this.onData(chunk));
+      sock.on("end", () => this.onEof());
+      sock.on("error", () => this.onEof());
+      this.startTimer = setTimeout(() => {
+        this.startTimer = null;
+        if (this.state !== "starting") return;
+        this.breakWith(
+          wirepoolError(ErrorCode.STARTUP_TIMEOUT, `no HELLO from the worker (pid ${this.pid}) within ${s.startupTimeoutMs} ms`, { pid: this.pid }),
+          "startup_timeout",
+          true,
+        );
+      }, s.startupTimeoutMs);
+    });
+  }
+
+  private spawnFailed(e: unknown): void {
+    if (this.state === "dead") return;
+    const err = wirepoolError(ErrorCode.SPAWN_FAILED, `cannot start ${JSON.stringify(this.settings.command[0])}: ${(e as Error)?.message ?? e}`, { cause: e });
+    this.brokenBy = err;
+    this.why = "spawn_failed";
+    this.exited = true;
+    this.finish();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Sending
+
+  /** Whether a request can be routed here now. */
+  available(): boolean {
+    return this.state === "ready" && !this.retiring && this.conn.canSendRequest();
+  }
+
+  /**
+   * Sends a request; the route gets its outcome. Throws the core's ProtocolError when the core
+   * refuses (nothing was sent).
+   */
+  send(route: Route, method: number, codec: number, timeoutMs: number, body: Uint8Array): number {
+    const id = this.conn.sendRequest(method, codec, timeoutMs > 0 ? Math.min(Math.round(timeoutMs * 1000), Number.MAX_SAFE_INTEGER) : 0, body);
+    this.routes.set(id, route);
+    this.requests++;
+    this.scheduleFlush();
+    return id;
+  }
+
+  /** Asks the worker to stop request `id` (no-op once it has ended or the worker is closing). */
+  cancel(id: number): void {
+    if (this.state !== "ready" && this.state !== "closing") return;
+    if (!this.conn.isOpen() || !this.conn.isInFlight(id)) return;
+    this.conn.sendCancel(id);
+    this.scheduleFlush();
+  }
+
+  /** The consumer has read (or dropped) `bytes` of stream `id`'s rows: the core grants credit. */
+  consumed(id: number, bytes: number): void {
+    if (this.state === "dead" || !this.conn.isOpen()) return;
+    if (this.conn.consumed(id, bytes) > 0) this.scheduleFlush();
+  }
+
+  /** Detaches a route (the caller has its outcome); frames for it are then dropped (or consumed). */
+  detach(id: number, replacement: Route): void {
+    if (this.routes.has(id)) this.routes.set(id, replacement);
+  }
+
+  /** Whether request `id` is still in flight at the core (its terminal not yet in). */
+  inFlight(id: number): boolean {
+    return this.state !== "dead" && this.routes.has(id);
+  }
+
+  /** Requests in flight on this worker. */
+  get inFlightCount(): number {
+    return this.routes.size;
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    // Every send of this tick goes out in one write (pool.map, Promise.all, a read's grants).
+    queueMicrotask(this.flushBound);
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    const sock = this.socket;
+    if (this.conn.outputLength() === 0) return;
+    const bufs = this.conn.takeOutput();
+    if (sock === null || sock.destroyed) return;
+    if (bufs.length === 1) {
+      sock.write(bufs[0]);
+      return;
+    }
+    let total = 0;
+    for (const b of bufs) total += b.length;
+    if (total <= 256 * 1024) {
+      sock.write(Buffer.concat(bufs, total));
+    } else {
+      // Large bodies go as they are (no copy): corked, they leave in one writev.
+      sock.cork();
+      for (const b of bufs) sock.write(b);
+      sock.uncork();
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Receiving
+
+  private onData(chunk: Buffer): void {
+    if (this.state === "dead" || this.brokenBy !== null) return;
+    const conn = this.conn;
+    conn.receive(chunk);
+    let events = 0;
+    try {
+      for (let ev = conn.nextEvent(); ev !== null; ev = conn.nextEvent()) {
+        events++;
+        this.onEvent(ev);
+        if (this.brokenBy !== null || (this.state as WorkerState) === "dead") return;
+      }
+    } catch (e) {
+      if (e instanceof ProtocolError) {
+        this.violation(e.code, e.message, true);
+        return;
+      }
+      throw e;
+    }
+    // The frame clock (8.5): a frame started and not finished. A frame that completed in this
+    // chunk means whatever is incomplete now started in it.
+    if (conn.incompleteFrameLen() > 0) {
+      if (this.frameStartedAt === 0 || events > 0) this.frameStartedAt = performance.now();
+    } else {
+      this.frameStartedAt = 0;
+    }
+  }
+
+  private onEvent(ev: ConnectionEvent): void {
+    switch (ev.type) {
+      case FrameType.RESULT: {
+        const r = this.routes.get(ev.id);
+        if (r === undefined) return;
+        this.routes.delete(ev.id);
+        this.ended();
+        r.result(ev.body);
+        return;
+      }
+      case FrameType.ROWS: {
+        const r = this.routes.get(ev.id);
+        if (r === undefined) {
+          this.consumed(ev.id, ev.payloadLength);
+          return;
+        }
+        r.rows(ev);
+        return;
+      }
+      case FrameType.END: {
+        const r = this.routes.get(ev.id);
+        if (r === undefined) return;
+        this.routes.delete(ev.id);
+        this.ended();
+        r.end(ev.summary);
+        return;
+      }
+      case FrameType.ERROR: {
+        if (ev.id === 0) {
+          // Fatal for the connection (8.4): the worker's code and message in the details.
+          this.violation(ev.code, `the worker reported a fatal error ${ev.code} ${errorName(ev.code)}: ${ev.message}`, false);
+          return;
+        }
+        const r = this.routes.get(ev.id);
+        if (r === undefined) return;
+        this.routes.delete(ev.id);
+        this.ended();
+        r.fail(wirepoolError(ev.code, ev.message, { requestId: ev.id, details: parseDetails(ev.details), pid: this.pid }));
+        return;
+      }
+      case FrameType.EVENT: {
+        if (ev.id !== 0) {
+          const r = this.routes.get(ev.id);
+          if (r?.event !== undefined) r.event(ev.topic, ev.data);
+        }
+        this.hooks.event?.(this, ev.id, ev.topic, ev.data);
+        return;
+      }
+      case FrameType.PING:
+        this.conn.sendPong(ev.nonce);
+        this.scheduleFlush();
+        return;
+      case FrameType.PONG: {
+        // A PONG answers its PING and every earlier one (8.5).
+        const n = ev.nonce.readUInt32LE(0);
+        const pings = this.pings;
+        let k = 0;
+        while (k < pings.length && pings[k].n <= n) k++;
+        if (k > 0) pings.splice(0, k);
+        return;
+      }
+      case FrameType.HELLO:
+        this.onHello(ev);
+        return;
+      case FrameType.GOODBYE:
+        // Nothing new is routed here; its exit ends what is in flight (WORKER_EXITED).
+        this.state = "closing";
+        this.stopHeartbeat();
+        this.armKill(this.settings.goodbyeGraceMs);
+        this.hooks.freed(this);
+        return;
+      case EventType.LATE:
+        return;
+      default:
+        return;
+    }
+  }
+
+  private ended(): void {
+    if (this.routes.size === 0) this.idleSince = performance.now();
+    this.hooks.freed(this);
+  }
+
+  private onHello(h: HelloFrame): void {
+    const s = this.settings;
+    for (let i = 0; i < h.methods.length; i++) {
+      const m = h.methods[i];
+      this.methods.set(m.name, { index: i, kind: m.kind, codecs: m.codecs });
+    }
+    for (const r of s.require) {
+      const m = this.methods.get(r.method);
+      const kind = r.kind === "stream" ? MethodKind.STREAM : MethodKind.UNARY;
+      let why: string | null = null;
+      if (m === undefined) why = `the worker has no method ${JSON.stringify(r.method)}`;
+      else if (m.kind !== kind) why = `the worker's ${JSON.stringify(r.method)} is not a ${r.kind} method`;
+      else {
+        const missing = r.codecs.filter((c) => !m.codecs.includes(c));
+        if (missing.length > 0) why = `the worker's ${JSON.stringify(r.method)} does not accept codec ${missing.join(", ")}`;
+      }
+      if (why !== null) {
+        this.conn.refuse(ErrorCode.CODEC_MISMATCH, why);
+        this.flush();
+        this.breakWith(wirepoolError(ErrorCode.CODEC_MISMATCH, why, { pid: this.pid }), "codec_mismatch", false);
+        return;
+      }
+    }
+    const maxInFlight = Math.max(1, Math.min(s.maxInFlight, h.maxConcurrency));
+    if (maxInFlight < s.maxInFlight) this.hooks.clamped?.(s.maxInFlight, h.maxConcurrency);
+    const maxFrameSize = Math.min(s.maxFrameSize, h.maxFrameSize);
+    try {
+      this.conn.sendWelcome({
+        version: 1,
+        workerId: this.workerId,
+        maxFrameSize,
+        initialCredit: s.initialCredit,
+        heartbeatMs: s.heartbeatMs,
+        maxInFlight,
+        maxMessageSize: Math.max(s.maxMessageSize, maxFrameSize),
+      });
+    } catch (e) {
+      if (!(e instanceof ProtocolError)) throw e;
+      this.conn.refuse(e.code, e.message);
+      this.flush();
+      this.breakWith(this.violationError(e.code, `the worker's HELLO cannot be answered: ${e.message}`), "protocol", false);
+      return;
+    }
+    this.flush();
+    if (this.startTimer !== null) clearTimeout(this.startTimer);
+    this.startTimer = null;
+    this.state = "ready";
+    this.idleSince = performance.now();
+    if (s.heartbeatMs > 0) this.heartbeat = setInterval(() => this.tick(), s.heartbeatMs);
+    const resolve = this.startResolve;
+    this.startResolve = this.startReject = null;
+    resolve?.();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Liveness (8.5)
+
+  private tick(): void {
+    if (this.state !== "ready" && this.state !== "closing") return;
+    const now = performance.now();
+    const limit = 3 * this.settings.heartbeatMs;
+    const oldest = this.pings.length > 0 ? this.pings[0].at : 0;
+    if (oldest !== 0 && now - oldest > limit) {
+      this.hang(`no PONG for ${Math.round(now - oldest)} ms (3 x heartbeat ${this.settings.heartbeatMs} ms)`);
+      return;
+    }
+    if (this.frameStartedAt !== 0 && this.conn.incompleteFrameLen() > 0 && now - this.frameStartedAt > limit) {
+      this.hang(`a frame started ${Math.round(now - this.frameStartedAt)} ms ago is still incomplete (3 x heartbeat ${this.settings.heartbeatMs} ms)`);
+      return;
+    }
+    if (this.state !== "ready" || !this.conn.isOpen()) return;
+    const n = ++this.pingCounter;
+    this.nonce.writeUInt32LE(n >>> 0, 0);
+    this.conn.sendPing(this.nonce);
+    this.pings.push({ n, at: now });
+    this.scheduleFlush();
+  }
+
+  private hang(why: string): void {
+    this.breakWith(wirepoolError(ErrorCode.WORKER_HUNG, `the worker (pid ${this.pid}) is hung: ${why}; killed`, { pid: this.pid, stderrTail: this.stderrTail() }), "hung", true);
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeat !== null) clearInterval(this.heartbeat);
+    this.heartbeat = null;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Endings
+
+  private violationError(code: number, message: string): WirepoolError {
+    return wirepoolError(ErrorCode.PROTOCOL_VIOLATION, message, {
+      pid: this.pid,
+      protocolCode: code,
+      details: { protocol_code: code, protocol_name: errorName(code), message },
+    });
+  }
+
+  /** A 1xx violation (ours or the worker's ERROR id 0): requests end now, the worker goes. */
+  private violation(code: number, message: string, detectedHere: boolean): void {
+    if (detectedHere) {
+      try {
+        this.conn.sendFatal({ code, message });
+      } catch {
+        // nothing can be sent (already closed): the close says enough
+      }
+      this.flush();
+    }
+    this.breakWith(this.violationError(code, `protocol violation ${code} ${errorName(code)}: ${message}`), "protocol", false);
+  }
+
+  /**
+   * The connection is over for `error`'s reason: every request ends with it now, nothing more is
+   * read or routed, and the process is killed now (`killNow`) or after the goodbye grace.
+   */
+  private breakWith(error: WirepoolError, why: string, killNow: boolean): void {
+    if (this.state === "dead" || this.brokenBy !== null) return;
+    this.brokenBy = error;
+    this.why = why;
+    this.stopHeartbeat();
+    if (this.state !== "starting") this.state = "closing";
+    this.failRoutes(error);
+    this.conn = new Connection("parent");
+    const sock = this.socket;
+    if (sock !== null) {
+      sock.end();
+      sock.removeAllListeners("data");
+    }
+    if (killNow) this.kill();
+    else this.armKill(this.settings.goodbyeGraceMs);
+    if (this.state === "closing") this.hooks.freed(this);
+    else this.rejectStart(error);
+  }
+
+  private rejectStart(error: WirepoolError): void {
+    const reject = this.startReject;
+    this.startResolve = this.startReject = null;
+    reject?.(error);
+  }
+
+  private onEof(): void {
+    if (this.state === "dead") return;
+    if (this.brokenBy === null) {
+      try {
+        this.conn.endOfInput();
+      } catch (e) {
+        if (e instanceof ProtocolError && this.state !== "starting") {
+          // TRUNCATED: the requests end when the exit is known (WORKER_EXITED says more).
+        }
+      }
+    }
+    this.stopHeartbeat();
+    if (this.state === "ready") {
+      this.state = "closing";
+      this.hooks.freed(this);
+    }
+    // Requests end at the exit, with its status; a process that lingers is killed after the grace.
+    this.armKill(this.settings.goodbyeGraceMs);
+  }
+
+  /** Asks the worker to drain: it finishes or cancels its requests within `graceMs`, then leaves. */
+  drain(graceMs: number): void {
+    this.retiring = true;
+    if (this.state === "starting") {
+      this.kill();
+      return;
+    }
+    if (this.state !== "ready") return;
+    if (!this.conn.isDraining() && this.conn.isOpen()) {
+      this.conn.sendDrain(Math.max(0, Math.min(Math.round(graceMs), 0xffffffff)));
+      this.flush();
+    }
+    // The worker cancels what is left at the grace (at most 250 ms later), says GOODBYE and exits;
+    // one that does not is killed a goodbye grace after that.
+    this.armKill(graceMs + 250 + this.settings.goodbyeGraceMs);
+  }
+
+  /** Kills the process now (SIGKILL: a stopped worker never acts on SIGTERM). */
+  kill(): void {
+    if (this.child !== null && !this.exited) {
+      try {
+        this.child.kill("SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  }
+
+  private armKill(ms: number): void {
+    if (this.exited) return;
+    const at = performance.now() + ms;
+    if (this.killTimer !== null) {
+      if ((this.killTimer as unknown as { _at: number })._at <= at) return;
+      clearTimeout(this.killTimer);
+    }
+    this.killTimer = setTimeout(() => {
+      this.killTimer = null;
+      this.kill();
+    }, ms);
+    (this.killTimer as unknown as { _at: number })._at = at;
+  }
+
+  private onExit(code: number | null, signal: NodeJS.Signals | null): void {
+    this.exited = true;
+    this.exitStatus = code;
+    this.exitSignal = signal === null ? null : (SIGNALS[signal] ?? null);
+    if (this.killTimer !== null) clearTimeout(this.killTimer);
+    this.killTimer = null;
+    // Its last stderr lines may still be in the pipe: wait for the pipes to close, bounded.
+    if (this.outputsOpen === 0) this.finish();
+    else this.exitWait = setTimeout(() => this.finish(), EXIT_OUTPUT_WAIT_MS);
+  }
+
+  private finish(): void {
+    if (this.state === "dead") return;
+    const wasStarting = this.state === "starting";
+    this.state = "dead";
+    if (this.exitWait !== null) clearTimeout(this.exitWait);
+    if (this.startTimer !== null) clearTimeout(this.startTimer);
+    if (this.killTimer !== null) clearTimeout(this.killTimer);
+    this.exitWait = this.startTimer = this.killTimer = null;
+    this.stopHeartbeat();
+    const death: Death = { exitStatus: this.exitStatus, signal: this.exitSignal, stderrTail: this.stderrTail(), why: this.why };
+    this.death = death;
+    const exitedError = wirepoolError(ErrorCode.WORKER_EXITED, this.describeExit(), {
+      pid: this.pid,
+      exitStatus: death.exitStatus,
+      signal: death.signal,
+      stderrTail: death.stderrTail,
+    });
+    this.failRoutes(exitedError);
+    if (this.socket !== null) {
+      this.socket.removeAllListeners();
+      this.socket.on("error", () => {});
+      this.socket.destroy();
+    }
+    if (wasStarting) this.rejectStart(this.brokenBy ?? exitedError);
+    this.markGone();
+    this.hooks.exited(this, death);
+  }
+
+  private describeExit(): string {
+    const how =
+      this.exitSignal !== null
+        ? `was killed by signal ${this.exitSignal}`
+        : this.exitStatus !== null
+          ? `exited with status ${this.exitStatus}`
+          : "is gone";
+    const before = this.brokenBy === null && this.conn.hello() === null ? " before its HELLO" : "";
+    return `the worker (pid ${this.pid}) ${how}${before}`;
+  }
+
+  private failRoutes(error: WirepoolError): void {
+    if (this.routes.size === 0) return;
+    const routes = [...this.routes];
+    this.routes.clear();
+    for (const [id, r] of routes) {
+      r.fail(wirepoolError(error.code, error.message, {
+        requestId: id,
+        details: error.details,
+        exitStatus: error.exitStatus,
+        signal: error.signal,
+        stderrTail: error.stderrTail,
+        pid: error.pid,
+        protocolCode: (error as { protocolCode?: number }).protocolCode,
+      }));
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // stdout and stderr: read continuously, never parsed as protocol (section 1)
+
+  private watchOutput(stream: NodeJS.ReadableStream, name: "stdout" | "stderr"): void {
+    this.outputsOpen++;
+    stream.on("data", (chunk: Buffer) => this.onOutput(name, chunk));
+    stream.once("close", () => {
+      this.outputsOpen--;
+      if (this.outputsOpen === 0 && this.exited && this.exitWait !== null) this.finish();
+    });
+  }
+
+  private onOutput(name: "stdout" | "stderr", chunk: Buffer): void {
+    const lines = this.hooks.wantsLines();
+    if (!lines && name === "stdout") return;
+    let text: string;
+    if (lines) {
+      text = chunk.toString("utf8");
+    } else {
+      // Only the tail is kept: decode just the chunk's last lines.
+      let start = chunk.length;
+      for (let k = 0; k <= this.settings.stderrTailLines && start > 0; k++) {
+        const nl = chunk.lastIndexOf(10, start - 1);
+        if (nl < 0 || chunk.length - nl > this.settings.stderrTailLines * TAIL_LINE_MAX) {
+          start = nl < 0 ? 0 : Math.max(nl + 1, chunk.length - this.settings.stderrTailLines * TAIL_LINE_MAX);
+          break;
+        }
+        start = nl;
+      }
+      if (start > 0) this.partial[name] = "";
+      text = chunk.toString("utf8", start > 0 && chunk[start] === 10 ? start + 1 : start);
+    }
+    let from = 0;
+    for (;;) {
+      const nl = text.indexOf("\n", from);
+      if (nl < 0) break;
+      let line = text.slice(from, nl);
+      if (this.partial[name].length > 0) {
+        line = this.partial[name] + line;
+        this.partial[name] = "";
+      }
+      this.line(name, line);
+      from = nl + 1;
+    }
+    if (from < text.length) {
+      const rest = this.partial[name] + text.slice(from);
+      this.partial[name] = rest.length > TAIL_LINE_MAX ? rest.slice(0, TAIL_LINE_MAX) : rest;
+    }
+  }
+
+  private line(name: "stdout" | "stderr", line: string): void {
+    if (name === "stderr") {
+      this.tail.push(line.length > TAIL_LINE_MAX ? line.slice(0, TAIL_LINE_MAX) : line);
+      if (this.tail.length > this.settings.stderrTailLines) this.tail.shift();
+    }
+    this.hooks.log?.(this, name, line);
+  }
+
+  /** The last lines of its stderr (a line without its newline yet included). */
+  stderrTail(): string {
+    const lines = this.partial.stderr.length > 0 ? [...this.tail, this.partial.stderr] : this.tail;
+    return lines.slice(-this.settings.stderrTailLines).join("\n");
+  }
+
+  /** Resident memory in bytes (Linux /proc), or 0 when unknown. */
+  rssBytes(): number {
+    if (this.pid === 0 || this.state === "dead") return 0;
+    try {
+      const status = readFileSync(`/proc/${this.pid}/status`, "latin1");
+      const m = /VmRSS:\s+(\d+) kB/.exec(status);
+      return m === null ? 0 : Number(m[1]) * 1024;
+    } catch {
+      return 0;
+    }
+  }
+}
