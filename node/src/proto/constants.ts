@@ -236,5 +236,7 @@ export const PARENT_DEFAULTS = {
 export const WORKER_DEFAULTS = {
   /** count */ maxConcurrency: 64,
   /** bytes */ maxFrameSize: 16_777_216,
+  /** ms */ rowsFlushIntervalMs: 2,
+  /** bytes */ rowsBatchBytes: 65536,
   /** ms */ eventIntervalMs: 10,
 } as const;
