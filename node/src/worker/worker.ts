@@ -14,8 +14,9 @@ import { ProtocolError } from "../proto/errors.js";
 import type { MethodInfo, RequestFrame } from "../proto/frames.js";
 import { type Context, RequestCancelled, WorkerError } from "./context.js";
 
-/** The SDK's name and version in HELLO. */
+/** The SDK's name in HELLO. */
 export const SDK_NAME = "wirepool-node";
+/** The SDK's version in HELLO (the package's). */
 export const SDK_VERSION = "0.1.0";
 
 /**
