@@ -125,8 +125,15 @@ const UNARY = new InFlight(MethodKind.UNARY, 0);
 /** An inbound continued message being reassembled (section 5). */
 interface Inbound {
   readonly first: RequestFrame | ResultFrame | EndFrame;
-  /** The body or summary so far, in `buf[0..len)`. */
-  buf: Buffer;
+  /**
+   * The body or summary so far: full blocks, then `last[0..lastLen)`. Blocks (64 KiB, then as
+   * large as the message so far) are filled in place and never regrown: a message refused at
+   * max_message_size holds about that much, not a doubled buffer plus the one it outgrew; many
+   * tiny frames share a block.
+   */
+  blocks: Buffer[];
+  last: Buffer;
+  lastLen: number;
   len: number;
   /** Sum of the payload lengths received, prefix included: what max_message_size bounds. */
   size: number;
@@ -451,11 +458,8 @@ export class Connection {
 
   private startInbound(first: RequestFrame | ResultFrame | EndFrame, size: number): void {
     const chunk = first.type === FrameType.END ? first.summary : first.body;
-    const limit = this._welcome!.maxMessageSize;
-    // Room for a few frames' worth now; grows by doubling, never past max_message_size.
-    const buf = Buffer.allocUnsafe(Math.min(limit, Math.max(chunk.length * 2, 64 * 1024)));
-    chunk.copy(buf, 0);
-    const p: Inbound = { first, buf, len: chunk.length, size };
+    const p: Inbound = { first, blocks: [], last: EMPTY, lastLen: 0, len: 0, size };
+    appendInbound(p, chunk);
     this.inbound.set(first.id, p);
     this.inboundSize += size;
     this.checkInboundSum();
@@ -478,18 +482,12 @@ export class Connection {
     this.inboundSize += size;
     if (p.size > limit) refuse("MESSAGE_TOO_LARGE", `a continued message of ${p.size} bytes, above max_message_size ${limit}`);
     this.checkInboundSum();
-    const n = chunk.length;
-    if (p.len + n > p.buf.length) {
-      const next = Buffer.allocUnsafe(Math.min(limit, Math.max(p.buf.length * 2, p.len + n)));
-      p.buf.copy(next, 0, 0, p.len);
-      p.buf = next;
-    }
-    chunk.copy(p.buf, p.len);
-    p.len += n;
+    appendInbound(p, chunk);
     if (more) return null;
     const id = p.first.id;
     this.dropInbound(id, p);
-    const whole = p.buf.subarray(0, p.len);
+    const tail = p.last.subarray(0, p.lastLen);
+    const whole = p.blocks.length === 0 ? tail : Buffer.concat([...p.blocks, tail], p.len);
     const f = p.first;
     if (f.type === FrameType.REQUEST) return this.accept({ ...f, more: false, body: whole });
     this.requests.delete(id);
@@ -1274,6 +1272,28 @@ export class RowsBuilder {
 }
 
 const EMPTY = Buffer.alloc(0);
+const INBOUND_BLOCK = 64 * 1024;
+const INBOUND_BLOCK_MAX = 256 * 1024 * 1024;
+
+/** Copies `chunk` to the end of a message being reassembled (blocks filled in place). */
+function appendInbound(p: Inbound, chunk: Buffer): void {
+  let off = 0;
+  const n = chunk.length;
+  while (off < n) {
+    if (p.lastLen === p.last.length) {
+      if (p.lastLen > 0) p.blocks.push(p.last);
+      // Each block as large as the message so far (capped): few blocks, and large ones are
+      // mapped by the allocator on their own, so their memory goes back when they are freed.
+      p.last = Buffer.allocUnsafe(Math.max(INBOUND_BLOCK, n - off, Math.min(p.len + off, INBOUND_BLOCK_MAX)));
+      p.lastLen = 0;
+    }
+    const k = Math.min(n - off, p.last.length - p.lastLen);
+    chunk.copy(p.last, p.lastLen, off, off + k);
+    p.lastLen += k;
+    off += k;
+  }
+  p.len += n;
+}
 
 function checkU32(v: number, what: string): void {
   if (!(Number.isInteger(v) && v >= 0 && v < HALF_U32)) refuse("BAD_PAYLOAD", `${what} ${v} is not a u32`);
