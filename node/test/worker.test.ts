@@ -218,6 +218,34 @@ describe("worker driver", { timeout: 30_000 }, () => {
     assert.equal(await close(parent, served), 0);
   });
 
+  test("a handler that holds the event loop past its deadline still ends DEADLINE_EXCEEDED, not with its result", async () => {
+    const w = new Worker();
+    const spin = (ms: number) => {
+      const end = performance.now() + ms;
+      while (performance.now() < end) {
+        // the timer cannot fire while this runs
+      }
+    };
+    w.method("sync", () => {
+      spin(30);
+      return "too late";
+    });
+    w.method("throws", () => {
+      spin(30);
+      throw new Error("too late as well");
+    });
+    w.stream("rows", function* () {
+      yield 1;
+      spin(30);
+    });
+    const { parent, served } = await start(w);
+    for (const m of ["sync", "throws", "rows"]) {
+      const err = errorOf(await parent.terminal(parent.request(m, CodecId.JSON, "null", 5_000)));
+      assert.equal(err.code, ErrorCode.DEADLINE_EXCEEDED, m);
+    }
+    assert.equal(await close(parent, served), 0);
+  });
+
   test("CANCEL aborts the signal and the request ends CANCELLED", async () => {
     const w = new Worker();
     let started!: () => void;

@@ -565,9 +565,18 @@ class Runtime {
     }
   }
 
+  /**
+   * A handler that held the event loop past its deadline kept the timer from firing: the
+   * deadline still decides (8.3), so a late outcome ends DEADLINE_EXCEEDED, not with a result.
+   */
+  private passedDeadline(call: Call): boolean {
+    if (call.flag === 0 && call.deadlineAt !== Infinity && performance.now() >= call.deadlineAt) call.setFlag(ErrorCode.DEADLINE_EXCEEDED);
+    return call.flag !== 0;
+  }
+
   private endWithValue(call: Call, value: unknown): void {
     if (call.ended) return;
-    if (call.flag !== 0) return this.endWithFlag(call);
+    if (this.passedDeadline(call)) return this.endWithFlag(call);
     let body: Uint8Array;
     try {
       body = call.codec.encode(value);
@@ -609,7 +618,7 @@ class Runtime {
       // Every row leaves before END (section 6), credit permitting.
       if (call.builder.count > 0) await this.sendBatch(call, false);
       if (call.ended) return;
-      if (call.flag !== 0) return this.endWithFlag(call);
+      if (this.passedDeadline(call)) return this.endWithFlag(call);
       let body: Uint8Array = EMPTY;
       if (summary !== undefined && summary !== null) {
         try {
@@ -715,7 +724,7 @@ class Runtime {
 
   private endWithThrow(call: Call, e: unknown): void {
     if (call.ended) return;
-    if (call.flag !== 0 || e === STOP) return this.endWithFlag(call);
+    if (this.passedDeadline(call) || e === STOP) return this.endWithFlag(call);
     if (e instanceof WorkerError) {
       const details = e.details === undefined ? "" : safeJson(e.details);
       // Codes below 1000 belong to the protocol; an application must not forge them.
