@@ -39,6 +39,9 @@ export type UnaryHandler<Req = any, Res = unknown> = (req: Req, ctx: Context) =>
 /**
  * A stream handler: a generator (sync or async) whose yielded values are the rows and whose
  * `return` value is the summary (none when undefined or null); or any iterable of rows.
+ * Partly filled frames leave on a timer, so a generator that holds the event loop between two
+ * rows (synchronous work, no `await`) delays them as it delays PONG; an async generator that
+ * awaits between rows never does.
  */
 export type StreamHandler<Req = any, Row = unknown, Summary = unknown> = (
   req: Req,
@@ -301,7 +304,7 @@ class Runtime {
   private drainTimer: NodeJS.Timeout | null = null;
   private parentTimer: NodeJS.Timeout | null = null;
   private batchBytes = ROWS_BATCH_BYTES;
-  private scratch = Buffer.allocUnsafe(64 * 1024);
+  private readonly scratch = Buffer.allocUnsafe(64 * 1024);
   private resolveDone: (status: number) => void = () => {};
   private readonly flushTick = (): void => {
     this.flushQueued = false;
@@ -654,9 +657,10 @@ class Runtime {
    * so a text row costs no Buffer of its own.
    */
   private utf8(text: string): Buffer {
-    let scratch = this.scratch;
-    // 3 bytes per UTF-16 unit at most; grow (rarely) for a long row.
-    if (text.length * 3 > scratch.length) scratch = this.scratch = Buffer.allocUnsafe(Math.max(text.length * 3, scratch.length * 2));
+    const scratch = this.scratch;
+    // 3 bytes per UTF-16 unit at most. A long row gets its own buffer: the scratch stays 64 KiB,
+    // whatever the largest row was.
+    if (text.length * 3 > scratch.length) return Buffer.from(text, "utf8");
     return scratch.subarray(0, scratch.write(text, 0, "utf8"));
   }
 
