@@ -121,6 +121,18 @@ impl FrameBuf for Outbox {
     fn reserve_more(&mut self, additional: usize) {
         self.tail.reserve(additional);
     }
+
+    /// A whole frame built elsewhere (a worker's ROWS frame): queued as it is when large,
+    /// instead of copied into the tail; `bytes` gets a fresh buffer of the same capacity.
+    fn append_vec(&mut self, bytes: &mut Vec<u8>) {
+        if bytes.len() < COPY_LIMIT {
+            self.tail.put_slice(bytes);
+            bytes.clear();
+            return;
+        }
+        let fresh = Vec::with_capacity(bytes.capacity());
+        self.push(Bytes::from(std::mem::replace(bytes, fresh)));
+    }
 }
 
 /// What the writer is writing: chunks taken from the [`Outbox`].
@@ -264,6 +276,42 @@ mod tests {
             q.advance(n);
         }
         all
+    }
+
+    #[test]
+    fn a_large_rows_frame_is_queued_without_a_copy_and_in_order() {
+        let mut out = Outbox::default();
+        let mut expected = Vec::new();
+        let mut frames = Vec::new();
+        for (i, len) in [10usize, 40_000, 3].into_iter().enumerate() {
+            let mut frame = wirepool_proto::RowsFrame::new(1, 1 << 20);
+            assert!(frame.append(&vec![i as u8; len]).unwrap());
+            let wire = frame.clone().finish_standalone().unwrap();
+            expected.extend_from_slice(&wire);
+            frames.push(frame);
+        }
+        out.put_slice(b"ping");
+        let mut buf = frames[0].clone().finish_standalone().unwrap();
+        out.append_vec(&mut buf);
+        assert!(buf.is_empty(), "a small frame is copied into the tail");
+        let mut big = frames[1].clone().finish_standalone().unwrap();
+        let (ptr, cap) = (big.as_ptr(), big.capacity());
+        out.append_vec(&mut big);
+        assert!(
+            big.is_empty() && big.capacity() == cap,
+            "a fresh buffer of the same size"
+        );
+        assert_eq!(
+            out.chunks.back().map(|c| c.as_ptr()),
+            Some(ptr),
+            "queued, not copied"
+        );
+        let mut last = frames[2].clone().finish_standalone().unwrap();
+        out.append_vec(&mut last);
+        assert_eq!(out.len(), 4 + expected.len());
+        let mut all = b"ping".to_vec();
+        all.extend_from_slice(&expected);
+        assert_eq!(drain(&mut out), all);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use crate::decode::FrameDecoder;
 use crate::encode::{
     encode_error, encode_event, encode_message, put_header, FrameBuf, MessageHead, RowsBuilder,
+    RowsFrame, RowsWritten,
 };
 use crate::error::{err, ErrorCode, ProtocolError};
 use crate::frame::{
@@ -1552,8 +1553,69 @@ impl Connection {
         id: u64,
         out: &'a mut B,
     ) -> Result<RowsBuilder<'a, B>, ProtocolError> {
-        self.check_can_send(FrameType::Rows, id)?;
         let max_frame_size = self.max_frame_size();
+        let req = self.rows_state(id)?;
+        Ok(RowsBuilder::start(out, id, max_frame_size, Some(req)))
+    }
+
+    /// Worker: send a ROWS frame filled away from the core (a [`RowsFrame`], for example on a
+    /// handler thread): the checks of [`rows`](Connection::rows) and the frame's size against
+    /// `max_frame_size` (`FRAME_TOO_LARGE`), then, like [`RowsBuilder::finish`], the stream is
+    /// charged the payload and its row counter advances; the frame is written to `out` whole
+    /// (one copy, or none when `out` takes the buffer: [`FrameBuf::append_vec`]) and `frame` is
+    /// emptied for the next rows. An empty frame writes nothing.
+    /// A refusal leaves `frame` as it was.
+    ///
+    /// ```
+    /// # use wirepool_proto::{Connection, Event, Hello, MethodInfo, MethodKind, RowsFrame, Welcome};
+    /// # let mut worker = Connection::new_worker();
+    /// # let mut parent = Connection::new_parent();
+    /// # let mut wire = Vec::new();
+    /// # let hello = Hello { methods: vec![MethodInfo { name: "s".into(), kind: MethodKind::Stream, codecs: vec![0] }], ..Hello::new("doc", "1") };
+    /// # worker.send_hello(&hello, &mut wire).unwrap();
+    /// # parent.receive(&wire); wire.clear(); parent.next_event().unwrap();
+    /// # parent.send_welcome(&Welcome::for_hello(&hello, 1).unwrap(), &mut wire).unwrap();
+    /// # let id = parent.send_request(0, 0, 0, b"", &mut wire).unwrap();
+    /// # worker.receive(&wire); wire.clear(); worker.next_event().unwrap(); worker.next_event().unwrap();
+    /// // On the handler's thread, no core needed:
+    /// let mut frame = RowsFrame::new(id, worker.max_frame_size());
+    /// for row in [&b"a"[..], b"b"] {
+    ///     assert!(frame.append(row).unwrap());
+    /// }
+    /// // On the thread that owns the core:
+    /// let written = worker.send_rows(&mut frame, &mut wire).unwrap();
+    /// assert_eq!((written.count, frame.count()), (2, 0));
+    /// parent.receive(&wire);
+    /// let Some(Event::Rows { rows, .. }) = parent.next_event().unwrap() else { panic!() };
+    /// assert_eq!(rows.count(), 2);
+    /// ```
+    pub fn send_rows(
+        &mut self,
+        frame: &mut RowsFrame,
+        out: &mut impl FrameBuf,
+    ) -> Result<RowsWritten, ProtocolError> {
+        if frame.is_empty() {
+            return Ok(RowsWritten {
+                count: 0,
+                payload_len: 0,
+            });
+        }
+        let id = frame.id();
+        let payload_len = frame.payload_len();
+        self.check_frame_size(id, payload_len)?;
+        let req = self.rows_state(id)?;
+        req.charge_rows(frame.count(), payload_len);
+        let written = RowsWritten {
+            count: frame.count(),
+            payload_len,
+        };
+        frame.write_to(out);
+        Ok(written)
+    }
+
+    /// The state of stream `id` if a ROWS frame may be sent for it now.
+    fn rows_state(&mut self, id: u64) -> Result<&mut StreamSendState, ProtocolError> {
+        self.check_can_send(FrameType::Rows, id)?;
         let req = self.in_flight_state(id, FrameType::Rows)?;
         check_kind_for_send(req, FrameType::Rows, id)?;
         if req.sending.is_some() {
@@ -1570,7 +1632,7 @@ impl Connection {
                 format!("stream credit is {}: wait for CREDIT", req.credit),
             ));
         }
-        Ok(RowsBuilder::start(out, id, max_frame_size, Some(req)))
+        Ok(req)
     }
 
     /// Worker: end request `id` with an error (a terminal; abandons a result being sent). Also

@@ -17,6 +17,13 @@ pub trait FrameBuf: BufMut {
     fn written_mut(&mut self) -> &mut [u8];
     /// Make room for `additional` more bytes (a hint: one allocation for a large message).
     fn reserve_more(&mut self, additional: usize);
+    /// Append the whole of `bytes` and leave it empty. The default copies; a buffer that
+    /// queues chunks may take the allocation itself instead (then `bytes` gets a fresh one of
+    /// the same capacity): how a [`RowsFrame`] goes out without a copy.
+    fn append_vec(&mut self, bytes: &mut Vec<u8>) {
+        self.put_slice(bytes);
+        bytes.clear();
+    }
 }
 
 impl FrameBuf for Vec<u8> {
@@ -558,5 +565,186 @@ impl<B: FrameBuf> Drop for RowsBuilder<'_, B> {
         if !self.done {
             self.out.truncate_to(self.start);
         }
+    }
+}
+
+/// One ROWS frame filled away from the core (PROTOCOL.md 14.3: "a builder may be filled away
+/// from the core, for example in a handler thread, and finished on the thread that owns the
+/// core"): rows are appended with their length prefixes into its own buffer, where the frame's
+/// header and count wait as placeholders; [`crate::Connection::send_rows`] then checks the
+/// stream, charges its credit, counts the rows, patches the header and writes the whole frame
+/// with one copy. No lock, no core and no allocation per row.
+///
+/// A row whose writer fails or panics leaves nothing behind: bytes past the last complete row
+/// are never part of the frame.
+///
+/// ```
+/// use wirepool_proto::{decode_frame, FrameBody, RowsFrame};
+/// let mut frame = RowsFrame::new(9, 65_536);
+/// assert!(frame.append(b"first").unwrap());
+/// let second = frame.append_with(|buf| {
+///     buf.extend_from_slice(b"sec");
+///     buf.extend_from_slice(b"ond");
+///     Ok::<(), std::convert::Infallible>(())
+/// });
+/// assert!(matches!(second, Ok(true)));
+/// assert_eq!((frame.id(), frame.count()), (9, 2));
+/// // A worker core sends it with `conn.send_rows(&mut frame, &mut out)`; standalone:
+/// let wire = frame.finish_standalone().unwrap();
+/// let FrameBody::Rows(rows) = decode_frame(&wire, 65_536).unwrap().body else { panic!() };
+/// assert_eq!(rows.iter().collect::<Vec<_>>(), vec![&b"first"[..], b"second"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RowsFrame {
+    /// Header and count placeholders, then `[len u32][row]...`; bytes past `end` are the
+    /// remains of an interrupted row.
+    buf: Vec<u8>,
+    end: usize,
+    id: u64,
+    count: u32,
+    max_payload: usize,
+}
+
+/// Why [`RowsFrame::append_with`] did not append a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendError<E> {
+    /// The row's writer failed; nothing of the row stays in the frame.
+    Write(E),
+    /// The row can never fit one frame (`ROW_TOO_LARGE`).
+    Refused(ProtocolError),
+}
+
+impl RowsFrame {
+    /// An empty ROWS frame for request `id` whose payload may not exceed `max_frame_size`.
+    pub fn new(id: u64, max_frame_size: u32) -> RowsFrame {
+        RowsFrame {
+            buf: vec![0; HEADER_LEN + 4],
+            end: HEADER_LEN + 4,
+            id,
+            count: 0,
+            max_payload: max_frame_size as usize,
+        }
+    }
+
+    /// The request id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Rows appended so far.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// True when it holds no row (a ROWS frame needs one).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Payload bytes so far (count field included): the credit this frame will cost.
+    pub fn payload_len(&self) -> usize {
+        self.end - HEADER_LEN
+    }
+
+    /// The frame limit it was started with.
+    pub fn max_frame_size(&self) -> u32 {
+        self.max_payload as u32
+    }
+
+    /// Reserve room for `additional` more bytes of rows.
+    pub fn reserve(&mut self, additional: usize) {
+        self.buf.reserve(additional);
+    }
+
+    /// Empty it for the next frame of the same request, keeping its buffer.
+    pub fn clear(&mut self) {
+        self.buf.truncate(HEADER_LEN + 4);
+        self.buf.resize(HEADER_LEN + 4, 0);
+        self.end = HEADER_LEN + 4;
+        self.count = 0;
+    }
+
+    fn row_too_large(&self, len: usize) -> ProtocolError {
+        err(
+            ErrorCode::RowTooLarge,
+            self.id,
+            format!(
+                "a row of {len} bytes cannot fit a frame of {} bytes",
+                self.max_payload
+            ),
+        )
+    }
+
+    /// Append a row. `Ok(false)`: it does not fit this frame (send it, then append the row
+    /// again). `ROW_TOO_LARGE`: it can never fit one frame.
+    #[inline]
+    pub fn append(&mut self, row: &[u8]) -> Result<bool, ProtocolError> {
+        match self.append_with(|buf| {
+            buf.extend_from_slice(row);
+            Ok::<(), std::convert::Infallible>(())
+        }) {
+            Ok(fits) => Ok(fits),
+            Err(AppendError::Refused(e)) => Err(e),
+            Err(AppendError::Write(never)) => match never {},
+        }
+    }
+
+    /// Append a row that `write` serializes straight into the frame (no intermediate copy).
+    /// `Ok(false)`: it did not fit; it was removed (send the frame, then write the row again).
+    /// A failing `write` leaves nothing of the row ([`AppendError::Write`]).
+    #[inline]
+    pub fn append_with<E>(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<bool, AppendError<E>> {
+        let start = self.end;
+        // What an interrupted row (a panicking writer) left behind goes now.
+        self.buf.truncate(start);
+        self.buf.extend_from_slice(&[0; 4]);
+        if let Err(e) = write(&mut self.buf) {
+            self.buf.truncate(start);
+            return Err(AppendError::Write(e));
+        }
+        let row_len = self.buf.len() - start - 4;
+        if self.buf.len() - HEADER_LEN > self.max_payload {
+            self.buf.truncate(start);
+            return if 8 + row_len > self.max_payload {
+                Err(AppendError::Refused(self.row_too_large(row_len)))
+            } else {
+                Ok(false)
+            };
+        }
+        self.buf[start..start + 4].copy_from_slice(&(row_len as u32).to_le_bytes());
+        self.end = self.buf.len();
+        self.count += 1;
+        Ok(true)
+    }
+
+    /// The frame with its header and count: for a frame that no core checks (tests, tools).
+    /// `None` when it holds no row.
+    pub fn finish_standalone(&mut self) -> Option<Vec<u8>> {
+        (self.count > 0).then(|| self.patched().to_vec())
+    }
+
+    /// Patches header and count, then hands the whole frame to `out` (see
+    /// [`FrameBuf::append_vec`]) and empties this one.
+    pub(crate) fn write_to(&mut self, out: &mut impl FrameBuf) {
+        self.patched();
+        self.buf.truncate(self.end);
+        out.append_vec(&mut self.buf);
+        self.clear();
+    }
+
+    /// Patches header and count; the whole frame.
+    fn patched(&mut self) -> &[u8] {
+        let header = Header {
+            length: self.payload_len() as u32,
+            frame_type: FrameType::Rows,
+            more: false,
+            id: self.id,
+        };
+        self.buf[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+        self.buf[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&self.count.to_le_bytes());
+        &self.buf[..self.end]
     }
 }

@@ -8,7 +8,8 @@
 //!   checked against the limit before anything is allocated; payloads are [`bytes::Bytes`]
 //!   slices of the receive buffer, never copied.
 //! - Encoders: [`Frame::encode`] for any frame, [`encode_message`] to split a large message
-//!   into CONTINUATION frames, [`RowsBuilder`] to build ROWS frames row by row in place.
+//!   into CONTINUATION frames, [`RowsBuilder`] to build ROWS frames row by row in place, and
+//!   [`RowsFrame`] to fill one away from the core (a handler thread) and send it later.
 //! - [`Connection`]: the state machine of either [`Role`]: handshake, direction, request ids,
 //!   in-flight tracking, continuation reassembly, stream credit, drain. Its [`Event`]s are
 //!   the EVENT objects of `spec/vectors/README.md`.
@@ -42,7 +43,9 @@ mod wire;
 
 pub use connection::{grant_due, Connection, Event, MessageCursor, Role};
 pub use decode::{decode_frame, FrameDecoder};
-pub use encode::{encode_message, FrameBuf, MessageHead, RowsBuilder, RowsWritten};
+pub use encode::{
+    encode_message, AppendError, FrameBuf, MessageHead, RowsBuilder, RowsFrame, RowsWritten,
+};
 pub use error::{ErrorClass, ErrorCode, ProtocolError};
 pub use frame::{
     Direction, Frame, FrameBody, FrameType, Header, IdRule, RowIter, RowsPayload,

@@ -716,3 +716,39 @@ fn continued_messages_read_in_any_chunking_arrive_whole() {
         assert_eq!(worker.incomplete_frame_len(), 0);
     }
 }
+
+/// A row whose writer fails or panics leaves nothing in a `RowsFrame`; one that does not fit is
+/// removed; one that can never fit is ROW_TOO_LARGE.
+#[test]
+fn rows_frame_keeps_only_whole_rows() {
+    use wirepool_proto::{AppendError, RowsFrame};
+    let mut frame = RowsFrame::new(3, 64);
+    assert!(frame.append(b"kept").unwrap());
+    let failed = frame.append_with(|buf| {
+        buf.extend_from_slice(b"half");
+        Err("no")
+    });
+    assert_eq!(failed, Err(AppendError::Write("no")));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = frame.append_with(|buf| -> Result<(), ()> {
+            buf.extend_from_slice(b"torn");
+            panic!("a row's serializer panicked")
+        });
+    }));
+    assert!(panicked.is_err());
+    assert!(
+        !frame.append(&[1; 50]).unwrap(),
+        "12 + 4 + 50 bytes do not fit 64"
+    );
+    assert!(matches!(
+        frame.append(&[1; 57]),
+        Err(e) if e.code == ErrorCode::RowTooLarge
+    ));
+    assert!(frame.append(b"last").unwrap());
+    assert_eq!((frame.count(), frame.payload_len()), (2, 4 + 8 + 8));
+    let wire = frame.finish_standalone().unwrap();
+    let FrameBody::Rows(rows) = wirepool_proto::decode_frame(&wire, 64).unwrap().body else {
+        panic!("not ROWS")
+    };
+    assert_eq!(rows.iter().collect::<Vec<_>>(), vec![&b"kept"[..], b"last"]);
+}

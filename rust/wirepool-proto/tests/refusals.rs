@@ -3,7 +3,8 @@
 //! core, compared through its `Debug` form) and does not fail the connection.
 
 use wirepool_proto::{
-    Connection, ErrorCode, Frame, FrameBody, Hello, MethodInfo, MethodKind, ProtocolError, Welcome,
+    Connection, ErrorCode, Frame, FrameBody, Hello, MethodInfo, MethodKind, ProtocolError,
+    RowsFrame, Welcome,
 };
 
 const UNARY: u16 = 0;
@@ -125,6 +126,13 @@ fn request_frame(id: u64, body: usize) -> Frame {
             body: vec![0; body].into(),
         },
     )
+}
+
+/// A frame for request `id` holding one row of `len` bytes.
+fn one_row_frame(id: u64, max_frame_size: u32, len: usize) -> RowsFrame {
+    let mut frame = RowsFrame::new(id, max_frame_size);
+    assert!(frame.append(&vec![0; len]).unwrap());
+    frame
 }
 
 /// One row of 14.3's table (a row may take several cases), in the table's order.
@@ -278,10 +286,28 @@ const CASES: &[(&str, ErrorCode, Setup, Refused)] = &[
         |c, out| c.rows(1, out).map(drop),
     ),
     (
+        "a ROWS frame filled away from the core while the credit is not positive",
+        ErrorCode::FlowControl,
+        worker_out_of_credit,
+        |c, out| {
+            c.send_rows(&mut one_row_frame(1, 65_536, 10), out)
+                .map(drop)
+        },
+    ),
+    (
         "ROWS on a unary request",
         ErrorCode::KindMismatch,
         worker_with_unary,
         |c, out| c.rows(1, out).map(drop),
+    ),
+    (
+        "a ROWS frame filled away from the core for a unary request",
+        ErrorCode::KindMismatch,
+        worker_with_unary,
+        |c, out| {
+            c.send_rows(&mut one_row_frame(1, 65_536, 10), out)
+                .map(drop)
+        },
     ),
     (
         "END on a unary request",
@@ -318,6 +344,15 @@ const CASES: &[(&str, ErrorCode, Setup, Refused)] = &[
         ErrorCode::FrameTooLarge,
         parent_open,
         |c, out| c.send(&request_frame(1, 70_000), out),
+    ),
+    (
+        "a ROWS frame filled away from the core above max_frame_size",
+        ErrorCode::FrameTooLarge,
+        worker_with_stream,
+        |c, out| {
+            c.send_rows(&mut one_row_frame(1, 1 << 20, 70_000), out)
+                .map(drop)
+        },
     ),
     (
         "a single row that cannot fit in one ROWS frame",
@@ -435,4 +470,46 @@ fn consumed_grants_nothing_once_the_stream_has_ended() {
     let mut out = Vec::new();
     assert_eq!(parent.consumed(id, rows.payload().len(), &mut out), Ok(0));
     assert!(out.is_empty());
+}
+
+/// A refused `send_rows` leaves the frame as it was: it goes whole once the credit is there.
+#[test]
+fn a_refused_rows_frame_is_kept_for_later() {
+    let (mut parent, mut worker) = open_pair();
+    let id = start(&mut parent, &mut worker, STREAM);
+    let mut wire = Vec::new();
+    let mut spend = RowsFrame::new(id, 65_536);
+    assert!(spend.append(&[0; 200]).unwrap());
+    worker.send_rows(&mut spend, &mut wire).unwrap();
+    assert!(spend.is_empty());
+
+    let mut frame = one_row_frame(id, 65_536, 10);
+    assert!(frame.append(b"second").unwrap());
+    let mut out = Vec::new();
+    let e = worker.send_rows(&mut frame, &mut out).unwrap_err();
+    assert_eq!(e.code, ErrorCode::FlowControl);
+    assert_eq!((frame.count(), out.len()), (2, 0));
+
+    parent.receive(&wire);
+    let Some(wirepool_proto::Event::Rows { rows, .. }) = parent.next_event().unwrap() else {
+        panic!("no rows")
+    };
+    wire.clear();
+    assert!(
+        parent
+            .consumed(id, rows.payload().len(), &mut wire)
+            .unwrap()
+            > 0
+    );
+    worker.receive(&wire);
+    assert!(worker.next_event().unwrap().is_some());
+    let written = worker.send_rows(&mut frame, &mut out).unwrap();
+    assert_eq!(written.count, 2);
+    parent.receive(&out);
+    let Some(wirepool_proto::Event::Rows { rows, .. }) = parent.next_event().unwrap() else {
+        panic!("no rows")
+    };
+    let got: Vec<&[u8]> = rows.iter().collect();
+    assert_eq!(got, vec![&[0; 10][..], b"second"]);
+    worker.send_end(id, b"", &mut out).unwrap();
 }
