@@ -5,14 +5,13 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes};
 // No poisoning: a row push never panics under the lock, and the std guard's poison check costs a
 // thread-local read per row (measured: a third of the worker's time on 16-byte raw rows).
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 use tokio::sync::Notify;
 use wirepool_codec::Codec;
-use wirepool_proto::ErrorCode;
+use wirepool_proto::{AppendError, ErrorCode, RowsFrame};
 
 use crate::error::StreamClosed;
 use crate::state::{RequestShared, Shared};
@@ -21,7 +20,6 @@ use crate::state::{RequestShared, Shared};
 pub(crate) struct RowBatcher {
     id: u64,
     codec: Codec,
-    max_frame: usize,
     batch_bytes: usize,
     shared: Arc<Shared>,
     state: Mutex<StreamState>,
@@ -34,20 +32,25 @@ pub(crate) struct RowBatcher {
 }
 
 struct StreamState {
-    /// `[len u32, row]...`: the rows of the next ROWS frame, already encoded.
-    /// A `Vec`, not `BytesMut`: serde encoders write many tiny pieces, and `Vec`'s `Write` is
-    /// the path they are tuned for (measured: ~40% of the time of a JSON row went to
-    /// `BytesMut::put_slice`).
-    batch: Vec<u8>,
-    rows_in_batch: u32,
+    /// The next ROWS frame, filled row by row on the handler's thread (serialised straight into
+    /// it) and handed to the core whole (`Connection::send_rows`): no second pass over its rows.
+    frame: RowsFrame,
     /// Bumped on every credit grant or cancellation, so a blocking waiter never misses one.
     epoch: u64,
-    /// A row that did not fit the current frame, encoded with its length prefix.
-    carry: Option<Bytes>,
     /// The stream broke (row too large, row not encodable): the request's terminal.
     failure: Option<StreamClosed>,
     /// The END went out (or is going): the timer stops.
     closed: bool,
+}
+
+/// Where a row went.
+enum Pushed {
+    /// Into the frame, which can take more.
+    Added,
+    /// Into the frame, which reached the batch size: send it now.
+    Flush,
+    /// Not added: the frame is too full for it. Send the frame, then push the row again.
+    Full,
 }
 
 enum Submit {
@@ -64,19 +67,15 @@ impl RowBatcher {
         batch_bytes: usize,
         shared: Arc<Shared>,
     ) -> RowBatcher {
-        let max_frame = max_frame as usize;
         RowBatcher {
             id,
             codec,
-            max_frame,
             // A frame's payload can never exceed max_frame_size.
-            batch_bytes: batch_bytes.min(max_frame),
+            batch_bytes: batch_bytes.min(max_frame as usize),
             shared,
             state: Mutex::new(StreamState {
-                batch: Vec::new(),
-                rows_in_batch: 0,
+                frame: RowsFrame::new(id, max_frame),
                 epoch: 0,
-                carry: None,
                 failure: None,
                 closed: false,
             }),
@@ -102,17 +101,13 @@ impl RowBatcher {
         self.lock().failure.clone()
     }
 
-    /// Payload bytes the batch would take as a ROWS frame (its count field included).
-    fn payload_len(st: &StreamState) -> usize {
-        4 + st.batch.len()
-    }
-
-    /// Serialise one row into the batch. `Ok(true)`: the batch should go out now.
+    /// Serialise one row into the frame being filled.
+    #[inline]
     fn push_row<R: Serialize + ?Sized>(
         &self,
         req: &RequestShared,
         row: &R,
-    ) -> Result<bool, StreamClosed> {
+    ) -> Result<Pushed, StreamClosed> {
         let mut st = self.lock();
         if let Some(f) = &st.failure {
             return Err(f.clone());
@@ -129,59 +124,32 @@ impl RowBatcher {
                 message: "the stream already ended".into(),
             });
         }
-        if st.batch.capacity() == 0 {
-            st.batch.reserve(self.batch_bytes + 256);
+        if st.frame.is_empty() {
+            st.frame.reserve(self.batch_bytes + 256);
         }
-        let start = st.batch.len();
-        st.batch.put_u32_le(0);
-        // A panicking `Serialize` must not leave half a row in the batch (the lock does not
-        // poison): catch it here, where the partial row can still be cut off.
-        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.codec.encode(row, &mut st.batch)
-        }));
-        match encoded {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                st.batch.truncate(start);
+        let codec = self.codec;
+        // A panicking `Serialize` unwinds to the handler's own guard (HANDLER_PANIC), leaving
+        // only a torn row behind, which the frame never counts; the lock does not poison.
+        match st.frame.append_with(|buf| codec.encode(row, buf)) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Pushed::Full),
+            Err(AppendError::Write(e)) => {
                 return Err(self.fail(
                     &mut st,
                     ErrorCode::HandlerError,
                     format!("a row could not be encoded: {e}"),
-                ));
+                ))
             }
-            Err(_) => {
-                st.batch.truncate(start);
-                return Err(self.fail(
-                    &mut st,
-                    ErrorCode::HandlerPanic,
-                    "a row's Serialize implementation panicked".into(),
-                ));
-            }
+            Err(AppendError::Refused(e)) => return Err(self.fail(&mut st, e.code, e.message)),
         }
-        let len = st.batch.len() - start - 4;
-        if len + 8 > self.max_frame {
-            st.batch.truncate(start);
-            return Err(self.fail(
-                &mut st,
-                ErrorCode::RowTooLarge,
-                format!(
-                    "a row of {len} bytes does not fit a frame of {} bytes",
-                    self.max_frame
-                ),
-            ));
-        }
-        st.batch[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
-        if Self::payload_len(&st) > self.max_frame {
-            // Rare: a big row after smaller ones. It opens the next frame.
-            st.carry = Some(Bytes::copy_from_slice(&st.batch[start..]));
-            st.batch.truncate(start);
-            return Ok(true);
-        }
-        st.rows_in_batch += 1;
-        if st.rows_in_batch == 1 {
+        if st.frame.count() == 1 {
             self.arm.notify_one();
         }
-        Ok(Self::payload_len(&st) >= self.batch_bytes)
+        Ok(if st.frame.payload_len() >= self.batch_bytes {
+            Pushed::Flush
+        } else {
+            Pushed::Added
+        })
     }
 
     fn fail(&self, st: &mut StreamState, code: ErrorCode, message: String) -> StreamClosed {
@@ -191,51 +159,29 @@ impl RowBatcher {
     }
 
     fn needs_flush(&self, st: &StreamState, everything: bool) -> bool {
-        st.carry.is_some()
-            || (st.rows_in_batch > 0 && (everything || Self::payload_len(st) >= self.batch_bytes))
+        !st.frame.is_empty() && (everything || st.frame.payload_len() >= self.batch_bytes)
     }
 
-    /// Hand the batch to the writer if the stream has credit; the core checks and charges it.
-    // TODO(proto): `Connection::rows` copies each row once more into the output; a way to charge
-    // a pre-built ROWS payload would let the batch go to the socket as is.
+    /// Hand the frame to the core if the stream has credit; the core checks and charges it.
     fn try_submit(&self, st: &mut StreamState) -> Submit {
-        if st.rows_in_batch > 0 {
-            let mut guard = self.shared.lock();
-            let state = &mut *guard;
-            if state.closed || !state.conn.is_in_flight(self.id) {
-                return Submit::Gone;
-            }
-            if !state.conn.can_send_rows(self.id) {
-                return Submit::NoCredit;
-            }
-            let wake = state.writer_needs_wake();
-            let Ok(mut rows) = state.conn.rows(self.id, state.out.tail()) else {
-                return Submit::Gone;
-            };
-            let mut rest = &st.batch[..];
-            while let Some((len, tail)) = rest.split_first_chunk::<4>() {
-                let len = u32::from_le_bytes(*len) as usize;
-                let (row, tail) = tail.split_at(len);
-                if !matches!(rows.append(row), Ok(true)) {
-                    // Cannot happen: the batch was sized against the same frame limit.
-                    return Submit::Gone;
-                }
-                rest = tail;
-            }
-            if rows.finish().is_err() {
-                return Submit::Gone;
-            }
-            drop(guard);
-            if wake {
-                self.shared.wake_writer.notify_one();
-            }
-            st.batch.clear();
-            st.rows_in_batch = 0;
+        if st.frame.is_empty() {
+            return Submit::Sent;
         }
-        if let Some(row) = st.carry.take() {
-            st.batch.put_slice(&row);
-            st.rows_in_batch = 1;
-            self.arm.notify_one();
+        let mut guard = self.shared.lock();
+        let state = &mut *guard;
+        if state.closed || !state.conn.is_in_flight(self.id) {
+            return Submit::Gone;
+        }
+        if !state.conn.can_send_rows(self.id) {
+            return Submit::NoCredit;
+        }
+        let wake = state.writer_needs_wake();
+        if state.conn.send_rows(&mut st.frame, &mut state.out).is_err() {
+            return Submit::Gone;
+        }
+        drop(guard);
+        if wake {
+            self.shared.wake_writer.notify_one();
         }
         Submit::Sent
     }
@@ -391,14 +337,22 @@ impl<Row: Serialize> RowSink<Row> {
     }
 
     /// Send one row by reference.
+    #[inline]
     pub async fn send_ref(&self, row: &Row) -> Result<(), StreamClosed> {
-        if self.stream.push_row(&self.req, row)? {
-            self.stream.flush_async(&self.req, false).await?;
-            // Let the writer put the frame on the socket (and the reader see CANCEL/PING) before
-            // serialising the next batch on this thread.
-            tokio::task::yield_now().await;
+        loop {
+            match self.stream.push_row(&self.req, row)? {
+                Pushed::Added => return Ok(()),
+                Pushed::Flush => {
+                    self.stream.flush_async(&self.req, false).await?;
+                    // Let the writer put the frame on the socket (and the reader see
+                    // CANCEL/PING) before serialising the next batch on this thread.
+                    tokio::task::yield_now().await;
+                    return Ok(());
+                }
+                // Rare: a big row after smaller ones. It opens the next frame.
+                Pushed::Full => self.stream.flush_async(&self.req, true).await?,
+            }
         }
-        Ok(())
     }
 
     /// Send every row of an iterator.
@@ -475,11 +429,16 @@ impl<Row: Serialize> BlockingRowSink<Row> {
     }
 
     /// Send one row by reference.
+    #[inline]
     pub fn send_ref(&self, row: &Row) -> Result<(), StreamClosed> {
-        if self.stream.push_row(&self.req, row)? {
-            self.stream.flush_blocking(&self.req, false)?;
+        loop {
+            match self.stream.push_row(&self.req, row)? {
+                Pushed::Added => return Ok(()),
+                Pushed::Flush => return self.stream.flush_blocking(&self.req, false),
+                // Rare: a big row after smaller ones. It opens the next frame.
+                Pushed::Full => self.stream.flush_blocking(&self.req, true)?,
+            }
         }
-        Ok(())
     }
 
     /// Send every row of an iterator.

@@ -294,6 +294,7 @@ impl RequestShared {
     }
 
     /// The terminal error a cancelled request ends with, or `None` if it was not cancelled.
+    #[inline]
     pub(crate) fn cancel_error(&self) -> Option<HandlerError> {
         match self.reason.load(Ordering::Acquire) {
             BY_PARENT => Some(HandlerError::protocol(
