@@ -57,6 +57,11 @@ RUNNERS: list[Runner] = [
     # without it this runner answers "unsupported" with the reason.
     Runner("wirepool_python_rsworker", "wirepool", "wirepool, Python parent + Rust worker",
            ("{python}", "{bench}/runners/wirepool_python.py", "--worker", "rust"), needs=("venv",)),
+    # A Node parent (node/'s Pool): --prepare builds node/dist; the Rust worker as above.
+    Runner("wirepool_node", "wirepool", "wirepool, Node parent + Node worker",
+           discover="wirepool_node"),
+    Runner("wirepool_node_rsworker", "wirepool", "wirepool, Node parent + Rust worker",
+           ("{node}", "{bench}/runners/wirepool_node.mjs", "--worker", "rust")),
     # The shared-memory lane's transport (PROTOCOL.md 20), W3 only, until the pool carries it.
     Runner("wirepool_shm_lane", "wirepool",
            "wirepool shared-memory lane transport, Rust x Rust (not yet the pool)",
