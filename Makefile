@@ -50,9 +50,11 @@ test-rust:
 test-python: $(VPY)
 	$(VPY) -m pytest -q python/tests examples/python
 
-# The Node SDK (node/): npm ci from its lock file, tsc, then node --test over the compiled tests.
+# The Node SDK (node/): npm ci from its lock file, tsc, then node --test over the compiled tests;
+# then examples/node (its one dependency is a link to node/, so npm install fetches nothing).
 test-node:
 	cd node && npm ci --no-audit --no-fund --loglevel=error && npm test
+	cd examples/node && npm install --no-audit --no-fund --loglevel=error && npm test
 
 test-conformance: $(VPY)
 	$(VPY) -m pytest -q conformance
