@@ -65,7 +65,7 @@ class FakeParent:
             data = self.sock.recv(65536)
             if not data:
                 raise EOFError
-            self.conn.feed(data)
+            self.conn.receive(data)
 
     def _fill(self) -> None:
         if self.start:

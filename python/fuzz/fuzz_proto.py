@@ -32,21 +32,21 @@ def test_one_input(data: bytes) -> None:
     body = data[1:]
     conn = proto.Connection(role)
     if role == "parent":
-        conn.feed(proto.encode_frame(HELLO))
+        conn.receive(proto.encode_frame(HELLO))
         conn.next_event()
         conn.send(WELCOME)
         conn.send(proto.Request(1, 0, 1, b"{}"))
         conn.send(proto.Request(2, 1, 1, b"{}"))
     else:
         conn.send(HELLO)
-        conn.feed(proto.encode_frame(WELCOME))
+        conn.receive(proto.encode_frame(WELCOME))
         conn.next_event()
     try:
         for i in range(0, len(body), chunk):
-            conn.feed(body[i:i + chunk])
+            conn.receive(body[i:i + chunk])
             while conn.next_event() is not None:
                 pass
-        conn.eof()
+        conn.end_of_input()
     except ProtocolError as e:
         if not 100 <= e.code < 200:
             raise

@@ -47,25 +47,25 @@ def mutated_stream(draw: st.DrawFn) -> bytes:
 def drive(role: str, data: bytes, cuts: list[int]) -> None:
     conn = proto.Connection(role)
     if role == "parent":
-        conn.feed(HELLO)
+        conn.receive(HELLO)
         assert conn.next_event() is not None
         conn.send(WELCOME)
         conn.send(proto.Request(1, 0, 1, b"{}"))
         conn.send(proto.Request(2, 1, 1, b"{}"))
     else:
         conn.send(proto.decode_all(HELLO)[0])
-        conn.feed(proto.encode_frame(WELCOME))
+        conn.receive(proto.encode_frame(WELCOME))
         assert conn.next_event() is not None
     pos = 0
     try:
         for c in cuts + [len(data)]:
-            conn.feed(data[pos:pos + c])
+            conn.receive(data[pos:pos + c])
             pos += c
             while conn.next_event() is not None:
                 pass
             if pos >= len(data):
                 break
-        conn.eof()
+        conn.end_of_input()
     except ProtocolError as e:
         assert 100 <= e.code < 200
 

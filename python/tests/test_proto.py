@@ -108,14 +108,17 @@ def test_split_message_uses_more_and_continuations() -> None:
     assert b"".join(bytes(f.body) for f in decoded) == body  # type: ignore[attr-defined]
 
 
-def test_rows_builder_respects_the_frame_limit() -> None:
-    b = proto.RowsBuilder(100)
+def test_rows_builder_respects_the_target_size() -> None:
+    c = open_worker()
+    events(c, enc(proto.Request(9, 1, 1)))
+    b = c.rows(9, 100)
     n = 0
     while b.append(b"x" * 10):
         n += 1
     assert n == 6  # 4 + 6 * 14 = 88; a 7th row would need 102 bytes
-    (f,) = decode(bytes(b.take(9)))
+    (f,) = decode(b"".join(bytes(p) for p in b.finish()))
     assert isinstance(f, proto.Rows) and f.id == 9 and [bytes(r) for r in f] == [b"x" * 10] * 6
+    assert c.credit(9) == 100 - 88
 
 
 # -- property tests ----------------------------------------------------------------------------
@@ -188,7 +191,7 @@ def enc(*fs: proto.Frame) -> bytes:
 
 
 def events(conn: proto.Connection, data: bytes) -> list[proto.Frame]:
-    conn.feed(data)
+    conn.receive(data)
     out = []
     while (e := conn.next_event()) is not None:
         out.append(e)
@@ -364,69 +367,59 @@ def test_rows_of_one_size_take_the_fast_path_and_are_still_checked(size: int, co
 
 # -- batched fast paths: the same events, answers and errors as the frame-by-frame path ---------
 
-def _fail_or_echo(arg: object) -> bytes:
-    if arg == "fail":
-        raise ValueError("handler failed")
-    return json.dumps(arg).encode()
-
-
-def _json_body(b: object) -> object:
-    return json.loads(bytes(b))  # type: ignore[call-overload]
-
-
-# method 0 (unary "add") is inline for codec 1; method 1 (a stream) never is
-INLINE_TABLE = [{1: (lambda arg: arg, _json_body, _fail_or_echo)}, None]
-# method 0 runs elsewhere (handler threads): admitted, decoded, handed over, answered later
-DEFERRED_TABLE = [{1: (None, _json_body, None)}, None]
-
-
-def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list, deferred: bool) -> None:
-    """The general path's answer to one event, as the worker runtime gives it."""
+def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list) -> None:
+    """A driver's answer to one event: method 0 with codec 1 and no timeout is answered at
+    once (as inline handlers are), other requests stay in flight."""
     if isinstance(ev, proto.Request):
         if ev.method == 0 and ev.codec == 1 and not ev.timeout_us:
             try:
                 arg = json.loads(bytes(ev.body))
             except ValueError:
-                out += c.send(proto.ErrorFrame(ev.id, ErrorCode.BAD_REQUEST, "bad body"))
+                out += c.send_error(ev.id, ErrorCode.BAD_REQUEST, "bad body")
                 return
-            if deferred:
-                return  # stays in flight: its handler runs elsewhere
-            try:
-                body = _fail_or_echo(arg)
-            except ValueError:
-                out += c.send(proto.ErrorFrame(ev.id, ErrorCode.HANDLER_ERROR, "failed"))
-                return
-            out += c.send(proto.Result(ev.id, body))
-        # other requests stay in flight (they count against max_in_flight)
+            out += c.send_result(ev.id, json.dumps(arg).encode())
     elif isinstance(ev, proto.Reject):
-        out += c.send(proto.ErrorFrame(ev.id, ev.code, "rejected"))
+        out += c.send_error(ev.id, ev.code, "rejected")
     elif isinstance(ev, proto.Ping):
-        out += c.send(proto.Pong(ev.nonce))
+        out += c.send_pong(ev.nonce)
 
 
-def _run_worker(data: bytes, fast: bool, deferred: bool) -> tuple[bytes, list, int | None]:
+def _run_worker(data: bytes, fast: bool) -> tuple[bytes, list, list, int | None]:
+    """Both paths answer a run of REQUEST/REJECT events (taken by take_requests, or pulled by
+    next_event) once the next other event is pulled, so their states can be compared."""
     c = open_worker()
     out: list = []
-    started: list = []
+    seen: list = []
+    run: list = []
+
+    def answer_run() -> None:
+        for ev in run:
+            _worker_answer(c, ev, out)
+        run.clear()
+
     try:
-        c.feed(data)
+        c.receive(data)
         while True:
             if fast:
-                pending = c.answer_inline(DEFERRED_TABLE if deferred else INLINE_TABLE, out,
-                                          started)
-                assert all(e[1:3] == (0, 1) for e in started)
-                if pending is not None:
-                    id, _, _, value, failed = pending
-                    assert failed and isinstance(value, ValueError)
-                    out += c.send(proto.ErrorFrame(id, ErrorCode.HANDLER_ERROR, "failed"))
-                    continue
+                taken: list = []
+                c.take_requests(taken)
+                for item in taken:
+                    ev = item if isinstance(item, proto.Reject) else proto.Request(
+                        item[0], item[1], item[2], item[4], item[3])
+                    seen.append((ev.NAME, ev.id))
+                    run.append(ev)
             ev = c.next_event()
             if ev is None:
                 break
-            _worker_answer(c, ev, out, deferred)
+            seen.append((ev.NAME, ev.id))
+            run.append(ev)
+            if not isinstance(ev, (proto.Request, proto.Reject)):
+                answer_run()
+        answer_run()
     except ProtocolError as e:
-        return b"".join(bytes(p) for p in out), sorted(c.in_flight), e.code
-    return b"".join(bytes(p) for p in out), sorted(c.in_flight), None
+        answer_run()
+        return b"".join(bytes(p) for p in out), seen, c.in_flight_ids(), e.code
+    return b"".join(bytes(p) for p in out), seen, c.in_flight_ids(), None
 
 
 _request = st.builds(
@@ -438,10 +431,9 @@ _to_worker = st.one_of(_request, _request, _request, st.builds(proto.Ping),
                        st.builds(proto.Cancel, st.integers(1, 40)))
 
 
-@pytest.mark.parametrize("deferred", [False, True])
 @settings(max_examples=300, deadline=None)
 @given(frames=st.lists(_to_worker, max_size=30))
-def test_answer_inline_matches_the_general_path(deferred: bool, frames: list[proto.Frame]) -> None:
+def test_take_requests_matches_the_general_path(frames: list[proto.Frame]) -> None:
     # Most requests get the next id (runs of valid requests reach max_in_flight) and most
     # CANCELs an id already sent; ids drawn above 35 become 1-5 (duplicates, ids going
     # backwards, CANCEL of an id never sent).
@@ -456,21 +448,31 @@ def test_answer_inline_matches_the_general_path(deferred: bool, frames: list[pro
         elif isinstance(f, proto.Cancel):
             frames[i] = proto.Cancel(raw or max(1, min(f.id, next_id)))
     data = enc(*frames)
-    assert _run_worker(data, True, deferred) == _run_worker(data, False, deferred)
+    assert _run_worker(data, True) == _run_worker(data, False)
+
+
+WIDE_HELLO = proto.Hello(pid=42, max_concurrency=16, methods=HELLO.methods)
 
 
 def _run_parent(n: int, data: bytes, fast: bool) -> tuple[list, int | None]:
-    c = open_parent()
+    c = proto.Connection("parent")
+    events(c, enc(WIDE_HELLO))
+    c.send_welcome(proto.Welcome(max_frame_size=65536, initial_credit=100, max_in_flight=16))
     bodies = [b"%d" % i for i in range(n)]
     if fast:
-        sent = c.send_requests(1, 0, 1, bodies)
+        first, sent = c.send_requests(0, 1, bodies)
+        assert first == 1
     else:
-        sent = b"".join(b"".join(bytes(p) for p in c.send_request(i + 1, 0, 1, b))  # type: ignore[union-attr]
-                        for i, b in enumerate(bodies))
-    c.send(proto.Request(n + 1, 1, 1, b"{}"))  # a stream: RESULT on it is KIND_MISMATCH
-    got: list = [bytes(sent or b"")]
+        sent = []
+        for i, b in enumerate(bodies):
+            id, parts = c.send_request(0, 1, 0, b)
+            assert id == i + 1
+            sent += parts
+    id, parts = c.send_request(1, 1, 0, b"{}")  # a stream: RESULT on it is KIND_MISMATCH
+    assert id == n + 1
+    got: list = [b"".join(bytes(p) for p in sent + parts)]
     try:
-        c.feed(data)
+        c.receive(data)
         while True:
             if fast:
                 results: list = []
@@ -507,17 +509,20 @@ def test_take_results_and_send_requests_match_the_general_path(
 def test_fast_paths_leave_a_partial_frame_to_the_decoder() -> None:
     c = open_worker()
     data = enc(proto.Request(1, 0, 1, b"7"), proto.Request(2, 0, 1, b"8"))
-    out: list = []
-    c.feed(data[:-3])
-    assert c.answer_inline(INLINE_TABLE, out) is None
+    taken: list = []
+    c.receive(data[:-3])
+    c.take_requests(taken)
+    assert [(t[0], bytes(t[4])) for t in taken] == [(1, b"7")]
     assert c.next_event() is None  # the second request is not complete yet
-    c.feed(data[-3:])
+    assert c.incomplete_frame_len() == len(data) // 2 - 3
+    c.receive(data[-3:])
     # The decoder holds the half-received frame: the general path completes it.
-    assert c.answer_inline(INLINE_TABLE, out) is None
-    assert b"".join(out) == enc(proto.Result(1, b"7"))
+    taken.clear()
+    c.take_requests(taken)
+    assert taken == []
     ev = c.next_event()
     assert isinstance(ev, proto.Request) and ev.id == 2 and bytes(ev.body) == b"8"
-    assert list(c.in_flight) == [2]
+    assert c.in_flight_ids() == [1, 2] and c.incomplete_frame_len() == 0
 
 
 def _gather(dec: proto.FrameDecoder, wire: bytes, chunk: int) -> list[proto.Frame]:

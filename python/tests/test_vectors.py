@@ -77,10 +77,10 @@ def run_session(case: dict, feed: Callable[[bytes], list[bytes]]) -> None:
         err: ProtocolError | None = None
         try:
             if step.get("eof"):
-                conn.eof()
+                conn.end_of_input()
             else:
                 for chunk in feed(bytes.fromhex(step["recv"])):
-                    conn.feed(chunk)
+                    conn.receive(chunk)
                     while (ev := conn.next_event()) is not None:
                         events.append(to_json(ev, with_more=False))
         except ProtocolError as e:

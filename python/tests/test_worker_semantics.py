@@ -40,7 +40,6 @@ class FakeParent:
         self.sock = mine
         self.sock.settimeout(10)
         self.conn = proto.Connection("parent")
-        self.last_id = 0
         hello = self.next()
         assert hello.TYPE == FrameType.HELLO
         self.methods = {m.name: i for i, m in enumerate(hello.methods)}  # type: ignore[attr-defined]
@@ -59,15 +58,16 @@ class FakeParent:
                 return ev
             data = self.sock.recv(1 << 16)
             if not data:
-                self.conn.eof()
+                self.conn.end_of_input()
                 raise EOFError
-            self.conn.feed(data)
+            self.conn.receive(data)
 
     def request(self, method: str, value: Any, timeout_us: int = 0) -> int:
-        self.last_id += 1
-        self.write(proto.Request(self.last_id, self.methods[method], JSON,
-                                 json.dumps(value).encode(), timeout_us))
-        return self.last_id
+        id, parts = self.conn.send_request(self.methods[method], JSON, timeout_us,
+                                           json.dumps(value).encode())
+        for part in parts:
+            self.sock.sendall(part)
+        return id
 
     def until_terminal(self, id: int) -> list[Any]:
         """Events up to and including request ``id``'s terminal."""

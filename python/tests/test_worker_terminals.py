@@ -35,3 +35,9 @@ def test_result_and_summary_above_max_message_size_end_handler_error() -> None:
         assert info.value.code == ErrorCode.HANDLER_ERROR, info.value
         assert "summary" in info.value.message
         assert p.call("whoami", None) == pid, "the connection survived"
+        # A request body above the limit is refused by the parent's core before anything is
+        # sent (PROTOCOL.md 14.3): the caller gets MESSAGE_TOO_LARGE, the worker never sees it.
+        with pytest.raises(WirepoolError) as info:
+            p.call("whoami", b"x" * LIMIT, codec="raw")
+        assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE, info.value
+        assert p.call("whoami", None) == pid

@@ -1,8 +1,10 @@
 """The asyncio side of one connection, shared by the pool's workers and the worker runtime.
 
 The sans-IO core (`proto.Connection`) decides every byte; this base only moves them: frames
-queued during one loop pass leave in one write, and reads land in a reused buffer (or straight
-in a large frame's own buffer). Subclasses implement `data_received`.
+queued during one loop pass leave in one write, and reads land where the core says
+(`read_buffer`: a reused buffer, or straight in a large frame's own buffer). Subclasses implement
+`data_received`, called with the bytes of a plain ``data_received`` or with ``b""`` after a read
+the core already has.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from . import proto
 
 # Frames below this size are joined into one buffer before the write; larger ones go as they are.
 _JOIN_BELOW = 65536
-_RECV_BUFFER = 256 * 1024
 
 
 class FrameProtocol(asyncio.BufferedProtocol):
@@ -24,8 +25,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._loop = loop
         self._out: list[Any] = []
         self._out_scheduled = False
-        self._recv_view: memoryview | None = None
-        self._into_frame = False
         self.bytes_sent = 0  # for metrics
         self.bytes_received = 0
 
@@ -55,29 +54,16 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if small:
             t.write(small)
 
-    def _send(self, frame: proto.Frame) -> None:
-        self._write(self.conn.send(frame))
-
-    # Receiving: a reused buffer (recv_into) instead of a fresh 256 KiB bytes object per read,
-    # whose mmap/munmap churn cost more than the copy; large payloads are received straight
-    # into their frame's buffer.
+    # Receiving: into the core's read buffer (a reused one instead of a fresh 256 KiB bytes
+    # object per read, whose mmap/munmap churn cost more than the copy; a large payload straight
+    # into its frame's buffer).
     def get_buffer(self, sizehint: int) -> memoryview:
-        frame_buffer = self.conn.decoder.writable()
-        if frame_buffer is not None:
-            self._into_frame = True
-            return frame_buffer
-        self._into_frame = False
-        if self._recv_view is None:
-            self._recv_view = memoryview(bytearray(_RECV_BUFFER))
-        return self._recv_view
+        return self.conn.read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self.bytes_received += nbytes
-        if self._into_frame:
-            self.conn.decoder.wrote(nbytes)
-            self.data_received(b"")
-        else:
-            self.data_received(bytes(self._recv_view[:nbytes]))  # type: ignore[index]
+        self.conn.received(nbytes)
+        self.data_received(b"")
 
     def data_received(self, data: bytes) -> None:
         raise NotImplementedError

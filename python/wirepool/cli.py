@@ -150,7 +150,7 @@ def _read_hello(sock: socket.socket, proc: subprocess.Popen, timeout: float,
             raise WorkerExited(ErrorCode.WORKER_EXITED,
                                f"worker pid {proc.pid} {how} before its HELLO"
                                + _stderr_tail(stderr))
-        conn.feed(data)
+        conn.receive(data)
         event = conn.next_event()  # raises ProtocolError for a bad HELLO
         if isinstance(event, proto.Hello):
             return event

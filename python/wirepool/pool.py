@@ -138,7 +138,7 @@ class LatencyHistogram:
 class _Request:
     __slots__ = ("id", "worker", "kind", "codec", "_future", "frames", "waiter", "end", "error",
                  "deadline_handle", "cancel_handle", "on_event", "method", "abandoned",
-                 "consumed", "rows", "outcome", "sink", "started", "trace")
+                 "rows", "outcome", "sink", "started", "trace")
 
     def __init__(self, id: int, worker: "_Worker", kind: int, codec: _codecs.Codec, method: str,
                  on_event: EventCallback | None,
@@ -162,7 +162,6 @@ class _Request:
         self.deadline_handle: asyncio.TimerHandle | None = None
         self.cancel_handle: asyncio.TimerHandle | None = None
         self.abandoned = False  # the caller has its outcome already (deadline, cancel)
-        self.consumed = 0  # ROWS payload bytes read by the consumer since the last grant
         self.rows = 0
         # (ok, value or exception) once finished: readable from any thread, unlike the future.
         self.outcome: tuple[bool, Any] | None = None
@@ -255,7 +254,6 @@ class _Worker(FrameProtocol):
         self.proc: asyncio.subprocess.Process | None = None
         self.pid = 0
         self.requests: dict[int, _Request] = {}
-        self.next_id = 1
         self.methods: dict[str, tuple[int, int, tuple[int, ...]]] = {}
         self.ready: asyncio.Future[None] = pool.loop.create_future()
         self.exited: asyncio.Future[None] = pool.loop.create_future()
@@ -386,7 +384,7 @@ class _Worker(FrameProtocol):
                                 max_frame_size=mfs, initial_credit=pool.initial_credit,
                                 heartbeat_ms=pool.heartbeat_ms, max_in_flight=self.max_in_flight,
                                 max_message_size=max(pool.max_message_size, mfs))
-        self._send(welcome)
+        self._write(self.conn.send_welcome(welcome))
         self.accepting = True
         if not self.ready.done():
             self.ready.set_result(None)
@@ -410,7 +408,7 @@ class _Worker(FrameProtocol):
 
     def _refuse(self, code: int, message: str) -> None:
         err = ProtocolError(code, f"worker pid {self.pid} refused: {message}")
-        self._write(proto.encode_frame_parts(proto.ErrorFrame(0, code, message)))
+        self._write(self.conn.refuse(code, message))
         self._flush_out()
         if not self.ready.done():
             self.ready.set_exception(err)
@@ -440,7 +438,7 @@ class _Worker(FrameProtocol):
         t = self.transport
         if (self.direct == _LOOP and self.direct_fd >= 0 and not self.requests and self.accepting
                 and not self.leased and not self.pings and not self._out and t is not None
-                and not t.get_write_buffer_size() and not self.conn.decoder.buffered):
+                and not t.get_write_buffer_size() and not self.conn.incomplete_frame_len()):
             with self.direct_lock:
                 t.pause_reading()
                 self.direct = _PARKED
@@ -488,7 +486,7 @@ class _Worker(FrameProtocol):
         nothing waits for it, else to the loop (with any ``results`` for it to finish;
         ``recheck``: it must look at this worker's requests, e.g. recycling by count)."""
         pool = self.pool
-        back = (bool(results) or recheck or self.conn.decoder.buffered > 0
+        back = (bool(results) or recheck or self.conn.incomplete_frame_len() > 0
                 or bool(self.requests) or bool(self.after_caller))
         with self.direct_lock:
             if self.direct == _DEAD:  # the connection went while we held it: we close it
@@ -524,7 +522,7 @@ class _Worker(FrameProtocol):
             if self.exited.done():
                 self._fail_all()  # it died while the caller read: nothing else will end them
             return
-        if self.conn.decoder.buffered:
+        if self.conn.incomplete_frame_len():
             self.data_received(b"")  # frames the caller read but left for us
         else:
             self._park_if_idle()
@@ -548,26 +546,33 @@ class _Worker(FrameProtocol):
         pool._reading = True
         if pool.latency_histograms:
             pool._read_at = time.monotonic()
-        held = conn.decoder.buffered + len(data)
+        held = conn.incomplete_frame_len() + len(data)
         try:
-            conn.feed(data)
+            if data:
+                conn.receive(data)
             while True:
                 # The RESULT frames of one read, in one tight loop; the first other frame goes
                 # through the general path below.
-                conn.take_results(results)
+                all_taken = conn.take_results(results)
                 if results:
                     self._results(results)
                     results.clear()
+                if all_taken:
+                    break
                 ev = conn.next_event()
                 if ev is None:
                     break
                 self._on_event(ev)
+                # Let go of the event (a result's payload) at once: its caller, in another
+                # thread, may already check that nothing else holds it.
+                ev = None
                 if self.fatal_received:
                     break
         except ProtocolError as e:
             log.error("worker %d (pid %d): protocol violation %s", self.worker_id, self.pid, e)
-            self._write(proto.encode_frame_parts(proto.ErrorFrame(0, e.code, e.message)))
-            self._flush_out()
+            with contextlib.suppress(ProtocolError):  # best effort: e.g. nothing after GOODBYE
+                self._write(conn.send_fatal(e))
+                self._flush_out()
             violation = error_from_code(ErrorCode.PROTOCOL_VIOLATION,
                                         f"worker pid {self.pid} broke the protocol: {e}",
                                         details={"protocol_code": e.code, "name": e.name})
@@ -580,7 +585,7 @@ class _Worker(FrameProtocol):
         finally:
             # The frame clock (spec 8.5): runs from the first byte of a frame still incomplete;
             # a read that completed a frame restarts it, bytes of the same frame do not.
-            left = conn.decoder.buffered
+            left = conn.incomplete_frame_len()
             if not left:
                 self.partial_since = None
             elif left < held or self.partial_since is None:
@@ -595,7 +600,7 @@ class _Worker(FrameProtocol):
 
     def eof_received(self) -> bool:
         try:
-            self.conn.eof()
+            self.conn.end_of_input()
         except ProtocolError as e:
             self.failure = self.failure or error_from_code(
                 ErrorCode.PROTOCOL_VIOLATION, f"worker pid {self.pid}: {e}",
@@ -707,9 +712,14 @@ class _Worker(FrameProtocol):
         if t == FrameType.ROWS:
             req = self.requests.get(ev.id)
             self.rows_received += ev.count  # type: ignore[attr-defined]
-            if req is not None and not req.abandoned:  # rows after a cancel are dropped
+            if req is not None and not req.abandoned:
                 req.frames.append(ev)  # type: ignore[arg-type]
                 req._wake()
+            else:
+                # Rows after a cancel are dropped; nobody will read them, so they count as
+                # consumed (spec 14.3): a worker that has not seen the CANCEL yet is not left
+                # waiting for credit.
+                self.consumed(ev.id, ev.payload_size)  # type: ignore[attr-defined]
             return
         if t == FrameType.RESULT:
             req = self.requests.pop(ev.id, None)
@@ -774,7 +784,7 @@ class _Worker(FrameProtocol):
                     log.exception("on_event callback failed")
             return
         if t == FrameType.PING:
-            self._send(proto.Pong(ev.nonce))  # type: ignore[attr-defined]
+            self._write(self.conn.send_pong(ev.nonce))  # type: ignore[attr-defined]
             return
         if t == FrameType.HELLO:
             self._on_hello(ev)  # type: ignore[arg-type]
@@ -824,48 +834,46 @@ class _Worker(FrameProtocol):
     def submit(self, method: str, body: Any, codec: _codecs.Codec, timeout: float | None,
                on_event: EventCallback | None, expect_kind: int) -> _Request:
         info = self.methods.get(method)
-        id = self.next_id
-        self.next_id += 1
-        if info is None:
-            # Unknown to this worker: index 0xFFFF is never in HELLO; the worker answers
-            # UNKNOWN_METHOD, which keeps one code path and one outcome per request.
-            index, kind = 0xFFFF, expect_kind
-        else:
-            index, kind, _ = info
         if self.direct != _LOOP:
             self.reclaim()  # parked: chosen by _pick, which never picks a caller's worker
+        problem: WirepoolError | None = None
+        id = 0  # the core allocates the id of a request it sends; a refused one has none
+        parts: list[Any] = []
+        if info is None:
+            kind = expect_kind
+            problem = error_from_code(ErrorCode.UNKNOWN_METHOD,
+                                      f"the worker has no method {method!r}")
+        elif info[1] != expect_kind:
+            kind = info[1]
+            right, wrong = ("stream", "call") if kind == MethodKind.STREAM else ("call", "stream")
+            problem = error_from_code(
+                ErrorCode.UNKNOWN_METHOD,
+                f"{method!r} is a {'stream' if kind == MethodKind.STREAM else 'unary'} method: "
+                f"use pool.{right}(), not pool.{wrong}()")
+        else:
+            kind = expect_kind
+            if self.alive and self.transport is not None:
+                timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
+                try:
+                    id, parts = self.conn.send_request(info[0], codec.id, timeout_us, body)
+                except ProtocolError as e:
+                    # e.g. OVERLOADED through a lease, a body above max_message_size
+                    problem = error_from_code(e.code, e.message)
         req = _Request(id, self, kind, codec, method, on_event, None,
                        time.monotonic() if self.pool.latency_histograms else 0.0)
         hooks = self.pool.request_hooks
         if hooks is not None:
             req.trace = (hooks, hooks.started(method, expect_kind, id, self))
-        timeout_us = 0
+        if problem is not None:
+            req.finish(error=problem)
+            return req
+        if not id:  # the worker is dying or dead
+            req.finish(error=self._failure_for(req))
+            return req
         if timeout is not None:
-            timeout_us = max(1, int(timeout * 1e6))
             req.deadline_handle = self.pool.loop.call_later(
                 timeout + self.pool.deadline_grace, self._deadline_passed, req, timeout)
         self.requests[id] = req
-        if index == 0xFFFF:
-            # The core refuses to send an index not in HELLO; end the request locally.
-            self.requests.pop(id)
-            req.finish(error=error_from_code(ErrorCode.UNKNOWN_METHOD,
-                                             f"the worker has no method {method!r}", id=id))
-            return req
-        if kind != expect_kind:
-            self.requests.pop(id)
-            right, wrong = ("stream", "call") if kind == MethodKind.STREAM else ("call", "stream")
-            req.finish(error=error_from_code(
-                ErrorCode.UNKNOWN_METHOD,
-                f"{method!r} is a {'stream' if kind == MethodKind.STREAM else 'unary'} method: "
-                f"use pool.{right}(), not pool.{wrong}()", id=id))
-            return req
-        if not self.alive or self.transport is None:
-            self.requests.pop(id)
-            req.finish(error=self._failure_for(req))
-            return req
-        parts = self.conn.send_request(id, index, codec.id, body, timeout_us)
-        if parts is None:
-            parts = self.conn.send_message(proto.Request(id, index, codec.id, body, timeout_us))
         self._write(parts)
         if len(self.requests) == 1:
             # A lone request: write it now rather than a loop pass later (latency); with more
@@ -883,7 +891,8 @@ class _Worker(FrameProtocol):
         parts = None
         if info is not None and info[1] == MethodKind.UNARY and self.alive \
                 and self.transport is not None:
-            parts = self.conn.send_requests(self.next_id, info[0], codec.id, bodies)
+            with contextlib.suppress(ProtocolError):
+                first, parts = self.conn.send_requests(info[0], codec.id, bodies)
         if parts is None:  # the general path, one by one, with its errors
             out = []
             for body in bodies:
@@ -892,19 +901,17 @@ class _Worker(FrameProtocol):
                     req.sink = sink
                 out.append(req)
             return out
-        first = self.next_id
-        self.next_id = first + len(bodies)
+        ids = range(first, first + len(bodies))
         unary = MethodKind.UNARY
         now = time.monotonic() if self.pool.latency_histograms else 0.0
-        reqs = [_Request(id, self, unary, codec, method, None, sink, now)
-                for id in range(first, self.next_id)]
-        self.requests.update(zip(range(first, self.next_id), reqs))
+        reqs = [_Request(id, self, unary, codec, method, None, sink, now) for id in ids]
+        self.requests.update(zip(ids, reqs))
         hooks = self.pool.request_hooks
         if hooks is not None:
             for req in reqs:
                 req.trace = (hooks, hooks.started(method, unary, req.id, self))
         # A burst leaves now, in one write (a map submits one burst per worker and pump).
-        self._out.append(parts)
+        self._out += parts
         self._flush_out()
         return reqs
 
@@ -917,7 +924,10 @@ class _Worker(FrameProtocol):
         if req.id not in self.requests or not self.alive or self.transport is None:
             return
         if req.cancel_handle is None:
-            self._send(proto.Cancel(req.id))
+            try:
+                self._write(self.conn.send_cancel(req.id))
+            except ProtocolError:  # its terminal is in already (a caller handed it back)
+                return
             req.cancel_handle = self.pool.loop.call_later(self.pool.cancel_grace,
                                                           self._cancel_grace_passed, req)
 
@@ -936,17 +946,21 @@ class _Worker(FrameProtocol):
                                    f"worker pid {self.pid} killed: request {req.id} ignored "
                                    f"CANCEL for {self.pool.cancel_grace}s"))
 
-    def grant(self, req: _Request, nbytes: int) -> None:
-        """The consumer read ``nbytes`` of rows: give credit back at half the window."""
-        req.consumed += nbytes
-        if req.consumed >= self.pool.initial_credit // 2 and req.id in self.requests and self.alive:
-            grant = req.consumed
-            room = proto.MAX_CREDIT - self.conn.credit(req.id)
-            if grant > room:
-                grant = room
-            if grant > 0:
-                req.consumed -= grant
-                self._send(proto.Credit(req.id, grant))
+    def consumed(self, id: int, nbytes: int) -> None:
+        """The consumer read (or will never read) ``nbytes`` of stream ``id``'s rows: the core
+        grants credit back when its policy says so."""
+        if self.alive and self.transport is not None:
+            granted, parts = self.conn.consumed(id, nbytes)
+            if granted:
+                self._write(parts)
+
+    def drop_rows(self, req: _Request) -> None:
+        """The caller of stream ``req`` is gone: the rows it left unread count as consumed."""
+        frames = req.frames
+        if frames:
+            nbytes = sum(f.payload_size for f in frames)
+            frames.clear()
+            self.consumed(req.id, nbytes)
 
     # -- supervision ----------------------------------------------------------------------
 
@@ -993,7 +1007,8 @@ class _Worker(FrameProtocol):
                 next_ping = now + period
                 nonce += 1
                 self.pings.append((nonce, now))
-                self._send(proto.Ping(nonce.to_bytes(8, "little")))
+                with contextlib.suppress(ProtocolError):  # e.g. after GOODBYE: it exits anyway
+                    self._write(self.conn.send_ping(nonce.to_bytes(8, "little")))
                 pool._check_recycle(self)
 
     def kill(self, reason: WirepoolError | None, sig: int = signal.SIGKILL) -> None:
@@ -1033,10 +1048,11 @@ class _Worker(FrameProtocol):
         if not self.reclaim():  # a blocking caller reads: drain once it lets go
             self.after_caller.append(functools.partial(self.drain, grace_ms))
             return
-        if not self.conn.is_open:  # still in its handshake: nothing to finish, stop it
+        if not self.conn.is_open():  # still in its handshake: nothing to finish, stop it
             self.kill(None)
-        elif self.alive and self.transport is not None and not self.conn.draining:
-            self._send(proto.Drain(grace_ms))
+        elif self.alive and self.transport is not None and not self.conn.is_draining():
+            with contextlib.suppress(ProtocolError):  # after its GOODBYE: it exits anyway
+                self._write(self.conn.send_drain(grace_ms))
 
     def rss_bytes(self) -> int | None:
         try:
@@ -1125,7 +1141,7 @@ class Stream:
             if req.frames:
                 frame = req.frames.popleft()
                 self.row_count += frame.count
-                req.worker.grant(req, frame.payload_size)
+                req.worker.consumed(req.id, frame.payload_size)
                 return frame
             if req.outcome is not None:
                 if req.error is not None:
@@ -1160,6 +1176,7 @@ class Stream:
             if req.outcome is None or req.id in req.worker.requests:
                 req.worker.cancel(req, error_from_code(ErrorCode.CANCELLED,
                                                        "the stream was closed early", id=req.id))
+                req.worker.drop_rows(req)
 
     async def aclose(self) -> None:
         """Stop reading: cancels the request if it has not ended."""
@@ -2272,16 +2289,14 @@ class Pool:
                 except Exception as e:
                     raise _encode_failed(c, e) from None
                 timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
-                id = w.next_id
-                with contextlib.suppress(Exception):  # refused: the loop path raises it
-                    parts = w.conn.send_request(id, info[0], c.id, body, timeout_us)
+                with contextlib.suppress(ProtocolError):  # refused: the loop path raises it
+                    id, parts = w.conn.send_request(info[0], c.id, timeout_us, body)
         except BaseException:
             w.release_from_caller()
             raise
-        if parts is None:  # a body larger than one frame, no such unary method, a refusal
+        if parts is None:  # no such unary method, a refusal
             w.release_from_caller()
             return self._call_looped(method, request, codec, timeout)
-        w.next_id = id + 1
         w.direct_calls += 1
         hooks = ap.request_hooks
         trace = None if hooks is None else (hooks, hooks.started(method, MethodKind.UNARY, id, w))
@@ -2305,9 +2320,9 @@ class Pool:
                     if not data:
                         break  # end of file: the loop sees it and ends the call WORKER_EXITED
                     w.bytes_received += len(data)
-                    conn.feed(data)
+                    conn.receive(data)
                     conn.take_results(results)
-                    if results or conn.decoder.buffered:
+                    if results or conn.incomplete_frame_len():
                         break  # our answer, or a frame the loop must see (ERROR, EVENT...)
             except OSError:
                 pass  # the connection broke (reset, a dying worker): the loop ends the call
@@ -2319,7 +2334,7 @@ class Pool:
                 return self._wait_call(call)
             self._loop.call_soon_threadsafe(self._abandon_call, call)
             raise
-        if len(results) == 2 and results[0] == id and not conn.decoder.buffered:
+        if len(results) == 2 and results[0] == id and not conn.incomplete_frame_len():
             body = results[1]
             w.direct_completed += 1
             w.served += 1

@@ -1,8 +1,9 @@
-"""Sans-IO core of the wirepool protocol v1 (spec/PROTOCOL.md).
+"""Sans-IO core of the wirepool protocol v1 (spec/PROTOCOL.md, the API of section 14).
 
-No sockets, no clocks: bytes go in, typed frames and events come out, and encoders turn frames into
-bytes. The worker (``worker.py``) and the parent (``pool.py``) are drivers over this module; they
-never re-decide sizes, ids or states.
+No sockets, no clocks, no threads, no handlers: bytes go in, typed frames and events come out,
+and every send is checked, recorded and encoded here. The worker (``worker.py``) and the parent
+(``pool.py``) are drivers over this module; they never re-decide ids, states, credit, framing
+or limits.
 
 Decoding, frame by frame::
 
@@ -12,36 +13,39 @@ Decoding, frame by frame::
         ...                              # Hello, Request, Rows, ... (validated)
     dec.eof()                            # raises ProtocolError(TRUNCATED) if mid-frame
 
-Connection state (handshake, ids, credit, continuation, drain)::
+A connection (handshake, ids, credit, continuation, drain), here the parent's::
 
     conn = Connection("parent")
-    conn.feed(data)
+    conn.receive(data)                   # or read_buffer() + received(n)
     while (event := conn.next_event()) is not None:
-        ...
-    wire_bytes = conn.send(Welcome(...))
+        ...                              # Hello, Result, Rows, End, Notification, ...
+    write(conn.send_welcome(Welcome(...)))
+    id, parts = conn.send_request(method, codec, timeout_us, body)
 
-Every violation raises :class:`ProtocolError` with its stable code; the driver then sends
-``ERROR`` id 0 with that code and closes.
+A violation raises :class:`ProtocolError` with its stable code (the driver then sends
+``send_fatal`` and closes); a send the core refuses raises it too, and changes nothing.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import json
 import operator
 import sys
 import struct
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from .errors import ErrorCode, ProtocolError
+from .errors import ErrorCode, ProtocolError, WirepoolError
 
 __all__ = [
     "PROTOCOL_VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_SIZE", "HANDSHAKE_MAX_FRAME_SIZE",
     "MIN_FRAME_SIZE_LIMIT", "MAX_FRAME_SIZE_LIMIT", "DEFAULT_INITIAL_CREDIT", "DEFAULT_HEARTBEAT_MS",
     "DEFAULT_MAX_MESSAGE_SIZE", "MAX_CREDIT", "FLAG_MORE", "FrameType", "CodecId", "MethodKind",
     "MethodInfo", "Frame", "Hello", "Welcome", "Request", "Cancel", "Result", "ErrorFrame", "Rows",
-    "End", "Credit", "Event", "Ping", "Pong", "Drain", "Goodbye", "Continuation", "Late", "Reject",
-    "RowsBuilder", "FrameDecoder", "Connection", "encode_frame", "encode_frame_parts",
-    "split_message",
+    "End", "Credit", "Event", "Notification", "Ping", "Pong", "Drain", "Goodbye", "Continuation", "Late", "Reject",
+    "RowsBuilder", "ROW_PREFIXES", "framed_row", "FrameDecoder", "Connection", "encode_frame",
+    "encode_frame_parts", "split_message",
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -63,6 +67,10 @@ MAGIC = b"WIREPOOL"
 _SPARES = 2
 _SPARE_MAX_BYTES = 32 << 20
 FLAG_MORE = 0x01
+# Reads land in a reused buffer of this size (read_buffer), or straight in a large frame's own
+# buffer when at least _READ_INTO_FRAME of its payload is still missing.
+_READ_BUFFER = 256 * 1024
+_READ_INTO_FRAME = 65536
 
 _HEADER = struct.Struct("<IBBHQ")
 _U8 = struct.Struct("<B")
@@ -492,6 +500,10 @@ class Event(Frame):
         return [_EVENT_PREFIX.pack(len(t)), t, self.data.encode()]
 
 
+# PROTOCOL.md 14.2 calls the event of an EVENT frame a Notification: the same class.
+Notification = Event
+
+
 class Ping(Frame):
     __slots__ = ("nonce",)
     TYPE = FrameType.PING
@@ -644,46 +656,149 @@ def split_message(frame: Frame, max_frame_size: int) -> list[Frame]:
     return out
 
 
-class RowsBuilder:
-    """Builds one ROWS frame by appending encoded rows into a single bytearray.
+# A row's length field by the row's length, for rows up to 4 KiB (the common case): one lookup
+# instead of a struct call per row.
+ROW_PREFIXES: tuple[bytes, ...] = tuple(_u32_pack(n) for n in range(4096))
+_ROWS_HEAD = struct.Struct("<IBBHQI")  # a ROWS header plus the row count
+_ROWS_HEAD_pack_into = _ROWS_HEAD.pack_into
+_ROWS_HEAD_SIZE = HEADER_SIZE + 4
+_NO_HEAD = bytes(_ROWS_HEAD_SIZE)
 
-    ``append`` returns False (and appends nothing) when the row would push the payload past
-    ``max_payload``; flush with :meth:`take` and append again. A row that does not fit even in
-    an empty frame is the caller's ROW_TOO_LARGE.
+
+def framed_row(row: Buffer) -> bytes:
+    """``row`` with its ROWS length field in front (a copy): what :meth:`RowsBuilder.extend`
+    takes with ``framed=True``, for a producer that copies each row anyway."""
+    n = len(row)
+    return (ROW_PREFIXES[n] if n < 4096 else _u32_pack(n)) + row
+
+
+class RowsBuilder:
+    """One ROWS frame of stream ``id``, from :meth:`Connection.rows`.
+
+    Filled anywhere (a handler thread may fill it while the core's thread does other work) with
+    :meth:`append` (one row) or :meth:`extend` (many, without bytecode per row); the frame's
+    header and row count are written by :meth:`finish`, on the thread that owns the core, which
+    charges the stream's credit and counts the rows (PROTOCOL.md 14.3)::
+
+        b = conn.rows(id)
+        while rows and b.append(rows[0]):
+            rows.pop(0)
+        parts = b.finish()              # raises ProtocolError FLOW_CONTROL without credit
+
+    The payload stays within ``target`` bytes when it can (a row alone may exceed it up to the
+    frame limit); a row that cannot fit in any frame raises ``ProtocolError`` ``ROW_TOO_LARGE``.
     """
 
-    __slots__ = ("_buf", "count", "max_payload")
+    __slots__ = ("_conn", "id", "target", "_limit", "_buf", "size", "count", "widest")
 
-    def __init__(self, max_payload: int) -> None:
-        self.max_payload = max_payload
-        self._buf = bytearray(HEADER_SIZE + 4)
+    def __init__(self, conn: "Connection", id: int, target: int, limit: int) -> None:
+        self._conn = conn
+        self.id = id
+        self.target = min(target, limit)
+        self._limit = limit  # the largest payload: max_frame_size
+        self._buf: bytearray | None = None  # header space, then the rows
+        self.size = 4  # payload bytes so far (the count field included)
         self.count = 0
+        self.widest = 0  # the longest row's length
 
-    @property
-    def payload_size(self) -> int:
-        return len(self._buf) - HEADER_SIZE
-
-    def fits(self, row_len: int) -> bool:
-        return len(self._buf) - HEADER_SIZE + 4 + row_len <= self.max_payload
+    def _too_large(self, n: int) -> ProtocolError:
+        return _fail(ErrorCode.ROW_TOO_LARGE,
+                     f"a row of {n} bytes does not fit in one frame (max_frame_size "
+                     f"{self._limit})", self.id)
 
     def append(self, row: Buffer) -> bool:
-        buf = self._buf
+        """Add one row (copied); False (nothing added) when it would take the payload past
+        ``target``: finish this frame and start another."""
         n = len(row)
-        if len(buf) - HEADER_SIZE + 4 + n > self.max_payload:
+        size = self.size + 4 + n
+        if size > self.target and (self.count or size > self._limit):
+            if not self.count:
+                raise self._too_large(n)
             return False
-        buf += _u32_pack(n)
+        buf = self._buf
+        if buf is None:
+            buf = self._buf = bytearray(_NO_HEAD)
+        buf += ROW_PREFIXES[n] if n < 4096 else _u32_pack(n)
         buf += row
+        self.size = size
         self.count += 1
+        if n > self.widest:
+            self.widest = n
         return True
 
-    def take(self, id: int) -> bytearray:
-        """The finished frame (header included); the builder starts empty again."""
+    def extend(self, rows: list, framed: bool = False, full_only: bool = False) -> int:
+        """Add rows from the front of ``rows`` (``bytes``; not removed from the list) while
+        they fit; returns how many were taken. ``framed``: each already carries its length
+        field (:func:`framed_row`). ``full_only``: take nothing unless the rows fill the frame
+        (more of them than fit), so a producer can wait for more."""
+        room = self.target - self.size
+        k = min(len(rows), room // 4 + 1)
+        if k <= 0:
+            return 0
+        snap = rows[:k]  # a producer may append to ``rows`` meanwhile: the first k stay
+        lens = list(map(len, snap))
+        ends = list(itertools.accumulate(
+            lens if framed else map(operator.add, lens, itertools.repeat(4))))
+        if ends[-1] <= room:
+            if full_only and k == len(rows):
+                return 0
+        else:
+            k = bisect.bisect_right(ends, room)
+            if not k:
+                if self.count:
+                    return 0
+                k = 1  # one row alone may pass the target, not the frame limit
+                if self.size + ends[0] > self._limit:
+                    raise self._too_large(lens[0] - (4 if framed else 0))
+            del snap[k:], lens[k:]
+        widest = max(lens) - (4 if framed else 0)
         buf = self._buf
-        _HEADER.pack_into(buf, 0, len(buf) - HEADER_SIZE, FrameType.ROWS, 0, 0, id)
-        _U32.pack_into(buf, HEADER_SIZE, self.count)
-        self._buf = bytearray(HEADER_SIZE + 4)
-        self.count = 0
-        return buf
+        first = lens[0]
+        if framed:
+            if buf is None:
+                snap.insert(0, _NO_HEAD)
+                self._buf = bytearray().join(snap)
+                self._added(ends[k - 1], k, widest)
+                return k
+            piece = b"".join(snap)
+        elif ends[k - 1] == k * (first + 4) and lens.count(first) == k:
+            # One row size: length, row, length, row, ... as one join.
+            prefix = ROW_PREFIXES[first] if first < 4096 else _u32_pack(first)
+            if buf is None:
+                snap.insert(0, _NO_HEAD)  # the join adds the first row's length field
+                self._buf = bytearray(prefix).join(snap)
+                self._added(ends[k - 1], k, widest)
+                return k
+            piece = prefix + prefix.join(snap)
+        else:
+            fields = map(ROW_PREFIXES.__getitem__, lens) if widest < 4096 else map(_u32_pack, lens)
+            pieces = itertools.chain.from_iterable(zip(fields, snap))
+            if buf is None:
+                self._buf = bytearray().join(itertools.chain((_NO_HEAD,), pieces))
+                self._added(ends[k - 1], k, widest)
+                return k
+            piece = b"".join(pieces)
+        buf += piece
+        self._added(ends[k - 1], k, widest)
+        return k
+
+    def _added(self, nbytes: int, k: int, widest: int) -> None:
+        self.size += nbytes
+        self.count += k
+        if widest > self.widest:
+            self.widest = widest
+
+    def finish(self) -> list[Buffer]:
+        """The frame, to write: charges the stream's credit and counts its rows (on the core's
+        thread). Refused (``ProtocolError``, nothing changed, the builder still usable) as a
+        ROWS send would be: no credit, not a stream in flight, after GOODBYE."""
+        buf = self._buf
+        if buf is None:
+            raise _fail(ErrorCode.ROW_BOUNDS, "a ROWS frame needs at least one row", self.id)
+        self._conn._rows_sent(self.id, self.size, self.count)
+        _ROWS_HEAD_pack_into(buf, 0, self.size, FrameType.ROWS, 0, 0, self.id, self.count)
+        self._buf = None
+        return [buf]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -941,7 +1056,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_size", "_buf", "_pos", "_hdr", "_big", "_big_len", "_big_fill",
-                 "_big_hdr", "_error", "_frames", "_spares")
+                 "_big_hdr", "_error", "_frames", "_spares", "_read_view", "_into_frame")
 
     def __init__(self, max_frame_size: int = HANDSHAKE_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
@@ -957,6 +1072,8 @@ class FrameDecoder:
         # bytearray per frame costs a zeroing pass and a page fault per 4 KiB (often more than
         # receiving the bytes). At most _SPARES of them, _SPARE_MAX_BYTES in all.
         self._spares: list[bytearray] = []
+        self._read_view: memoryview | None = None
+        self._into_frame = False
 
     def _gather_buffer(self, length: int) -> bytearray:
         """A buffer of at least ``length`` bytes (already checked against the frame limit) for
@@ -1007,10 +1124,45 @@ class FrameDecoder:
         """``n`` bytes were received into the view returned by :meth:`writable`."""
         self._big_fill += n
 
+    def read_buffer(self) -> memoryview:
+        """Where to read the next bytes (then :meth:`received`): the missing part of a large
+        frame's own buffer while at least 64 KiB of it are missing (no copy), else a reused
+        256 KiB buffer."""
+        if self._big is not None:
+            view = self.writable(_READ_INTO_FRAME)
+            if view is not None:
+                self._into_frame = True
+                return view
+        self._into_frame = False
+        if self._read_view is None:
+            self._read_view = memoryview(bytearray(_READ_BUFFER))
+        return self._read_view
+
+    def received(self, n: int) -> None:
+        """``n`` bytes were read into the view :meth:`read_buffer` returned."""
+        if self._into_frame:
+            self._big_fill += n
+        elif n:
+            self.feed(bytes(self._read_view[:n]))  # type: ignore[index]
+
+    def front(self) -> tuple[memoryview, int] | None:
+        """The received bytes and the offset of the next frame in them, when the decoder is
+        between frames (no header or payload partly gathered) and alive: for a batch operation
+        of the connection that takes whole frames from the front itself (then
+        :meth:`skip_to`). Else None."""
+        if self._error is not None or self._hdr or self._big is not None:
+            return None
+        return self._buf, self._pos
+
+    def skip_to(self, pos: int) -> None:
+        """The frames before offset ``pos`` of :meth:`front`'s bytes were taken."""
+        self._pos = pos
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return len(self._buf) - self._pos + len(self._hdr) + self._big_fill
+        return (len(self._buf) - self._pos + len(self._hdr)
+                + (HEADER_SIZE + self._big_fill if self._big is not None else 0))
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None when more bytes are needed."""
@@ -1121,14 +1273,16 @@ def decode_all(data: Buffer, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> li
 
 
 class _Stream:
-    """Per-request state both sides keep: kind, stream credit, rows seen."""
+    """Per-request state both sides keep: kind, stream credit, rows seen, and (parent) the row
+    bytes the consumer has read since the last grant."""
 
-    __slots__ = ("kind", "credit", "rows")
+    __slots__ = ("kind", "credit", "rows", "consumed")
 
     def __init__(self, kind: int, credit: int) -> None:
         self.kind = kind
         self.credit = credit
         self.rows = 0
+        self.consumed = 0
 
 
 class _Assembly:
@@ -1153,91 +1307,213 @@ class _Assembly:
 
 
 _START, _HELLO_DONE, _OPEN = 0, 1, 2
+_NO_PARTS: list[Buffer] = []
+_REQUEST_PREFIX_unpack_from = _REQUEST_PREFIX.unpack_from
+_UNARY, _STREAM = MethodKind.UNARY, MethodKind.STREAM
+
+
+def _refused(code: ErrorCode, message: str, id: int = 0) -> ProtocolError:
+    return ProtocolError(code, message, id=id)
 
 
 class Connection:
-    """The state of one connection, seen from ``role`` ("parent" or "worker").
+    """The sans-IO core of one connection, seen from ``role`` ("parent" or "worker"): the API
+    of PROTOCOL.md section 14, the same in every SDK of this repository.
 
-    ``feed`` bytes and pull events with ``next_event``; events are the frame objects (continued
-    messages reassembled into one), plus :class:`Late` and :class:`Reject`. ``send`` validates
-    a frame the local side wants to send, records its effect and returns the bytes to write.
-    Fatal violations raise :class:`ProtocolError`; the connection is then dead.
+    Receiving: :meth:`receive` bytes (or :meth:`read_buffer` + :meth:`received`), then
+    :meth:`next_event` until None; events are the frame objects (continued messages
+    reassembled into one), plus :class:`Late` and :class:`Reject`. A violation raises
+    :class:`ProtocolError` and the core is failed from then on; the driver sends
+    :meth:`send_fatal` and closes.
 
-    Decisions the spec leaves to the reader, made here:
-    - A request is in flight from its first REQUEST frame to the first frame of its terminal.
-    - The worker decides REJECT when a REQUEST is complete (after reassembly), as the reference
-      model in spec/vectors/generate.py does; CANCEL of a half-received request is REJECT
-      CANCELLED, so the driver still answers it with a terminal.
+    Sending: every ``send_*`` operation checks, records the state change and returns the
+    buffers to write, in order (large bodies as slices of themselves, not copies). A send the
+    core refuses raises :class:`ProtocolError` with the code of section 14.3; it writes
+    nothing, changes no state and does not fail the connection::
+
+        conn = Connection("parent")
+        conn.receive(hello_bytes)
+        hello = conn.next_event()
+        write(conn.send_welcome(Welcome(max_in_flight=4)))
+        id, parts = conn.send_request(0, CodecId.JSON, 0, b"{}")
+        write(parts)
+
+    The core owns request ids (the parent allocates them: 1, 2, 3, ...), every state, credit
+    and its grant policy (:meth:`consumed`), ROWS framing (:meth:`rows`), splitting and
+    reassembling continued messages, and every limit; the driver owns I/O, clocks, handlers
+    and codecs.
     """
 
     def __init__(self, role: str, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if role not in ("parent", "worker"):
             raise ValueError("role must be 'parent' or 'worker'")
-        self.role = role
-        self.is_parent = role == "parent"
-        self._receives = _PARENT_RECEIVES if self.is_parent else _WORKER_RECEIVES
-        self.decoder = FrameDecoder(HANDSHAKE_MAX_FRAME_SIZE)
-        self.state = _START
-        self.hello: Hello | None = None
-        self.welcome: Welcome | None = None
-        self.max_frame_size = HANDSHAKE_MAX_FRAME_SIZE
-        self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
-        self.initial_credit = DEFAULT_INITIAL_CREDIT
-        self.max_in_flight = 1
-        self.last_id = 0
-        self.in_flight: dict[int, _Stream] = {}
+        self._role = role
+        self._is_parent = role == "parent"
+        self._decoder = FrameDecoder(HANDSHAKE_MAX_FRAME_SIZE)
+        self._state = _START
+        self._hello: Hello | None = None
+        self._welcome: Welcome | None = None
+        self._mfs = HANDSHAKE_MAX_FRAME_SIZE
+        self._mms = DEFAULT_MAX_MESSAGE_SIZE
+        self._initial_credit = DEFAULT_INITIAL_CREDIT
+        self._max_in_flight = 1
+        self._last_id = 0
+        self._requests: dict[int, _Stream] = {}
+        self._rejected: set[int] = set()  # worker: REJECTed requests awaiting their ERROR
         self._incoming: dict[int, _Assembly] = {}
         self._incoming_bytes = 0  # all messages in progress: bounded per connection (section 5)
         self._spare: bytearray | None = None  # the last reassembled message's buffer
-        self._outgoing: set[int] = set()
-        self.draining = False
-        self.goodbye_sent = False
-        self.goodbye_received = False
-        self.closed = False
+        self._outgoing: dict[int, int] = {}  # id -> bytes of a message being sent with send()
+        self._draining = False
+        self._goodbye = False  # parent: received GOODBYE; worker: sent it
+        self._fatal_sent = False
+        self._failure: ProtocolError | None = None
+        self._unary = _Stream(MethodKind.UNARY, 0)
+        self._accepts: list[frozenset[int]] = []
+        self._kinds: list[int] = []
+        # The receiving operations are the decoder's own methods (the same behaviour, one call
+        # fewer on every read).
+        dec = self._decoder
+        self.receive = dec.feed  # type: ignore[method-assign]
+        self.read_buffer = dec.read_buffer  # type: ignore[method-assign]
+        self.received = dec.received  # type: ignore[method-assign]
 
-    @property
+    # -- queries ----------------------------------------------------------------------------
+
+    def role(self) -> str:
+        """"parent" or "worker"."""
+        return self._role
+
     def is_open(self) -> bool:
         """True once the handshake completed (WELCOME sent or received)."""
-        return self.state == _OPEN
+        return self._state == _OPEN
 
-    # -- receiving ------------------------------------------------------------------------
+    def hello(self) -> Hello | None:
+        """The worker's HELLO (sent or received), once there is one."""
+        return self._hello
 
-    def feed(self, data: Buffer) -> None:
-        self.decoder.feed(data)
+    def welcome(self) -> Welcome | None:
+        """The WELCOME (sent or received), once there is one: the connection's limits."""
+        return self._welcome
 
-    def eof(self) -> None:
-        """The peer closed: raises TRUNCATED if it closed inside a frame."""
-        self.closed = True
-        self.decoder.eof()
+    def max_frame_size(self) -> int:
+        """The largest payload a frame may carry now (65,536 before the handshake)."""
+        return self._mfs
+
+    def in_flight(self) -> int:
+        """Requests in flight (section 11.2, "Counting")."""
+        return len(self._requests)
+
+    def in_flight_ids(self) -> list[int]:
+        """The ids of the requests in flight, oldest first: what a driver ends at end of input."""
+        return list(self._requests)
+
+    def is_in_flight(self, id: int) -> bool:
+        return id in self._requests
+
+    def can_send_request(self) -> bool:
+        """Parent: a REQUEST would not be refused for the state, DRAIN or ``max_in_flight``."""
+        return (self._is_parent and self._state == _OPEN and not self._draining
+                and not self._goodbye and not self._fatal_sent
+                and len(self._requests) < self._max_in_flight)
+
+    def credit(self, id: int) -> int:
+        """Stream ``id``'s credit counter (0 if it is not a stream in flight)."""
+        req = self._requests.get(id)
+        return req.credit if req is not None and req.kind == MethodKind.STREAM else 0
+
+    def can_send_rows(self, id: int) -> bool:
+        """Worker: a ROWS frame for ``id`` would not be refused (a stream in flight with
+        credit, no message of it being sent, the connection open)."""
+        req = self._requests.get(id)
+        return (req is not None and req.kind == MethodKind.STREAM and req.credit > 0
+                and not self._is_parent and not self._goodbye and not self._fatal_sent
+                and id not in self._outgoing)
+
+    def is_draining(self) -> bool:
+        """Parent: DRAIN sent; worker: DRAIN received."""
+        return self._draining
+
+    def is_goodbye(self) -> bool:
+        """Parent: GOODBYE received; worker: GOODBYE sent. Nothing can be sent after it."""
+        return self._goodbye
+
+    def failure(self) -> ProtocolError | None:
+        """The violation that failed the core (:meth:`next_event`, :meth:`end_of_input`)."""
+        return self._failure
+
+    def incomplete_frame_len(self) -> int:
+        """Bytes received and not yet returned as events: once :meth:`next_event` has returned
+        None, the part of a frame that has started and not finished (0 between frames). The
+        driver's frame-progress clock (8.5) reads it."""
+        return self._decoder.buffered
+
+    # -- receiving --------------------------------------------------------------------------
+
+    def receive(self, data: Buffer) -> None:
+        """Received bytes (``bytes`` are referenced, other buffers copied)."""
+        self._decoder.feed(data)
+
+    def read_buffer(self) -> memoryview:
+        """Where to read the next bytes (then call :meth:`received`): the missing part of a
+        large frame's own buffer while one arrives (no copy), else a reused buffer."""
+        return self._decoder.read_buffer()
+
+    def received(self, n: int) -> None:
+        """``n`` bytes were read into the view :meth:`read_buffer` returned."""
+        self._decoder.received(n)
+
+    def end_of_input(self) -> None:
+        """The peer closed: raises TRUNCATED if it closed inside a frame (the core is then
+        failed); otherwise fine. The driver ends what is in flight (:meth:`in_flight_ids`)."""
+        try:
+            self._decoder.eof()
+        except ProtocolError as e:
+            if self._failure is None:
+                self._failure = ProtocolError(e.code, e.message, id=e.id)
+            raise
 
     def next_event(self) -> Frame | None:
         """The next event, or None when more bytes are needed."""
-        dec = self.decoder
-        handle = self._on_parent_frame if self.is_parent else self._on_worker_frame
+        dec = self._decoder
+        handle = self._on_parent_frame if self._is_parent else self._on_worker_frame
         while True:
-            frame = dec.next_frame()
-            if frame is None:
-                return None
             try:
+                frame = dec.next_frame()
+                if frame is None:
+                    return None
                 event = handle(frame)
             except ProtocolError as e:
-                # The connection is dead: every later call re-raises, and the messages in
-                # progress (up to max_message_size of them) are let go at once.
-                dec.die(e)
-                self._incoming.clear()
-                self._incoming_bytes = 0
+                self._fail(e)
                 raise
             if event is not None:
                 return event
+
+    def next_events(self, out: list[Any]) -> None:
+        """Append every event available now to ``out`` (a violation raises after the events
+        before it were appended)."""
+        next_event = self.next_event
+        append = out.append
+        while (ev := next_event()) is not None:
+            append(ev)
+
+    def _fail(self, e: ProtocolError) -> None:
+        # The connection is dead: every later call re-raises, and the messages in progress
+        # (up to max_message_size of them) are let go at once.
+        self._decoder.die(e)
+        if self._failure is None:
+            self._failure = ProtocolError(e.code, e.message, id=e.id)
+        self._incoming.clear()
+        self._incoming_bytes = 0
 
     def _continue(self, f: Frame, asm: _Assembly) -> Frame | None:
         """A CONTINUATION for an id with a message in progress."""
         body = f.body  # type: ignore[attr-defined]
         asm.size += len(body)
-        if asm.size > self.max_message_size:
+        if asm.size > self._mms:
             raise _fail(ErrorCode.MESSAGE_TOO_LARGE,
                         f"message for request {f.id} exceeds max_message_size "
-                        f"{self.max_message_size}", f.id)
+                        f"{self._mms}", f.id)
         self._incoming_bytes += len(body)
         self._check_incoming_bytes(f.id)
         asm.append(body)
@@ -1279,15 +1555,15 @@ class Connection:
         self._incoming_bytes -= self._incoming.pop(id).size
 
     def _check_incoming_bytes(self, id: int) -> None:
-        if self._incoming_bytes > self.max_message_size:
+        if self._incoming_bytes > self._mms:
             raise _fail(ErrorCode.MESSAGE_TOO_LARGE,
                         f"messages in progress hold {self._incoming_bytes} bytes, above "
-                        f"max_message_size {self.max_message_size} for the whole connection", id)
+                        f"max_message_size {self._mms} for the whole connection", id)
 
     def _unexpected(self, f: Frame, why: str) -> ProtocolError:
         return _fail(ErrorCode.UNEXPECTED_FRAME, f"{f.NAME} {why}", f.id)
 
-    # The checks run in the order of PROTOCOL.md section 10.2 (and spec/vectors/generate.py):
+    # The checks run in the order of PROTOCOL.md section 11.2 (and spec/vectors/generate.py):
     # handshake and direction, id, continuation, late, kind, counters.
 
     def _on_parent_frame(self, f: Frame) -> Frame | None:
@@ -1295,46 +1571,46 @@ class Connection:
         id = f.id
         if t == FrameType.ERROR and id == 0:
             return f  # a refusal or a fatal report: allowed at any time
-        if self.hello is None:
+        if self._hello is None:
             if t != FrameType.HELLO:
                 raise self._unexpected(f, "before HELLO")
             if not f.min_version <= PROTOCOL_VERSION <= f.max_version:  # type: ignore[attr-defined]
                 raise _fail(ErrorCode.VERSION_MISMATCH,
                             f"worker speaks versions {f.min_version}..{f.max_version}, "  # type: ignore[attr-defined]
                             f"this parent speaks {PROTOCOL_VERSION}")
-            self.hello = f  # type: ignore[assignment]
-            self.state = _HELLO_DONE
+            self._hello = f  # type: ignore[assignment]
+            self._state = _HELLO_DONE
             return f
-        if self.state != _OPEN:
+        if self._state != _OPEN:
             raise self._unexpected(f, "before WELCOME was sent")
         if t not in _PARENT_RECEIVES:
             raise self._unexpected(f, "cannot be sent to the parent")
         if t == FrameType.HELLO:
             raise self._unexpected(f, "a second time")
-        if self.goodbye_received:
+        if self._goodbye:
             raise self._unexpected(f, "after GOODBYE")
         if id == 0:  # PING, PONG, GOODBYE, EVENT for the connection
             if t == FrameType.GOODBYE:
-                self.goodbye_received = True
+                self._goodbye = True
             return f
-        if id > self.last_id:
+        if id > self._last_id:
             raise _fail(ErrorCode.UNKNOWN_ID, f"{f.NAME} for request {id}, never sent", id)
         asm = self._incoming.get(id)
         if asm is not None:
             if t == FrameType.CONTINUATION:
                 event = self._continue(f, asm)
                 if event is not None:
-                    self.in_flight.pop(id, None)
+                    self._requests.pop(id, None)
                 return event
             if t == FrameType.ERROR:  # the worker abandons the result/summary it was sending
                 self._drop_assembly(id)
-                self.in_flight.pop(id, None)
+                self._requests.pop(id, None)
                 return f
             raise _fail(ErrorCode.CONTINUATION,
                         f"{f.NAME} for request {id} while its message is still arriving", id)
         if t == FrameType.CONTINUATION:
             raise _fail(ErrorCode.CONTINUATION, f"CONTINUATION for request {id} with no message", id)
-        req = self.in_flight.get(id)
+        req = self._requests.get(id)
         if req is None:
             return Late(id, f.NAME)
         if t == FrameType.ROWS:
@@ -1351,7 +1627,7 @@ class Connection:
             if f.more:
                 self._start_assembly(f, f.body)  # type: ignore[attr-defined]
                 return None
-            del self.in_flight[id]
+            del self._requests[id]
             return f
         if t == FrameType.END:
             if req.kind != MethodKind.STREAM:
@@ -1362,10 +1638,10 @@ class Connection:
             if f.more:
                 self._start_assembly(f, f.summary)  # type: ignore[attr-defined]
                 return None
-            del self.in_flight[id]
+            del self._requests[id]
             return f
         if t == FrameType.ERROR:
-            del self.in_flight[id]
+            del self._requests[id]
         return f  # ERROR, EVENT
 
     def _on_worker_frame(self, f: Frame) -> Frame | None:
@@ -1373,8 +1649,8 @@ class Connection:
         id = f.id
         if t == FrameType.ERROR and id == 0:
             return f  # a refusal or a fatal report: allowed at any time
-        if self.state != _OPEN:
-            if self.state != _HELLO_DONE or t != FrameType.WELCOME:
+        if self._state != _OPEN:
+            if self._state != _HELLO_DONE or t != FrameType.WELCOME:
                 raise self._unexpected(f, "before the handshake completed")
             self._accept_welcome(f)  # type: ignore[arg-type]
             return f
@@ -1383,18 +1659,18 @@ class Connection:
             raise self._unexpected(f, "cannot be sent to the worker now")
         if id == 0:  # PING, PONG, DRAIN
             if t == FrameType.DRAIN:
-                self.draining = True
+                self._draining = True
             return f
         if t == FrameType.REQUEST:
-            if id <= self.last_id:
+            if id <= self._last_id:
                 raise _fail(ErrorCode.DUPLICATE_ID,
-                            f"REQUEST id {id} not above the last id {self.last_id}", id)
-            self.last_id = id
+                            f"REQUEST id {id} not above the last id {self._last_id}", id)
+            self._last_id = id
             if f.more:
                 self._start_assembly(f, f.body)  # type: ignore[attr-defined]
                 return None
             return self._admit(f)  # type: ignore[arg-type]
-        if id > self.last_id:
+        if id > self._last_id:
             raise _fail(ErrorCode.UNKNOWN_ID, f"{f.NAME} for request {id}, never received", id)
         asm = self._incoming.get(id)
         if asm is not None:
@@ -1403,12 +1679,13 @@ class Connection:
                 return None if event is None else self._admit(event)  # type: ignore[arg-type]
             if t == FrameType.CANCEL:  # the parent abandons the request it was sending
                 self._drop_assembly(id)
+                self._rejected.add(id)
                 return Reject(id, ErrorCode.CANCELLED)
             raise _fail(ErrorCode.CONTINUATION,
                         f"{f.NAME} for request {id} while its message is still arriving", id)
         if t == FrameType.CONTINUATION:
             raise _fail(ErrorCode.CONTINUATION, f"CONTINUATION for request {id} with no message", id)
-        req = self.in_flight.get(id)
+        req = self._requests.get(id)
         if req is None:
             return Late(id, f.NAME)
         if t == FrameType.CREDIT:
@@ -1422,27 +1699,28 @@ class Connection:
 
     def _admit(self, f: Request) -> Frame:
         """A complete REQUEST: accept it (in flight) or REJECT it (counts as ended)."""
-        code = self._reject_code(f)
+        code = self._reject_code(f.method, f.codec)
         if code is not None:
+            self._rejected.add(f.id)
             return Reject(f.id, code)
-        kind = self.hello.methods[f.method].kind  # type: ignore[union-attr]
-        self.in_flight[f.id] = self._new_stream(kind)
+        kind = self._hello.methods[f.method].kind  # type: ignore[union-attr]
+        self._requests[f.id] = self._new_stream(kind)
         return f
 
-    def _reject_code(self, f: Request) -> int | None:
-        if self.draining:
+    def _reject_code(self, method: int, codec: int) -> int | None:
+        if self._draining:
             return ErrorCode.DRAINING
-        methods = self.hello.methods  # type: ignore[union-attr]
-        if f.method >= len(methods):
+        methods = self._hello.methods  # type: ignore[union-attr]
+        if method >= len(methods):
             return ErrorCode.UNKNOWN_METHOD
-        if f.codec not in methods[f.method].codecs:
+        if codec not in methods[method].codecs:
             return ErrorCode.CODEC_UNSUPPORTED
-        if len(self.in_flight) >= self.max_in_flight:
+        if len(self._requests) >= self._max_in_flight:
             return ErrorCode.OVERLOADED
         return None
 
     def _accept_welcome(self, w: Welcome) -> None:
-        h = self.hello
+        h = self._hello
         assert h is not None
         if not h.min_version <= w.version <= h.max_version:
             raise _fail(ErrorCode.VERSION_MISMATCH,
@@ -1454,359 +1732,554 @@ class Connection:
         self._open(w)
 
     def _open(self, w: Welcome) -> None:
-        self.welcome = w
-        self.state = _OPEN
-        self.max_frame_size = w.max_frame_size
-        self.decoder.max_frame_size = w.max_frame_size
-        self.max_message_size = w.max_message_size
-        self.initial_credit = w.initial_credit
-        self.max_in_flight = w.max_in_flight
+        self._welcome = w
+        self._state = _OPEN
+        self._mfs = w.max_frame_size
+        self._decoder.max_frame_size = w.max_frame_size
+        self._mms = w.max_message_size
+        self._initial_credit = w.initial_credit
+        self._max_in_flight = w.max_in_flight
+        methods = self._hello.methods  # type: ignore[union-attr]
+        # By method index: the codecs it accepts and its kind (take_requests' admission).
+        self._accepts = [frozenset(m.codecs) for m in methods]
+        self._kinds = [m.kind for m in methods]
         # A unary request's state never changes (credit and rows belong to streams, and every
         # path that would touch them checks the kind first): all unary requests share one.
         self._unary = _Stream(MethodKind.UNARY, w.initial_credit)
 
     def _new_stream(self, kind: int) -> _Stream:
-        return self._unary if kind == MethodKind.UNARY else _Stream(kind, self.initial_credit)
+        return self._unary if kind == MethodKind.UNARY else _Stream(kind, self._initial_credit)
 
-    # -- sending --------------------------------------------------------------------------
+    # -- batch operations (PROTOCOL.md 14.4: the same checks and effects as one at a time) ------
 
-    def send_request(self, id: int, method: int, codec: int, body: Buffer,
-                     timeout_us: int = 0) -> list[Buffer] | None:
-        """Parent fast path: the same checks and effects as ``send(Request(...))`` for a
-        request that fits one frame, without building frame objects. Returns None when the
-        general path is needed (a body larger than one frame)."""
-        size = 12 + len(body)
-        if size > self.max_frame_size:
-            return None
-        if (not self.is_parent or self.state != _OPEN or self.draining or id <= self.last_id
-                or self.goodbye_sent):
-            return self.send(Request(id, method, codec, body, timeout_us))  # raises the error
-        methods = self.hello.methods  # type: ignore[union-attr]
-        if method >= len(methods):
-            raise ValueError(f"method index {method} not in HELLO")
-        self.last_id = id
-        self.in_flight[id] = self._new_stream(methods[method].kind)
-        head = _REQUEST_HEAD_pack(size, FrameType.REQUEST, 0, 0, id, method, codec, 0, timeout_us)
-        if len(body) < 4096:
-            return [head + body]
-        return [head, body]
-
-    def send_result(self, id: int, body: Buffer) -> list[Buffer] | None:
-        """Worker fast path: ``send(Result(id, body))`` for a result that fits one frame and
-        ends a unary request in flight. Returns None when the general path is needed."""
-        if len(body) > self.max_frame_size or self.goodbye_sent or id in self._outgoing:
-            return None
-        req = self.in_flight.get(id)
-        if req is None or req.kind != MethodKind.UNARY or self.is_parent:
-            return None
-        del self.in_flight[id]
-        head = _hdr_pack(len(body), FrameType.RESULT, 0, 0, id)
-        if len(body) < 4096:
-            return [head + body]
-        return [head, body]
-
-    # -- batched fast paths (same checks and effects as the frame-by-frame path) --------------
-
-    def _fast_ready(self) -> bool:
-        """True when the received bytes may be scanned frame by frame without the general
-        decoder: the connection is open and no frame or message is half-received."""
-        dec = self.decoder
-        return (self.state == _OPEN and dec._error is None and not dec._hdr and dec._big is None
-                and not self._incoming)
-
-    def take_results(self, out: list[Any]) -> None:
-        """Parent fast path: consume the single-frame RESULT frames of unary requests in flight
+    def take_results(self, out: list[Any]) -> bool:
+        """Parent: consume the complete single-frame RESULT frames of unary requests in flight
         at the front of the received bytes, appending ``id, body`` (flat) to ``out`` for each.
 
-        Stops at the first frame the general path must see (any other type, a MORE flag, an
-        id that is late or unknown, a frame not complete yet): :meth:`next_event` takes it
-        from there, with its checks and errors.
+        Stops at the first frame :meth:`next_event` must see (any other type, a MORE flag, an
+        id that is late or unknown, a frame not complete yet), which takes it from there.
+        Returns True when it took every received byte (:meth:`next_event` would return None).
         """
-        if not self._fast_ready() or self.goodbye_received:
-            return
-        dec = self.decoder
-        buf = dec._buf
-        pos = dec._pos
+        if (not self._is_parent or self._state != _OPEN or self._goodbye or self._incoming):
+            return False
+        front = self._decoder.front()
+        if front is None:
+            return False
+        buf, pos = front
         end = len(buf)
-        limit = dec.max_frame_size
-        last = self.last_id
-        in_flight = self.in_flight
-        unary = MethodKind.UNARY
+        limit = self._mfs
+        last = self._last_id
+        in_flight = self._requests
+        unary = self._unary
         append = out.append
         while end - pos >= HEADER_SIZE:
             length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
             if (ftype != FrameType.RESULT or flags or reserved or length > limit or not 0 < id <= last
                     or end - pos - HEADER_SIZE < length):
                 break
-            st = in_flight.get(id)
-            if st is None or st.kind != unary:
+            if in_flight.get(id) is not unary:  # late, or a stream (KIND_MISMATCH)
                 break
             del in_flight[id]
             start = pos + HEADER_SIZE
             pos = start + length
             append(id)
             append(buf[start:pos])
-        dec._pos = pos
+        self._decoder.skip_to(pos)
+        return pos == end
 
-    def answer_inline(self, table: Sequence[Any], out: list[Buffer],
-                      started: list[tuple[int, int, int, Any]] | None = None) -> tuple | None:
-        """Worker fast path: answer the REQUEST frames at the front of the received bytes whose
-        method has an inline entry, appending each RESULT frame's pieces to ``out``.
+    def take_requests(self, out: list[Any]) -> bool:
+        """Worker: consume the complete single-frame REQUEST frames at the front of the received
+        bytes, appending for each accepted one ``(id, method, codec, timeout_us, body)`` (the
+        driver runs it) and for each refused one its :class:`Reject` event, in order.
 
-        ``table[method_index]`` is None or a dict ``codec id -> (fn, decode, encode)``; a request
-        is taken here when it is one frame, carries no timeout, its codec has an entry, the
-        body decodes and it would be admitted (not draining, below max_in_flight). With a
-        ``fn``, its RESULT is ``encode(fn(decode(body)))``; with ``fn`` None (a handler that
-        runs elsewhere) it is admitted (in flight) and ``(id, method, codec, decoded body)`` is
-        appended to ``started``. Anything else stops the scan for :meth:`next_event`.
-
-        Returns None, or ``(id, method, codec, value, failed)`` for a request now in flight
-        whose terminal the caller must send: ``fn`` or ``encode`` raised ``value`` (failed), or
-        the encoded ``value`` needs more than one frame.
+        Stops at the first frame :meth:`next_event` must see (any other type, a MORE flag, a
+        frame not complete yet, anything it would report as a violation). Returns True when
+        it took every received byte (:meth:`next_event` would return None now).
         """
-        if (not self._fast_ready() or self.is_parent or self.draining or self.goodbye_sent
-                or len(self.in_flight) >= self.max_in_flight):
-            return None
-        dec = self.decoder
-        buf = dec._buf
-        pos = dec._pos
+        if self._is_parent or self._state != _OPEN or self._incoming:
+            return False
+        dec = self._decoder
+        front = dec.front()
+        if front is None:
+            return False
+        buf, pos = front
         end = len(buf)
-        limit = dec.max_frame_size
-        last = self.last_id
-        n_methods = len(table)
+        limit = self._mfs
+        last = self._last_id
+        accepts = self._accepts
+        kinds = self._kinds
+        unary = self._unary
+        n_methods = len(accepts)
+        in_flight = self._requests
+        room = 0 if self._draining else self._max_in_flight
         append = out.append
-        prefix = _REQUEST_PREFIX.unpack_from
-        in_flight = self.in_flight
-        room = self.max_in_flight
-        failed: tuple | None = None
-        try:
-            while end - pos >= 28:
-                length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
-                if (ftype != FrameType.REQUEST or flags or reserved or length > limit or length < 12
-                        or id <= last or end - pos - HEADER_SIZE < length):
-                    break
-                method, codec, zero, timeout = prefix(buf, pos + HEADER_SIZE)
-                if zero or timeout or method >= n_methods:
-                    break
-                entry = table[method]
-                if entry is None:
-                    break
-                handler = entry.get(codec)
-                if handler is None:
-                    break
-                fn, decode, encode = handler
-                if fn is None and (started is None or len(in_flight) >= room):
-                    break  # the general path REJECTs it OVERLOADED
-                start = pos + 28
-                stop = pos + HEADER_SIZE + length
-                try:
-                    arg = decode(buf[start:stop])
-                except Exception:
-                    break  # the general path answers BAD_REQUEST
-                last = id
-                pos = stop
-                if fn is None:
-                    in_flight[id] = self._unary
-                    started.append((id, method, codec, arg))  # type: ignore[union-attr]
-                    continue
-                try:
-                    body = encode(fn(arg))
-                except BaseException as e:  # noqa: B036 - it becomes this request's terminal
-                    failed = (id, method, codec, e, True)
-                    break
-                if len(body) > limit:
-                    failed = (id, method, codec, body, False)
-                    break
-                append(_hdr_pack(len(body), FrameType.RESULT, 0, 0, id))
-                append(body)
-        finally:
-            dec._pos = pos
-            self.last_id = last
-        if failed is not None:
-            self.in_flight[failed[0]] = self._unary
-        return failed
+        prefix = _REQUEST_PREFIX_unpack_from
+        while end - pos >= 28:
+            length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
+            if (ftype != FrameType.REQUEST or flags or reserved or length > limit
+                    or length < 12 or id <= last or end - pos - HEADER_SIZE < length):
+                break
+            method, codec, zero, timeout = prefix(buf, pos + HEADER_SIZE)
+            if zero:
+                break
+            stop = pos + HEADER_SIZE + length
+            if method < n_methods and len(in_flight) < room and codec in accepts[method]:
+                in_flight[id] = unary if kinds[method] == _UNARY else \
+                    _Stream(_STREAM, self._initial_credit)
+                append((id, method, codec, timeout, buf[pos + 28:stop]))
+            else:
+                code = self._reject_code(method, codec)
+                assert code is not None
+                self._rejected.add(id)
+                append(Reject(id, code))
+            last = id
+            pos = stop
+        self._last_id = last
+        dec.skip_to(pos)
+        return pos == end
 
-    def send_requests(self, first_id: int, method: int, codec: int,
-                      bodies: Sequence[Buffer]) -> bytes | None:
-        """Parent fast path: REQUEST frames (no timeout) with ids ``first_id, first_id + 1, ...``
-        for ``bodies``, as one buffer; the same checks and effects as one :meth:`send_request`
-        each. Returns None when the general path is needed (a body larger than one frame)."""
-        limit = self.max_frame_size - 12
+    def send_requests(self, method: int, codec: int,
+                      bodies: Sequence[Buffer]) -> tuple[int, list[Buffer]]:
+        """Parent: one REQUEST (no timeout) per body, ids consecutive; returns the first id and
+        the buffers. The same checks as :meth:`send_request` for each, all made before any is
+        sent (a refusal sends none)."""
+        n = len(bodies)
+        self._check_request(method, n)
+        limit = self._mfs - 12
+        mms = self._mms - 12
+        small = True
         for b in bodies:
-            if len(b) > limit:
-                return None
-        if (not self.is_parent or self.state != _OPEN or self.draining or first_id <= self.last_id
-                or self.goodbye_sent):
-            self.send(Request(first_id, method, codec, b""))  # raises the error
-        methods = self.hello.methods  # type: ignore[union-attr]
-        if method >= len(methods):
-            raise ValueError(f"method index {method} not in HELLO")
-        ids = range(first_id, first_id + len(bodies))
-        self.last_id = ids[-1] if bodies else self.last_id
-        self.in_flight.update(dict.fromkeys(ids, self._new_stream(methods[method].kind)))
+            size = len(b)
+            if size > limit:
+                small = False
+                if size > mms:
+                    raise _refused(ErrorCode.MESSAGE_TOO_LARGE,
+                                   f"a request body of {size} bytes is above max_message_size "
+                                   f"{self._mms}")
+        first = self._last_id + 1
+        if not small:
+            parts: list[Buffer] = []
+            for b in bodies:
+                parts += self.send_request(method, codec, 0, b)[1]
+            return first, parts
+        ids = range(first, first + n)
+        if n:
+            self._last_id = ids[-1]
+        self._requests.update(dict.fromkeys(ids, self._new_stream(
+            self._hello.methods[method].kind)))  # type: ignore[union-attr]
         pack = _REQUEST_HEAD_pack
-        return b"".join([pack(12 + len(b), FrameType.REQUEST, 0, 0, id, method, codec, 0, 0) + b
-                         for id, b in zip(ids, bodies)])
+        return first, [b"".join([pack(12 + len(b), FrameType.REQUEST, 0, 0, id, method, codec, 0, 0)
+                                 + b for id, b in zip(ids, bodies)])]
+
+    def send_results(self, pairs: Sequence[tuple[int, Buffer]]) -> list[Buffer]:
+        """Worker: one RESULT per ``(id, body)``; the same checks as :meth:`send_result` for
+        each, all made before any is sent (a refusal sends none)."""
+        requests = self._requests
+        out: list[Buffer] = []
+        if not (self._is_parent or self._goodbye or self._fatal_sent or self._outgoing):
+            # The common case: unary requests in flight (an id given twice is no longer in
+            # flight the second time), one frame each.
+            unary = self._unary
+            limit = self._mfs
+            append = out.append
+            done = 0
+            for id, body in pairs:
+                if requests.get(id) is not unary or len(body) > limit:
+                    break
+                del requests[id]
+                done += 1
+                if len(body) < 4096:
+                    append(_hdr_pack(len(body), FrameType.RESULT, 0, 0, id) + body)
+                else:
+                    append(_hdr_pack(len(body), FrameType.RESULT, 0, 0, id))
+                    append(body)
+            else:
+                return out
+            if done:  # undo, and take the general path below (ids in flight stay in order)
+                for id, _ in pairs[:done]:
+                    requests[id] = unary
+                self._requests = requests = dict(sorted(requests.items()))
+                out = []
+        seen = set()
+        for id, body in pairs:
+            if id in seen:
+                raise _refused(ErrorCode.UNKNOWN_ID, f"two results for request {id}", id)
+            seen.add(id)
+            self._check_terminal(FrameType.RESULT, id, 0, len(body))
+        for id, body in pairs:
+            out += self.send_result(id, body)
+        return out
+
+    # -- sending: checks shared by the typed operations ----------------------------------------
+
+    def _check_sendable(self, what: str, id: int = 0) -> None:
+        """The connection-level refusals: a fatal report or GOODBYE already, or no handshake."""
+        if self._fatal_sent:
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"{what} after a fatal report", id)
+        if self._goodbye:
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"{what} after GOODBYE", id)
+        if self._state != _OPEN:
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"{what} before the handshake completed", id)
+
+    def _check_side(self, parent: bool, what: str) -> None:
+        if self._is_parent != parent:
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"the {self._role} cannot send {what}")
+
+    def _check_request(self, method: int, n: int = 1) -> None:
+        self._check_side(True, "REQUEST")
+        self._check_sendable("REQUEST")
+        if self._draining:
+            raise _refused(ErrorCode.DRAINING, "no REQUEST after DRAIN")
+        if method >= len(self._hello.methods):  # type: ignore[union-attr]
+            raise _refused(ErrorCode.UNKNOWN_METHOD, f"method index {method} is not in HELLO")
+        if len(self._requests) + n > self._max_in_flight:
+            raise _refused(ErrorCode.OVERLOADED,
+                           f"{len(self._requests)} requests in flight, max_in_flight "
+                           f"{self._max_in_flight}")
+
+    def _stream_in_flight(self, what: str, id: int) -> _Stream:
+        """The request ``id`` a frame of this side concerns: in flight, no message of it being
+        sent with :meth:`send` (CANCEL and ERROR may abandon one)."""
+        req = self._requests.get(id)
+        if req is None:
+            raise _refused(ErrorCode.UNKNOWN_ID, f"{what} for request {id}, not in flight", id)
+        if id in self._outgoing and what not in ("CANCEL", "ERROR"):
+            raise _refused(ErrorCode.CONTINUATION,
+                           f"{what} for request {id} while its message is being sent", id)
+        return req
+
+    def _check_terminal(self, ftype: int, id: int, row_count: int, body_len: int) -> _Stream:
+        """RESULT or END for ``id``: every refusal of section 14.3, in its order."""
+        self._check_side(False, _TYPE_NAMES[ftype])
+        self._check_sendable(_TYPE_NAMES[ftype], id)
+        req = self._stream_in_flight(_TYPE_NAMES[ftype], id)
+        if ftype == FrameType.RESULT:
+            if req.kind != MethodKind.UNARY:
+                raise _refused(ErrorCode.KIND_MISMATCH, f"RESULT for stream request {id}", id)
+            size = body_len
+        else:
+            if req.kind != MethodKind.STREAM:
+                raise _refused(ErrorCode.KIND_MISMATCH, f"END for unary request {id}", id)
+            size = body_len + 8
+        if size > self._mms:
+            what = "result" if ftype == FrameType.RESULT else "summary"
+            raise _refused(ErrorCode.MESSAGE_TOO_LARGE,
+                           f"the {what} of {size} bytes is above max_message_size {self._mms}", id)
+        return req
+
+    def _send_split(self, f: Frame) -> list[Buffer]:
+        """A checked message, split into MORE + CONTINUATION frames when it is too large."""
+        out: list[Buffer] = []
+        for part in split_message(f, self._mfs):
+            self._record_send(part)
+            out += encode_frame_parts(part)
+        return out
+
+    # -- sending: the typed operations (PROTOCOL.md 14.3) ---------------------------------------
+
+    def send_hello(self, hello: Hello) -> list[Buffer]:
+        """Worker: the first frame."""
+        return self.send(hello)
+
+    def send_welcome(self, welcome: Welcome) -> list[Buffer]:
+        """Parent: answer the HELLO; opens the connection with the WELCOME's limits."""
+        return self.send(welcome)
+
+    def refuse(self, code: int, message: str) -> list[Buffer]:
+        """Parent: refuse the worker's HELLO (ERROR id 0, e.g. CODEC_MISMATCH); then close."""
+        self._check_side(True, "a refusal")
+        if self._state == _OPEN:
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, "refuse() after WELCOME: use send_fatal")
+        return self.send_error(0, code, message)
+
+    def send_fatal(self, error: WirepoolError) -> list[Buffer]:
+        """Report a fatal error (ERROR id 0 with its code and message); nothing can be sent
+        after it."""
+        return self.send_error(0, error.code, error.message)
+
+    def send_request(self, method: int, codec: int, timeout_us: int,
+                     body: Buffer) -> tuple[int, list[Buffer]]:
+        """Parent: a REQUEST with the next id (1, 2, 3, ...), split into CONTINUATION frames
+        when the body is larger than one frame; returns the id and the buffers."""
+        size = 12 + len(body)
+        if (size <= self._mfs and self._state == _OPEN and self._is_parent and not self._draining
+                and not self._goodbye and not self._fatal_sent
+                and len(self._requests) < self._max_in_flight):
+            methods = self._hello.methods  # type: ignore[union-attr]
+            if method < len(methods):
+                id = self._last_id = self._last_id + 1
+                self._requests[id] = self._new_stream(methods[method].kind)
+                head = _REQUEST_HEAD_pack(size, FrameType.REQUEST, 0, 0, id, method, codec, 0,
+                                          timeout_us)
+                if size < 4096:
+                    return id, [head + body]
+                return id, [head, body]
+        self._check_request(method)
+        if size > self._mms:
+            raise _refused(ErrorCode.MESSAGE_TOO_LARGE,
+                           f"a request body of {len(body)} bytes is above max_message_size "
+                           f"{self._mms}")
+        id = self._last_id + 1
+        return id, self._send_split(Request(id, method, codec, body, timeout_us))
+
+    def send_cancel(self, id: int) -> list[Buffer]:
+        """Parent: stop request ``id``; it stays in flight until its terminal arrives."""
+        return self.send(Cancel(id))
+
+    def consumed(self, id: int, nbytes: int) -> tuple[int, list[Buffer]]:
+        """Parent: the consumer has read (or dropped: section 14.3, rows nobody reads) ``nbytes``
+        of stream ``id``'s ROWS payload. Applies the grant policy (a CREDIT once half the
+        window is consumed since the last grant, never above 2^31-1) and returns the bytes
+        granted (0: none due, or the stream has ended) and the buffers to write."""
+        req = self._requests.get(id)
+        if req is None or req.kind != MethodKind.STREAM or self._goodbye or self._fatal_sent:
+            return 0, _NO_PARTS
+        req.consumed += nbytes
+        grant = req.consumed
+        room = MAX_CREDIT - req.credit
+        if room < grant:
+            grant = room
+        if grant < max(self._initial_credit >> 1, 1) or id in self._outgoing:
+            return 0, _NO_PARTS
+        return grant, self.send_credit(id, grant)
+
+    def send_credit(self, id: int, nbytes: int) -> list[Buffer]:
+        """Parent: an explicit grant of ``nbytes`` to stream ``id`` (prefer :meth:`consumed`)."""
+        return self.send(Credit(id, nbytes))
+
+    def send_drain(self, grace_ms: int) -> list[Buffer]:
+        """Parent: ask the worker to finish and say GOODBYE; no REQUEST can follow."""
+        return self.send(Drain(grace_ms))
+
+    def send_ping(self, nonce: Buffer) -> list[Buffer]:
+        """A heartbeat (8 bytes of ``nonce``)."""
+        return self.send(Ping(nonce))
+
+    def send_pong(self, nonce: Buffer) -> list[Buffer]:
+        """The answer to a PING, with its nonce."""
+        return self.send(Pong(nonce))
+
+    def send_result(self, id: int, body: Buffer) -> list[Buffer]:
+        """Worker: the RESULT of unary request ``id`` (split when larger than one frame)."""
+        req = self._requests.get(id)
+        if (req is self._unary and len(body) <= self._mfs and not self._goodbye
+                and not self._fatal_sent and id not in self._outgoing
+                and not self._is_parent):
+            del self._requests[id]
+            head = _hdr_pack(len(body), FrameType.RESULT, 0, 0, id)
+            if len(body) < 4096:
+                return [head + body]
+            return [head, body]
+        self._check_terminal(FrameType.RESULT, id, 0, len(body))
+        return self._send_split(Result(id, body))
+
+    def send_end(self, id: int, summary: Buffer = b"") -> list[Buffer]:
+        """Worker: the END of stream ``id``, with the row count the core kept."""
+        req = self._check_terminal(FrameType.END, id, 0, len(summary))
+        return self._send_split(End(id, req.rows, summary))
+
+    def rows(self, id: int, target: int | None = None) -> RowsBuilder:
+        """Worker: a builder for one ROWS frame of stream ``id`` (see :class:`RowsBuilder`),
+        its payload kept within ``target`` bytes when given (smaller frames than the limit keep
+        a consumer's unread rows few). Nothing is checked until :meth:`RowsBuilder.finish`."""
+        mfs = self._mfs
+        return RowsBuilder(self, id, mfs if target is None else target, mfs)
+
+    def _rows_sent(self, id: int, size: int, count: int) -> None:
+        """A finished ROWS frame: the checks of a ROWS send, then the credit and row count."""
+        self._check_side(False, "ROWS")
+        self._check_sendable("ROWS", id)
+        req = self._stream_in_flight("ROWS", id)
+        if req.kind != MethodKind.STREAM:
+            raise _refused(ErrorCode.KIND_MISMATCH, f"ROWS for unary request {id}", id)
+        if req.credit <= 0:
+            raise _refused(ErrorCode.FLOW_CONTROL, f"ROWS for request {id} without credit", id)
+        if size > self._mfs:
+            raise _refused(ErrorCode.FRAME_TOO_LARGE,
+                           f"ROWS payload of {size} bytes above max_frame_size {self._mfs}", id)
+        req.credit -= size
+        req.rows += count
+
+    def send_error(self, id: int, code: int, message: str = "", details: str = "") -> list[Buffer]:
+        """Worker: the ERROR terminal of request ``id`` (also the answer to a :class:`Reject`);
+        id 0 is a fatal report (either side). An ERROR cannot be continued: details too large
+        for one frame are replaced by a note of their size, then the message is cut."""
+        f = ErrorFrame(id, code, message, details)
+        m = message.encode()[:0xFFFF]
+        d = details.encode()
+        if 6 + len(m) + len(d) > self._mfs:
+            note = json.dumps({"truncated": True, "details_bytes": len(d)})
+            m = m[:self._mfs - 6 - len(note)]
+            f = ErrorFrame(id, code, m.decode("utf-8", "ignore"), note)
+        return self.send(f)
+
+    def send_event(self, id: int, topic: str, data: str = "") -> list[Buffer]:
+        """Worker: progress or a notification (id 0: for the connection); ``topic`` 1-255
+        bytes. Coalesce them (about one per 10 ms)."""
+        return self.send(Event(id, topic, data))
+
+    def send_goodbye(self, reason: int = 0) -> list[Buffer]:
+        """Worker: the last frame."""
+        return self.send(Goodbye(reason))
 
     def send(self, f: Frame) -> list[Buffer]:
-        """Record that the local side sends ``f``; returns its encoded pieces.
-
-        Raises ValueError for a frame this side may not send now (a driver bug, never the
-        peer's fault). Large REQUEST/RESULT/END bodies must be split first: use
-        :meth:`send_message`.
-        """
-        if self.goodbye_sent:
-            raise ValueError("nothing may be sent after GOODBYE")
-        t = f.TYPE
+        """Any single frame, with every check of the typed operations (tests, fuzzing, the
+        vectors' ``send`` steps, which give REQUEST ids and END row counts explicitly).
+        Returns its encoded pieces; a refusal raises :class:`ProtocolError`."""
         parts = encode_frame_parts(f)
         size = -HEADER_SIZE
         for p in parts:
             size += len(p)
-        if size > self.max_frame_size:
-            raise ValueError(f"{f.NAME} payload of {size} bytes exceeds max_frame_size "
-                             f"{self.max_frame_size}: split it (send_message)")
-        if self.is_parent:
-            self._record_parent_send(f)
-        else:
-            self._record_worker_send(f)
-        if t == FrameType.ERROR and f.id == 0:
-            self.closed = True
+        if size > self._mfs:
+            raise _refused(ErrorCode.FRAME_TOO_LARGE,
+                           f"{f.NAME} payload of {size} bytes exceeds max_frame_size "
+                           f"{self._mfs}: split it", f.id)
+        self._check_send(f, size)
+        self._record_send(f, size)
         return parts
 
-    def send_message(self, f: Frame) -> list[Buffer]:
-        """Send a whole message, split into MORE + CONTINUATION frames when it is too large."""
-        out: list[Buffer] = []
-        for part in split_message(f, self.max_frame_size):
-            out.extend(self.send(part))
-        return out
-
-    def _record_parent_send(self, f: Frame) -> None:
+    def _check_send(self, f: Frame, size: int) -> None:
+        """Every refusal of section 14.3 for the frame ``f`` (a payload of ``size`` bytes),
+        without changing anything."""
         t = f.TYPE
         id = f.id
+        name = f.NAME
+        if t == FrameType.ERROR and id == 0:
+            if self._fatal_sent:
+                raise _refused(ErrorCode.UNEXPECTED_FRAME, "ERROR after a fatal report")
+            if self._goodbye:
+                raise _refused(ErrorCode.UNEXPECTED_FRAME, "ERROR after GOODBYE")
+            return
+        if t == FrameType.HELLO:
+            self._check_side(False, name)
+            if self._state != _START:
+                raise _refused(ErrorCode.UNEXPECTED_FRAME, "HELLO is sent once, first")
+            return
         if t == FrameType.WELCOME:
-            if self.state != _HELLO_DONE:
-                raise ValueError("WELCOME needs a HELLO first, and only once")
-            h = self.hello
+            self._check_side(True, name)
+            if self._state != _HELLO_DONE or self._fatal_sent:
+                raise _refused(ErrorCode.UNEXPECTED_FRAME, "WELCOME needs a HELLO first, and only once")
+            h = self._hello
             assert h is not None
             if not h.min_version <= f.version <= h.max_version:  # type: ignore[attr-defined]
-                raise ValueError("WELCOME version outside the worker's range")
+                raise _refused(ErrorCode.VERSION_MISMATCH, "WELCOME version outside the worker's range")
             if f.max_frame_size > h.max_frame_size or f.max_in_flight > h.max_concurrency:  # type: ignore[attr-defined]
-                raise ValueError("WELCOME limits above the worker's")
-            self._open(f)  # type: ignore[arg-type]
+                raise _refused(ErrorCode.BAD_HANDSHAKE, "WELCOME limits above the worker's")
             return
-        if t == FrameType.ERROR and id == 0:
-            return
-        if self.state != _OPEN:
-            raise ValueError(f"{f.NAME} before the handshake completed")
-        if t in (FrameType.PING, FrameType.PONG):
-            return
-        if t == FrameType.DRAIN:
-            self.draining = True
-            return
+        if t not in (_PARENT_SENDS if self._is_parent else _WORKER_SENDS) or (
+                t == FrameType.ERROR and self._is_parent):
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"the {self._role} cannot send {name}", id)
+        self._check_sendable(name, id)
+        if id == 0:  # PING, PONG, DRAIN, GOODBYE, EVENT 0
+            if t in (FrameType.PING, FrameType.PONG, FrameType.DRAIN, FrameType.GOODBYE,
+                     FrameType.EVENT):
+                return
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"{name} needs a request id")
+        if t in (FrameType.PING, FrameType.PONG, FrameType.DRAIN, FrameType.GOODBYE):
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"{name} carries id 0")
         if t == FrameType.REQUEST:
-            if self.draining:
-                raise ValueError("no REQUEST after DRAIN")
-            if id <= self.last_id:
-                raise ValueError(f"request id {id} not above {self.last_id}")
-            methods = self.hello.methods  # type: ignore[union-attr]
-            if f.method >= len(methods):  # type: ignore[attr-defined]
-                raise ValueError(f"method index {f.method} not in HELLO")  # type: ignore[attr-defined]
-            self.last_id = id
-            self.in_flight[id] = self._new_stream(methods[f.method].kind)  # type: ignore[attr-defined]
-            if f.more:
-                self._outgoing.add(id)
+            if id <= self._last_id:
+                raise _refused(ErrorCode.DUPLICATE_ID,
+                               f"request id {id} not above the last id {self._last_id}", id)
+            self._check_request(f.method)  # type: ignore[attr-defined]
+            if size > self._mms:
+                raise _refused(ErrorCode.MESSAGE_TOO_LARGE,
+                               f"a REQUEST of {size} bytes is above max_message_size {self._mms}", id)
             return
         if t == FrameType.CONTINUATION:
-            if id not in self._outgoing:
-                raise ValueError(f"no message in progress for request {id}")
-            if not f.more:
-                self._outgoing.discard(id)
+            sent = self._outgoing.get(id)
+            if sent is None:
+                raise _refused(ErrorCode.CONTINUATION,
+                               f"CONTINUATION for request {id} with no message being sent", id)
+            if sent + size > self._mms:
+                raise _refused(ErrorCode.MESSAGE_TOO_LARGE,
+                               f"the message of request {id} would exceed max_message_size "
+                               f"{self._mms}", id)
             return
-        if id in self._outgoing and t != FrameType.CANCEL:
-            raise ValueError(f"request {id} is still being sent")
-        if t == FrameType.CANCEL:
-            self._outgoing.discard(id)
-            if id not in self.in_flight:
-                raise ValueError(f"request {id} is not in flight")
+        if t == FrameType.ERROR and id in self._rejected:
+            return  # the answer to a REJECT
+        req = self._stream_in_flight(name, id)
+        if t == FrameType.CANCEL or t == FrameType.EVENT or t == FrameType.ERROR:
             return
         if t == FrameType.CREDIT:
-            req = self.in_flight.get(id)
-            if req is None or req.kind != MethodKind.STREAM:
-                raise ValueError(f"request {id} is not a stream in flight")
+            if req.kind != MethodKind.STREAM:
+                raise _refused(ErrorCode.KIND_MISMATCH, f"CREDIT for unary request {id}", id)
+            if f.bytes < 1:  # type: ignore[attr-defined]
+                raise _refused(ErrorCode.BAD_PAYLOAD, "CREDIT of 0 bytes", id)
             if req.credit + f.bytes > MAX_CREDIT:  # type: ignore[attr-defined]
-                raise ValueError("credit grant would overflow")
-            req.credit += f.bytes  # type: ignore[attr-defined]
-            return
-        raise ValueError(f"the parent cannot send {f.NAME}")
-
-    def _record_worker_send(self, f: Frame) -> None:
-        t = f.TYPE
-        id = f.id
-        if t == FrameType.HELLO:
-            if self.state != _START:
-                raise ValueError("HELLO is sent once, first")
-            self.hello = f  # type: ignore[assignment]
-            self.state = _HELLO_DONE
-            return
-        if t == FrameType.ERROR and id == 0:
-            return
-        if self.state != _OPEN:
-            raise ValueError(f"{f.NAME} before the handshake completed")
-        if id == 0:
-            if t == FrameType.GOODBYE:
-                self.goodbye_sent = True
-            elif t not in (FrameType.PING, FrameType.PONG, FrameType.EVENT):
-                raise ValueError(f"{f.NAME} needs a request id")
-            return
-        if t == FrameType.CONTINUATION:
-            if id not in self._outgoing:
-                raise ValueError(f"no message in progress for request {id}")
-            if not f.more:
-                self._outgoing.discard(id)
-                self.in_flight.pop(id, None)
-            return
-        if id in self._outgoing and t != FrameType.ERROR:
-            raise ValueError(f"request {id} result is still being sent")
-        if t == FrameType.ERROR:
-            self._outgoing.discard(id)
-            if id > self.last_id:
-                raise ValueError(f"request {id} never arrived")
-            self.in_flight.pop(id, None)  # rejected requests are already gone
-            return
-        req = self.in_flight.get(id)
-        if req is None:
-            raise ValueError(f"request {id} is not in flight")
-        if t == FrameType.EVENT:
+                raise _refused(ErrorCode.CREDIT_OVERFLOW,
+                               f"credit of request {id} would exceed 2^31-1", id)
             return
         if t == FrameType.ROWS:
             if req.kind != MethodKind.STREAM:
-                raise ValueError("ROWS on a unary request")
+                raise _refused(ErrorCode.KIND_MISMATCH, f"ROWS for unary request {id}", id)
             if req.credit <= 0:
-                raise ValueError("ROWS without credit")
+                raise _refused(ErrorCode.FLOW_CONTROL, f"ROWS for request {id} without credit", id)
+            return
+        body_len = size - 8 if t == FrameType.END else size
+        self._check_terminal(t, id, 0, body_len)
+        if t == FrameType.END and f.row_count != req.rows:  # type: ignore[attr-defined]
+            raise _refused(ErrorCode.ROW_COUNT_MISMATCH,
+                           f"END row_count {f.row_count} but {req.rows} rows were sent", id)  # type: ignore[attr-defined]
+
+    def _record_send(self, f: Frame, size: int = -1) -> None:
+        """The state change of sending the checked frame ``f``."""
+        t = f.TYPE
+        id = f.id
+        if t == FrameType.ERROR:
+            if id == 0:
+                self._fatal_sent = True
+                return
+            self._outgoing.pop(id, None)
+            if self._requests.pop(id, None) is None:
+                self._rejected.discard(id)
+            return
+        if t == FrameType.HELLO:
+            self._hello = f  # type: ignore[assignment]
+            self._state = _HELLO_DONE
+        elif t == FrameType.WELCOME:
+            self._open(f)  # type: ignore[arg-type]
+        elif t == FrameType.DRAIN:
+            self._draining = True
+        elif t == FrameType.GOODBYE:
+            self._goodbye = True
+        elif t == FrameType.REQUEST:
+            self._last_id = id
+            self._requests[id] = self._new_stream(self._hello.methods[f.method].kind)  # type: ignore[union-attr,attr-defined]
+            if f.more:
+                self._outgoing[id] = size if size >= 0 else 12 + len(f.body)  # type: ignore[attr-defined]
+        elif t == FrameType.CANCEL:
+            self._outgoing.pop(id, None)
+        elif t == FrameType.CREDIT:
+            req = self._requests[id]
+            req.credit += f.bytes  # type: ignore[attr-defined]
+            req.consumed = max(0, req.consumed - f.bytes)  # type: ignore[attr-defined]
+        elif t == FrameType.ROWS:
+            req = self._requests[id]
             req.credit -= f.payload_size  # type: ignore[attr-defined]
             req.rows += f.count  # type: ignore[attr-defined]
-            return
-        if t == FrameType.END and f.row_count != req.rows:  # type: ignore[attr-defined]
-            raise ValueError(f"END row_count {f.row_count} but {req.rows} rows were sent")  # type: ignore[attr-defined]
-        if t == FrameType.RESULT or t == FrameType.END:
+        elif t == FrameType.RESULT or t == FrameType.END:
             if f.more:  # still in flight (and counted) until its last CONTINUATION
-                self._outgoing.add(id)
+                self._outgoing[id] = size if size >= 0 else len(_message_body(f)) + _PREFIX_SIZE[t]
             else:
-                del self.in_flight[id]
-            return
-        raise ValueError(f"the worker cannot send {f.NAME}")
+                del self._requests[id]
+        elif t == FrameType.CONTINUATION:
+            if f.more:
+                self._outgoing[id] += size if size >= 0 else len(f.body)  # type: ignore[attr-defined]
+            else:
+                del self._outgoing[id]
+                if not self._is_parent:
+                    self._requests.pop(id, None)
 
-    def credit(self, id: int) -> int:
-        """Current stream credit of request ``id`` (0 if not in flight)."""
-        req = self.in_flight.get(id)
-        return req.credit if req is not None else 0
 
-    def record_rows_sent(self, id: int, payload_size: int, count: int) -> None:
-        """Worker fast path: account a ROWS frame built by :class:`RowsBuilder`."""
-        req = self.in_flight.get(id)
-        if req is None or req.kind != MethodKind.STREAM:
-            raise ValueError(f"request {id} is not a stream in flight")
-        if req.credit <= 0:
-            raise ValueError("ROWS without credit")
-        req.credit -= payload_size
-        req.rows += count
+def _message_body(f: Frame) -> Buffer:
+    return f.summary if f.TYPE == FrameType.END else f.body  # type: ignore[attr-defined]
+
+
+# Frame types each side may send once the connection is open (section 12.1).
+_PARENT_SENDS = frozenset((FrameType.REQUEST, FrameType.CANCEL, FrameType.CREDIT, FrameType.PING,
+                           FrameType.PONG, FrameType.DRAIN, FrameType.CONTINUATION,
+                           FrameType.ERROR))
+_WORKER_SENDS = frozenset((FrameType.RESULT, FrameType.ERROR, FrameType.ROWS, FrameType.END,
+                           FrameType.EVENT, FrameType.PING, FrameType.PONG,
+                           FrameType.CONTINUATION, FrameType.GOODBYE))

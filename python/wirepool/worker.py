@@ -26,18 +26,14 @@ credit: a generator producing faster than the parent reads simply waits.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import concurrent.futures
 import ctypes
 import inspect
-import itertools
 import json
-import operator
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -207,7 +203,7 @@ class _Call:
     """One running request at the worker."""
 
     __slots__ = ("id", "method", "ctx", "task", "credit_changed", "rows", "pad", "timer",
-                 "deadline_handle", "event_handle", "last_event", "max_row", "frames",
+                 "deadline_handle", "event_handle", "last_event", "frames",
                  "pack_lock", "space", "packs", "packs_seen", "pump_scheduled", "prefixes",
                  "slot", "bare")
 
@@ -218,12 +214,13 @@ class _Call:
         self.task: asyncio.Task | None = None
         self.credit_changed: asyncio.Event | None = None  # streams only
         # Streams: encoded rows not yet in a frame (a list: the producer only appends, the
-        # packer, under pack_lock, deletes from the front), then built ROWS frames waiting for
-        # credit (at most MAX_BUILT_FRAMES before the producer waits on ``space``).
-        # Each queued encoded row carries its length field (and, for JSON, any padding), so a
+        # packer, under pack_lock, deletes from the front), then ROWS frames filled by the
+        # core's builder and waiting for credit to be finished and sent (at most
+        # MAX_BUILT_FRAMES before the producer waits on ``space``). Each queued encoded row
+        # carries its length field (proto.framed_row's form, and for JSON any padding), so a
         # frame is one join; raw rows are queued bare: see _produce_sync.
         self.rows: list[bytes] | None = None
-        self.frames: collections.deque[tuple[bytes, int, int]] | None = None
+        self.frames: collections.deque[proto.RowsBuilder] | None = None
         self.pack_lock: threading.Lock | None = None
         self.space: threading.Event | None = None
         self.packs = 0  # frames built so far (the flush timer leaves an active producer alone)
@@ -231,13 +228,14 @@ class _Call:
         self.pump_scheduled = False
         self.pad = ctx.codec.id == proto.CodecId.JSON  # rows may be padded with spaces
         self.bare = ctx.codec.id == proto.CodecId.RAW  # raw rows: queued without length fields
-        self.prefixes = _PREFIXES  # a row's length field (and padding) by its length
+        # a row's length field (and padding) by its length: the core's table, or the stream's
+        # own padded copy
+        self.prefixes: Sequence[bytes] = _PREFIXES
         self.slot = 0  # JSON rows of nearly this size are padded to it (0: none)
         self.timer: asyncio.TimerHandle | None = None
         self.deadline_handle: asyncio.TimerHandle | None = None
         self.event_handle: asyncio.Handle | None = None
         self.last_event = 0.0
-        self.max_row = 0
 
 
 class _HandlerThreads:
@@ -368,53 +366,38 @@ class _Runtime(FrameProtocol):
         self._done: collections.deque[tuple[_Call, BaseException | None, Any]] = \
             collections.deque()
         self._done_wakeup = False
-        # method index -> {codec id: (fn, decode, encode)} for Connection.answer_inline: inline
-        # methods without a Context (answered there), plain unary methods (fn None: admitted
-        # there, run by the handler threads); None for the others, and no table without any.
-        table: list[dict[int, tuple[Any, Any, Any]] | None] = [
+        # method index -> {codec id: (fn, decode, encode)} for inline methods without a
+        # Context (answered in _run_requests as they arrive), None for the others.
+        self._inline: list[dict[int, tuple[Any, Any, Any]] | None] = [
             {cid: (m.fn, c.decode, c.encode) for cid, c in m.codecs.items()}
-            if m.inline and not m.wants_ctx else
-            {cid: (None, c.decode, None) for cid, c in m.codecs.items()}
-            if m.kind == MethodKind.UNARY and not m.is_async and not m.inline else None
-            for m in methods]
-        self._inline_table = table if any(e is not None for e in table) else None
-        self._started: list[tuple[int, int, int, Any]] = []
+            if m.inline and not m.wants_ctx else None for m in methods]
+        self._taken: list[Any] = []  # Connection.take_requests' output, reused
+        self.closed = False  # end of input, or a fatal error: nothing more is sent
 
     # -- transport ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self._send(self.hello)
-
-    def _send_message(self, frame: proto.Frame) -> None:
-        self._write(self.conn.send_message(frame))
+        self._write(self.conn.send_hello(self.hello))
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
-        table = self._inline_table
+        taken = self._taken
         try:
-            conn.feed(data)
-            scan = table is not None
+            if data:
+                conn.receive(data)
             while True:
-                if scan:
-                    # Every inline request of this read answered in one tight loop (and plain
-                    # ones admitted); the first frame it does not take goes through the general
-                    # path below.
-                    started = self._started
-                    pending = conn.answer_inline(table, self._out, started)  # type: ignore[arg-type]
-                    if started:
-                        self._start_plain(started)
-                        started.clear()
-                    if pending is not None:
-                        self._inline_pending(*pending)
-                        continue
+                # The single-frame requests of this read, taken in one tight loop by the core
+                # and run here; the first other frame goes through next_event.
+                all_taken = conn.take_requests(taken)
+                if taken:
+                    self._run_requests(taken)
+                    taken.clear()
+                if all_taken:
+                    break
                 ev = conn.next_event()
                 if ev is None:
                     break
-                if table is not None:
-                    # After a request for another method, the next one is likely the same
-                    # kind: skip the scan (it would take nothing) until another kind of frame.
-                    scan = ev.TYPE != FrameType.REQUEST or table[ev.method] is not None  # type: ignore[attr-defined]
                 self._on_event(ev)
         except ProtocolError as e:
             self._fatal(e)
@@ -430,8 +413,9 @@ class _Runtime(FrameProtocol):
             self._flush_out()
 
     def eof_received(self) -> bool:
+        self.closed = True
         try:
-            self.conn.eof()
+            self.conn.end_of_input()
         except ProtocolError as e:
             self._fatal(e)
             return False
@@ -446,10 +430,11 @@ class _Runtime(FrameProtocol):
 
     def _fatal(self, e: ProtocolError) -> None:
         print(f"wirepool worker: protocol violation: {e}", file=sys.stderr)
+        self.closed = True
         try:
-            self._write(proto.encode_frame_parts(proto.ErrorFrame(0, e.code, e.message)))
+            self._write(self.conn.send_fatal(e))
             self._flush_out()
-        except Exception:
+        except Exception:  # best effort (e.g. after GOODBYE nothing can be sent)
             pass
         self._stop(1)
 
@@ -467,7 +452,8 @@ class _Runtime(FrameProtocol):
     def _on_event(self, ev: proto.Frame) -> None:
         t = ev.TYPE
         if t == FrameType.REQUEST:
-            self._start(ev)  # type: ignore[arg-type]
+            r: proto.Request = ev  # type: ignore[assignment]
+            self._start(r.id, r.method, r.codec, r.timeout_us, r.body)
         elif t == FrameType.CREDIT:
             call = self.calls.get(ev.id)
             if call is not None and call.credit_changed is not None:
@@ -475,14 +461,14 @@ class _Runtime(FrameProtocol):
                     self._pump(call)
                 call.credit_changed.set()
         elif t == FrameType.PING:
-            if not self.conn.goodbye_sent:  # a PING already on its way when GOODBYE left (8.4)
-                self._send(proto.Pong(ev.nonce))  # type: ignore[attr-defined]
+            if not self.conn.is_goodbye():  # a PING already on its way when GOODBYE left (8.4)
+                self._write(self.conn.send_pong(ev.nonce))  # type: ignore[attr-defined]
         elif t == FrameType.CANCEL:
             call = self.calls.get(ev.id)
             if call is not None:
                 self._cancel(call, ErrorCode.CANCELLED)
         elif isinstance(ev, proto.Reject):
-            self._send(proto.ErrorFrame(ev.id, ev.code, _REJECT_MESSAGES.get(ev.code, ev.name)))
+            self._reject(ev)
         elif t == FrameType.WELCOME:
             w: proto.Welcome = ev  # type: ignore[assignment]
             self.worker_id = w.worker_id
@@ -531,9 +517,12 @@ class _Runtime(FrameProtocol):
         self._finish(call, proto.ErrorFrame(call.id, code or ErrorCode.CANCELLED,
                                             _cancel_message(code)))
 
+    def _reject(self, ev: proto.Reject) -> None:
+        self._write(self.conn.send_error(ev.id, ev.code, _REJECT_MESSAGES.get(ev.code, ev.name)))
+
     def _maybe_goodbye(self) -> None:
-        if self.draining and not self.calls and not self.conn.goodbye_sent:
-            self._send(proto.Goodbye(0))
+        if self.draining and not self.calls and not self.conn.is_goodbye() and not self.closed:
+            self._write(self.conn.send_goodbye(0))
             self._flush_out()
             if self.transport is not None:
                 self.transport.close()
@@ -554,78 +543,89 @@ class _Runtime(FrameProtocol):
 
     # -- running a request ----------------------------------------------------------------
 
-    def _start_plain(self, started: list[tuple[int, int, int, Any]]) -> None:
-        """Plain unary requests admitted by answer_inline (body decoded, no timeout): queued
-        for the handler threads at the end of this read, as _start_sync_unary does."""
-        methods = self.methods
-        calls = self.calls
-        jobs = self._jobs
-        worker_id = self.worker_id
-        on_event = self._event_requested
-        for id, index, codec_id, arg in started:
-            m = methods[index]
-            codec = m.codecs[codec_id]
-            ctx = Context(id, m.name, codec, None, worker_id, on_event)
-            call = calls[id] = _Call(id, m, ctx)
-            jobs.append((call, m.fn, (arg, ctx) if m.wants_ctx else (arg,), codec.encode))
+    def _run_requests(self, taken: list[Any]) -> None:
+        """The requests Connection.take_requests accepted (``(id, method, codec, timeout_us,
+        body)``) and its REJECTs, in order. Inline handlers without a Context run here, at once,
+        and their results leave as one batch (send_results); the others start as usual."""
+        inline = self._inline
+        pairs: list[tuple[int, Any]] = []
+        for item in taken:
+            if item.__class__ is not tuple:
+                self._reject(item)
+                continue
+            id, index, codec_id, timeout_us, body = item
+            entry = inline[index]
+            if entry is None or timeout_us:
+                self._start(id, index, codec_id, timeout_us, body)
+                continue
+            fn, decode, encode = entry[codec_id]
+            try:
+                arg = decode(body)
+            except Exception:
+                self._start(id, index, codec_id, timeout_us, body)  # answers BAD_REQUEST
+                continue
+            try:
+                pairs.append((id, encode(fn(arg))))
+            except BaseException as e:  # noqa: B036 - it becomes this request's terminal
+                self._inline_failed(id, index, codec_id, e)
+        if pairs:
+            try:
+                self._out += self.conn.send_results(pairs)
+            except ProtocolError:  # e.g. a result above max_message_size: one at a time
+                for id, result in pairs:
+                    self._inline_result(id, result)
 
-    def _inline_pending(self, id: int, index: int, codec_id: int, value: Any,
-                        failed: bool) -> None:
-        """An inline request answered by the fast path whose terminal is not a one-frame RESULT:
-        its handler raised ``value`` (failed), or its encoded result ``value`` needs MORE."""
+    def _inline_call(self, id: int, index: int, codec_id: int) -> _Call:
         m = self.methods[index]
         call = _Call(id, m, Context(id, m.name, m.codecs[codec_id], None, self.worker_id,
                                     self._event_requested))
         self.calls[id] = call
-        self._finish(call, self._terminal_for(call, value) if failed else proto.Result(id, value))
+        return call
 
-    def _start(self, req: proto.Request) -> None:
-        m = self.methods[req.method]
-        codec = m.codecs[req.codec]
-        if m.inline and not m.wants_ctx and not req.timeout_us:
+    def _inline_failed(self, id: int, index: int, codec_id: int, e: BaseException) -> None:
+        call = self._inline_call(id, index, codec_id)
+        self._finish(call, self._terminal_for(call, e))
+
+    def _inline_result(self, id: int, result: Any) -> None:
+        """An inline handler's result: the RESULT, or the ERROR the core's refusal calls for."""
+        try:
+            parts = self.conn.send_result(id, result)
+        except ProtocolError as e:
+            self._write(self._refused_terminal(id, e))
+            return
+        self._write(parts)
+
+    def _start(self, id: int, index: int, codec_id: int, timeout_us: int, body: Any) -> None:
+        m = self.methods[index]
+        codec = m.codecs[codec_id]
+        if m.inline and not m.wants_ctx and not timeout_us:
             # The hot path for microsecond handlers: no Context, no bookkeeping, the RESULT
             # queued at once (data_received writes every answer of one read together).
             try:
-                arg = codec.decode(req.body)
+                arg = codec.decode(body)
             except Exception:
                 pass  # the full path below decodes again and answers BAD_REQUEST
             else:
                 try:
-                    body = codec.encode(m.fn(arg))
+                    result = codec.encode(m.fn(arg))
                 except BaseException as e:  # noqa: B036 - it becomes this request's terminal
-                    call = _Call(req.id, m, Context(req.id, m.name, codec, None, self.worker_id,
-                                                    self._event_requested))
-                    self.calls[req.id] = call
-                    self._finish(call, self._terminal_for(call, e))
+                    self._inline_failed(id, index, codec_id, e)
                     return
-                conn = self.conn
-                parts = conn.send_result(req.id, body)
-                if parts is None:
-                    if len(body) > conn.max_message_size:  # _finish answers HANDLER_ERROR
-                        call = _Call(req.id, m, Context(req.id, m.name, codec, None,
-                                                        self.worker_id, self._event_requested))
-                        self.calls[req.id] = call
-                        self._finish(call, proto.Result(req.id, body))
-                        return
-                    parts = conn.send_message(proto.Result(req.id, body))
-                self._out.extend(parts)
-                if not self._out_scheduled:
-                    self._out_scheduled = True
-                    self.loop.call_soon(self._flush_out)
+                self._inline_result(id, result)
                 return
         deadline = None
-        if req.timeout_us:
-            deadline = time.monotonic() + req.timeout_us / 1e6
-        ctx = Context(req.id, m.name, codec, deadline, self.worker_id, self._event_requested)
-        call = _Call(req.id, m, ctx)
-        self.calls[req.id] = call
-        if req.timeout_us:
+        if timeout_us:
+            deadline = time.monotonic() + timeout_us / 1e6
+        ctx = Context(id, m.name, codec, deadline, self.worker_id, self._event_requested)
+        call = _Call(id, m, ctx)
+        self.calls[id] = call
+        if timeout_us:
             call.deadline_handle = self.loop.call_later(
-                req.timeout_us / 1e6, self._deadline_passed, call)
+                timeout_us / 1e6, self._deadline_passed, call)
         if m.kind == MethodKind.UNARY and not m.is_async:
-            self._start_sync_unary(call, req.body)
+            self._start_sync_unary(call, body)
         else:
-            call.task = self.loop.create_task(self._run(call, req.body))
+            call.task = self.loop.create_task(self._run(call, body))
 
     def _start_sync_unary(self, call: _Call, body: Any) -> None:
         """The common case without an asyncio Task: decode, hand to a thread, answer when the
@@ -672,7 +672,7 @@ class _Runtime(FrameProtocol):
         calls = self.calls
         conn = self.conn
         out = self._out
-        live = self.transport is not None and not conn.closed
+        live = self.transport is not None and not self.closed
         while done:
             call, exc, body = done.popleft()
             if exc is not None:
@@ -680,11 +680,13 @@ class _Runtime(FrameProtocol):
             elif call.ctx._cancel_code is not None:
                 self._finish(call, self._terminal_for(call, _Cancelled()))
             elif (live and call.deadline_handle is None and call.event_handle is None
-                    and not call.ctx._events and (parts := conn.send_result(call.id, body))):
-                # The common case, as _finish would do it: one RESULT frame, written below
-                # with the others of this batch.
-                if calls.pop(call.id, None) is not None:
-                    out.extend(parts)
+                    and not call.ctx._events and calls.pop(call.id, None) is not None):
+                # The common case, as _finish would do it: the RESULT, written below with the
+                # others of this batch (or the ERROR the core's refusal calls for).
+                try:
+                    out += conn.send_result(call.id, body)
+                except ProtocolError as e:
+                    out += self._refused_terminal(call.id, e)
             else:
                 self._finish(call, proto.Result(call.id, body))
         if out:
@@ -706,8 +708,8 @@ class _Runtime(FrameProtocol):
             return proto.ErrorFrame(call.id, ErrorCode.HANDLER_ERROR,
                                     f"WorkerError with reserved code {e.code}: {e.message}",
                                     _json_details(e.details))
-        if isinstance(e, _RowTooLarge):
-            return proto.ErrorFrame(call.id, ErrorCode.ROW_TOO_LARGE, str(e))
+        if isinstance(e, ProtocolError) and e.code == ErrorCode.ROW_TOO_LARGE:
+            return proto.ErrorFrame(call.id, ErrorCode.ROW_TOO_LARGE, e.message)
         if isinstance(e, Exception):
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=20))
             return proto.ErrorFrame(call.id, ErrorCode.HANDLER_ERROR, f"{type(e).__name__}: {e}",
@@ -742,38 +744,38 @@ class _Runtime(FrameProtocol):
                 h.cancel()
         if call.ctx._events:  # unlocked peek: the handler has finished adding events
             self._flush_events(call, force=True)
-        if terminal.TYPE == FrameType.ERROR:
-            terminal = _fit_error(terminal, self.conn.max_frame_size)  # type: ignore[arg-type]
-        else:
-            terminal = self._within_message_size(terminal)
-        if self.transport is not None and not self.conn.closed:
-            try:
-                parts = None
-                if terminal.TYPE == FrameType.RESULT:
-                    parts = self.conn.send_result(call.id, terminal.body)  # type: ignore[attr-defined]
-                if parts is None:
-                    self._send_message(terminal)
-                else:
-                    self._write(parts)
-            except ValueError as e:  # e.g. END with more rows than sent: a driver bug, say so
-                self._send(proto.ErrorFrame(call.id, ErrorCode.HANDLER_PANIC, str(e)))
+        if self.transport is not None and not self.closed:
+            self._write(self._terminal_parts(call.id, terminal))
             if not self.calls:
                 # Nothing else will finish in this loop pass: write now, not a pass later.
                 self._flush_out()
         self._maybe_goodbye()
 
-    def _within_message_size(self, terminal: proto.Frame) -> proto.Frame:
-        """A RESULT or END whose message would exceed max_message_size cannot be sent (the
-        parent would close the connection): the request ends HANDLER_ERROR instead (spec 8.1)."""
-        body = terminal.body if isinstance(terminal, proto.Result) else \
-            terminal.summary  # type: ignore[attr-defined]
-        size = len(body) + (8 if terminal.TYPE == FrameType.END else 0)
-        limit = self.conn.max_message_size
-        if size <= limit:
-            return terminal
-        what = "result" if terminal.TYPE == FrameType.RESULT else "summary"
-        return proto.ErrorFrame(terminal.id, ErrorCode.HANDLER_ERROR,
-                                f"the {what} of {size} bytes is above max_message_size {limit}")
+    def _terminal_parts(self, id: int, terminal: proto.Frame) -> list[Any]:
+        """The frames of request ``id``'s terminal (END with the core's row count)."""
+        conn = self.conn
+        t = terminal.TYPE
+        try:
+            if t == FrameType.RESULT:
+                return conn.send_result(id, terminal.body)  # type: ignore[attr-defined]
+            if t == FrameType.END:
+                return conn.send_end(id, terminal.summary)  # type: ignore[attr-defined]
+            e: proto.ErrorFrame = terminal  # type: ignore[assignment]
+            return conn.send_error(id, e.code, e.message, e.details)
+        except ProtocolError as refused:
+            return self._refused_terminal(id, refused)
+
+    def _refused_terminal(self, id: int, e: ProtocolError) -> list[Any]:
+        """The core refused a terminal: a result or summary above max_message_size ends the
+        request HANDLER_ERROR (spec 8.1); any other refusal is a driver bug, reported as
+        HANDLER_PANIC."""
+        code = ErrorCode.HANDLER_ERROR if e.code == ErrorCode.MESSAGE_TOO_LARGE else \
+            ErrorCode.HANDLER_PANIC
+        try:
+            return self.conn.send_error(id, code, e.message)
+        except ProtocolError as again:
+            print(f"wirepool worker: cannot end request {id}: {e}; {again}", file=sys.stderr)
+            return []
 
     async def _run_unary(self, call: _Call, arg: Any) -> proto.Frame:
         m = call.method
@@ -797,7 +799,6 @@ class _Runtime(FrameProtocol):
         call.frames = collections.deque()
         call.pack_lock = threading.Lock()
         call.space = threading.Event()
-        call.max_row = self.conn.max_frame_size - 8
         if call.pad:
             call.prefixes = list(_PREFIXES)  # this stream's own: _pack sets its padding
         call.timer = self.loop.call_later(ROWS_FLUSH_INTERVAL, self._tick, call)
@@ -828,9 +829,8 @@ class _Runtime(FrameProtocol):
                             append(_u32_pack(n) + row)
                     nbytes += n + 4
                     if nbytes >= flush:
-                        # A row too large for a frame always gets here (flush_bytes <= max_row).
-                        if n > call.max_row:
-                            raise _row_too_large(n, self.conn.max_frame_size)
+                        # A row too large for a frame always gets here (flush_bytes is below
+                        # the largest row): the core's builder refuses it ROW_TOO_LARGE.
                         nbytes = self._pack(call, full_only=True)
                         self._pump(call)
                         while len(frames) >= MAX_BUILT_FRAMES:
@@ -855,7 +855,7 @@ class _Runtime(FrameProtocol):
             raise _Cancelled()
         summary = ctx._summary if ctx._has_summary else returned
         body = b"" if summary is None else ctx.codec.encode(summary)
-        return proto.End(call.id, self.conn.in_flight[call.id].rows, body)
+        return proto.End(call.id, 0, body)  # the core fills in the row count (send_end)
 
     def _produce_sync(self, call: _Call, fn: Any, args: tuple = ()) -> Any:
         """Runs in a handler thread: iterate the generator, encode its rows and build them into
@@ -894,7 +894,7 @@ class _Runtime(FrameProtocol):
                     append(row)  # the caller's own bytes: exact size, no copy needed
                     nbytes += len(row) + 4
                     if nbytes >= flush:
-                        nbytes = self._frame_produced(call, len(row))
+                        nbytes = self._frame_produced(call)
             else:
                 for item in iterator:
                     if ctx._cancel_code is not None:
@@ -907,7 +907,7 @@ class _Runtime(FrameProtocol):
                         append(_u32_pack(n) + row)
                     nbytes += n + 4
                     if nbytes >= flush:
-                        nbytes = self._frame_produced(call, n)
+                        nbytes = self._frame_produced(call)
         except RuntimeError:
             if not self.loop.is_closed():
                 raise
@@ -919,13 +919,11 @@ class _Runtime(FrameProtocol):
                     close()
         return box[0] if box else None
 
-    def _frame_produced(self, call: _Call, last_row: int) -> int:
+    def _frame_produced(self, call: _Call) -> int:
         """In the producer's thread, once a frame's worth of rows is queued: build the full
         frames, have the loop send them, and wait while MAX_BUILT_FRAMES wait for credit.
-        Returns the bytes still queued."""
-        # A row too large for a frame always gets here (flush_bytes <= max_row).
-        if last_row > call.max_row:
-            raise _row_too_large(last_row, self.conn.max_frame_size)
+        Returns the bytes still queued. A row too large for any frame always gets here
+        (flush_bytes is below the largest row): the core's builder raises ROW_TOO_LARGE."""
         nbytes = self._pack(call, full_only=True)
         if not call.pump_scheduled:
             call.pump_scheduled = True
@@ -952,13 +950,13 @@ class _Runtime(FrameProtocol):
         return False
 
     def _pack(self, call: _Call, full_only: bool, blocking: bool = True) -> int:
-        """Build queued rows into ROWS frames on ``call.frames`` (any thread); returns the
-        bytes of the rows left queued.
+        """Fill queued rows into ROWS frames (the core's builders) on ``call.frames`` (any
+        thread); returns the bytes of the rows left queued.
 
-        ``full_only`` leaves the rows that do not fill a frame for later. A frame is its header
-        and one join of the queued rows (encoded rows already carry their length fields); JSON
-        rows padded to one size let a parent validate and slice the whole frame without a loop
-        per row.
+        ``full_only`` leaves the rows that do not fill a frame for later. JSON rows padded to
+        one size let a parent validate and slice the whole frame without a loop per row. A row
+        too large for any frame raises ROW_TOO_LARGE in the producer (``blocking``); the
+        loop's flush (not blocking) leaves it queued for the producer to find.
         """
         lock = call.pack_lock
         assert lock is not None
@@ -968,43 +966,22 @@ class _Runtime(FrameProtocol):
             q = call.rows
             frames = call.frames
             assert q is not None and frames is not None
-            limit = self.flush_bytes - 4  # the payload starts with the row count
-            bare = call.bare  # raw rows are queued without their length fields
+            framed = not call.bare  # raw rows are queued without their length fields
+            rows = self.conn.rows
             while q:
-                # The producer only appends at the end: q[:k] stays the first k rows.
-                k = min(len(q), limit // 4)
-                snap = q[:k]
-                lens = list(map(len, snap))
-                ends = list(itertools.accumulate(
-                    map(operator.add, lens, itertools.repeat(4)) if bare else lens))
-                if ends[-1] <= limit:
-                    if full_only and k == len(q):
-                        return ends[-1]
-                else:
-                    k = bisect.bisect_right(ends, limit) or 1
-                    del snap[k:], lens[k:]
-                if k == 1 and lens[0] - (0 if bare else 4) > call.max_row:
-                    return 0  # the producer raises ROW_TOO_LARGE for it (in a frame of more
-                    # rows, each row is below the frame's size: no row needs a look)
-                if call.pad:
-                    top = max(lens) - 4
-                    if top != call.slot:
-                        self._set_slot(call, top)
-                size = 4 + ends[k - 1]
-                head = _rows_header(size, call.id, k)
-                first = lens[0]
-                if not bare:
-                    snap.insert(0, head)
-                    frame = b"".join(snap)
-                elif ends[k - 1] == k * (first + 4) and lens.count(first) == k:
-                    snap.insert(0, head)  # one size: header, length, row, length, row, ...
-                    frame = _u32_pack(first).join(snap)
-                else:
-                    fields = map(_PREFIXES.__getitem__, lens) if size < len(_PREFIXES) \
-                        or max(lens) < len(_PREFIXES) else map(_u32_pack, lens)
-                    frame = b"".join(itertools.chain(
-                        (head,), itertools.chain.from_iterable(zip(fields, snap))))
-                frames.append((frame, size, k))
+                b = rows(call.id, self.flush_bytes)
+                try:
+                    # The producer only appends at the end: q[:k] stays the first k rows.
+                    k = b.extend(q, framed, full_only)
+                except ProtocolError:
+                    if blocking:
+                        raise
+                    return 0
+                if not k:
+                    return sum(map(len, q)) + (0 if framed else 4 * len(q))
+                if call.pad and b.widest != call.slot:
+                    self._set_slot(call, b.widest)
+                frames.append(b)
                 del q[:k]
             return 0
         finally:
@@ -1016,6 +993,7 @@ class _Runtime(FrameProtocol):
         """Pad later JSON rows of nearly ``slot`` bytes to it (leading spaces: the same JSON
         value), so that rows of slightly varying size still make frames of one row size."""
         p = call.prefixes
+        assert isinstance(p, list)
         cap = len(p)
         for n in range(min(call.slot, cap) - 1, -1, -1):  # the old slot's rows: unpadded again
             if p[n] is _PREFIXES[n]:
@@ -1038,10 +1016,8 @@ class _Runtime(FrameProtocol):
         conn = self.conn
         id = call.id
         sent = False
-        while frames and call.ctx._cancel_code is None and conn.credit(id) > 0:
-            frame, size, k = frames.popleft()
-            conn.record_rows_sent(id, size, k)
-            self._write([frame])
+        while frames and call.ctx._cancel_code is None and conn.can_send_rows(id):
+            self._write(frames.popleft().finish())
             sent = True
         if sent:
             call.space.set()  # type: ignore[union-attr]
@@ -1082,20 +1058,11 @@ class _Runtime(FrameProtocol):
         events = call.ctx._take_events()
         if not events:
             return
-        if self.transport is None or self.conn.closed:
+        if self.transport is None or self.closed:
             return
         for topic, data in events.items():
-            self._send(proto.Event(call.id, topic[:255] or "progress", data))
+            self._write(self.conn.send_event(call.id, topic[:255] or "progress", data))
         call.last_event = time.monotonic()
-
-
-class _RowTooLarge(Exception):
-    pass
-
-
-def _row_too_large(size: int, max_frame_size: int) -> _RowTooLarge:
-    return _RowTooLarge(f"a row of {size} bytes does not fit in one frame "
-                        f"(max_frame_size {max_frame_size})")
 
 
 def _raw_row(item: Any) -> bytes:
@@ -1113,12 +1080,7 @@ def _row_encoder(codec: _codecs.Codec) -> Callable[[Any], bytes]:
 
 
 _u32_pack = proto._u32_pack
-_PREFIXES = [_u32_pack(n) for n in range(4096)]  # a row's length field, by the row's length
-_ROWS_HEAD = struct.Struct("<IBBHQI")  # the frame header plus the ROWS count
-
-
-def _rows_header(payload_size: int, id: int, count: int) -> bytes:
-    return _ROWS_HEAD.pack(payload_size, FrameType.ROWS, 0, 0, id, count)
+_PREFIXES = proto.ROW_PREFIXES  # a row's length field, by the row's length (up to 4 KiB)
 
 
 _REJECT_MESSAGES: dict[int, str] = {
@@ -1128,20 +1090,6 @@ _REJECT_MESSAGES: dict[int, str] = {
     ErrorCode.DRAINING: "the worker is draining",
     ErrorCode.CANCELLED: "cancelled while the request was being sent",
 }
-
-
-def _fit_error(e: proto.ErrorFrame, max_frame_size: int) -> proto.ErrorFrame:
-    """An ERROR that fits one frame (ERROR cannot be continued): the code stays; details too
-    large are replaced by a note of their size, then the message is cut (on a UTF-8 boundary)."""
-    message = e.message.encode()[:0xFFFF]
-    details = e.details.encode()
-    if 6 + len(message) + len(details) <= max_frame_size:
-        return e
-    note = json.dumps({"truncated": True, "details_bytes": len(details)})
-    room = max_frame_size - 6 - len(note)
-    if len(message) > room:
-        message = message[:room]
-    return proto.ErrorFrame(e.id, e.code, message.decode("utf-8", "ignore"), note)
 
 
 def _cancel_message(code: int | None) -> str:
