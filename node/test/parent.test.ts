@@ -226,6 +226,16 @@ test("recycling by request count: every call answered, the worker replaced, neve
   for (const pid of pids) if (pid !== current) assert.ok(!liveChildren().includes(pid), `recycled worker ${pid} still alive`);
 });
 
+test("recycling by idle time and by RSS: the worker is replaced, the pool serves", T, async () => {
+  const idle = await start({ maxIdleMs: 100 });
+  const first = alivePids(idle);
+  await until(() => idle.metrics().recycles >= 1 && alivePids(idle).length === 1 && !first.includes(alivePids(idle)[0]), "an idle recycle");
+  assert.equal(await idle.call("echo", 1), 1);
+  const fat = await start({ maxRssBytes: 1024 * 1024 }); // any Node process is above 1 MiB
+  await until(() => fat.metrics().recycles >= 1, "an RSS recycle");
+  assert.equal(await fat.call("echo", 2), 2);
+});
+
 test("start-up timeout: a program that never says HELLO is killed and reaped", T, async () => {
   const before = liveChildren().length;
   const t = performance.now();

@@ -120,6 +120,7 @@ export class WorkerProcess {
   private startTimer: NodeJS.Timeout | null = null;
   private heartbeat: NodeJS.Timeout | null = null;
   private killTimer: NodeJS.Timeout | null = null;
+  private killAt = 0;
   private exitWait: NodeJS.Timeout | null = null;
   /** Heartbeats: nonce counter and the times of PINGs not yet answered, oldest first. */
   private pingCounter = 0;
@@ -236,11 +237,6 @@ export class WorkerProcess {
   consumed(id: number, bytes: number): void {
     if (this.state === "dead" || !this.conn.isOpen()) return;
     if (this.conn.consumed(id, bytes) > 0) this.scheduleFlush();
-  }
-
-  /** Detaches a route (the caller has its outcome); frames for it are then dropped (or consumed). */
-  detach(id: number, replacement: Route): void {
-    if (this.routes.has(id)) this.routes.set(id, replacement);
   }
 
   /** Whether request `id` is still in flight at the core (its terminal not yet in). */
@@ -556,10 +552,8 @@ export class WorkerProcess {
     if (this.brokenBy === null) {
       try {
         this.conn.endOfInput();
-      } catch (e) {
-        if (e instanceof ProtocolError && this.state !== "starting") {
-          // TRUNCATED: the requests end when the exit is known (WORKER_EXITED says more).
-        }
+      } catch {
+        // TRUNCATED: the requests end when the exit is known (WORKER_EXITED says more).
       }
     }
     this.stopHeartbeat();
@@ -599,18 +593,19 @@ export class WorkerProcess {
     }
   }
 
+  /** Kills the process in `ms` unless it exits first; an earlier kill already armed stands. */
   private armKill(ms: number): void {
     if (this.exited) return;
     const at = performance.now() + ms;
     if (this.killTimer !== null) {
-      if ((this.killTimer as unknown as { _at: number })._at <= at) return;
+      if (this.killAt <= at) return;
       clearTimeout(this.killTimer);
     }
+    this.killAt = at;
     this.killTimer = setTimeout(() => {
       this.killTimer = null;
       this.kill();
     }, ms);
-    (this.killTimer as unknown as { _at: number })._at = at;
   }
 
   private onExit(code: number | null, signal: NodeJS.Signals | null): void {
