@@ -19,13 +19,10 @@ export const SDK_NAME = "wirepool-node";
 /** The SDK's version in HELLO (the package's). */
 export const SDK_VERSION = "0.1.0";
 
-/**
- * A partly filled ROWS batch waits at most this long (the flush bound of section 6 is 10 ms):
- * a Node timer is cheap, and a late event loop still leaves room under the bound.
- */
-const ROWS_FLUSH_INTERVAL_MS = 2;
-/** Rows are sent in frames of about this many bytes (capped at initial_credit / 4 so grants keep flowing). */
-const ROWS_BATCH_BYTES = 64 * 1024;
+/** A partly filled ROWS batch waits at most this long (section 17's Node row; the flush bound of section 6 is 10 ms). */
+const ROWS_FLUSH_INTERVAL_MS = WORKER_DEFAULTS.rowsFlushIntervalMs;
+/** Rows are sent in frames of about this many bytes (section 17; capped at initial_credit / 4 so grants keep flowing). */
+const ROWS_BATCH_BYTES = WORKER_DEFAULTS.rowsBatchBytes;
 /** How often the worker checks that its parent is still its parent (Node has no parent-death signal). */
 const PARENT_CHECK_MS = 1000;
 /** How long the worker waits for its last frames (GOODBYE, a fatal ERROR) to be written before it exits. */
@@ -303,7 +300,7 @@ class Runtime {
   private draining = false;
   private drainTimer: NodeJS.Timeout | null = null;
   private parentTimer: NodeJS.Timeout | null = null;
-  private batchBytes = ROWS_BATCH_BYTES;
+  private batchBytes: number = ROWS_BATCH_BYTES;
   private readonly scratch = Buffer.allocUnsafe(64 * 1024);
   private resolveDone: (status: number) => void = () => {};
   private readonly flushTick = (): void => {
