@@ -62,6 +62,12 @@ RUNNERS: list[Runner] = [
            discover="wirepool_node"),
     Runner("wirepool_node_rsworker", "wirepool", "wirepool, Node parent + Rust worker",
            ("{node}", "{bench}/runners/wirepool_node.mjs", "--worker", "rust")),
+    # Node workers under the other parents: the first --prepare builds the Rust bench and
+    # node/dist; the Python parent's runner answers "unsupported" when node/dist is missing.
+    Runner("wirepool_rust_nodeworker", "wirepool", "wirepool, Rust parent + Node worker",
+           discover="wirepool_rust_nodeworker"),
+    Runner("wirepool_python_nodeworker", "wirepool", "wirepool, Python parent + Node worker",
+           ("{python}", "{bench}/runners/wirepool_python.py", "--worker", "node"), needs=("venv",)),
     # The shared-memory lane's transport (PROTOCOL.md 20), W3 only, until the pool carries it.
     Runner("wirepool_shm_lane", "wirepool",
            "wirepool shared-memory lane transport, Rust x Rust (not yet the pool)",

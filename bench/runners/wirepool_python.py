@@ -1,10 +1,11 @@
 """The wirepool runner with the Python parent (python/wirepool ``AsyncPool``).
 
-Usage: wirepool_python.py [--worker python|rust] '<scenario json>'
+Usage: wirepool_python.py [--worker python|rust|node] '<scenario json>'
 
-Workers: ``wirepool_python_worker.py`` (Python SDK, this interpreter) or the Rust bench worker
-``rust/target/release/wirepool-bench-worker`` (built by ``wirepool_rust.sh --prepare``); both
-serve the same methods. The SDK is used the fast way a user would: ``AsyncPool`` on one asyncio
+Workers: ``wirepool_python_worker.py`` (Python SDK, this interpreter), the Rust bench worker
+``rust/target/release/wirepool-bench-worker`` (built by ``wirepool_rust.sh --prepare``) or the
+Node one, ``wirepool_node_worker.mjs`` (on ``node/dist``, built by ``wirepool_node.mjs
+--prepare``); all serve the same methods. The SDK is used the fast way a user would: ``AsyncPool`` on one asyncio
 loop in the calling thread (no thread hand-off between caller and pool), 16 MiB frames (the
 largest the protocol allows, offered by both worker SDKs: 1 MiB payloads travel in one frame),
 the raw codec for payloads, ``inflight`` tasks each keeping one call outstanding for pipelined
@@ -30,15 +31,20 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import wirepool  # noqa: E402
 
 WORKER_LANG = sys.argv[sys.argv.index("--worker") + 1] if "--worker" in sys.argv else "python"
-RUNNER = "wirepool_python_rsworker" if WORKER_LANG == "rust" else "wirepool_python"
+RUNNER = {"rust": "wirepool_python_rsworker", "node": "wirepool_python_nodeworker"}.get(
+    WORKER_LANG, "wirepool_python")
 RUST_WORKER = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "rust", "target")),
                            "release", "wirepool-bench-worker")
+NODE_DIST = os.path.join(REPO, "node", "dist", "index.js")
 MAX_FRAME = 16 << 20
 
 
 def worker_argv() -> list[str]:
     if WORKER_LANG == "rust":
         return [RUST_WORKER]
+    if WORKER_LANG == "node":
+        return [os.environ.get("WIREPOOL_BENCH_NODE", "node"),
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "wirepool_node_worker.mjs")]
     return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                          "wirepool_python_worker.py")]
 
@@ -199,6 +205,9 @@ def main() -> None:
         return
     if WORKER_LANG == "rust" and not os.access(RUST_WORKER, os.X_OK):
         unsupported(RUNNER, sc, f"{RUST_WORKER} not built (bench/runners/wirepool_rust.sh --prepare)")
+        return
+    if WORKER_LANG == "node" and not os.path.exists(NODE_DIST):
+        unsupported(RUNNER, sc, f"{NODE_DIST} not built (bench/runners/wirepool_node.mjs --prepare)")
         return
     codec = sc.get("codec", "json")
     if kind in ("rows", "slow_rows") and codec not in ("raw", *wirepool.codecs.available()):

@@ -102,7 +102,8 @@ def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
     # transport until the pool carries it.
     assert {r.name for r in RUNNERS if r.kind == "wirepool"} == {
         "wirepool_rust", "wirepool_rust_pyworker", "wirepool_python", "wirepool_python_rsworker",
-        "wirepool_shm_lane", "wirepool_shm_lane_pyparent", "wirepool_node", "wirepool_node_rsworker"}
+        "wirepool_shm_lane", "wirepool_shm_lane_pyparent", "wirepool_node", "wirepool_node_rsworker",
+        "wirepool_rust_nodeworker", "wirepool_python_nodeworker"}
     for s in scenarios.build("full"):
         assert set(s.get("only") or []) <= set(names)
 

@@ -1,12 +1,14 @@
 //! `wirepool-bench`: the wirepool runner of `bench/` with the Rust parent (`rust/wirepool`).
 //!
 //! ```sh
-//! wirepool-bench [--worker rust|python] '<scenario json>'   # one JSON result line on stdout
+//! wirepool-bench [--worker rust|python|node] '<scenario json>'   # one JSON result line on stdout
 //! ```
-//! Called by `bench/runners/wirepool_rust.sh` (Rust workers) and
-//! `bench/runners/wirepool_rust_pyworker.sh` (Python workers); see `bench/README.md` for the
-//! scenario kinds. The workers are `wirepool-bench-worker` (built next to this binary) or
-//! `bench/runners/wirepool_python_worker.py`; both serve the same methods.
+//! Called by `bench/runners/wirepool_rust.sh` (Rust workers),
+//! `bench/runners/wirepool_rust_pyworker.sh` (Python workers) and
+//! `bench/runners/wirepool_rust_nodeworker.sh` (Node workers); see `bench/README.md` for the
+//! scenario kinds. The workers are `wirepool-bench-worker` (built next to this binary),
+//! `bench/runners/wirepool_python_worker.py` or `bench/runners/wirepool_node_worker.mjs` (on
+//! `node/dist`); all serve the same methods.
 //!
 //! How the SDK is used (the fast way a user would): a `current_thread` tokio runtime (measured
 //! faster than `multi_thread` on 2 vCPUs); 16 MiB frames, the largest the protocol allows and
@@ -32,6 +34,7 @@ const MAX_FRAME: u32 = 16 << 20;
 enum WorkerLang {
     Rust,
     Python,
+    Node,
 }
 
 fn repo_root() -> PathBuf {
@@ -59,6 +62,10 @@ fn worker_command(lang: WorkerLang) -> WorkerCommand {
             WorkerCommand::new(python)
                 .arg(root.join("bench/runners/wirepool_python_worker.py"))
                 .env("PYTHONPATH", root.join("python"))
+        }
+        WorkerLang::Node => {
+            let node = std::env::var("WIREPOOL_BENCH_NODE").unwrap_or_else(|_| "node".into());
+            WorkerCommand::new(node).arg(repo_root().join("bench/runners/wirepool_node_worker.mjs"))
         }
     }
 }
@@ -412,7 +419,7 @@ async fn run_pool(
 fn load_scenario() -> Value {
     let last = std::env::args()
         .skip(1)
-        .rfind(|a| !a.starts_with("--") && a != "rust" && a != "python");
+        .rfind(|a| !a.starts_with("--") && !["rust", "python", "node"].contains(&a.as_str()));
     let text = match last {
         Some(a) if a.trim_start().starts_with('{') => a,
         _ => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),
@@ -428,12 +435,13 @@ fn main() {
         .and_then(|i| args.get(i + 1))
     {
         Some(l) if l == "python" => WorkerLang::Python,
+        Some(l) if l == "node" => WorkerLang::Node,
         _ => WorkerLang::Rust,
     };
-    let runner = if lang == WorkerLang::Python {
-        "wirepool_rust_pyworker"
-    } else {
-        "wirepool_rust"
+    let runner = match lang {
+        WorkerLang::Rust => "wirepool_rust",
+        WorkerLang::Python => "wirepool_rust_pyworker",
+        WorkerLang::Node => "wirepool_rust_nodeworker",
     };
     let sc = load_scenario();
     let id = sc["id"].clone();
