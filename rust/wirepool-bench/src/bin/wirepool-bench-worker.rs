@@ -62,17 +62,26 @@ async fn rows(req: RowsReq, sink: RowSink<Row>) -> Result<(), HandlerError> {
 
 async fn raw_rows(req: Bytes, rows: RowSink<ByteBuf>) -> Result<(), HandlerError> {
     let n: u64 = std::str::from_utf8(&req)?.trim().parse()?;
-    // Formatted by hand (itoa), like the floor's child: the figure is about moving rows.
+    // Formatted by hand like the floor's child (fixed pieces copied to fixed places, the digits
+    // byte by byte), then handed over as one buffer: the figure is about moving rows.
+    const HEAD: &[u8; 5] = b"{\"i\":";
+    const NAME: &[u8; 14] = b",\"name\":\"decl_";
+    const TAIL: &[u8; 19] = b"\",\"kind\":\"theorem\"}";
     let mut row = ByteBuf::with_capacity(64);
     let mut digits = itoa::Buffer::new();
+    let mut text = [0u8; 64];
     for i in 0..n {
         let i = digits.format(i).as_bytes();
+        let d = i.len();
+        text[..5].copy_from_slice(HEAD);
+        for (k, &b) in i.iter().enumerate() {
+            text[5 + k] = b;
+            text[5 + d + 14 + k] = b;
+        }
+        text[5 + d..5 + d + 14].copy_from_slice(NAME);
+        text[5 + 2 * d + 14..5 + 2 * d + 33].copy_from_slice(TAIL);
         row.clear();
-        row.extend_from_slice(b"{\"i\":");
-        row.extend_from_slice(i);
-        row.extend_from_slice(b",\"name\":\"decl_");
-        row.extend_from_slice(i);
-        row.extend_from_slice(b"\",\"kind\":\"theorem\"}");
+        row.extend_from_slice(&text[..2 * d + 38]);
         rows.send_ref(&row).await?;
     }
     Ok(())
