@@ -299,6 +299,9 @@ class _Worker(FrameProtocol):
     async def start(self) -> None:
         pool = self.pool
         loop = pool.loop
+        if pool.launcher is not None:  # placed by its launcher, connects back (PROTOCOL.md 21)
+            await pool.launcher.start_worker(self)
+            return
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             for s in (parent_sock, child_sock):  # room for whole frames in flight
@@ -418,7 +421,7 @@ class _Worker(FrameProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        if self.pool.direct_calls:
+        if self.pool.direct_calls and self.proc is not None:
             sock = transport.get_extra_info("socket")
             self.direct_fd = os.dup(sock.fileno())
             os.set_inheritable(self.direct_fd, False)
@@ -1055,6 +1058,8 @@ class _Worker(FrameProtocol):
                 self._write(self.conn.send_drain(grace_ms))
 
     def rss_bytes(self) -> int | None:
+        if self.proc is None:  # a remote worker: its pid is not on this machine
+            return None
         try:
             with open(f"/proc/{self.pid}/statm") as f:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -1255,7 +1260,10 @@ class AsyncPool:
     ``worker_output`` what becomes of the workers' stdout and stderr: ``"log"`` (each line to
     the ``wirepool.worker`` logger at WARNING, with the worker's id and pid, so a worker's
     ``print`` shows by default), ``"inherit"`` (written straight to the parent's own stdout and
-    stderr, unprefixed; errors then carry no stderr tail) or ``"discard"``.
+    stderr, unprefixed; errors then carry no stderr tail) or ``"discard"``;
+    ``launcher`` where the workers run: None (the default) spawns them as local children, a
+    :mod:`wirepool.launchers` launcher (``External``, ``RayLauncher``) has them connect back
+    over TLS with a ticket (PROTOCOL.md 21).
 
     ``require`` as a mapping names each method's kind (``"unary"`` / ``"stream"``), its codec
     (any codec name), or both as a pair: ``{"add": "unary", "rows": ("stream", "msgpack")}``.
@@ -1274,7 +1282,8 @@ class AsyncPool:
                  max_message_size: int = proto.DEFAULT_MAX_MESSAGE_SIZE,
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
                  on_event: EventCallback | None = None, worker_output: str = "log",
-                 drain_grace: float = 10.0, latency_histograms: bool = False) -> None:
+                 drain_grace: float = 10.0, latency_histograms: bool = False,
+                 launcher: Any = None) -> None:
         if not argv:
             raise ValueError("argv must name a program")
         if workers is None:  # PROTOCOL.md 17: one worker per CPU this process may use
@@ -1318,6 +1327,9 @@ class AsyncPool:
         self.cwd = cwd
         self.on_event = on_event
         self.drain_grace = drain_grace
+        # Where workers run (wirepool.launchers): None spawns local children (PROTOCOL.md 1);
+        # a launcher's workers connect back with a ticket (21).
+        self.launcher = launcher
         # Off by default: ~2,000 instructions a request (a tenth of a small Pool.map call);
         # wirepool.prometheus turns it on when it collects the pool.
         self.latency_histograms = latency_histograms
@@ -1359,6 +1371,8 @@ class AsyncPool:
             return self
         self._started = True
         self.loop = asyncio.get_running_loop()
+        if self.launcher is not None:
+            await self.launcher.open(self)
         results = await asyncio.gather(*(self._spawn() for _ in range(self.size)),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -1464,6 +1478,8 @@ class AsyncPool:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._all.clear()
         self.workers.clear()
+        if self.launcher is not None:
+            await self.launcher.close()
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -1791,7 +1807,8 @@ class AsyncPool:
         """A snapshot of the pool's state and counters."""
         workers = []
         for w in list(self._all):
-            workers.append({"worker_id": w.worker_id, "pid": w.pid, "alive": w.alive,
+            workers.append({"worker_id": w.worker_id, "pid": w.pid,
+                            "host": getattr(w, "host", None), "alive": w.alive,
                             "accepting": w.accepting, "in_flight": len(w.requests),
                             "served": w.served, "leased": w.leased, "retiring": w.retiring,
                             "rss_bytes": w.rss_bytes() if w.alive else None,

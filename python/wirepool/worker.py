@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar, overload
 
 from . import codecs as _codecs
 from . import proto
+from . import remote as _remote
 from ._transport import FrameProtocol
 from .errors import ErrorCode, ProtocolError, WorkerError
 from .proto import FrameType, MethodKind
@@ -359,6 +360,7 @@ class _Runtime(FrameProtocol):
         self.calls: dict[int, _Call] = {}
         self.worker_id = 0
         self.done: asyncio.Future[int] = loop.create_future()
+        self.watchdog: _remote.ParentWatchdog | None = None  # a remote worker's (21.5)
         self.lost: asyncio.Future[None] = loop.create_future()
         self.draining = False
         self.flush_bytes = ROWS_FLUSH_BYTES
@@ -439,6 +441,8 @@ class _Runtime(FrameProtocol):
         self._stop(1)
 
     def _stop(self, status: int) -> None:
+        if self.watchdog is not None:
+            self.watchdog.close()
         for call in list(self.calls.values()):
             self._cancel(call, ErrorCode.CANCELLED)
         if self.transport is not None:
@@ -481,13 +485,18 @@ class _Runtime(FrameProtocol):
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=w.max_in_flight, thread_name_prefix="wirepool-handler")
             self.handlers = _HandlerThreads(w.max_in_flight, self.loop, self._handler_done)
+            if self.watchdog is not None:
+                self.watchdog.welcome(w.heartbeat_ms)
+        elif t == FrameType.PONG:
+            if self.watchdog is not None:
+                self.watchdog.pong(ev.nonce)  # type: ignore[attr-defined]
         elif t == FrameType.DRAIN:
             self._drain(ev.grace_ms)  # type: ignore[attr-defined]
         elif t == FrameType.ERROR:  # id 0: the parent refused us or hit a fatal error
             print(f"wirepool worker: parent closed the connection: "
                   f"{ev.code} {ev.message}", file=sys.stderr)  # type: ignore[attr-defined]
             self._stop(1)
-        # PONG and LATE need nothing.
+        # LATE needs nothing.
 
     def _drain(self, grace_ms: int) -> None:
         self.draining = True
@@ -1148,10 +1157,30 @@ def _die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+async def _join(ticket: _remote.Ticket, runtime: _Runtime) -> bool:
+    """Connect to the parent named by the ticket (PROTOCOL.md 21) and watch it: a parent that
+    stops answering PINGs is gone, and the worker exits as after end of file (21.5)."""
+    def gone(why: str) -> None:
+        print(f"wirepool worker: the parent is gone: {why}; exiting", file=sys.stderr)
+        runtime._stop(0)
+
+    runtime.watchdog = _remote.ParentWatchdog(
+        lambda nonce: runtime._write(runtime.conn.send_ping(nonce)), gone)
+    try:
+        await _remote.connect(ticket, runtime)
+    except _remote.JoinRefused as e:
+        runtime.watchdog.close()
+        print(f"wirepool worker: {e}", file=sys.stderr)
+        return False
+    return True
+
+
 def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
           max_frame_size: int = proto.MAX_FRAME_SIZE_LIMIT) -> None:
     """Serve the registered methods on the connection in ``WIREPOOL_FD`` until the parent drains,
-    closes, or dies; then exit the process.
+    closes, or dies; then exit the process. Without ``WIREPOOL_FD``, join the remote parent
+    named by the ticket in ``WIREPOOL_TICKET`` (or the file in ``WIREPOOL_TICKET_FILE``) over
+    TLS (:mod:`wirepool.remote`): the same program runs locally or remotely.
 
     ``max_concurrency`` bounds the requests in flight (HELLO's ``max_concurrency``): handlers
     run at once, and the handler threads (started as slow handlers need them).
@@ -1162,10 +1191,20 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     """
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be >= 1")
-    fd = _take_fd()
-    _die_with_parent()
+    ticket = None
+    if "WIREPOOL_FD" not in os.environ:  # a remote worker joins with a ticket (PROTOCOL.md 21.2)
+        try:
+            ticket = _remote.ticket_from_env()
+        except _remote.TicketError as e:
+            print(f"wirepool worker: {e}", file=sys.stderr)
+            sys.exit(1)
+    if ticket is None:
+        fd = _take_fd()
+        _die_with_parent()
+    else:
+        fd = -1
     methods = list(_registry.values())
-    status = asyncio.run(_serve_async(fd, methods, max_concurrency, max_frame_size))
+    status = asyncio.run(_serve_async(fd, methods, max_concurrency, max_frame_size, ticket))
     sys.stdout.flush()
     sys.stderr.flush()
     # Handler threads cannot be interrupted; do not let a stuck one keep the process alive.
@@ -1173,14 +1212,18 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
 
 
 async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
-                       max_frame_size: int) -> int:
+                       max_frame_size: int, ticket: _remote.Ticket | None = None) -> int:
     loop = asyncio.get_running_loop()
     if hasattr(asyncio, "eager_task_factory"):  # 3.12+: a handler starts in the same loop pass
         loop.set_task_factory(asyncio.eager_task_factory)
-    sock = socket.socket(fileno=fd)
-    sock.setblocking(False)
     runtime = _Runtime(methods, max_concurrency, max_frame_size, loop)
-    await loop.create_unix_connection(lambda: runtime, sock=sock)
+    if ticket is not None:
+        if not await _join(ticket, runtime):
+            return 1
+    else:
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        await loop.create_unix_connection(lambda: runtime, sock=sock)
     status = await runtime.done
     try:  # let the transport write what is buffered (GOODBYE, a last ERROR) before exiting
         await asyncio.wait_for(asyncio.shield(runtime.lost), 2.0)
