@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo test test-spec test-rust test-python test-node test-bench test-conformance fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
+.PHONY: help demo test test-spec test-rust test-python test-ray test-node test-bench test-conformance fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
 
 help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
@@ -35,7 +35,7 @@ $(VPY): python/pyproject.toml
 
 venv: $(VPY)
 
-test: test-spec test-rust test-python test-node test-conformance test-bench
+test: test-spec test-rust test-python test-ray test-node test-conformance test-bench
 
 test-spec: $(VPY)
 	$(VPY) spec/vectors/generate.py --check
@@ -48,7 +48,15 @@ test-rust:
 	cd rust && $(CARGO) test --workspace --benches -q
 
 test-python: $(VPY)
-	$(VPY) -m pytest -q python/tests examples/python
+	$(VPY) -m pytest -q python/tests examples/python --ignore=python/tests/test_ray_launcher.py
+
+# The Ray launcher against a local Ray cluster (PROTOCOL.md 21.8). Ray is the optional extra
+# `ray` (a ~70 MB wheel), installed here rather than in every venv; the import check makes a
+# failed install fail the target instead of skipping its test.
+test-ray: $(VPY)
+	$(VPY) -m pip install -q "ray>=2.9"
+	$(VPY) -c "import ray"
+	$(VPY) -m pytest -q python/tests/test_ray_launcher.py
 
 # The Node SDK (node/): npm ci from its lock file, tsc, then node --test over the compiled tests;
 # then examples/node (its one dependency is a link to node/, so npm install fetches nothing).
