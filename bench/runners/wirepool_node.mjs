@@ -58,16 +58,21 @@ async function readRows(pool, sc) {
   const pause = sc.pause_ms ?? 0;
   let count = 0;
   if (codec === "raw") {
-    for await (const row of pool.stream("raw_rows", Buffer.from(String(sc.n)), { codec: "raw" })) {
-      if (row.length === 0) throw new Error("an empty row");
+    for await (const batch of pool.stream("raw_rows", Buffer.from(String(sc.n)), { codec: "raw" }).batches()) count += batch.length;
+    return count;
+  }
+  const stream = pool.stream("rows", { shape: sc.shape, n: sc.n }, { codec });
+  if (every) {
+    for await (const row of stream) {
+      if (row.i !== count) throw new Error(`row ${count} carried index ${row.i}`);
       count++;
+      if (count % every === 0) await sleep(pause);
     }
     return count;
   }
-  for await (const row of pool.stream("rows", { shape: sc.shape, n: sc.n }, { codec })) {
-    if (row.i !== count) throw new Error(`row ${count} carried index ${row.i}`);
-    count++;
-    if (every && count % every === 0) await sleep(pause);
+  for await (const batch of stream.batches()) {
+    if (batch[0].i !== count) throw new Error(`row ${count} carried index ${batch[0].i}`);
+    count += batch.length;
   }
   return count;
 }
@@ -84,8 +89,8 @@ async function runRows(Pool, sc) {
     }
     const codec = sc.codec ?? "json";
     const notes = codec === "raw"
-      ? "for await over stream(codec 'raw'): the small row's JSON text as Buffer views of the ROWS frames, not decoded"
-      : `for await over stream(codec '${codec}'): each row decoded into an object as the loop reads it (credit granted as it reads)`;
+      ? "for await over stream(codec 'raw').batches(): the small row's JSON text as Buffer views of the ROWS frames, not decoded"
+      : `for await over stream(codec '${codec}').batches() (row by row with a pause: W6): rows decoded into objects a ROWS frame at a time, credit granted as the loop reads`;
     return [[figure("rows_per_s", "rows/s", rates)], childrenPeakKib(pool), notes];
   } finally {
     await pool.close({ graceMs: 1000 });

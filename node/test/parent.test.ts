@@ -87,6 +87,17 @@ test("calls, streams, map and a socketpair on WIREPOOL_FD", T, async () => {
   for await (const row of s) rows.push(row);
   assert.deepEqual(rows, [[0, "x"], [1, "x"], [2, "x"], [3, "x"], [4, "x"]]);
   assert.deepEqual(s.summary, { rows: 5 });
+  // A frame at a time: every row once, in order, whatever the batching.
+  const b = pool.stream<[number, string]>("rows", { n: 3000, size: 10 });
+  let seen = 0;
+  let batches = 0;
+  for await (const batch of b.batches()) {
+    batches++;
+    for (const row of batch) assert.equal(row[0], seen++);
+  }
+  assert.equal(seen, 3000);
+  assert.ok(batches < 3000, "rows arrive several to a batch");
+  assert.deepEqual(b.summary, { rows: 3000 });
   const many = await pool.map<number, number>("echo", Array.from({ length: 500 }, (_, i) => i));
   assert.deepEqual(many, Array.from({ length: 500 }, (_, i) => i));
   // Section 1: fd 3 of the worker is a Unix stream socket (libuv makes 'pipe' stdio with socketpair).

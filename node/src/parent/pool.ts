@@ -306,7 +306,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   private error: WirepoolError | null = null;
   private errorThrown = false;
   private abandoned = false;
-  private waiter: { resolve: (r: IteratorResult<T>) => void; reject: (e: unknown) => void } | null = null;
+  private waiter: { resolve: (r: IteratorResult<unknown>) => void; reject: (e: unknown) => void; batch: boolean } | null = null;
 
   /** @internal */
   constructor(pool: Pool, method: string, codec: Codec, body: Uint8Array, timeoutMs: number, lease: Lease | null, opts: CallOptions | undefined) {
@@ -322,7 +322,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
     if (this.head < this.frames.length) return this.take();
     if (this.ended_) return this.terminal();
     return new Promise((resolve, reject) => {
-      this.waiter = { resolve, reject };
+      this.waiter = { resolve: resolve as (r: IteratorResult<unknown>) => void, reject, batch: false };
     });
   }
 
@@ -340,29 +340,78 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
     this.stop(null);
   }
 
+  /**
+   * The rows a ROWS frame at a time, as arrays: fewer promises for a consumer that handles many
+   * rows per turn. Credit goes back as each batch is handed out; leaving the loop cancels the
+   * stream, as with the row iterator (the two may be mixed).
+   *
+   * @example
+   * ```ts
+   * for await (const batch of pool.stream("decls", { n: 100_000 }).batches()) total += batch.length;
+   * ```
+   */
+  batches(): AsyncIterableIterator<T[]> {
+    const it: AsyncIterableIterator<T[]> = {
+      [Symbol.asyncIterator]: () => it,
+      next: () => {
+        if (this.head < this.frames.length) return this.takeBatch();
+        if (this.ended_) return this.terminal() as Promise<IteratorResult<T[]>>;
+        return new Promise<IteratorResult<T[]>>((resolve, reject) => {
+          this.waiter = { resolve: resolve as (r: IteratorResult<unknown>) => void, reject, batch: true };
+        });
+      },
+      return: () => this.return() as Promise<IteratorResult<T[]>>,
+    };
+    return it;
+  }
+
+  /** The head frame is read (its bytes go back as credit: the core grants at half the window). */
+  private frameRead(f: RowsFrame): void {
+    this.frames[this.head++] = undefined as unknown as RowsFrame;
+    this.row = 0;
+    if (this.head > 64 && this.head * 2 > this.frames.length) {
+      this.frames = this.frames.slice(this.head);
+      this.head = 0;
+    }
+    this.worker?.consumed(this.id, f.payloadLength);
+  }
+
+  private decodeFailed(e: unknown): void {
+    this.finishWith(wirepoolError(ErrorCode.DECODE_FAILED, `cannot decode a row with codec ${this.codec.name}: ${(e as Error)?.message ?? e}`, { requestId: this.id, pid: this.worker?.pid, cause: e }), true);
+    this.stop(null);
+  }
+
   private take(): Promise<IteratorResult<T>> {
     const f = this.frames[this.head];
     const raw = f.rows[this.row++];
-    if (this.row === f.rows.length) {
-      // The whole frame is read: its bytes go back as credit (the core grants at half the window).
-      this.frames[this.head++] = undefined as unknown as RowsFrame;
-      this.row = 0;
-      if (this.head > 64 && this.head * 2 > this.frames.length) {
-        this.frames = this.frames.slice(this.head);
-        this.head = 0;
-      }
-      this.worker?.consumed(this.id, f.payloadLength);
-    }
+    if (this.row === f.rows.length) this.frameRead(f);
     let value: T;
     try {
       value = this.codec.decode(raw) as T;
     } catch (e) {
-      this.finishWith(wirepoolError(ErrorCode.DECODE_FAILED, `cannot decode a row with codec ${this.codec.name}: ${(e as Error)?.message ?? e}`, { requestId: this.id, pid: this.worker?.pid, cause: e }), true);
-      this.abandon();
-      this.stop(null);
+      this.decodeFailed(e);
       return this.terminal();
     }
     return Promise.resolve({ value, done: false });
+  }
+
+  private takeBatch(): Promise<IteratorResult<T[]>> {
+    const f = this.frames[this.head];
+    const rows = f.rows;
+    const out: T[] = new Array(rows.length - this.row);
+    const codec = this.codec;
+    let k = 0;
+    try {
+      for (let i = this.row; i < rows.length; i++) out[k++] = codec.decode(rows[i]) as T;
+    } catch (e) {
+      this.frameRead(f);
+      this.decodeFailed(e);
+      // The rows before the bad one are delivered; the error comes next.
+      if (k > 1) return Promise.resolve({ value: out.slice(0, k - 1), done: false });
+      return this.terminal() as Promise<IteratorResult<T[]>>;
+    }
+    this.frameRead(f);
+    return Promise.resolve({ value: out, done: false });
   }
 
   private terminal(): Promise<IteratorResult<T>> {
@@ -397,7 +446,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
     if (w === null) return;
     if (this.head < this.frames.length) {
       this.waiter = null;
-      this.take().then(w.resolve, w.reject);
+      (w.batch ? this.takeBatch() : this.take()).then(w.resolve, w.reject);
     } else if (this.ended_) {
       this.waiter = null;
       this.terminal().then(w.resolve, w.reject);
