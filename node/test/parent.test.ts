@@ -256,6 +256,15 @@ test("start-up timeout: a program that never says HELLO is killed and reaped", T
   assert.equal(liveChildren().length, before, "the silent worker was reaped");
 });
 
+test("garbage from the worker before HELLO: PROTOCOL_VIOLATION with its code, the worker reaped", T, async () => {
+  const before = liveChildren().length;
+  const garbage = "require('fs').writeSync(3, 'this is not a frame header at all'); setInterval(() => {}, 1000)";
+  const e = await rejection(Pool.start({ command: [process.execPath, "-e", garbage], workers: 1, goodbyeGraceMs: 200 }));
+  assert.equal(e.code, ErrorCode.PROTOCOL_VIOLATION);
+  assert.equal((e.details as { protocol_code: number }).protocol_code, ErrorCode.FRAME_TOO_LARGE);
+  assert.equal(liveChildren().length, before, "the lingering worker was killed and reaped");
+});
+
 test("a missing executable: SPAWN_FAILED", T, async () => {
   const e = await rejection(Pool.start({ command: ["/nonexistent/wirepool-worker"], workers: 1 }));
   assert.ok(e instanceof SpawnFailedError, `got ${e}`);
