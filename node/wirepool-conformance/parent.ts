@@ -485,9 +485,8 @@ async function cancelCall(suite: Suite, sc: Json, pool: Pool): Promise<string> {
     const { v, e } = await outcome;
     throw new ScenarioFailed(e !== null ? `the call ended with ${(e as WirepoolError).code} before it was cancelled: ${(e as Error).message}` : `the call returned ${describe(v)} before it was cancelled`);
   }
-  // The pool counts a call in flight as soon as it is routed; its REQUEST leaves in the write at
-  // the end of this turn. Let it go first, as the other runners' callers do.
-  await sleep(1);
+  // The REQUEST may still be in this turn's write: then the CANCEL follows it in the same write,
+  // and every worker must still end the call CANCELLED (the Python worker once did not).
   ac.abort(); // how a Node caller cancels a call
   const { v, e } = await outcome;
   if (e instanceof WirepoolError && e.code === suite.codes.CANCELLED) return "cancelled while in flight";

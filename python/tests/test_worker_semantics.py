@@ -129,6 +129,20 @@ def test_cancel_before_the_deadline_keeps_its_code(parent: FakeParent) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_a_cancel_in_the_same_read_as_its_request_ends_it_cancelled(parent: FakeParent) -> None:
+    # An async handler's task is created but has not started when the CANCEL behind its REQUEST
+    # is handled: cancelling that task skips the whole coroutine, so no terminal was ever sent
+    # (the parent's cancel grace had to kill the worker).
+    id, parts = parent.conn.send_request(parent.methods["sleep"], JSON, 0, b"5000")
+    parent.sock.sendall(b"".join([*parts, *parent.conn.send(proto.Cancel(id))]))
+    started = time.monotonic()
+    assert code(parent.until_terminal(id)[-1]) == ErrorCode.CANCELLED
+    assert time.monotonic() - started < 2.5, "ended by the handler, not by the CANCEL"
+    later = parent.request("sleep", 1)  # the worker still serves
+    assert json.loads(bytes(parent.until_terminal(later)[-1].body)) == 1
+
+
+@pytest.mark.timeout(30)
 def test_a_cancelled_handler_that_raises_ends_cancelled(parent: FakeParent) -> None:
     id = parent.request("fail_when_cancelled", None)
     parent.write(proto.Cancel(id))

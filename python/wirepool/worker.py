@@ -634,7 +634,15 @@ class _Runtime(FrameProtocol):
         if m.kind == MethodKind.UNARY and not m.is_async:
             self._start_sync_unary(call, body)
         else:
-            call.task = self.loop.create_task(self._run(call, body))
+            call.task = task = self.loop.create_task(self._run(call, body))
+            task.add_done_callback(lambda t, call=call: self._task_ended(call, t))
+
+    def _task_ended(self, call: _Call, task: asyncio.Task) -> None:
+        """A task cancelled before its first step never enters ``_run`` (a CANCEL in the same
+        read as its REQUEST): its terminal is sent here. Otherwise ``_run`` already finished it
+        and this does nothing."""
+        if task.cancelled():
+            self._finish(call, self._terminal_for(call, _Cancelled()))
 
     def _start_sync_unary(self, call: _Call, body: Any) -> None:
         """The common case without an asyncio Task: decode, hand to a thread, answer when the
