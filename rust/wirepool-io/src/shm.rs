@@ -303,6 +303,18 @@ impl Region {
     }
 }
 
+/// The core asks a mapped region for the view of each SHM_BODY (PROTOCOL.md 20.7).
+impl wirepool_proto::shm::ShmMapping for Region {
+    fn lend(
+        &self,
+        offset: u64,
+        length: u64,
+        on_release: Box<dyn FnOnce() + Send>,
+    ) -> Result<Bytes, ProtocolError> {
+        Region::lend(self, offset, length, on_release)
+    }
+}
+
 type ReleaseFn = Box<dyn FnOnce() + Send>;
 
 /// The owner of a lent view's bytes: the mapping and the release to run when it goes.

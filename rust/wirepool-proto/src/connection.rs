@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::decode::FrameDecoder;
+use crate::decode::{Decoded, FrameDecoder};
 use crate::encode::{
     encode_error, encode_event, encode_message, put_header, FrameBuf, MessageHead, RowsBuilder,
     RowsFrame, RowsWritten,
@@ -19,6 +19,10 @@ use crate::frame::{
 // hash is enough; SipHash cost several lookups' worth on every small call, on both sides.
 use crate::handshake::{choose_version, Hello, MethodKind, Welcome};
 use crate::ids::{IdBuildHasher, IdMap};
+use crate::shm::{
+    Borrower, Lane, Lender, ReleaseQueue, ShmAccept, ShmFrame, ShmMapper, ShmRange,
+    MAX_QUEUED_DESCRIPTORS,
+};
 
 /// Which side of the connection this core runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -233,6 +237,8 @@ struct Partial {
     body: BytesMut,
     /// Payload bytes so far, fixed prefix included (bounded by `max_message_size`).
     size: u64,
+    /// A CONTINUATION arrived for it: no SHM_BODY may complete it any more (20.3).
+    continued: bool,
 }
 
 /// The sans-IO protocol core of one connection, for a parent or a worker.
@@ -318,6 +324,16 @@ pub struct Connection {
     goodbye: bool,
     /// This side sent a fatal ERROR (id 0) or GOODBYE: it sends nothing more.
     send_closed: bool,
+    /// The shared-memory lane, once a WELCOME with its entry opened the connection (20).
+    lane: Option<Lane>,
+    /// The driver's way to check and map a received region (see [`Connection::set_shm_mapper`]).
+    shm_mapper: MapperSlot,
+    /// Descriptors received before the WELCOME decided whether the lane is on.
+    early_descriptors: usize,
+    /// A descriptor violation noticed outside `next_event`, reported by the next call to it.
+    descriptor_error: Option<ProtocolError>,
+    /// Ranges whose views were dropped, waiting for their SHM_RELEASE.
+    shm_releases: std::sync::Arc<ReleaseQueue>,
     failed: Option<ProtocolError>,
 }
 
@@ -341,6 +357,11 @@ impl Connection {
             draining: false,
             goodbye: false,
             send_closed: false,
+            lane: None,
+            shm_mapper: MapperSlot(None),
+            early_descriptors: 0,
+            descriptor_error: None,
+            shm_releases: std::sync::Arc::default(),
             failed: None,
         }
     }
@@ -488,9 +509,17 @@ impl Connection {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
+        if let Some(e) = self.descriptor_error.take() {
+            return Err(self.fail(e));
+        }
         loop {
-            let frame = match self.decoder.next_frame() {
-                Ok(Some(frame)) => frame,
+            let frame = match self.decoder.next_decoded() {
+                Ok(Some(Decoded::Frame(frame))) => frame,
+                Ok(Some(Decoded::Shm { id, frame })) => match self.on_shm(id, frame) {
+                    Ok(Some(event)) => return Ok(Some(event)),
+                    Ok(None) => continue,
+                    Err(e) => return Err(self.fail(e)),
+                },
                 Ok(None) => {
                     if self.lend_to_continuation() {
                         continue;
@@ -795,14 +824,35 @@ impl Connection {
         // Sized for the message as large as the last one (or twice this chunk), within what
         // this connection may still hold: checked sizes only, never a peer's claim.
         let budget = self.receive_budget();
+        if chunk.is_empty() && self.lane.is_some() {
+            // Likely a body in shared memory (a first frame of only its prefix, 20.3): reserve
+            // nothing; a CONTINUATION that follows instead grows the buffer as it arrives.
+            self.partials.insert(
+                first.id,
+                Partial {
+                    first,
+                    body: BytesMut::new(),
+                    size,
+                    continued: false,
+                },
+            );
+            return Ok(());
+        }
         let mut body = std::mem::take(&mut self.spare);
         if !body.try_reclaim(chunk.len()) {
             let guess = self.last_message_len.max(chunk.len() * 2);
             body = BytesMut::with_capacity(guess.min(budget).max(chunk.len()));
         }
         body.extend_from_slice(&chunk);
-        self.partials
-            .insert(first.id, Partial { first, body, size });
+        self.partials.insert(
+            first.id,
+            Partial {
+                first,
+                body,
+                size,
+                continued: false,
+            },
+        );
         Ok(())
     }
 
@@ -871,6 +921,7 @@ impl Connection {
                 .unwrap_or(usize::MAX);
                 self.partial_bytes = total;
                 partial.size = size;
+                partial.continued = true;
                 if let Some(lent) = lent {
                     partial.body.unsplit(lent);
                 } else {
@@ -895,18 +946,7 @@ impl Connection {
                 // What is left is an empty view of the same allocation: reclaimed for the next
                 // message once the reader drops this one.
                 self.spare = whole;
-                match &mut first.body {
-                    FrameBody::Request { body, .. }
-                    | FrameBody::Result { body }
-                    | FrameBody::End { summary: body, .. } => *body = message,
-                    _ => {}
-                }
-                if first.frame_type() == FrameType::Request {
-                    Ok(Some(self.accept(first)))
-                } else {
-                    self.requests.remove(&id);
-                    Ok(Some(event_from_frame(first)))
-                }
+                Ok(Some(self.complete(first, message)))
             }
             // CANCEL abandons a request still arriving; it still needs a terminal.
             (Role::Worker, FrameBody::Cancel) => {
@@ -928,6 +968,116 @@ impl Connection {
                 ),
             )),
         }
+    }
+
+    /// A continued message is whole: `message` is its body (or summary).
+    fn complete(&mut self, mut first: Frame, message: Bytes) -> Event {
+        first.more = false;
+        match &mut first.body {
+            FrameBody::Request { body, .. }
+            | FrameBody::Result { body }
+            | FrameBody::End { summary: body, .. } => *body = message,
+            _ => {}
+        }
+        if first.frame_type() == FrameType::Request {
+            self.accept(first)
+        } else {
+            self.requests.remove(&first.id);
+            event_from_frame(first)
+        }
+    }
+
+    /// A frame of the shared-memory lane (its types exist only while the lane is on, and the
+    /// connection is open: the decoder turned them on with the WELCOME).
+    fn on_shm(&mut self, id: u64, frame: ShmFrame) -> Result<Option<Event>, ProtocolError> {
+        if self.role == Role::Parent && self.goodbye {
+            return Err(err(
+                ErrorCode::UnexpectedFrame,
+                id,
+                format!("shm frame {:#04x} after GOODBYE", frame.type_byte()),
+            ));
+        }
+        let Some(lane) = self.lane.as_mut() else {
+            return Err(err(
+                ErrorCode::UnknownFrameType,
+                id,
+                format!("frame type {:#04x}", frame.type_byte()),
+            ));
+        };
+        match frame {
+            ShmFrame::Region { region, size } => {
+                lane.borrower.region(region, size)?;
+                let Some(map) = self.shm_mapper.0.as_mut() else {
+                    return Err(err(
+                        ErrorCode::ShmBadDescriptor,
+                        0,
+                        format!("SHM_REGION {region}: this side cannot map regions"),
+                    ));
+                };
+                let mapping = map(region, size)?;
+                lane.mapped.insert(region, mapping);
+                Ok(None)
+            }
+            ShmFrame::Release(r) => {
+                lane.lender.released(r)?;
+                Ok(None)
+            }
+            ShmFrame::Retire { region } => {
+                lane.borrower.retire(region)?;
+                // Views of it keep the mapping alive until they are dropped.
+                lane.mapped.remove(&region);
+                Ok(None)
+            }
+            ShmFrame::Body(r) => self.on_shm_body(id, r),
+        }
+    }
+
+    /// SHM_BODY: the last part of the message in progress for `id` (20.3, checks of 20.5).
+    fn on_shm_body(&mut self, id: u64, r: ShmRange) -> Result<Option<Event>, ProtocolError> {
+        if id > self.highest_id {
+            return Err(err(
+                ErrorCode::UnknownId,
+                id,
+                format!(
+                    "SHM_BODY for id {id}, above every request id ({})",
+                    self.highest_id
+                ),
+            ));
+        }
+        let Some(partial) = self.partials.get(&id) else {
+            return Err(err(
+                ErrorCode::Continuation,
+                id,
+                "SHM_BODY with no message in progress",
+            ));
+        };
+        if partial.continued || !partial.body.is_empty() {
+            return Err(err(
+                ErrorCode::Continuation,
+                id,
+                "SHM_BODY after a body byte or CONTINUATION of its message",
+            ));
+        }
+        let size = partial.size.saturating_add(r.length);
+        let Some(lane) = self.lane.as_mut() else {
+            return Ok(None);
+        };
+        lane.borrower.body(id, r)?;
+        let mapping = lane.mapped.get(&r.region).cloned();
+        self.check_message_size(id, size)?;
+        let Some(mapping) = mapping else {
+            return Err(err(
+                ErrorCode::ShmBounds,
+                id,
+                format!("region {} is not mapped", r.region),
+            ));
+        };
+        let queue = self.shm_releases.clone();
+        let view = mapping.lend(r.offset, r.length, Box::new(move || queue.push(r)))?;
+        let Some(Partial { first, .. }) = self.remove_partial(id) else {
+            return Ok(None);
+        };
+        Ok(Some(self.complete(first, view)))
     }
 
     /// Worker: accept a complete REQUEST or reject it.
@@ -990,6 +1140,27 @@ impl Connection {
     fn open_with(&mut self, welcome: Welcome) {
         self.welcome = Some(welcome);
         self.decoder.set_max_frame_size(welcome.max_frame_size);
+        let early = std::mem::take(&mut self.early_descriptors);
+        if let Some(accept) = welcome.extensions.shm {
+            let (out, inn) = match self.role {
+                Role::Parent => (accept.to_worker_window, accept.to_parent_window),
+                Role::Worker => (accept.to_parent_window, accept.to_worker_window),
+            };
+            let mut borrower = Borrower::new(inn);
+            if let Err(e) = borrower.descriptors_received(early) {
+                self.descriptor_error.get_or_insert(e);
+            }
+            self.lane = Some(Lane {
+                accept,
+                lender: Lender::new(out),
+                borrower,
+                mapped: Default::default(),
+            });
+            self.decoder.set_shm(true);
+        } else if early > 0 {
+            self.descriptor_error
+                .get_or_insert(lane_off_descriptors(early));
+        }
     }
 
     // ----------------------------------------------------------------------------------------
@@ -1298,6 +1469,246 @@ impl Connection {
         put_header(out, FrameType::Drain, false, 0, 4)?;
         out.put_u32_le(grace_ms);
         self.draining = true;
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // The shared-memory lane (PROTOCOL.md 20)
+
+    /// The lane's windows when the WELCOME turned it on (`None`: off, its frames do not exist).
+    pub fn shm(&self) -> Option<ShmAccept> {
+        self.lane.as_ref().map(|l| l.accept)
+    }
+
+    /// This side's regions and lent ranges (what it may still announce and lend), when the
+    /// lane is on.
+    pub fn shm_lender(&self) -> Option<&Lender> {
+        self.lane.as_ref().map(|l| &l.lender)
+    }
+
+    /// The driver's mapper for the peer's regions: called for each SHM_REGION whose frame
+    /// checks passed, it takes the oldest descriptor received and checks and maps it (20.5).
+    /// Without one, a SHM_REGION is `SHM_BAD_DESCRIPTOR`.
+    pub fn set_shm_mapper(&mut self, mapper: ShmMapper) {
+        self.shm_mapper = MapperSlot(Some(mapper));
+    }
+
+    /// Called (on any thread) when a view of a received body is dropped and its SHM_RELEASE
+    /// waits: wake the driver, which sends it with [`send_shm_releases`](Self::send_shm_releases).
+    pub fn set_shm_release_waker(&mut self, wake: std::sync::Arc<dyn Fn() + Send + Sync>) {
+        self.shm_releases.set_waker(wake);
+    }
+
+    /// `n` descriptors arrived with the bytes of a read (`SCM_RIGHTS`), queued by the driver
+    /// for its mapper. More than 8 waiting, or any where the lane is off, fails the connection
+    /// (`SHM_BAD_DESCRIPTOR`) at the next [`next_event`](Self::next_event); the driver closes
+    /// the descriptors then.
+    pub fn shm_descriptors_received(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        // The worker that offered the lane reads with recvmsg from its HELLO on: a region may
+        // arrive in the same read as the WELCOME that turns the lane on.
+        let before_welcome = self.role == Role::Worker
+            && !self.is_open()
+            && self
+                .hello
+                .as_ref()
+                .is_some_and(|h| h.extensions.shm.is_some());
+        let result = match self.lane.as_mut() {
+            Some(lane) => lane.borrower.descriptors_received(n),
+            None if before_welcome => {
+                self.early_descriptors += n;
+                if self.early_descriptors > MAX_QUEUED_DESCRIPTORS {
+                    Err(err(
+                        ErrorCode::ShmBadDescriptor,
+                        0,
+                        format!(
+                            "{} descriptors waiting for a SHM_REGION",
+                            self.early_descriptors
+                        ),
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            None => Err(lane_off_descriptors(n)),
+        };
+        if let Err(e) = result {
+            self.descriptor_error.get_or_insert(e);
+        }
+    }
+
+    fn check_can_send_shm(&self, what: &str) -> Result<(), ProtocolError> {
+        let refuse = |why: &str| {
+            Err(err(
+                ErrorCode::UnexpectedFrame,
+                0,
+                format!("cannot send {what}: {why}"),
+            ))
+        };
+        if self.send_closed {
+            return refuse("this side already sent GOODBYE or a fatal ERROR");
+        }
+        if !self.is_open() {
+            return refuse("the handshake is not complete");
+        }
+        if self.lane.is_none() {
+            return refuse("the shm lane is off");
+        }
+        if self.role == Role::Parent && self.goodbye {
+            return refuse("the worker said GOODBYE");
+        }
+        Ok(())
+    }
+
+    /// Announce a region of `size` bytes: records it and writes its SHM_REGION; returns its id.
+    /// The driver sends the region's descriptor with the write holding this frame's first byte
+    /// (20.5). Refused: lane off or connection closed (`UNEXPECTED_FRAME`), or the region does
+    /// not fit the window or the 64 live regions (`SHM_BAD_REGION`).
+    pub fn send_shm_region(
+        &mut self,
+        size: u64,
+        out: &mut impl FrameBuf,
+    ) -> Result<u32, ProtocolError> {
+        self.check_can_send_shm("SHM_REGION")?;
+        let lane = self.lane.as_mut().expect("checked: the lane is on");
+        let region = lane.lender.announce(size)?;
+        let mut frame = Vec::with_capacity(32);
+        ShmFrame::Region { region, size }.encode(0, &mut frame);
+        out.put_slice(&frame);
+        Ok(region)
+    }
+
+    /// Withdraw region `region` (none of it lent): writes SHM_RETIRE; the driver may then drop
+    /// it. Refused with `SHM_BAD_RELEASE` while a range of it is lent or if it is not live.
+    pub fn send_shm_retire(
+        &mut self,
+        region: u32,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send_shm("SHM_RETIRE")?;
+        let lane = self.lane.as_mut().expect("checked: the lane is on");
+        lane.lender.retire(region)?;
+        let mut frame = Vec::with_capacity(24);
+        ShmFrame::Retire { region }.encode(0, &mut frame);
+        out.put_slice(&frame);
+        Ok(())
+    }
+
+    /// Whether views of received bodies were dropped and their SHM_RELEASEs wait.
+    pub fn has_shm_releases(&self) -> bool {
+        !self.shm_releases.is_empty()
+    }
+
+    /// Write a SHM_RELEASE for every range whose last view was dropped; returns how many. When
+    /// the connection can send nothing more they are dropped (the peer is gone or going).
+    pub fn send_shm_releases(&mut self, out: &mut impl FrameBuf) -> usize {
+        let ranges = self.shm_releases.take();
+        if self.check_can_send_shm("SHM_RELEASE").is_err() {
+            return 0;
+        }
+        let lane = self.lane.as_mut().expect("checked: the lane is on");
+        let mut frame = Vec::with_capacity(40);
+        let mut sent = 0;
+        for r in ranges {
+            // A range not held is impossible (each view releases once); skip it rather than
+            // send the peer a release it would refuse.
+            if lane.borrower.release(r).is_ok() {
+                frame.clear();
+                ShmFrame::Release(r).encode(0, &mut frame);
+                out.put_slice(&frame);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Parent: [`send_request`](Self::send_request) with the body in shared memory: range `r`
+    /// of one of this side's regions, which the driver has written. Writes the REQUEST (`MORE`,
+    /// its prefix only) and the SHM_BODY that lends `r` (20.3); returns the id. Refused as
+    /// `send_request` is, and with `SHM_BOUNDS` for a range not in a live region or above the
+    /// window (nothing written, nothing lent).
+    pub fn send_request_shm(
+        &mut self,
+        method: u16,
+        codec: u8,
+        timeout_us: u64,
+        r: ShmRange,
+        out: &mut impl FrameBuf,
+    ) -> Result<u64, ProtocolError> {
+        self.check_can_send_shm("SHM_BODY")?;
+        let id = self.highest_id + 1;
+        let head = MessageHead::Request {
+            method,
+            codec,
+            timeout_us,
+        };
+        let kind = self.check_request(id, method, shm_message_len(head, r))?;
+        self.write_shm_message(id, head, r, out)?;
+        self.record_request(id, kind);
+        Ok(id)
+    }
+
+    /// Worker: [`send_result`](Self::send_result) with the body in range `r` of one of this
+    /// side's regions (see [`send_request_shm`](Self::send_request_shm)). Ends the request.
+    pub fn send_result_shm(
+        &mut self,
+        id: u64,
+        r: ShmRange,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.send_terminal_shm(id, MessageHead::Result, r, out)
+    }
+
+    /// Worker: [`send_end`](Self::send_end) with the summary in range `r` of one of this
+    /// side's regions. Ends the request.
+    pub fn send_end_shm(
+        &mut self,
+        id: u64,
+        r: ShmRange,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        let row_count = self.requests.get(&id).map_or(0, |q| q.rows);
+        self.send_terminal_shm(id, MessageHead::End { row_count }, r, out)
+    }
+
+    fn send_terminal_shm(
+        &mut self,
+        id: u64,
+        head: MessageHead,
+        r: ShmRange,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        self.check_can_send_shm("SHM_BODY")?;
+        let ty = head.frame_type();
+        self.check_can_send(ty, id)?;
+        self.check_message_size(id, shm_message_len(head, r))?;
+        self.terminal_state(id, ty)?;
+        self.write_shm_message(id, head, r, out)?;
+        self.requests.remove(&id);
+        Ok(())
+    }
+
+    /// Lends `r` (the last check) and writes the first frame (`MORE`, prefix only) and the
+    /// SHM_BODY.
+    fn write_shm_message(
+        &mut self,
+        id: u64,
+        head: MessageHead,
+        r: ShmRange,
+        out: &mut impl FrameBuf,
+    ) -> Result<(), ProtocolError> {
+        let lane = self.lane.as_mut().expect("checked: the lane is on");
+        lane.lender.lend(r).map_err(|mut e| {
+            e.id = id;
+            e
+        })?;
+        let mut frames = Vec::with_capacity(2 * crate::HEADER_LEN + 24 + head.prefix_len());
+        put_header(&mut frames, head.frame_type(), true, id, head.prefix_len())?;
+        head.put_prefix(&mut frames);
+        ShmFrame::Body(r).encode(id, &mut frames);
+        out.put_slice(&frames);
         Ok(())
     }
 
@@ -1937,6 +2348,33 @@ fn event_from_frame(frame: Frame) -> Event {
             id,
             frame: FrameType::Continuation,
         },
+    }
+}
+
+/// The refusal of descriptors that arrived where the lane is off (20.5).
+fn lane_off_descriptors(n: usize) -> ProtocolError {
+    err(
+        ErrorCode::ShmBadDescriptor,
+        0,
+        format!("{n} descriptors received where the shm lane is off"),
+    )
+}
+
+/// A message's size for `max_message_size` when its body is range `r` (20.3: prefix + length).
+fn shm_message_len(head: MessageHead, r: ShmRange) -> u64 {
+    (head.prefix_len() as u64).saturating_add(r.length)
+}
+
+/// The driver's region mapper, if any (a closure: shown only as present or not).
+struct MapperSlot(Option<ShmMapper>);
+
+impl std::fmt::Debug for MapperSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(mapper)"
+        } else {
+            "None"
+        })
     }
 }
 

@@ -5,7 +5,16 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::error::{err, ErrorCode, ProtocolError};
 use crate::frame::{Frame, FrameBody, FrameType, Header, RowsPayload, HEADER_LEN};
 use crate::handshake::{Hello, Welcome};
+use crate::shm::ShmFrame;
 use crate::wire::{utf8, Reader};
+
+/// What the decoder yields inside the crate: a version 1 frame, or a frame of the shared-memory
+/// lane (only when [`FrameDecoder::set_shm`] turned its types on).
+#[derive(Debug)]
+pub(crate) enum Decoded {
+    Frame(Frame),
+    Shm { id: u64, frame: ShmFrame },
+}
 
 /// Smallest free space [`FrameDecoder::read_buffer`] offers, so small frames arrive in few reads.
 const MIN_READ_SPACE: usize = 64 * 1024;
@@ -54,6 +63,8 @@ pub struct FrameDecoder {
     /// The allocation of the last large payload, reclaimed for the next one once nothing
     /// refers to that payload any more (no fresh pages per frame). At most one frame's size.
     spare: BytesMut,
+    /// The shared-memory lane is on (PROTOCOL.md 20.1): its four frame types exist.
+    shm: bool,
     failed: Option<ProtocolError>,
 }
 
@@ -74,8 +85,15 @@ impl FrameDecoder {
             lent: false,
             returned: None,
             spare: BytesMut::new(),
+            shm: false,
             failed: None,
         }
+    }
+
+    /// Turns the shared-memory lane's frame types on (`UNKNOWN_FRAME_TYPE` otherwise, as in
+    /// version 1). They apply to headers not yet parsed.
+    pub(crate) fn set_shm(&mut self, on: bool) {
+        self.shm = on;
     }
 
     /// The current payload limit.
@@ -169,6 +187,20 @@ impl FrameDecoder {
 
     /// The next complete frame, `Ok(None)` if more bytes are needed, or the first error.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ProtocolError> {
+        match self.next_decoded()? {
+            None => Ok(None),
+            Some(Decoded::Frame(frame)) => Ok(Some(frame)),
+            // `set_shm` is the crate's: a public decoder never turns the lane on.
+            Some(Decoded::Shm { id, frame }) => Err(err(
+                ErrorCode::UnknownFrameType,
+                id,
+                format!("frame type {:#04x} outside a connection", frame.type_byte()),
+            )),
+        }
+    }
+
+    /// [`next_frame`](Self::next_frame) with the shared-memory lane's frames.
+    pub(crate) fn next_decoded(&mut self) -> Result<Option<Decoded>, ProtocolError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -181,13 +213,89 @@ impl FrameDecoder {
         }
     }
 
-    fn next_inner(&mut self) -> Result<Option<Frame>, ProtocolError> {
+    /// An shm frame at the front of the buffer (the lane is on and byte 4 is one of its
+    /// types): the header checks of 11.1 in order, the payload's exact size (`BAD_PAYLOAD`, known
+    /// from the header), then the payload once its at most 24 bytes are in.
+    fn next_shm(
+        &mut self,
+        raw: [u8; HEADER_LEN],
+        want: usize,
+    ) -> Result<Option<Decoded>, ProtocolError> {
+        let length = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        let id = u64::from_le_bytes([
+            raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15],
+        ]);
+        let ty = raw[4];
+        if length > self.max_frame_size {
+            return Err(err(
+                ErrorCode::FrameTooLarge,
+                id,
+                format!(
+                    "frame length {length} above max_frame_size {}",
+                    self.max_frame_size
+                ),
+            ));
+        }
+        if raw[5] != 0 {
+            return Err(err(
+                ErrorCode::BadFlags,
+                id,
+                format!(
+                    "flags 0x{:02x} on shm frame type {ty:#04x}, which takes none",
+                    raw[5]
+                ),
+            ));
+        }
+        if raw[6] != 0 || raw[7] != 0 {
+            return Err(err(
+                ErrorCode::ReservedNonzero,
+                id,
+                "reserved header field is not zero",
+            ));
+        }
+        let body = ty == crate::shm::frame_type::SHM_BODY;
+        if body == (id == 0) {
+            let rule = if body {
+                "request-level, id must not be 0"
+            } else {
+                "connection-level, id must be 0"
+            };
+            return Err(err(
+                ErrorCode::BadId,
+                if body { 0 } else { id },
+                format!("shm frame type {ty:#04x} is {rule}"),
+            ));
+        }
+        if length as usize != want {
+            return Err(err(
+                ErrorCode::BadPayload,
+                id,
+                format!(
+                    "shm frame type {ty:#04x} needs exactly {want} payload bytes, not {length}"
+                ),
+            ));
+        }
+        if self.buf.len() < HEADER_LEN + want {
+            return Ok(None);
+        }
+        self.buf.advance(HEADER_LEN);
+        let payload = self.buf.split_to(want);
+        let frame = ShmFrame::decode(ty, id, &payload)?;
+        Ok(Some(Decoded::Shm { id, frame }))
+    }
+
+    fn next_inner(&mut self) -> Result<Option<Decoded>, ProtocolError> {
         let header = match self.pending {
             Some(h) => h,
             None => {
                 let Some(raw) = self.buf.first_chunk::<HEADER_LEN>() else {
                     return Ok(None);
                 };
+                if self.shm {
+                    if let Some(want) = ShmFrame::payload_len(raw[4]) {
+                        return self.next_shm(*raw, want);
+                    }
+                }
                 let h = Header::parse(raw, self.max_frame_size)?;
                 self.buf.advance(HEADER_LEN);
                 let len = h.length as usize;
@@ -231,11 +339,11 @@ impl FrameDecoder {
             e.id = header.id;
             e
         })?;
-        Ok(Some(Frame {
+        Ok(Some(Decoded::Frame(Frame {
             id: header.id,
             more: header.more,
             body,
-        }))
+        })))
     }
 
     /// The peer closed the stream: `TRUNCATED` if it stopped inside a frame, else `Ok`.

@@ -124,7 +124,7 @@ impl Frame {
             }
             FrameBody::Welcome(welcome) => {
                 welcome.validate()?;
-                put_header(out, ty, false, id, crate::handshake::Welcome::PAYLOAD_LEN)?;
+                put_header(out, ty, false, id, welcome.payload_len())?;
                 welcome.encode_payload(out)?;
             }
             FrameBody::Request {
@@ -198,7 +198,7 @@ impl Frame {
         HEADER_LEN
             + match &self.body {
                 FrameBody::Hello(h) => h.payload_len(),
-                FrameBody::Welcome(_) => crate::handshake::Welcome::PAYLOAD_LEN,
+                FrameBody::Welcome(w) => w.payload_len(),
                 FrameBody::Request { body, .. } => 12 + body.len(),
                 FrameBody::Cancel => 0,
                 FrameBody::Result { body } => body.len(),

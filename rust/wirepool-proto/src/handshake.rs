@@ -2,6 +2,7 @@
 
 use crate::error::{err, ErrorCode, ProtocolError};
 use crate::frame::{HANDSHAKE_MAX_FRAME_SIZE, MAX_MAX_FRAME_SIZE};
+use crate::shm::{parse_extensions, ShmAccept, ShmOffer, TAG_SHM};
 use crate::wire::Reader;
 
 /// The 8 magic bytes that open every HELLO payload.
@@ -80,6 +81,65 @@ pub struct Hello {
     pub sdk_version: String,
     /// At most 4,096 methods.
     pub methods: Vec<MethodInfo>,
+    /// The extensions the worker offers (PROTOCOL.md 20.1): the trailing bytes of the payload.
+    /// None by default, which encodes exactly a version 1 HELLO.
+    pub extensions: HelloExtensions,
+}
+
+/// The extension block of a HELLO (PROTOCOL.md 20.1-20.2): what the worker offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct HelloExtensions {
+    /// The shared-memory lane (tag 1): the bytes of the parent's regions the worker accepts.
+    pub shm: Option<ShmOffer>,
+}
+
+impl HelloExtensions {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(offer) = self.shm {
+            offer.encode(&mut out);
+        }
+        out
+    }
+
+    /// Reads the known entries of trailing bytes; never an error (20.1).
+    fn parse(trailing: &[u8]) -> HelloExtensions {
+        let entries = parse_extensions(trailing);
+        HelloExtensions {
+            shm: entries
+                .iter()
+                .find(|e| e.tag == TAG_SHM)
+                .and_then(|e| ShmOffer::decode(e.data)),
+        }
+    }
+}
+
+/// The extension block of a WELCOME (PROTOCOL.md 20.1-20.2): what the parent accepts. An
+/// extension is on for the connection exactly when its entry is here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct WelcomeExtensions {
+    /// The shared-memory lane (tag 1): the window of each direction.
+    pub shm: Option<ShmAccept>,
+}
+
+impl WelcomeExtensions {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(accept) = self.shm {
+            accept.encode(&mut out);
+        }
+        out
+    }
+
+    fn parse(trailing: &[u8]) -> WelcomeExtensions {
+        let entries = parse_extensions(trailing);
+        WelcomeExtensions {
+            shm: entries
+                .iter()
+                .find(|e| e.tag == TAG_SHM)
+                .and_then(|e| ShmAccept::decode(e.data)),
+        }
+    }
 }
 
 impl Hello {
@@ -95,6 +155,7 @@ impl Hello {
             sdk_name: sdk_name.into(),
             sdk_version: sdk_version.into(),
             methods: Vec::new(),
+            extensions: HelloExtensions::default(),
         }
     }
 
@@ -187,6 +248,7 @@ impl Hello {
             out.put_slice(&m.codecs);
             put_str16(out, &m.name);
         }
+        out.put_slice(&self.extensions.encode());
         Ok(())
     }
 
@@ -202,9 +264,11 @@ impl Hello {
                 .iter()
                 .map(|m| 2 + m.codecs.len() + 2 + m.name.len())
                 .sum::<usize>()
+            + self.extensions.encode().len()
     }
 
-    /// Parse and check a HELLO payload; trailing bytes are ignored (room for later versions).
+    /// Parse and check a HELLO payload; trailing bytes are read as an extension block, never
+    /// refused (20.1: a version 1 reader ignores them).
     /// Checks run in wire order, so the first bad field decides the code.
     pub(crate) fn parse(payload: &[u8]) -> Result<Hello, ProtocolError> {
         // A HELLO shorter than the magic does not start with it either.
@@ -284,6 +348,7 @@ impl Hello {
             sdk_name,
             sdk_version,
             methods,
+            extensions: HelloExtensions::parse(r.rest()),
         })
     }
 }
@@ -314,6 +379,9 @@ pub struct Welcome {
     pub max_in_flight: u32,
     /// Largest reassembled message, at least `max_frame_size`.
     pub max_message_size: u64,
+    /// The extensions the parent accepts (PROTOCOL.md 20.1), from offset 32 of the payload.
+    /// None by default, which encodes exactly a version 1 WELCOME.
+    pub extensions: WelcomeExtensions,
 }
 
 impl Welcome {
@@ -330,6 +398,7 @@ impl Welcome {
             heartbeat_ms: crate::DEFAULT_HEARTBEAT_MS,
             max_in_flight: hello.max_concurrency.max(1),
             max_message_size: crate::DEFAULT_MAX_MESSAGE_SIZE,
+            extensions: WelcomeExtensions::default(),
         })
     }
 
@@ -399,10 +468,19 @@ impl Welcome {
                 ),
             ));
         }
+        if let Some(accept) = self.extensions.shm {
+            accept.check(hello.extensions.shm)?;
+        }
         Ok(())
     }
 
+    /// Bytes of the fixed fields; the extension block follows.
     pub(crate) const PAYLOAD_LEN: usize = 32;
+
+    /// Size of the encoded payload.
+    pub(crate) fn payload_len(&self) -> usize {
+        Welcome::PAYLOAD_LEN + self.extensions.encode().len()
+    }
 
     pub(crate) fn encode_payload(&self, out: &mut impl bytes::BufMut) -> Result<(), ProtocolError> {
         self.validate()?;
@@ -414,6 +492,7 @@ impl Welcome {
         out.put_u32_le(self.heartbeat_ms);
         out.put_u32_le(self.max_in_flight);
         out.put_u64_le(self.max_message_size);
+        out.put_slice(&self.extensions.encode());
         Ok(())
     }
 
@@ -435,6 +514,11 @@ impl Welcome {
             heartbeat_ms: r.u32()?,
             max_in_flight: r.u32()?,
             max_message_size: r.u64()?,
+            extensions: WelcomeExtensions::default(),
+        };
+        let welcome = Welcome {
+            extensions: WelcomeExtensions::parse(r.rest()),
+            ..welcome
         };
         welcome.validate()?;
         Ok(welcome)

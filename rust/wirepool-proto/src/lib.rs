@@ -54,7 +54,7 @@ pub use frame::{
     PROTOCOL_VERSION,
 };
 pub use handshake::{
-    check_methods, choose_version, Hello, MethodInfo, MethodKind, MethodRequirement, Welcome,
-    HELLO_MAGIC, MAX_CODECS_PER_METHOD, MAX_METHODS,
+    check_methods, choose_version, Hello, HelloExtensions, MethodInfo, MethodKind,
+    MethodRequirement, Welcome, WelcomeExtensions, HELLO_MAGIC, MAX_CODECS_PER_METHOD, MAX_METHODS,
 };
 pub use ids::{IdBuildHasher, IdHasher, IdMap};

@@ -96,7 +96,7 @@ fn u32_at(data: &[u8], at: usize) -> u32 {
 }
 
 /// The worker's offer in HELLO (tag 1): the bytes of the parent's regions it accepts at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ShmOffer {
     /// 0: it takes none, but can send.
     pub window: u64,
@@ -118,7 +118,7 @@ impl ShmOffer {
 }
 
 /// The parent's acceptance in WELCOME (tag 1): the window of each direction (0: off).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ShmAccept {
     /// Bytes of the parent's regions at the worker, at most the worker's offer.
     pub to_worker_window: u64,
@@ -629,5 +629,98 @@ impl Borrower {
     /// Bytes of live regions.
     pub fn live_bytes(&self) -> u64 {
         self.live.bytes
+    }
+}
+
+/// A region of the peer mapped by the driver (PROTOCOL.md 20.4): the core asks it for a view
+/// of each range a SHM_BODY lends. `wirepool_io::shm::Region` implements it.
+pub trait ShmMapping: Send + Sync {
+    /// A view of `length` bytes at `offset` (the core checked the range against the region's
+    /// announced size) that runs `on_release` once, when its last clone or slice is dropped.
+    fn lend(
+        &self,
+        offset: u64,
+        length: u64,
+        on_release: Box<dyn FnOnce() + Send>,
+    ) -> Result<bytes::Bytes, ProtocolError>;
+}
+
+/// The driver's half of a SHM_REGION (20.5), called by the core once the frame's own checks
+/// passed: take the oldest descriptor received, check it (seals, tmpfs, size) and map it.
+/// Its error (`SHM_BAD_DESCRIPTOR`) fails the connection.
+pub type ShmMapper =
+    Box<dyn FnMut(u32, u64) -> Result<std::sync::Arc<dyn ShmMapping>, ProtocolError> + Send + Sync>;
+
+/// Ranges whose last view was dropped, waiting for the driver to send their SHM_RELEASE (with
+/// [`crate::Connection::send_shm_releases`]); shared by the views, which may drop on any thread.
+#[derive(Default)]
+pub(crate) struct ReleaseQueue {
+    ranges: std::sync::Mutex<Vec<ShmRange>>,
+    waker: std::sync::Mutex<Option<std::sync::Arc<dyn Fn() + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for ReleaseQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseQueue").finish_non_exhaustive()
+    }
+}
+
+impl ReleaseQueue {
+    pub(crate) fn push(&self, r: ShmRange) {
+        self.ranges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(r);
+        let waker = self
+            .waker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(wake) = waker {
+            wake();
+        }
+    }
+
+    pub(crate) fn take(&self) -> Vec<ShmRange> {
+        std::mem::take(
+            &mut *self
+                .ranges
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+
+    pub(crate) fn set_waker(&self, wake: std::sync::Arc<dyn Fn() + Send + Sync>) {
+        *self
+            .waker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(wake);
+    }
+}
+
+/// The lane of one connection once the WELCOME turned it on: this side's regions (lender) and
+/// the peer's (borrower), the peer's mapped regions and the releases waiting to be sent.
+pub(crate) struct Lane {
+    pub(crate) accept: ShmAccept,
+    pub(crate) lender: Lender,
+    pub(crate) borrower: Borrower,
+    pub(crate) mapped: BTreeMap<u32, std::sync::Arc<dyn ShmMapping>>,
+}
+
+impl std::fmt::Debug for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("accept", &self.accept)
+            .field("lender", &self.lender)
+            .field("borrower", &self.borrower)
+            .field("mapped", &self.mapped.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
     }
 }

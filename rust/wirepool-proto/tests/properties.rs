@@ -68,6 +68,7 @@ fn hello() -> impl Strategy<Value = Hello> {
                     .filter(|(n, _, _)| seen.insert(n.clone()))
                     .map(|(name, kind, codecs)| MethodInfo { name, kind, codecs })
                     .collect(),
+                extensions: Default::default(),
             }
         })
 }
@@ -91,6 +92,7 @@ fn welcome() -> impl Strategy<Value = Welcome> {
                 heartbeat_ms: hb,
                 max_in_flight: mif,
                 max_message_size: u64::from(mfs) + u64::from(extra),
+                extensions: Default::default(),
             },
         )
 }

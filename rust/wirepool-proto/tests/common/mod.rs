@@ -92,6 +92,7 @@ pub fn hello_from_json(v: &Value) -> Hello {
                     .collect(),
             })
             .collect(),
+        extensions: Default::default(),
     }
 }
 
@@ -109,6 +110,7 @@ pub fn frame_from_json(v: &Value) -> Frame {
             heartbeat_ms: u(v, "heartbeat_ms") as u32,
             max_in_flight: u(v, "max_in_flight") as u32,
             max_message_size: u(v, "max_message_size"),
+            extensions: Default::default(),
         }),
         FrameType::Request => FrameBody::Request {
             method: u(v, "method") as u16,
