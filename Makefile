@@ -85,7 +85,7 @@ docs: $(VPY)
 	cd rust && RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --all-features $(DOC_CRATES)
 	$(VPY) -m pip install -q -e "./python[docs]"
 	rm -rf build/docs/python
-	$(VPY) -W error -m pdoc -o build/docs/python wirepool wirepool.prometheus wirepool.otel wirepool.cli
+	$(VPY) -W error -m pdoc -o build/docs/python wirepool wirepool.prometheus wirepool.otel wirepool.cli wirepool.remote wirepool.launchers
 	@echo "API reference: rust/target/doc/wirepool/index.html, build/docs/python/index.html"
 
 # What a release uploads, checked as its registry would: the Python sdist and wheel built in an
