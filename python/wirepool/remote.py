@@ -39,6 +39,7 @@ import os
 import secrets
 import ssl
 import struct
+import sys
 import tempfile
 import time
 from typing import Any, Callable, Mapping, MutableMapping
@@ -409,6 +410,12 @@ class _JoinReader(asyncio.Protocol):
             self.on_lost()
 
 
+def _repause(transport: asyncio.Transport) -> None:
+    if not transport.is_closing():
+        transport.resume_reading()
+        transport.pause_reading()
+
+
 class _Accepted(asyncio.Protocol):
     """The raw TCP connection, from accept until TLS takes it over."""
 
@@ -614,6 +621,10 @@ class Listener:
             self._refuse(peer, "too many pending", raw)
             return
         raw.pause_reading()  # TLS (or the JOIN reader) takes over from the first byte
+        if sys.version_info < (3, 11):
+            # 3.10's transport registers its reader in a callback after connection_made,
+            # paused or not: pause again once it has, or the ClientHello goes to _Accepted.
+            asyncio.get_running_loop().call_soon(_repause, raw)
         self._pending += 1
         task = asyncio.get_running_loop().create_task(self._join(raw, peer))
         self._tasks.add(task)
