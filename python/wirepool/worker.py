@@ -29,6 +29,7 @@ import asyncio
 import collections
 import concurrent.futures
 import ctypes
+import functools
 import inspect
 import json
 import os
@@ -635,7 +636,7 @@ class _Runtime(FrameProtocol):
             self._start_sync_unary(call, body)
         else:
             call.task = task = self.loop.create_task(self._run(call, body))
-            task.add_done_callback(lambda t, call=call: self._task_ended(call, t))
+            task.add_done_callback(functools.partial(self._task_ended, call))
 
     def _task_ended(self, call: _Call, task: asyncio.Task) -> None:
         """A task cancelled before its first step never enters ``_run`` (a CANCEL in the same
