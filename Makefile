@@ -18,7 +18,7 @@ help:
 	@echo "make bench   end-to-end benchmarks (quick mode) and the instruction-count gate; bench-full for the full matrix"
 	@echo "make fuzz    the Rust, Python and Node fuzz targets, FUZZ_SECONDS per language"
 	@echo "make docs    the API reference: rust/target/doc (cargo doc) and build/docs/python (pdoc)"
-	@echo "make package the release checks: Python sdist+wheel (twine check), cargo publish --dry-run"
+	@echo "make package the release checks: Python sdist+wheel (twine check), cargo publish --dry-run, npm pack"
 
 # The build is shown (a fresh clone compiles for a few minutes before the demo starts).
 demo:
@@ -93,7 +93,9 @@ docs: $(VPY)
 # venv with its console script run; every publishable crate (`publish = false` ones are skipped)
 # packaged from what git has committed and compiled from its tarball, path dependencies resolved
 # as the registry would (cargo >= 1.90 for --workspace). PACKAGE_CARGO_FLAGS=--allow-dirty checks
-# uncommitted changes too.
+# uncommitted changes too. The npm package: `npm pack` (dist/ rebuilt from scratch), its file list
+# against the manifest, installed into an empty folder where the README's Node example runs and
+# its types check (node/scripts/pack-check.mjs, about 20 s).
 PACKAGE_CARGO_FLAGS ?=
 package: $(VPY)
 	$(VPY) -m pip install -q -e "./python[packaging]"
@@ -106,6 +108,7 @@ package: $(VPY)
 	    && "$$scratch/bin/python" -c "import wirepool, orjson"; } || rc=$$?; \
 	  rm -rf "$$scratch"; exit $$rc
 	cd rust && $(CARGO) publish --dry-run --workspace $(PACKAGE_CARGO_FLAGS)
+	cd node && npm ci --no-audit --no-fund --loglevel=error && timeout 300 node scripts/pack-check.mjs
 
 # New inputs go to a scratch corpus: the committed corpora only grow by a deliberate commit.
 fuzz: $(VPY)
