@@ -67,6 +67,62 @@ impl Socket {
         }
     }
 
+    /// [`poll_read_buf`](Self::poll_read_buf) with `recvmsg`: the descriptors that arrived
+    /// with the bytes (`SCM_RIGHTS`, PROTOCOL.md 20.5) are appended to `fds`. A read that
+    /// carried more than 8 is an `InvalidData` error holding `SHM_BAD_DESCRIPTOR`
+    /// (see [`shm::protocol_error`]).
+    #[cfg(target_os = "linux")]
+    pub fn poll_read_buf_fds(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        fds: &mut Vec<OwnedFd>,
+    ) -> Poll<io::Result<usize>> {
+        if buf.capacity() == buf.len() {
+            buf.reserve(MIN_READ);
+        }
+        let room = buf.capacity() - buf.len();
+        loop {
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            let read = guard.try_io(|fd| {
+                let spare = buf.spare_capacity_mut();
+                // SAFETY: the kernel writes at most `spare.len()` bytes into the spare capacity
+                // and we only mark as initialised what it reports written.
+                let spare: &mut [u8] = unsafe {
+                    std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast(), spare.len())
+                };
+                let n = shm::recv_with_fds(std::os::fd::AsFd::as_fd(fd.get_ref()), spare, fds)?;
+                // SAFETY: `n` bytes of the spare capacity were written by recvmsg.
+                unsafe { buf.set_len(buf.len() + n) };
+                Ok(n)
+            });
+            match read {
+                Ok(Ok(n)) if n > 0 && n < room => {
+                    guard.clear_ready();
+                    return Poll::Ready(Ok(n));
+                }
+                Ok(result) => return Poll::Ready(result),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Writes what the socket takes now with `descriptors` attached to this write (at most 8;
+    /// PROTOCOL.md 20.5); `WouldBlock` when it takes nothing. The descriptors travel with the
+    /// first byte written, even when the write is partial.
+    #[cfg(target_os = "linux")]
+    pub fn try_write_vectored_fds(
+        &self,
+        slices: &[IoSlice<'_>],
+        descriptors: &[std::os::fd::BorrowedFd<'_>],
+    ) -> io::Result<usize> {
+        shm::send_with_fds(
+            std::os::fd::AsFd::as_fd(self.fd.get_ref()),
+            slices,
+            descriptors,
+        )
+    }
+
     /// Registers `cx` for read readiness without reading: `Ready` when input (or end of file)
     /// waits. Like [`poll_read_buf`](Self::poll_read_buf), it replaces the waker registered by
     /// the previous poll: one reader at a time.

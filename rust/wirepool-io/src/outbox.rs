@@ -11,6 +11,8 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
+use std::os::fd::{BorrowedFd, OwnedFd};
+
 use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use wirepool_proto::FrameBuf;
@@ -22,6 +24,9 @@ pub const COPY_LIMIT: usize = 16 * 1024;
 /// cheap and still amortises the syscall over hundreds of frames).
 const MAX_IOV: usize = 64;
 
+/// Most descriptors one write carries (PROTOCOL.md 20.5).
+const MAX_FDS_PER_WRITE: usize = 8;
+
 /// Encoded frames waiting for the writer. Small frames are encoded straight into it (it is a
 /// [`FrameBuf`], or use [`tail`](Outbox::tail)); messages with a large body go through
 /// [`message_writer`](Outbox::message_writer).
@@ -30,12 +35,27 @@ pub struct Outbox {
     chunks: VecDeque<Bytes>,
     tail: BytesMut,
     queued: usize,
+    /// Descriptors to send with the byte at each position (from the outbox's front): a
+    /// SHM_REGION's, attached to the write holding the frame's first byte (PROTOCOL.md 20.5).
+    fds: Vec<(usize, OwnedFd)>,
 }
 
 impl Outbox {
     /// Nothing waits.
     pub fn is_empty(&self) -> bool {
         self.chunks.is_empty() && self.tail.is_empty()
+    }
+
+    /// Sends `fd` with the next byte encoded (the first byte of the SHM_REGION frame about to
+    /// be written): the write that carries that byte carries the descriptor.
+    pub fn attach_fd(&mut self, fd: OwnedFd) {
+        let at = self.queued + self.tail.len();
+        self.fds.push((at, fd));
+    }
+
+    /// Forgets the descriptor attached last (its frame was not written after all).
+    pub fn detach_last_fd(&mut self) {
+        self.fds.pop();
     }
 
     /// Bytes waiting (for back-pressure).
@@ -50,8 +70,9 @@ impl Outbox {
 
     /// Only small frames wait (no chunk queued by reference): the tail holds everything, and a
     /// caller may write it directly.
+    /// A descriptor waiting to go with the bytes makes it `None`: only the writer attaches it.
     pub fn tail_only(&mut self) -> Option<&mut BytesMut> {
-        self.chunks.is_empty().then_some(&mut self.tail)
+        (self.chunks.is_empty() && self.fds.is_empty()).then_some(&mut self.tail)
     }
 
     /// A frame buffer for one message whose body is `body`: headers go into the tail, large
@@ -77,6 +98,9 @@ impl Outbox {
     /// Move everything queued to `into` (which the writer owns while it writes).
     pub fn take_into(&mut self, into: &mut WriteQueue) {
         self.seal();
+        let base = into.len();
+        into.fds
+            .extend(self.fds.drain(..).map(|(at, fd)| (base + at, fd)));
         into.chunks.append(&mut self.chunks);
         self.queued = 0;
     }
@@ -139,12 +163,72 @@ impl FrameBuf for Outbox {
 #[derive(Default)]
 pub struct WriteQueue {
     chunks: VecDeque<Bytes>,
+    /// Descriptors and the position (from the queue's front) of the byte they travel with.
+    fds: VecDeque<(usize, OwnedFd)>,
 }
 
 impl WriteQueue {
     /// Everything was written.
     pub fn is_empty(&self) -> bool {
         self.chunks.is_empty()
+    }
+
+    /// Bytes waiting.
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+
+    /// Calls `write` with up to 64 slices and the descriptors due with them: those whose byte
+    /// is in these slices, at most 8 (PROTOCOL.md 20.5). A write that carries descriptors stops
+    /// before the byte of the next descriptor not carried, so that one starts a later write.
+    /// After a successful write of `n` bytes call [`advance_fds`](Self::advance_fds) with the
+    /// number of descriptors passed.
+    pub fn with_slices_and_fds<R>(
+        &self,
+        write: impl FnOnce(&[IoSlice<'_>], &[BorrowedFd<'_>]) -> R,
+    ) -> R {
+        use std::os::fd::AsFd;
+        let mut slices = [IoSlice::new(&[]); MAX_IOV];
+        let mut n = 0;
+        let mut end = 0usize;
+        let mut due: Vec<BorrowedFd<'_>> = Vec::new();
+        let mut next_fd = self.fds.iter().peekable();
+        for chunk in self.chunks.iter().take(MAX_IOV) {
+            let mut bytes: &[u8] = chunk;
+            // Take the descriptors whose byte lies in this chunk; stop before a 9th.
+            while let Some((at, fd)) = next_fd.peek() {
+                if *at >= end + bytes.len() {
+                    break;
+                }
+                if due.len() == MAX_FDS_PER_WRITE {
+                    bytes = &bytes[..at - end];
+                    break;
+                }
+                due.push(fd.as_fd());
+                next_fd.next();
+            }
+            slices[n] = IoSlice::new(bytes);
+            n += 1;
+            end += bytes.len();
+            if bytes.len() < chunk.len() {
+                break;
+            }
+        }
+        write(&slices[..n], &due)
+    }
+
+    /// Drop `n` written bytes from the front and the `fds` descriptors sent with them.
+    pub fn advance_fds(&mut self, n: usize, fds: usize) {
+        self.fds.drain(..fds.min(self.fds.len()));
+        for (at, _) in self.fds.iter_mut() {
+            *at = at.saturating_sub(n);
+        }
+        self.advance(n);
+    }
+
+    /// Whether a descriptor waits to be sent.
+    pub fn has_fds(&self) -> bool {
+        !self.fds.is_empty()
     }
 
     /// Calls `write` with up to 64 slices (`MAX_IOV`), in order (an array on the stack).
@@ -263,6 +347,41 @@ impl FrameBuf for MessageWriter<'_> {
 mod tests {
     use super::*;
     use wirepool_proto::{decode_frame, encode_message, FrameBody, MessageHead};
+
+    fn memfd() -> OwnedFd {
+        crate::shm::OwnedRegion::create(1)
+            .map(|r| std::os::fd::AsFd::as_fd(&r).try_clone_to_owned().unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_descriptor_goes_with_the_write_holding_its_byte_and_at_most_eight_per_write() {
+        let mut out = Outbox::default();
+        out.put_slice(b"before");
+        for i in 0..10u8 {
+            out.attach_fd(memfd());
+            out.put_slice(&[i; 4]);
+        }
+        assert!(
+            out.tail_only().is_none(),
+            "the direct write never carries descriptors"
+        );
+        let mut queue = WriteQueue::default();
+        out.take_into(&mut queue);
+        // First write: up to the 9th descriptor's byte, with 8 descriptors.
+        let (len, fds) = queue.with_slices_and_fds(|slices, fds| {
+            (slices.iter().map(|s| s.len()).sum::<usize>(), fds.len())
+        });
+        assert_eq!((len, fds), (6 + 8 * 4, 8));
+        // A partial write still sent all 8; the next write holds the last two's bytes.
+        queue.advance_fds(10, fds);
+        let (len, fds) = queue.with_slices_and_fds(|slices, fds| {
+            (slices.iter().map(|s| s.len()).sum::<usize>(), fds.len())
+        });
+        assert_eq!((len, fds), (6 + 10 * 4 - 10, 2));
+        queue.advance_fds(len, fds);
+        assert!(queue.is_empty() && !queue.has_fds());
+    }
 
     fn drain(out: &mut Outbox) -> Vec<u8> {
         let mut q = WriteQueue::default();

@@ -339,6 +339,90 @@ impl Drop for View {
     }
 }
 
+/// Region sizes are rounded up to this, so bodies of similar sizes reuse one region.
+const REGION_GRAIN: usize = 2 << 20;
+
+/// The regions this side lends from on one connection (the owner's half of PROTOCOL.md 20.4):
+/// a body goes into a region none of which is lent (reused, so its pages are already
+/// there), else into a new one announced on the connection; free regions too small for the
+/// body are retired first, so live memory stays within the window. When nothing fits, the
+/// caller sends the body over the socket.
+#[derive(Default)]
+pub struct Regions {
+    regions: Vec<(u32, OwnedRegion)>,
+}
+
+impl Regions {
+    /// Copies `body` into a free region of the connection's lane and returns its range, ready
+    /// for `send_*_shm`; `None` when the lane is off or the window cannot take it. A new
+    /// region's SHM_REGION goes to `out` with its descriptor attached.
+    pub fn place(
+        &mut self,
+        conn: &mut wirepool_proto::Connection,
+        body: &[u8],
+        out: &mut crate::outbox::Outbox,
+    ) -> Option<wirepool_proto::shm::ShmRange> {
+        let lender = conn.shm_lender()?;
+        let len = body.len();
+        if len == 0 {
+            return None;
+        }
+        let free = |id: u32| !lender.is_lent(id);
+        let found = self
+            .regions
+            .iter()
+            .position(|(id, r)| free(*id) && r.len() >= len);
+        let index = match found {
+            Some(i) => i,
+            None => {
+                // Retire free regions that are too small: their memory makes room for this one.
+                let small: Vec<u32> = self
+                    .regions
+                    .iter()
+                    .filter(|(id, r)| free(*id) && r.len() < len)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in small {
+                    if conn.send_shm_retire(id, out).is_ok() {
+                        self.regions.retain(|(r, _)| *r != id);
+                    }
+                }
+                let size = len.div_ceil(REGION_GRAIN) * REGION_GRAIN;
+                let lender = conn.shm_lender()?;
+                if !lender.can_announce(size as u64) {
+                    return None;
+                }
+                let region = OwnedRegion::create(size).ok()?;
+                let fd = region.as_fd().try_clone_to_owned().ok()?;
+                out.attach_fd(fd);
+                let Ok(id) = conn.send_shm_region(size as u64, out) else {
+                    out.detach_last_fd();
+                    return None;
+                };
+                self.regions.push((id, region));
+                self.regions.len() - 1
+            }
+        };
+        let (id, region) = &mut self.regions[index];
+        region.as_mut_slice()[..len].copy_from_slice(body);
+        Some(wirepool_proto::shm::ShmRange {
+            region: *id,
+            offset: 0,
+            length: len as u64,
+        })
+    }
+
+    /// Regions held (live on the connection).
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// No region is held.
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+}
+
 /// Writes `data` with `fds` attached as `SCM_RIGHTS` (at most [`MAX_FDS_PER_WRITE`]), without
 /// blocking; returns the bytes written (`WouldBlock` when none). The kernel delivers the
 /// descriptors with the first byte of this write, so they travel even when the write is

@@ -99,8 +99,50 @@ fn hello_for(worker: &Worker) -> Hello {
                 codecs: m.codecs.iter().map(|c| c.id()).collect(),
             })
             .collect(),
+        extensions: wirepool_proto::HelloExtensions {
+            // The parent's regions this worker maps at once: as much as one message may hold.
+            shm: worker.shm_threshold.map(|_| wirepool_proto::shm::ShmOffer {
+                window: wirepool_proto::DEFAULT_MAX_MESSAGE_SIZE,
+            }),
+        },
         ..Hello::new(worker.sdk_name.clone(), env!("CARGO_PKG_VERSION"))
     }
+}
+
+/// Descriptors received with the socket's bytes, oldest first, until a SHM_REGION takes one.
+#[cfg(target_os = "linux")]
+type FdQueue = Arc<std::sync::Mutex<std::collections::VecDeque<std::os::fd::OwnedFd>>>;
+
+/// Sets the lane up on the core before the HELLO offers it: the mapper that checks and maps
+/// each region the parent announces, and the waker that sends releases (PROTOCOL.md 20.7).
+#[cfg(target_os = "linux")]
+fn set_up_lane(shared: &Arc<Shared>, threshold: usize) -> FdQueue {
+    let fds: FdQueue = Arc::default();
+    let queue = Arc::clone(&fds);
+    let weak = Arc::downgrade(shared);
+    let mut guard = shared.lock();
+    guard.shm_threshold = threshold;
+    guard.conn.set_shm_mapper(Box::new(move |region, size| {
+        let fd = queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front()
+            .ok_or_else(|| {
+                ProtocolError::new(
+                    ErrorCode::ShmBadDescriptor,
+                    0,
+                    format!("no descriptor for SHM_REGION {region}"),
+                )
+            })?;
+        let mapped = wirepool_io::shm::Region::map_received(fd, size)?;
+        Ok(Arc::new(mapped) as Arc<dyn wirepool_proto::shm::ShmMapping>)
+    }));
+    guard.conn.set_shm_release_waker(Arc::new(move || {
+        if let Some(shared) = weak.upgrade() {
+            shared.wake_writer.notify_one();
+        }
+    }));
+    fds
 }
 
 fn protocol_io_error(e: ProtocolError) -> io::Error {
@@ -111,6 +153,8 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
     let socket = Arc::new(Socket::new(socket.into())?);
     let hello = hello_for(&worker);
     let shared = Shared::new();
+    #[cfg(target_os = "linux")]
+    let fds = worker.shm_threshold.map(|t| set_up_lane(&shared, t));
     {
         let mut guard = shared.lock();
         let state = &mut *guard;
@@ -131,6 +175,8 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
         goodbye: Arc::new(Notify::new()),
         tasks: Vec::new(),
         inline_req: None,
+        #[cfg(target_os = "linux")]
+        fds,
     };
     let outcome = driver.read_loop(&socket).await;
     match &outcome {
@@ -186,6 +232,10 @@ struct Driver {
     tasks: Vec<Task>,
     /// The state of the last inline request, reused by the next one.
     inline_req: Option<Arc<RequestShared>>,
+    /// The descriptors received, when this worker offered the shared-memory lane (it then
+    /// reads with `recvmsg` from its HELLO on, PROTOCOL.md 20.5).
+    #[cfg(target_os = "linux")]
+    fds: Option<FdQueue>,
 }
 
 impl Driver {
@@ -213,14 +263,36 @@ impl Driver {
                 self.shared.lock().conn.read_buffer(),
                 std::mem::take(&mut spare),
             );
+            #[cfg(target_os = "linux")]
+            let mut received = Vec::new();
             let read = tokio::select! {
-                read = std::future::poll_fn(|cx| socket.poll_read_buf(cx, &mut buf)) => read,
+                read = std::future::poll_fn(|cx| {
+                    #[cfg(target_os = "linux")]
+                    if self.fds.is_some() {
+                        return socket.poll_read_buf_fds(cx, &mut buf, &mut received);
+                    }
+                    socket.poll_read_buf(cx, &mut buf)
+                }) => read,
                 _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
             };
+            #[cfg(target_os = "linux")]
+            if let Err(e) = &read {
+                if let Some(violation) = wirepool_io::shm::protocol_error(e) {
+                    return Err(protocol_io_error(violation.clone()));
+                }
+            }
             let eof = {
                 let mut state = self.shared.lock();
                 std::mem::swap(state.conn.read_buffer(), &mut buf);
                 spare = buf;
+                #[cfg(target_os = "linux")]
+                if let (Some(queue), false) = (&self.fds, received.is_empty()) {
+                    state.conn.shm_descriptors_received(received.len());
+                    queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .extend(received);
+                }
                 match read {
                     Ok(0) => true,
                     Ok(_) => false,
@@ -546,7 +618,12 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> 
     let mut queue = WriteQueue::default();
     loop {
         let closed = {
-            let mut state = shared.lock();
+            let mut guard = shared.lock();
+            let state = &mut *guard;
+            // Views of request bodies the handlers dropped: their ranges go back to the parent.
+            if state.conn.has_shm_releases() && !state.closed {
+                state.conn.send_shm_releases(&mut state.out);
+            }
             state.out.take_into(&mut queue);
             state.writer_busy = !queue.is_empty();
             state.closed
@@ -561,7 +638,15 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> 
             continue;
         }
         while !queue.is_empty() {
-            let written = match queue.with_slices(|slices| socket.try_write_vectored(slices)) {
+            let mut fds_sent = 0;
+            let written = match queue.with_slices_and_fds(|slices, fds| {
+                fds_sent = fds.len();
+                if fds.is_empty() {
+                    socket.try_write_vectored(slices)
+                } else {
+                    write_with_fds(&socket, slices, fds)
+                }
+            }) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     socket.writable().await?;
@@ -572,7 +657,25 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> 
             if written == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
-            queue.advance(written);
+            queue.advance_fds(written, fds_sent);
         }
     }
+}
+
+#[cfg(target_os = "linux")]
+fn write_with_fds(
+    socket: &Socket,
+    slices: &[std::io::IoSlice<'_>],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> io::Result<usize> {
+    socket.try_write_vectored_fds(slices, fds)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn write_with_fds(
+    socket: &Socket,
+    slices: &[std::io::IoSlice<'_>],
+    _fds: &[std::os::fd::BorrowedFd<'_>],
+) -> io::Result<usize> {
+    socket.try_write_vectored(slices)
 }

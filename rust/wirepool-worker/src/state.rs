@@ -12,6 +12,8 @@ use wirepool_proto::{Connection, ErrorCode};
 use crate::error::HandlerError;
 use crate::sink::RowBatcher;
 use wirepool_io::outbox::Outbox;
+#[cfg(target_os = "linux")]
+use wirepool_io::shm::Regions;
 
 /// Minimum spacing of EVENT frames per request (PROTOCOL.md 2: events are not flow controlled,
 /// so SDKs coalesce them).
@@ -45,6 +47,12 @@ pub(crate) struct WorkerState {
     /// The I/O loop is handling a read's frames and flushes the outbox when done: frames queued
     /// meanwhile need not wake the writer task (see [`WorkerState::writer_needs_wake`]).
     pub(crate) reader_flushes: bool,
+    /// Results and summaries at least this large go through the shared-memory lane when the
+    /// parent accepted it (`usize::MAX`: never).
+    pub(crate) shm_threshold: usize,
+    /// This worker's regions on the lane.
+    #[cfg(target_os = "linux")]
+    pub(crate) regions: Regions,
 }
 
 impl WorkerState {
@@ -66,6 +74,9 @@ impl Shared {
                 closed: false,
                 writer_busy: false,
                 reader_flushes: false,
+                shm_threshold: usize::MAX,
+                #[cfg(target_os = "linux")]
+                regions: Regions::default(),
             }),
             wake_writer: Notify::new(),
             out_drained: Notify::new(),
@@ -103,6 +114,12 @@ impl Shared {
                 .send_event(req.id, &topic, &data, state.out.tail());
         }
         let sent = match &terminal {
+            #[cfg(target_os = "linux")]
+            Terminal::Result(body) | Terminal::End { summary: body }
+                if body.len() >= state.shm_threshold && state.conn.shm().is_some() =>
+            {
+                send_through_region(state, req.id, &terminal, body)
+            }
             Terminal::Result(body) => {
                 state
                     .conn
@@ -121,6 +138,13 @@ impl Shared {
             let e = HandlerError::new(format!("the handler's value could not be sent: {e}"));
             let _ = send_error(state, req.id, &e);
         }
+        // A result that was the request's own body (an echo) held the parent's range until
+        // now: its release goes in the same write, so the parent has the region back before
+        // its caller sends again.
+        drop(terminal);
+        if state.conn.has_shm_releases() {
+            state.conn.send_shm_releases(&mut state.out);
+        }
         drop(guard);
         // The writer empties the outbox each time it wakes, so only the first frame queued
         // after that needs to wake it: one wake-up per write, not one per result.
@@ -135,6 +159,30 @@ impl Shared {
         if req.deadline.is_some() || req.stream.is_some() {
             req.token.cancel();
         }
+    }
+}
+
+/// A result or summary through the shared-memory lane: copied into a free region, then the
+/// first frame and its SHM_BODY; over the socket when no region can take it (window full).
+#[cfg(target_os = "linux")]
+fn send_through_region(
+    state: &mut WorkerState,
+    id: u64,
+    terminal: &Terminal,
+    body: &Bytes,
+) -> Result<(), wirepool_proto::ProtocolError> {
+    let placed = state.regions.place(&mut state.conn, body, &mut state.out);
+    match (placed, terminal) {
+        (Some(range), Terminal::End { .. }) => state.conn.send_end_shm(id, range, &mut state.out),
+        (Some(range), _) => state.conn.send_result_shm(id, range, &mut state.out),
+        (None, Terminal::End { .. }) => {
+            state
+                .conn
+                .send_end(id, body, &mut state.out.message_writer(body))
+        }
+        (None, _) => state
+            .conn
+            .send_result(id, body, &mut state.out.message_writer(body)),
     }
 }
 

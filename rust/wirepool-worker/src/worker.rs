@@ -63,6 +63,10 @@ impl<S: Serialize + Send + 'static> Summary for Option<S> {
     }
 }
 
+/// Bodies at least this large go through the shared-memory lane when it is on (PROTOCOL.md
+/// 20.2's `shm_threshold`).
+pub const DEFAULT_SHM_THRESHOLD: usize = 1 << 20;
+
 /// A worker process: its methods, limits, and the loop that serves them.
 ///
 /// ```no_run
@@ -99,6 +103,7 @@ pub struct Worker {
     pub(crate) max_frame_size: u32,
     pub(crate) batch_bytes: usize,
     pub(crate) flush_interval: Duration,
+    pub(crate) shm_threshold: Option<usize>,
 }
 
 impl Worker {
@@ -111,6 +116,7 @@ impl Worker {
             max_frame_size: wirepool_proto::MAX_MAX_FRAME_SIZE,
             batch_bytes: 64 * 1024,
             flush_interval: Duration::from_millis(2),
+            shm_threshold: cfg!(target_os = "linux").then_some(DEFAULT_SHM_THRESHOLD),
         }
     }
 
@@ -341,6 +347,17 @@ impl Worker {
     /// 64 KiB; capped by the negotiated frame size).
     pub fn batch_bytes(mut self, bytes: usize) -> Worker {
         self.batch_bytes = bytes.max(64);
+        self
+    }
+
+    /// The shared-memory lane (PROTOCOL.md 20, Linux): the worker offers it in its HELLO and,
+    /// when the parent accepts, sends results and summaries of at least `threshold` bytes
+    /// through a memory region shared with the parent instead of the socket. `None` offers
+    /// nothing (a version 1 HELLO). Default: offered, 1 MiB (`shm_threshold` of section 20.2).
+    pub fn shm_threshold(mut self, threshold: Option<usize>) -> Worker {
+        self.shm_threshold = threshold
+            .filter(|_| cfg!(target_os = "linux"))
+            .map(|t| t.max(1));
         self
     }
 

@@ -216,6 +216,16 @@ fn main() -> std::io::Result<()> {
         .codecs(&all_serde)
         .unary("echo_raw", |b: Bytes, _: &Context| Ok(b))
         .codecs(&[Codec::Raw])
+        // Holds its body (a view of the parent's region when the lane is on) until cancelled
+        // or 20 s pass, then returns its length: the shm lane's crash test kills it meanwhile.
+        .unary("hold_raw", |b: Bytes, ctx: &Context| {
+            let end = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < end && !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(Bytes::from(b.len().to_string()))
+        })
+        .codecs(&[Codec::Raw])
         // Served on the worker's I/O thread: no handler-thread hop (the latency benchmarks).
         .unary_inline("echo_raw_inline", |b: Bytes, _: &Context| Ok(b))
         .codecs(&[Codec::Raw])

@@ -83,6 +83,9 @@ pub(crate) struct PoolConfig {
     pub max_frame_size: u32,
     pub initial_credit: u32,
     pub max_message_size: u64,
+    /// Accept a worker's shared-memory lane and send request bodies of at least this many
+    /// bytes through it (PROTOCOL.md 20); `None`: the lane stays off.
+    pub shm_threshold: Option<usize>,
     pub stderr_tail_lines: usize,
     pub worker_output: WorkerOutput,
     pub housekeeping_interval: Duration,
@@ -115,6 +118,7 @@ impl PoolConfig {
             max_frame_size: wirepool_proto::DEFAULT_MAX_FRAME_SIZE,
             initial_credit: wirepool_proto::DEFAULT_INITIAL_CREDIT,
             max_message_size: wirepool_proto::DEFAULT_MAX_MESSAGE_SIZE,
+            shm_threshold: None,
             stderr_tail_lines: 20,
             worker_output: WorkerOutput::Log,
             housekeeping_interval: Duration::from_millis(50),

@@ -152,6 +152,22 @@ impl PoolBuilder {
         self.cfg.max_frame_size = bytes.clamp(65_536, 16_777_216);
         self
     }
+    /// The shared-memory lane (PROTOCOL.md 20, Linux; off by default): accept it when a worker
+    /// offers it, so request bodies of at least `threshold` bytes go to the worker through a
+    /// memory region instead of the socket, and the worker's large results come back the same
+    /// way, received as zero-copy views (the `Bytes` of a result holds its range until dropped).
+    /// Each direction maps at most `max_message_size` bytes of the other side's regions.
+    ///
+    /// ```no_run
+    /// # let builder = wirepool::Pool::builder(wirepool::WorkerCommand::new("my-worker"));
+    /// let builder = builder.shm_lane(Some(1 << 20));
+    /// ```
+    pub fn shm_lane(mut self, threshold: Option<usize>) -> Self {
+        self.cfg.shm_threshold = threshold
+            .filter(|_| cfg!(target_os = "linux"))
+            .map(|t| t.max(1));
+        self
+    }
     /// Credit window of each stream in bytes (default 1 MiB): bounds the rows buffered per stream.
     pub fn stream_window(mut self, bytes: u32) -> Self {
         self.cfg.initial_credit = bytes.clamp(1, (1 << 31) - 1);

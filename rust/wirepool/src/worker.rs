@@ -202,6 +202,41 @@ struct DriverState {
     /// Bytes read from this worker: with the decoder's incomplete frame, the frame clock's
     /// measure of progress (see `liveness`).
     bytes_in: u64,
+    /// The shared-memory lane, when the WELCOME accepted it.
+    #[cfg(target_os = "linux")]
+    shm: Option<ParentLane>,
+}
+
+/// The parent's side of the shared-memory lane of one worker (PROTOCOL.md 20.7).
+#[cfg(target_os = "linux")]
+struct ParentLane {
+    /// Request bodies at least this large go through a region.
+    threshold: usize,
+    /// This side's regions.
+    regions: wirepool_io::shm::Regions,
+    /// Descriptors received, oldest first, until a SHM_REGION takes one (the core's mapper).
+    fds: FdQueue,
+}
+
+#[cfg(target_os = "linux")]
+type FdQueue = Arc<Mutex<std::collections::VecDeque<std::os::fd::OwnedFd>>>;
+
+impl DriverState {
+    /// Reads once into the core's buffer: with `recvmsg` when the lane is on, its descriptors
+    /// reported to the core and queued for the mapper.
+    fn poll_read(&mut self, sock: &Socket, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        #[cfg(target_os = "linux")]
+        if let Some(lane) = &self.shm {
+            let mut fds = Vec::new();
+            let read = sock.poll_read_buf_fds(cx, self.conn.read_buffer(), &mut fds);
+            if !fds.is_empty() {
+                self.conn.shm_descriptors_received(fds.len());
+                lane.fds.lock().unwrap().extend(fds);
+            }
+            return read;
+        }
+        sock.poll_read_buf(cx, self.conn.read_buffer())
+    }
 }
 
 impl DriverState {
@@ -479,18 +514,12 @@ impl Worker {
             if let Some(e) = &c.closed {
                 return Err(NotSent::WorkerGone(e.clone()));
             }
-            let id = c
-                .conn
-                .send_request(
-                    wire.index,
-                    codec.id(),
-                    timeout_us,
-                    body,
-                    &mut c.out.message_writer(body),
-                )
-                .map_err(|e| match e.code {
-                    ErrorCode::Draining => NotSent::WorkerGone(refusal(e, self.id)),
-                    _ => NotSent::Final(refusal(e, self.id)),
+            let id =
+                send_request(c, wire.index, codec.id(), timeout_us, body).map_err(|e| {
+                    match e.code {
+                        ErrorCode::Draining => NotSent::WorkerGone(refusal(e, self.id)),
+                        _ => NotSent::Final(refusal(e, self.id)),
+                    }
                 })?;
             let deadline = timeout
                 .zip(now)
@@ -619,7 +648,8 @@ impl Worker {
             _ => return,
         };
         while let Some(sock) = &c.socket_out {
-            match sock.poll_read_buf(cx, c.conn.read_buffer()) {
+            let sock = sock.clone();
+            match c.poll_read(&sock, cx) {
                 Poll::Pending => break,
                 Poll::Ready(Ok(n)) if n > 0 => {
                     let read = handle_read(self, c, n, wakers);
@@ -885,6 +915,8 @@ pub(crate) async fn start(
             reader_waker: None,
             reader_end: None,
             bytes_in: 0,
+            #[cfg(target_os = "linux")]
+            shm: None,
         }),
         writer_wake: Notify::new(),
         control: control_tx,
@@ -898,6 +930,10 @@ pub(crate) async fn start(
         exit: OnceLock::new(),
         stderr_tail,
     });
+    #[cfg(target_os = "linux")]
+    if let (Some(threshold), Some(_)) = (cfg.shm_threshold, welcome.extensions.shm) {
+        set_up_lane(&worker, threshold);
+    }
     let reader = tokio::spawn(reader_loop(worker.clone(), socket.clone()));
     let writer = tokio::spawn(writer_loop(worker.clone(), socket));
     let lifecycle = tokio::spawn(lifecycle(
@@ -961,6 +997,69 @@ impl StartFail {
             },
         }
     }
+}
+
+/// A request, its body through a region of the lane when it is on and the body is large enough
+/// (over the socket when no region can take it).
+fn send_request(
+    c: &mut DriverState,
+    method: u16,
+    codec: u8,
+    timeout_us: u64,
+    body: &Bytes,
+) -> std::result::Result<u64, ProtocolError> {
+    #[cfg(target_os = "linux")]
+    if c.shm.is_some() && c.conn.has_shm_releases() {
+        // Results the caller dropped: their releases go before this request, so the worker
+        // has its regions back before it answers (no new region per call).
+        c.conn.send_shm_releases(&mut c.out);
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(lane) = c.shm.as_mut().filter(|l| body.len() >= l.threshold) {
+        if let Some(range) = lane.regions.place(&mut c.conn, body, &mut c.out) {
+            return c
+                .conn
+                .send_request_shm(method, codec, timeout_us, range, &mut c.out);
+        }
+    }
+    c.conn.send_request(
+        method,
+        codec,
+        timeout_us,
+        body,
+        &mut c.out.message_writer(body),
+    )
+}
+
+/// The lane the WELCOME accepted: the core's mapper for the worker's regions and the waker that
+/// sends releases when views of results are dropped (PROTOCOL.md 20.7).
+#[cfg(target_os = "linux")]
+fn set_up_lane(worker: &Arc<Worker>, threshold: usize) {
+    let fds: FdQueue = Arc::default();
+    let queue = fds.clone();
+    let weak = Arc::downgrade(worker);
+    let mut driver = worker.driver.lock().unwrap();
+    driver.conn.set_shm_mapper(Box::new(move |region, size| {
+        let fd = queue.lock().unwrap().pop_front().ok_or_else(|| {
+            ProtocolError::new(
+                ErrorCode::ShmBadDescriptor,
+                0,
+                format!("no descriptor for SHM_REGION {region}"),
+            )
+        })?;
+        let mapped = wirepool_io::shm::Region::map_received(fd, size)?;
+        Ok(Arc::new(mapped) as Arc<dyn wirepool_proto::shm::ShmMapping>)
+    }));
+    driver.conn.set_shm_release_waker(Arc::new(move || {
+        if let Some(worker) = weak.upgrade() {
+            worker.writer_wake.notify_one();
+        }
+    }));
+    driver.shm = Some(ParentLane {
+        threshold,
+        regions: wirepool_io::shm::Regions::default(),
+        fds,
+    });
 }
 
 /// HELLO in (bounded by the start-up timeout), WELCOME out. A failure is first reported to the
@@ -1074,6 +1173,13 @@ fn welcome_for(
         );
     }
     w.max_message_size = cfg.max_message_size.max(w.max_frame_size as u64);
+    if let (Some(_), Some(offer)) = (cfg.shm_threshold, hello.extensions.shm) {
+        // Each side maps at most one largest message's worth of the other's regions.
+        w.extensions.shm = Some(wirepool_proto::shm::ShmAccept {
+            to_worker_window: offer.window.min(w.max_message_size),
+            to_parent_window: w.max_message_size,
+        });
+    }
     conn.send_welcome(&w, out)?;
     Ok(w)
 }
@@ -1189,7 +1295,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
             if driver.direct_reader.is_some() {
                 return Poll::Pending;
             }
-            socket.poll_read_buf(cx, driver.conn.read_buffer()).map(Ok)
+            driver.poll_read(&socket, cx).map(Ok)
         })
         .await;
         let n = match read {
@@ -1404,6 +1510,11 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
     loop {
         {
             let mut driver = worker.driver.lock().unwrap();
+            let c = &mut *driver;
+            // Views of results the callers dropped: their ranges go back to the worker.
+            if c.conn.has_shm_releases() && c.closed.is_none() {
+                c.conn.send_shm_releases(&mut c.out);
+            }
             driver.out.take_into(&mut queue);
             driver.writer_busy = !queue.is_empty();
             driver.writer_woken = false;
@@ -1427,11 +1538,15 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
             continue;
         }
         while !queue.is_empty() {
-            let written = queue.with_slices(|slices| socket_out.try_write_vectored(slices));
+            let mut fds_sent = 0;
+            let written = queue.with_slices_and_fds(|slices, fds| {
+                fds_sent = fds.len();
+                write_with_fds(&socket_out, slices, fds)
+            });
             match written {
                 Ok(n) => {
                     worker.counters.bytes_out.fetch_add(n as u64, Relaxed);
-                    queue.advance(n);
+                    queue.advance_fds(n, fds_sent);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if socket_out.writable().await.is_err() {
@@ -1442,6 +1557,20 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
             }
         }
     }
+}
+
+/// One write, with the SHM_REGION descriptors due with it (PROTOCOL.md 20.5).
+fn write_with_fds(
+    socket: &Socket,
+    slices: &[std::io::IoSlice<'_>],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> std::io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    if !fds.is_empty() {
+        return socket.try_write_vectored_fds(slices, fds);
+    }
+    let _ = fds;
+    socket.try_write_vectored(slices)
 }
 
 /// Owns the process: reaps it, enforces heartbeats, deadlines, cancel grace and recycling, and
