@@ -657,8 +657,10 @@ def split_message(frame: Frame, max_frame_size: int) -> list[Frame]:
 
 
 # A row's length field by the row's length, for rows up to 4 KiB (the common case): one lookup
-# instead of a struct call per row.
-ROW_PREFIXES: tuple[bytes, ...] = tuple(_u32_pack(n) for n in range(4096))
+# instead of a struct call per row. Read-only; a list, not a tuple, because map() over
+# list.__getitem__ is a direct call and over tuple.__getitem__ a slot wrapper (+180
+# instructions per raw row).
+ROW_PREFIXES: list[bytes] = [_u32_pack(n) for n in range(4096)]
 _ROWS_HEAD = struct.Struct("<IBBHQI")  # a ROWS header plus the row count
 _ROWS_HEAD_pack_into = _ROWS_HEAD.pack_into
 _ROWS_HEAD_SIZE = HEADER_SIZE + 4
@@ -689,7 +691,7 @@ class RowsBuilder:
     frame limit); a row that cannot fit in any frame raises ``ProtocolError`` ``ROW_TOO_LARGE``.
     """
 
-    __slots__ = ("_conn", "id", "target", "_limit", "_buf", "size", "count", "widest")
+    __slots__ = ("_conn", "id", "target", "_limit", "_buf", "_frame", "size", "count", "widest")
 
     def __init__(self, conn: "Connection", id: int, target: int, limit: int) -> None:
         self._conn = conn
@@ -697,6 +699,9 @@ class RowsBuilder:
         self.target = min(target, limit)
         self._limit = limit  # the largest payload: max_frame_size
         self._buf: bytearray | None = None  # header space, then the rows
+        # A frame filled by one extend() is built whole, header included, as bytes: one join
+        # and nothing to patch (later rows turn it into ``_buf``).
+        self._frame: bytes | None = None
         self.size = 4  # payload bytes so far (the count field included)
         self.count = 0
         self.widest = 0  # the longest row's length
@@ -715,9 +720,7 @@ class RowsBuilder:
             if not self.count:
                 raise self._too_large(n)
             return False
-        buf = self._buf
-        if buf is None:
-            buf = self._buf = bytearray(_NO_HEAD)
+        buf = self._buffer()
         buf += ROW_PREFIXES[n] if n < 4096 else _u32_pack(n)
         buf += row
         self.size = size
@@ -752,35 +755,40 @@ class RowsBuilder:
                     raise self._too_large(lens[0] - (4 if framed else 0))
             del snap[k:], lens[k:]
         widest = max(lens) - (4 if framed else 0)
-        buf = self._buf
+        nbytes = ends[k - 1]
         first = lens[0]
+        fresh = self.count == 0
+        head = _ROWS_HEAD.pack(4 + nbytes, FrameType.ROWS, 0, 0, self.id, k) if fresh else b""
         if framed:
-            if buf is None:
-                snap.insert(0, _NO_HEAD)
-                self._buf = bytearray().join(snap)
-                self._added(ends[k - 1], k, widest)
-                return k
+            snap.insert(0, head)
             piece = b"".join(snap)
-        elif ends[k - 1] == k * (first + 4) and lens.count(first) == k:
-            # One row size: length, row, length, row, ... as one join.
+        elif nbytes == k * (first + 4) and lens.count(first) == k:
+            # One row size: length, row, length, row, ... as one join (the join puts the first
+            # row's length field right after the header).
             prefix = ROW_PREFIXES[first] if first < 4096 else _u32_pack(first)
-            if buf is None:
-                snap.insert(0, _NO_HEAD)  # the join adds the first row's length field
-                self._buf = bytearray(prefix).join(snap)
-                self._added(ends[k - 1], k, widest)
-                return k
-            piece = prefix + prefix.join(snap)
+            snap.insert(0, head)
+            piece = prefix.join(snap)
+            if not fresh:
+                piece = prefix + piece
         else:
             fields = map(ROW_PREFIXES.__getitem__, lens) if widest < 4096 else map(_u32_pack, lens)
-            pieces = itertools.chain.from_iterable(zip(fields, snap))
-            if buf is None:
-                self._buf = bytearray().join(itertools.chain((_NO_HEAD,), pieces))
-                self._added(ends[k - 1], k, widest)
-                return k
-            piece = b"".join(pieces)
-        buf += piece
-        self._added(ends[k - 1], k, widest)
+            piece = b"".join(itertools.chain((head,), itertools.chain.from_iterable(
+                zip(fields, snap))))
+        if fresh:
+            self._frame = piece
+        else:
+            self._buffer().extend(piece)
+        self._added(nbytes, k, widest)
         return k
+
+    def _buffer(self) -> bytearray:
+        """The frame as a bytearray that more rows can be added to."""
+        buf = self._buf
+        if buf is None:
+            frame = self._frame
+            buf = self._buf = bytearray(_NO_HEAD if frame is None else frame)
+            self._frame = None
+        return buf
 
     def _added(self, nbytes: int, k: int, widest: int) -> None:
         self.size += nbytes
@@ -790,15 +798,22 @@ class RowsBuilder:
 
     def finish(self) -> list[Buffer]:
         """The frame, to write: charges the stream's credit and counts its rows (on the core's
-        thread). Refused (``ProtocolError``, nothing changed, the builder still usable) as a
-        ROWS send would be: no credit, not a stream in flight, after GOODBYE."""
-        buf = self._buf
-        if buf is None:
+        thread); the builder starts empty again. Refused (``ProtocolError``, nothing changed,
+        the builder still usable) as a ROWS send would be: no credit, not a stream in flight,
+        after GOODBYE."""
+        if not self.count:
             raise _fail(ErrorCode.ROW_BOUNDS, "a ROWS frame needs at least one row", self.id)
         self._conn._rows_sent(self.id, self.size, self.count)
-        _ROWS_HEAD_pack_into(buf, 0, self.size, FrameType.ROWS, 0, 0, self.id, self.count)
-        self._buf = None
-        return [buf]
+        frame: Buffer | None = self._frame
+        if frame is None:
+            frame = self._buf
+            assert frame is not None
+            _ROWS_HEAD_pack_into(frame, 0, self.size, FrameType.ROWS, 0, 0, self.id, self.count)
+        # else built whole by one extend(): its header is right already
+        self._frame = self._buf = None  # the builder starts empty again
+        self.size = 4
+        self.count = self.widest = 0
+        return [frame]
 
 
 # ---------------------------------------------------------------------------------------------
