@@ -580,7 +580,10 @@ class _Runtime(FrameProtocol):
                 self._inline_failed(id, index, codec_id, e)
         if pairs:
             try:
-                self._out += self.conn.send_results(pairs)
+                if len(pairs) == 1:  # one request per read (a lone caller): less to set up
+                    self._out += self.conn.send_result(*pairs[0])
+                else:
+                    self._out += self.conn.send_results(pairs)
             except ProtocolError:  # e.g. a result above max_message_size: one at a time
                 for id, result in pairs:
                     self._inline_result(id, result)
