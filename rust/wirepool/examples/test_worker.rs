@@ -216,6 +216,11 @@ fn main() -> std::io::Result<()> {
         .codecs(&all_serde)
         .unary("echo_raw", |b: Bytes, _: &Context| Ok(b))
         .codecs(&[Codec::Raw])
+        // One-way: answers only the body's length (the shm lane's benchmark).
+        .unary("len_raw", |b: Bytes, _: &Context| {
+            Ok(Bytes::from(b.len().to_string()))
+        })
+        .codecs(&[Codec::Raw])
         // Holds its body (a view of the parent's region when the lane is on) until cancelled
         // or 20 s pass, then returns its length: the shm lane's crash test kills it meanwhile.
         .unary("hold_raw", |b: Bytes, ctx: &Context| {

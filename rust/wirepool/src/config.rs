@@ -118,7 +118,8 @@ impl PoolConfig {
             max_frame_size: wirepool_proto::DEFAULT_MAX_FRAME_SIZE,
             initial_credit: wirepool_proto::DEFAULT_INITIAL_CREDIT,
             max_message_size: wirepool_proto::DEFAULT_MAX_MESSAGE_SIZE,
-            shm_threshold: None,
+            // PROTOCOL.md 20.2's defaults: on where memfd exists, bodies from 1 MiB.
+            shm_threshold: cfg!(target_os = "linux").then_some(1 << 20),
             stderr_tail_lines: 20,
             worker_output: WorkerOutput::Log,
             housekeeping_interval: Duration::from_millis(50),

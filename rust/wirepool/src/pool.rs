@@ -152,11 +152,14 @@ impl PoolBuilder {
         self.cfg.max_frame_size = bytes.clamp(65_536, 16_777_216);
         self
     }
-    /// The shared-memory lane (PROTOCOL.md 20, Linux; off by default): accept it when a worker
-    /// offers it, so request bodies of at least `threshold` bytes go to the worker through a
-    /// memory region instead of the socket, and the worker's large results come back the same
-    /// way, received as zero-copy views (the `Bytes` of a result holds its range until dropped).
-    /// Each direction maps at most `max_message_size` bytes of the other side's regions.
+    /// The shared-memory lane (PROTOCOL.md 20, Linux; default `Some(1 MiB)`, `None` turns it
+    /// off): accepted when a worker offers it, so request bodies of at least `threshold` bytes
+    /// go to the worker through a memory region instead of the socket, and the worker's large
+    /// results come back the same way, received as zero-copy views (the `Bytes` of a result
+    /// holds its range until dropped). Each direction maps at most `max_message_size` bytes of
+    /// the other side's regions; a region is kept for reuse while the worker lives.
+    /// Measured through this pool (`examples/shm_lane_pool.rs`): one-way 1 MiB 2.6x, 16 MiB
+    /// 4.4x, 256 MiB 2.6x the socket path, capped by the sender's copy into the region.
     ///
     /// ```no_run
     /// # let builder = wirepool::Pool::builder(wirepool::WorkerCommand::new("my-worker"));

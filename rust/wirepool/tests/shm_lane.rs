@@ -38,7 +38,7 @@ fn payload(len: usize, seed: u8) -> Bytes {
 async fn large_bodies_travel_through_the_lane_without_leaks_even_when_a_worker_is_killed() {
     bounded(120, async {
         let pool = builder(1).shm_lane(Some(1 << 20)).start().await.unwrap();
-        let socket_pool = builder(1).start().await.unwrap();
+        let socket_pool = builder(1).shm_lane(None).start().await.unwrap();
         assert_eq!(
             shm_footprint(),
             (0, 0),
