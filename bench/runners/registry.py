@@ -68,9 +68,14 @@ RUNNERS: list[Runner] = [
            discover="wirepool_rust_nodeworker"),
     Runner("wirepool_python_nodeworker", "wirepool", "wirepool, Python parent + Node worker",
            ("{python}", "{bench}/runners/wirepool_python.py", "--worker", "node"), needs=("venv",)),
-    # The shared-memory lane's transport (PROTOCOL.md 20), W3 only, until the pool carries it.
+    # wirepool_rust's W3 payloads take the shared-memory lane (PROTOCOL.md 20, on by default);
+    # this is the same pool over the socket, W3 only, so both are measured in one run.
+    Runner("wirepool_rust_socket", "wirepool",
+           "wirepool, Rust parent + Rust worker, shm lane off (socket path)",
+           discover="wirepool_rust_socket"),
+    # The shared-memory lane's transport alone (the wirepool-io example), W3 only.
     Runner("wirepool_shm_lane", "wirepool",
-           "wirepool shared-memory lane transport, Rust x Rust (not yet the pool)",
+           "wirepool shared-memory lane transport, Rust x Rust (the example, not the pool)",
            discover="shm_lane"),
     # The same with a Python parent (its Rust worker is built by shm_lane's --prepare).
     Runner("wirepool_shm_lane_pyparent", "wirepool",

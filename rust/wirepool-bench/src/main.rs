@@ -78,6 +78,10 @@ fn frame_size(sc: &Value) -> u32 {
         .map_or(MAX_FRAME, |n| n as u32)
 }
 
+/// `--no-shm`: the shared-memory lane off (runner `wirepool_rust_socket`), the socket path
+/// measured beside the lane in the same run (W3 only).
+static SOCKET_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn start_pool(
     lang: WorkerLang,
     workers: usize,
@@ -89,6 +93,11 @@ async fn start_pool(
         .max_in_flight(max_in_flight)
         .max_frame_size(max_frame)
         .startup_timeout(Duration::from_secs(20))
+        .shm_lane(if SOCKET_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
+            None
+        } else {
+            Some(1 << 20)
+        })
         .start()
         .await
 }
@@ -438,7 +447,10 @@ fn main() {
         Some(l) if l == "node" => WorkerLang::Node,
         _ => WorkerLang::Rust,
     };
+    let socket_only = args.iter().any(|a| a == "--no-shm");
+    SOCKET_ONLY.store(socket_only, std::sync::atomic::Ordering::Relaxed);
     let runner = match lang {
+        WorkerLang::Rust if socket_only => "wirepool_rust_socket",
         WorkerLang::Rust => "wirepool_rust",
         WorkerLang::Python => "wirepool_rust_pyworker",
         WorkerLang::Node => "wirepool_rust_nodeworker",
@@ -446,6 +458,14 @@ fn main() {
     let sc = load_scenario();
     let id = sc["id"].clone();
     let kind = sc["kind"].as_str().unwrap_or("").to_string();
+    if socket_only && !matches!(kind.as_str(), "oneway" | "echo_large") {
+        println!(
+            "{}",
+            json!({"runner": runner, "scenario": id, "status": "unsupported",
+                   "reason": "the socket path beside the shm lane: W3 only"})
+        );
+        return;
+    }
     if kind == "frames" {
         println!(
             "{}",
