@@ -22,9 +22,9 @@
 import { Decoder as CborDecoder, Encoder as CborEncoder } from "cbor-x";
 import { Packr } from "msgpackr";
 import { CodecId } from "../proto/constants.js";
-import { parseJson, stringifyJson } from "./json.js";
+import { parseJson, parseJsonRows, stringifyJson } from "./json.js";
 
-export { parseJson, stringifyJson } from "./json.js";
+export { parseJson, parseJsonRows, stringifyJson } from "./json.js";
 
 /** The name of a codec this SDK ships. */
 export type CodecName = "raw" | "json" | "msgpack" | "cbor";
@@ -51,6 +51,13 @@ export interface Codec {
    * its frame buffer (a stream's rows then cost no Buffer each). Must equal `encode` as UTF-8.
    */
   encodeString?(value: unknown): string;
+  /**
+   * Optional: decodes `rows[start..]` (a ROWS frame's rows) into `out`, in order, as `decode`
+   * would one by one but cheaper per row. Each row must still fail on its own when it is not
+   * a valid encoding.
+   * @throws the first bad row's error; `out` then holds the values of the rows before it.
+   */
+  decodeRows?(rows: readonly Buffer[], start: number, out: unknown[]): void;
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -83,6 +90,7 @@ export const json: Codec = {
   decode(bytes: Buffer): unknown {
     return parseJson(bytes.toString("utf8"));
   },
+  decodeRows: parseJsonRows,
 };
 
 // Plain maps and arrays, no msgpackr records or cbor-x tags: the other SDKs read standard data.

@@ -398,16 +398,25 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   private takeBatch(): Promise<IteratorResult<T[]>> {
     const f = this.frames[this.head];
     const rows = f.rows;
-    const out: T[] = new Array(rows.length - this.row);
     const codec = this.codec;
+    let out: T[] = [];
     let k = 0;
     try {
-      for (let i = this.row; i < rows.length; i++) out[k++] = codec.decode(rows[i]) as T;
+      if (codec.decodeRows !== undefined) {
+        // One pass over the frame (the JSON codec reads it as one string); on a bad row `out`
+        // holds the rows before it.
+        codec.decodeRows(rows, this.row, out as unknown[]);
+        k = out.length;
+      } else {
+        out = new Array(rows.length - this.row);
+        for (let i = this.row; i < rows.length; i++, k++) out[k] = codec.decode(rows[i]) as T;
+      }
     } catch (e) {
+      // The rows before the bad one are delivered; the error comes next.
+      const good = codec.decodeRows !== undefined ? out.length : k;
       this.frameRead(f);
       this.decodeFailed(e);
-      // The rows before the bad one are delivered; the error comes next.
-      if (k > 1) return Promise.resolve({ value: out.slice(0, k - 1), done: false });
+      if (good > 0) return Promise.resolve({ value: out.slice(0, good), done: false });
       return this.terminal() as Promise<IteratorResult<T[]>>;
     }
     this.frameRead(f);

@@ -301,7 +301,6 @@ class Runtime {
   private drainTimer: NodeJS.Timeout | null = null;
   private parentTimer: NodeJS.Timeout | null = null;
   private batchBytes: number = ROWS_BATCH_BYTES;
-  private readonly scratch = Buffer.allocUnsafe(64 * 1024);
   private resolveDone: (status: number) => void = () => {};
   private readonly flushTick = (): void => {
     this.flushQueued = false;
@@ -612,7 +611,7 @@ class Runtime {
           summary = r.value;
           break;
         }
-        const pending = this.pushRow(call, encodeString !== undefined ? this.utf8(encodeString(r.value)) : codec.encode(r.value));
+        const pending = this.pushRow(call, encodeString !== undefined ? encodeString(r.value) : codec.encode(r.value));
         if (pending !== undefined) await pending;
       }
       // Every row leaves before END (section 6), credit permitting.
@@ -650,26 +649,14 @@ class Runtime {
   }
 
   /**
-   * `text` as UTF-8 in a scratch buffer this runtime reuses: the builder copies the row at once,
-   * so a text row costs no Buffer of its own.
-   */
-  private utf8(text: string): Buffer {
-    const scratch = this.scratch;
-    // 3 bytes per UTF-16 unit at most. A long row gets its own buffer: the scratch stays 64 KiB,
-    // whatever the largest row was.
-    if (text.length * 3 > scratch.length) return Buffer.from(text, "utf8");
-    return scratch.subarray(0, scratch.write(text, 0, "utf8"));
-  }
-
-  /**
    * Appends one encoded row to the stream's frame; a full frame is sent (waiting for credit).
    * @returns a promise only when the producer must wait (the common case returns undefined, so
    * a fast generator costs no extra promise per row).
    */
-  private pushRow(call: Call, row: Uint8Array): Promise<void> | undefined {
+  private pushRow(call: Call, row: Uint8Array | string): Promise<void> | undefined {
     const b = call.builder!;
-    // A row held across the wait must not be the scratch buffer another stream may rewrite.
-    if (!b.append(row)) return this.sendThenAppend(call, row.buffer === this.scratch.buffer ? Buffer.from(row) : row);
+    // A text row (a text codec's encodeString) is written as UTF-8 straight into the frame.
+    if (!(typeof row === "string" ? b.appendText(row) : b.append(row))) return this.sendThenAppend(call, row);
     if (b.payloadLength >= this.batchBytes) return this.sendBatch(call, true);
     if (b.count === 1 && call.flushTimer === null) {
       call.flushTimer = setTimeout(() => this.flushTimerFired(call), ROWS_FLUSH_INTERVAL_MS);
@@ -677,7 +664,7 @@ class Runtime {
     return undefined;
   }
 
-  private async sendThenAppend(call: Call, row: Uint8Array): Promise<void> {
+  private async sendThenAppend(call: Call, row: Uint8Array | string): Promise<void> {
     await this.sendBatch(call, false);
     // An empty frame takes it (a row too large for any frame threw ROW_TOO_LARGE instead).
     const pending = this.pushRow(call, row);

@@ -1,0 +1,156 @@
+// The rows fast paths must mean exactly what the one-row paths mean: the JSON codec's
+// decodeRows against parseJson row by row (values, 64-bit integers, the first bad row and the
+// rows before it), and RowsBuilder.appendText against append of the UTF-8 bytes.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import fc from "fast-check";
+import { json, parseJson, parseJsonRows } from "../src/codecs/index.js";
+import { CodecId, Connection, type ConnectionEvent, encodeFrames, FrameDecoder, FrameType, MethodKind, type RowsFrame } from "../src/proto/index.js";
+
+/** The rows as the parent's core hands them out: views of one received ROWS frame. */
+function received(rows: Buffer[]): readonly Buffer[] {
+  const dec = new FrameDecoder(16 << 20);
+  dec.push(encodeFrames([{ type: FrameType.ROWS, id: 1, more: false, rows }]));
+  return (dec.next() as RowsFrame).rows;
+}
+
+/** What decoding row by row gives: the values before the first bad row, and its error (or null). */
+function oneByOne(rows: readonly Buffer[], start: number): { values: unknown[]; error: unknown } {
+  const values: unknown[] = [];
+  for (let i = start; i < rows.length; i++) {
+    try {
+      values.push(parseJson(rows[i].toString("utf8")));
+    } catch (e) {
+      return { values, error: e };
+    }
+  }
+  return { values, error: null };
+}
+
+function together(rows: readonly Buffer[], start: number): { values: unknown[]; error: unknown } {
+  const values: unknown[] = [];
+  try {
+    parseJsonRows(rows, start, values);
+  } catch (e) {
+    return { values, error: e };
+  }
+  return { values, error: null };
+}
+
+function same(rows: readonly Buffer[], start = 0): void {
+  const a = oneByOne(rows, start);
+  const b = together(rows, start);
+  assert.deepEqual(b.values, a.values);
+  assert.equal(b.error === null, a.error === null, `error ${String(b.error)} against ${String(a.error)}`);
+  if (a.error !== null) assert.equal((b.error as Error).name, (a.error as Error).name);
+}
+
+const texts = (...t: string[]): Buffer[] => t.map((s) => Buffer.from(s, "utf8"));
+
+describe("json.decodeRows (parseJsonRows)", () => {
+  test("is the codec's batch decoder", () => {
+    assert.equal(json.decodeRows, parseJsonRows);
+  });
+
+  test("plain ASCII rows, from any start", () => {
+    const rows = received(Array.from({ length: 300 }, (_, i) => Buffer.from(JSON.stringify({ i, name: `decl_${i}`, kind: "theorem" }))));
+    same(rows);
+    same(rows, 297);
+    same(rows, 5);
+  });
+
+  test("64-bit integers stay exact wherever the long digit run lies (row start, end, next to a length prefix)", () => {
+    const rows = received(texts("1", "18446744073709551615", '{"a":-9223372036854775808}', "[1,2]", '"12345678901234567890"',
+      "123456789012345", "9007199254740993", "0.12345678901234567890", "1e1234567890123456789", "2", "3"));
+    same(rows);
+    const v: unknown[] = [];
+    parseJsonRows(rows, 0, v);
+    assert.equal(v[1], 18446744073709551615n);
+    assert.deepEqual(v[2], { a: -9223372036854775808n });
+    assert.equal(v[6], 9007199254740993n);
+    assert.equal(v[4], "12345678901234567890");
+  });
+
+  test("non-ASCII rows and rows whose length prefix has a byte above 0x7f decode as UTF-8", () => {
+    same(received(texts('"é"', '{"k":"日本"}', "[1]", '"\u{1f600}"', "3")));
+    same(received([...texts("1", "2", "3"), Buffer.from(JSON.stringify("x".repeat(200)))]));
+  });
+
+  test("a row that is not one JSON value fails alone, after the rows before it, even when the rows joined would parse", () => {
+    for (const bad of [texts("1", "2", "[1", "2]", "3,4"), texts("1", '"a', 'b"', "5", "6"), texts("{}", "{}", "{}", "", "1"),
+      texts("1", "2", "3", "4 5"), [...texts("1", "2", "3"), Buffer.from([0xff, 0x31])]]) {
+      const rows = received(bad);
+      same(rows);
+      assert.notEqual(together(rows, 0).error, null);
+    }
+  });
+
+  test("rows that are not views in order of one buffer decode one by one", () => {
+    const a = received(texts("1", "2", "3", "4", "5"));
+    const b = received(texts('"x"', '"y"'));
+    same([a[0], b[0], a[1], a[2], a[3]]);
+    same([a[3], a[2], a[1], a[0]]);
+    same([a[0], a[0], a[0], a[0], a[0]]);
+    same(texts("1", "2", "3", "4", "5", "[6]"));
+  });
+
+  test("property: the same as parseJson row by row, for any rows", () => {
+    const jsonText = fc.jsonValue().map((v) => JSON.stringify(v));
+    const bigint = fc.bigInt({ min: -(1n << 64n), max: 1n << 64n }).map((n) => `{"n":${n}}`);
+    const row = fc.oneof(jsonText, jsonText, bigint, fc.string(), fc.string({ unit: "binary" })).map((s) => Buffer.from(s, "utf8"));
+    fc.assert(
+      fc.property(fc.array(row, { minLength: 1, maxLength: 40 }), fc.nat(), (rs, s) => {
+        const rows = received(rs);
+        same(rows, s % rows.length);
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+describe("RowsBuilder.appendText", () => {
+  function worker(maxFrameSize: number): { worker: Connection; id: number } {
+    const parent = new Connection("parent");
+    const worker = new Connection("worker");
+    worker.sendHello({ minVersion: 1, maxVersion: 1, pid: 1, maxConcurrency: 8, maxFrameSize: 16 << 20, sdkName: "test", sdkVersion: "1",
+      methods: [{ name: "rows", kind: MethodKind.STREAM, codecs: [CodecId.JSON] }] });
+    pass(worker, parent);
+    parent.sendWelcome({ version: 1, workerId: 1, maxFrameSize, initialCredit: 1 << 24, heartbeatMs: 0, maxInFlight: 8, maxMessageSize: 1 << 24 });
+    pass(parent, worker);
+    const id = parent.sendRequest(0, CodecId.JSON, 0, Buffer.from("{}"));
+    pass(parent, worker);
+    return { worker, id };
+  }
+  function pass(from: Connection, to: Connection): ConnectionEvent[] {
+    for (const b of from.takeOutput()) to.receive(b);
+    const out: ConnectionEvent[] = [];
+    to.nextEvents(out);
+    return out;
+  }
+
+  test("writes the bytes append would, fills frames the same way, and refuses a row too large alike", () => {
+    const rows = ["", "a", "é", "\u{1f600}", "\ud800", "x".repeat(5000), "日本語".repeat(2000), '{"i":1}'];
+    const byText = worker(65536);
+    const byBytes = worker(65536);
+    const bt = byText.worker.rows(byText.id);
+    const bb = byBytes.worker.rows(byBytes.id);
+    for (let k = 0; k < 40; k++) {
+      for (const r of rows) {
+        const okT = bt.appendText(r);
+        const okB = bb.append(Buffer.from(r, "utf8"));
+        assert.equal(okT, okB);
+        assert.equal(bt.payloadLength, bb.payloadLength);
+        if (!okT) {
+          bt.finish();
+          bb.finish();
+          assert.equal(bt.appendText(r), bb.append(Buffer.from(r, "utf8")));
+        }
+      }
+    }
+    bt.finish();
+    bb.finish();
+    assert.deepEqual(Buffer.concat(byText.worker.takeOutput()), Buffer.concat(byBytes.worker.takeOutput()));
+    assert.throws(() => bt.appendText("y".repeat(70000)), { name: "ROW_TOO_LARGE" });
+  });
+});
