@@ -6,10 +6,39 @@
 //! and pings; the parent answers HELLO with WELCOME, starts a unary, a stream and a 70 KB
 //! request (frame by frame), and grants credit as it "consumes" rows. Checks: no panic; a refused send writes nothing; the same events and
 //! error whatever the chunking.
+//!
+//! The shared-memory lane (PROTOCOL.md 20) is on: the worker offers it, the parent accepts it,
+//! one descriptor is reported (so one region of the peer maps, as zeros), the parent sends a
+//! request through a region and the worker answers `echo` through one; views are released.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wirepool_proto::{Connection, Event, Hello, MethodInfo, MethodKind, Role, Welcome};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use wirepool_proto::shm::{ShmAccept, ShmMapping, ShmOffer, ShmRange};
+use wirepool_proto::{
+    Connection, Event, Hello, HelloExtensions, MethodInfo, MethodKind, ProtocolError, Role,
+    Welcome, WelcomeExtensions,
+};
+
+/// The lane's window each way: small, so the fuzzer reaches its limits.
+const WINDOW: u64 = 1 << 20;
+
+/// A peer's region as zeros of its size (at most the window).
+struct Zeros(Bytes);
+
+impl ShmMapping for Zeros {
+    fn lend(
+        &self,
+        offset: u64,
+        length: u64,
+        on_release: Box<dyn FnOnce() + Send>,
+    ) -> Result<Bytes, ProtocolError> {
+        on_release(); // a copy-out SDK releases at once (20.4)
+        Ok(self.0.slice(offset as usize..(offset + length) as usize))
+    }
+}
 
 fn hello() -> Hello {
     Hello {
@@ -21,6 +50,7 @@ fn hello() -> Hello {
             MethodInfo { name: "count".into(), kind: MethodKind::Stream, codecs: vec![1, 2] },
             MethodInfo { name: "fail".into(), kind: MethodKind::Unary, codecs: vec![1] },
         ],
+        extensions: HelloExtensions { shm: Some(ShmOffer { window: WINDOW }) },
         ..Hello::new("wirepool-py", "0.1.0")
     }
 }
@@ -37,8 +67,21 @@ fn drive(conn: &mut Connection, event: &Event, out: &mut Vec<u8>) {
     match event {
         Event::Hello(h) => match Welcome::for_hello(h, 1) {
             Ok(w) => {
-                let w = Welcome { max_frame_size: 65_536, initial_credit: 64, ..w };
+                let shm = ShmAccept { to_worker_window: WINDOW, to_parent_window: WINDOW };
+                let w = Welcome {
+                    max_frame_size: 65_536,
+                    initial_credit: 64,
+                    extensions: WelcomeExtensions { shm: h.extensions.shm.map(|_| shm) },
+                    ..w
+                };
                 checked(out, |o| conn.send_welcome(&w, o));
+                if conn.shm().is_some() {
+                    conn.shm_descriptors_received(1);
+                    if let Ok(region) = conn.send_shm_region(4096, out) {
+                        let r = ShmRange { region, offset: 10, length: 100 };
+                        checked(out, |o| conn.send_request_shm(0, 1, 0, r, o));
+                    }
+                }
                 checked(out, |o| conn.send_request(0, 1, 0, b"{}", o));
                 checked(out, |o| conn.send_request(1, 1, 0, b"{}", o));
                 let body = vec![0xa5; 70_000];
@@ -83,6 +126,11 @@ fn drive(conn: &mut Connection, event: &Event, out: &mut Vec<u8>) {
                         }
                     }
                 }
+            } else if *method == 0 && conn.shm().is_some() {
+                if let Ok(region) = conn.send_shm_region(64, out) {
+                    let r = ShmRange { region, offset: 0, length: 64 };
+                    checked(out, |o| conn.send_result_shm(*id, r, o));
+                }
             } else {
                 checked(out, |o| conn.send_result(*id, b"ok", o));
             }
@@ -99,8 +147,12 @@ fn run(role: Role, data: &[u8], chunk: usize) -> (Vec<Event>, Option<wirepool_pr
     let mut conn = Connection::new(role);
     let mut out = Vec::new();
     let mut events = Vec::new();
+    conn.set_shm_mapper(Box::new(|_region, size| {
+        Ok(Arc::new(Zeros(Bytes::from(vec![0u8; size as usize]))) as Arc<dyn ShmMapping>)
+    }));
     if role == Role::Worker {
         conn.send_hello(&hello(), &mut out).expect("hello");
+        conn.shm_descriptors_received(1);
     }
     for piece in data.chunks(chunk.max(1)) {
         conn.receive(piece);
@@ -108,6 +160,7 @@ fn run(role: Role, data: &[u8], chunk: usize) -> (Vec<Event>, Option<wirepool_pr
             match conn.next_event() {
                 Ok(Some(event)) => {
                     drive(&mut conn, &event, &mut out);
+                    conn.send_shm_releases(&mut out);
                     events.push(event);
                 }
                 Ok(None) => break,
