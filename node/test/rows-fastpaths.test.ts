@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { json, parseJson, parseJsonRows } from "../src/codecs/index.js";
-import { CodecId, Connection, type ConnectionEvent, encodeFrames, FrameDecoder, FrameType, MethodKind, type RowsFrame } from "../src/proto/index.js";
+import { DecodeFailedError, Pool } from "../src/index.js";
+import { CodecId, Connection, type ConnectionEvent, encodeFrames, ErrorCode, FrameDecoder, FrameType, MethodKind, type RowsFrame } from "../src/proto/index.js";
 
 /** The rows as the parent's core hands them out: views of one received ROWS frame. */
 function received(rows: Buffer[]): readonly Buffer[] {
@@ -152,5 +153,40 @@ describe("RowsBuilder.appendText", () => {
     bb.finish();
     assert.deepEqual(Buffer.concat(byText.worker.takeOutput()), Buffer.concat(byBytes.worker.takeOutput()));
     assert.throws(() => bt.appendText("y".repeat(70000)), { name: "ROW_TOO_LARGE" });
+  });
+});
+
+describe("a stream's JSON rows through the parent (the frame decoded in one pass)", () => {
+  // A worker whose "json" writes each row's text as it is, so that it can send rows that are
+  // not JSON, and rows that would parse if the frame were read as one array.
+  const sdk = new URL("../src/index.js", import.meta.url).href;
+  const worker = `
+    import { Worker } from ${JSON.stringify(sdk)};
+    const verbatim = { id: 1, name: "json", encode: (v) => Buffer.from(String(v)), encodeString: (v) => String(v),
+      decode: (b) => JSON.parse(b.toString("utf8")) };
+    const w = new Worker();
+    w.stream("texts", function* (texts) { yield* texts; }, { codecs: [verbatim] });
+    await w.serve();`;
+  const rows = ["1", '{"n":18446744073709551615}', '"é"', "[4", "5]", "6,7", "8"];
+
+  test("row by row and by batches: the rows before the bad one, then DECODE_FAILED; u64 exact", async () => {
+    const pool = await Pool.start({ command: [process.execPath, "--input-type=module", "-e", worker], workers: 1 });
+    try {
+      const got: unknown[] = [];
+      await assert.rejects(async () => {
+        for await (const row of pool.stream("texts", rows)) got.push(row);
+      }, (e: unknown) => e instanceof DecodeFailedError && e.code === ErrorCode.DECODE_FAILED);
+      assert.deepEqual(got, [1, { n: 18446744073709551615n }, "é"]);
+      const batches: unknown[][] = [];
+      await assert.rejects(async () => {
+        for await (const b of pool.stream("texts", rows).batches()) batches.push(b);
+      }, DecodeFailedError);
+      assert.deepEqual(batches.flat(), [1, { n: 18446744073709551615n }, "é"]);
+      const good: unknown[] = [];
+      for await (const row of pool.stream("texts", ["1", "2", "3", "[4]", "5"])) good.push(row);
+      assert.deepEqual(good, [1, 2, 3, [4], 5]);
+    } finally {
+      await pool.close();
+    }
   });
 });

@@ -306,6 +306,10 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   private error: WirepoolError | null = null;
   private errorThrown = false;
   private abandoned = false;
+  /** The head frame's rows from `decodedFrom` on, decoded by the codec's decodeRows for the row iterator; then the bad row's error. */
+  private decoded: unknown[] | null = null;
+  private decodedFrom = 0;
+  private decodeError: { e: unknown } | null = null;
   private waiter: { resolve: (r: IteratorResult<unknown>) => void; reject: (e: unknown) => void; batch: boolean } | null = null;
 
   /** @internal */
@@ -369,6 +373,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   private frameRead(f: RowsFrame): void {
     this.frames[this.head++] = undefined as unknown as RowsFrame;
     this.row = 0;
+    this.decoded = null;
     if (this.head > 64 && this.head * 2 > this.frames.length) {
       this.frames = this.frames.slice(this.head);
       this.head = 0;
@@ -377,22 +382,55 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   }
 
   private decodeFailed(e: unknown): void {
-    this.finishWith(wirepoolError(ErrorCode.DECODE_FAILED, `cannot decode a row with codec ${this.codec.name}: ${(e as Error)?.message ?? e}`, { requestId: this.id, pid: this.worker?.pid, cause: e }), true);
+    const error = wirepoolError(ErrorCode.DECODE_FAILED, `cannot decode a row with codec ${this.codec.name}: ${(e as Error)?.message ?? e}`, { requestId: this.id, pid: this.worker?.pid, cause: e });
+    if (this.ended_) {
+      // The END came before the reader reached the bad row: the reader still gets DECODE_FAILED
+      // (unless it has an error already), and the rows after it are dropped.
+      if (this.error === null) {
+        this.error = error;
+        this.errorThrown = false;
+      }
+      this.abandon();
+      return;
+    }
+    this.finishWith(error, true);
     this.stop(null);
   }
 
   private take(): Promise<IteratorResult<T>> {
     const f = this.frames[this.head];
-    const raw = f.rows[this.row++];
-    if (this.row === f.rows.length) this.frameRead(f);
-    let value: T;
-    try {
-      value = this.codec.decode(raw) as T;
-    } catch (e) {
-      this.decodeFailed(e);
-      return this.terminal();
+    const codec = this.codec;
+    if (codec.decodeRows === undefined) {
+      const raw = f.rows[this.row++];
+      if (this.row === f.rows.length) this.frameRead(f);
+      let value: T;
+      try {
+        value = codec.decode(raw) as T;
+      } catch (e) {
+        this.decodeFailed(e);
+        return this.terminal();
+      }
+      return Promise.resolve({ value, done: false });
     }
-    return Promise.resolve({ value, done: false });
+    // The rest of the head frame is decoded in one pass and handed out a row at a time.
+    if (this.decoded === null) {
+      this.decoded = [];
+      this.decodedFrom = this.row;
+      this.decodeError = null;
+      try {
+        codec.decodeRows(f.rows, this.row, this.decoded);
+      } catch (e) {
+        this.decodeError = { e };
+      }
+    }
+    const k = this.row - this.decodedFrom;
+    const ok = k < this.decoded.length;
+    const value = ok ? (this.decoded[k] as T) : undefined;
+    const error = this.decodeError;
+    if (++this.row === f.rows.length) this.frameRead(f);
+    if (ok) return Promise.resolve({ value: value as T, done: false });
+    this.decodeFailed(error!.e);
+    return this.terminal();
   }
 
   private takeBatch(): Promise<IteratorResult<T[]>> {
@@ -438,6 +476,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
     for (let k = this.head; k < this.frames.length; k++) w?.consumed(this.id, this.frames[k].payloadLength);
     this.frames = [];
     this.head = this.row = 0;
+    this.decoded = null;
   }
 
   /** The stream's outcome for its reader (rows already queued are still read first, unless `now`). */
