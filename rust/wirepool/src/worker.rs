@@ -233,6 +233,17 @@ impl DriverState {
                 self.conn.shm_descriptors_received(fds.len());
                 lane.fds.lock().unwrap().extend(fds);
             }
+            if let Poll::Ready(Err(e)) = &read {
+                // More than 8 descriptors in one read (MSG_CTRUNC): a protocol violation, not
+                // an end of file; the reader task reports it.
+                if let Some(violation) = wirepool_io::shm::protocol_error(e) {
+                    let _ = self.conn.send_fatal(violation, &mut self.out);
+                    self.reader_end = Some(ReaderEnd::Protocol {
+                        code: violation.code.code(),
+                        message: violation.message.clone(),
+                    });
+                }
+            }
             return read;
         }
         sock.poll_read_buf(cx, self.conn.read_buffer())
@@ -1300,7 +1311,15 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
         .await;
         let n = match read {
             Err(end) => return end,
-            Ok(Ok(0) | Err(_)) => return reader_eof(&worker),
+            Ok(Ok(0) | Err(_)) => {
+                // A read that was a protocol violation (see `DriverState::poll_read`).
+                let violation = worker.driver.lock().unwrap().reader_end.take();
+                if let Some(end) = violation {
+                    worker.writer_wake.notify_one();
+                    return end;
+                }
+                return reader_eof(&worker);
+            }
             Ok(Ok(n)) => n,
         };
         let pass = {
