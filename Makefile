@@ -17,7 +17,7 @@ help:
 	@echo "make test    every test of every language"
 	@echo "make bench   end-to-end benchmarks (quick mode) and the instruction-count gate; bench-full for the full matrix"
 	@echo "make fuzz    the Rust, Python and Node fuzz targets, FUZZ_SECONDS per language"
-	@echo "make docs    the API reference: rust/target/doc (cargo doc) and build/docs/python (pdoc)"
+	@echo "make docs    the API reference: rust/target/doc (cargo doc), build/docs/python (pdoc), build/docs/node (typedoc)"
 	@echo "make package the release checks: Python sdist+wheel (twine check), cargo publish --dry-run, npm pack"
 
 # The build is shown (a fresh clone compiles for a few minutes before the demo starts).
@@ -79,14 +79,17 @@ lint: $(VPY)
 
 # The API reference of the published crates (a broken intra-doc link or a malformed doc comment
 # fails the build; every feature, as docs.rs builds them) and of the Python package (pdoc, from
-# the `docs` extra).
+# the `docs` extra) and of the Node SDK (typedoc, warnings as errors: node/scripts/typedoc/).
 DOC_CRATES := -p wirepool-proto -p wirepool-io -p wirepool-codec -p wirepool-worker -p wirepool
 docs: $(VPY)
 	cd rust && RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --all-features $(DOC_CRATES)
 	$(VPY) -m pip install -q -e "./python[docs]"
 	rm -rf build/docs/python
 	$(VPY) -W error -m pdoc -o build/docs/python wirepool wirepool.prometheus wirepool.otel wirepool.cli wirepool.remote wirepool.launchers
-	@echo "API reference: rust/target/doc/wirepool/index.html, build/docs/python/index.html"
+	cd node && npm ci --no-audit --no-fund --loglevel=error
+	cd node/scripts/typedoc && npm ci --no-audit --no-fund --loglevel=error && rm -rf ../../../build/docs/node \
+	  && node_modules/.bin/typedoc --options typedoc.json --logLevel Warn
+	@echo "API reference: rust/target/doc/wirepool/index.html, build/docs/python/index.html, build/docs/node/index.html"
 
 # What a release uploads, checked as its registry would: the Python sdist and wheel built in an
 # isolated environment (build/dist), `twine check --strict`, the wheel installed into a scratch
