@@ -121,7 +121,9 @@ def _rebuild(cls: type, code: int, message: str, id: int, details: Any, state: d
 
 
 class ProtocolError(WirepoolError):
-    """A 1xx protocol violation detected locally by the protocol core; the connection is dead."""
+    """A protocol error from the core, with a section 3 code. Raised while receiving
+    (``next_event``, ``end_of_input``) it is a violation and the connection is dead; raised by a
+    ``send_*`` it is a refusal: nothing was written and the connection lives (PROTOCOL.md 14.3)."""
 
 
 class RequestError(WirepoolError):

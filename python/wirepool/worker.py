@@ -39,14 +39,16 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Iterable, Sequence, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, overload
 
 from . import codecs as _codecs
 from . import proto
-from . import remote as _remote
 from ._transport import FrameProtocol
 from .errors import ErrorCode, ProtocolError, WorkerError
 from .proto import FrameType, MethodKind
+
+if TYPE_CHECKING:  # imported when a ticket is used: a local worker does not pay for TLS's imports
+    from . import remote as _remote
 
 __all__ = ["method", "stream", "serve", "Context", "registered_methods"]
 
@@ -1172,6 +1174,8 @@ def _die_with_parent() -> None:
 async def _join(ticket: _remote.Ticket, runtime: _Runtime) -> bool:
     """Connect to the parent named by the ticket (PROTOCOL.md 21) and watch it: a parent that
     stops answering PINGs is gone, and the worker exits as after end of file (21.5)."""
+    from . import remote as _remote
+
     def gone(why: str) -> None:
         print(f"wirepool worker: the parent is gone: {why}; exiting", file=sys.stderr)
         runtime._stop(0)
@@ -1205,6 +1209,8 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         raise ValueError("max_concurrency must be >= 1")
     ticket = None
     if "WIREPOOL_FD" not in os.environ:  # a remote worker joins with a ticket (PROTOCOL.md 21.2)
+        from . import remote as _remote
+
         try:
             ticket = _remote.ticket_from_env()
         except _remote.TicketError as e:
