@@ -190,3 +190,52 @@ describe("a stream's JSON rows through the parent (the frame decoded in one pass
     }
   });
 });
+
+describe("continued messages: large pieces are not copied while reassembled", () => {
+  function pair(): { parent: Connection; worker: Connection } {
+    const parent = new Connection("parent");
+    const worker = new Connection("worker");
+    worker.sendHello({ minVersion: 1, maxVersion: 1, pid: 1, maxConcurrency: 8, maxFrameSize: 16 << 20, sdkName: "test", sdkVersion: "1",
+      methods: [{ name: "echo", kind: MethodKind.UNARY, codecs: [CodecId.RAW] }] });
+    for (const b of worker.takeOutput()) parent.receive(b);
+    while (parent.nextEvent());
+    parent.sendWelcome({ version: 1, workerId: 1, maxFrameSize: 1 << 20, initialCredit: 1 << 20, heartbeatMs: 0, maxInFlight: 8, maxMessageSize: 1 << 24 });
+    for (const b of parent.takeOutput()) worker.receive(b);
+    while (worker.nextEvent());
+    return { parent, worker };
+  }
+  const bodyOf = (ev: ConnectionEvent | null): Buffer => {
+    assert.ok(ev !== null && ev.type === FrameType.REQUEST);
+    return ev.body;
+  };
+
+  test("one large frame and an empty continuation: the body is a view of the received bytes", () => {
+    const { parent, worker } = pair();
+    const body = Buffer.alloc(300_000, 7);
+    parent.send({ type: FrameType.REQUEST, id: 1, more: true, method: 0, codec: CodecId.RAW, timeoutUs: 0, body });
+    parent.send({ type: FrameType.CONTINUATION, id: 1, more: false, body: Buffer.alloc(0) });
+    const wire = Buffer.concat(parent.takeOutput());
+    worker.receive(wire);
+    const got = bodyOf(worker.nextEvent());
+    assert.deepEqual(got, body);
+    assert.equal(got.buffer, wire.buffer, "not copied");
+  });
+
+  test("large and small pieces in any order reassemble to the same bytes", () => {
+    const { parent, worker } = pair();
+    const sizes = [70_000, 3, 0, 200_000, 65_535, 65_536, 1, 100_000];
+    const pieces = sizes.map((n, i) => Buffer.alloc(n, i + 1));
+    parent.send({ type: FrameType.REQUEST, id: 1, more: true, method: 0, codec: CodecId.RAW, timeoutUs: 0, body: pieces[0] });
+    for (let i = 1; i < pieces.length; i++) parent.send({ type: FrameType.CONTINUATION, id: 1, more: i < pieces.length - 1, body: pieces[i] });
+    for (const b of parent.takeOutput()) worker.receive(b);
+    assert.deepEqual(bodyOf(worker.nextEvent()), Buffer.concat(pieces));
+    // and one REQUEST split by the core at max_frame_size
+    const big = Buffer.alloc(2_500_000);
+    for (let i = 0; i < big.length; i++) big[i] = i % 251;
+    const id = parent.sendRequest(0, CodecId.RAW, 0, big);
+    for (const b of parent.takeOutput()) worker.receive(b);
+    const ev = worker.nextEvent();
+    assert.ok(ev !== null && ev.type === FrameType.REQUEST && ev.id === id);
+    assert.deepEqual(ev.body, big);
+  });
+});

@@ -487,7 +487,8 @@ export class Connection {
     const id = p.first.id;
     this.dropInbound(id, p);
     const tail = p.last.subarray(0, p.lastLen);
-    const whole = p.blocks.length === 0 ? tail : Buffer.concat([...p.blocks, tail], p.len);
+    // One piece (a large frame then empty continuations) is the message as it is: no copy.
+    const whole = p.blocks.length === 0 ? tail : p.blocks.length === 1 && p.lastLen === 0 ? p.blocks[0] : Buffer.concat([...p.blocks, tail], p.len);
     const f = p.first;
     if (f.type === FrameType.REQUEST) return this.accept({ ...f, more: false, body: whole });
     this.requests.delete(id);
@@ -1302,10 +1303,22 @@ const EMPTY = Buffer.alloc(0);
 const INBOUND_BLOCK = 64 * 1024;
 const INBOUND_BLOCK_MAX = 256 * 1024 * 1024;
 
-/** Copies `chunk` to the end of a message being reassembled (blocks filled in place). */
+/**
+ * Adds `chunk` to the end of a message being reassembled: a large chunk (a view of the received
+ * bytes, which the decoder never overwrites) is kept as a block of its own, uncopied; small
+ * ones are copied into blocks filled in place.
+ */
 function appendInbound(p: Inbound, chunk: Buffer): void {
-  let off = 0;
   const n = chunk.length;
+  if (n >= INBOUND_BLOCK) {
+    if (p.lastLen > 0) p.blocks.push(p.last.subarray(0, p.lastLen));
+    p.blocks.push(chunk);
+    p.last = EMPTY;
+    p.lastLen = 0;
+    p.len += n;
+    return;
+  }
+  let off = 0;
   while (off < n) {
     if (p.lastLen === p.last.length) {
       if (p.lastLen > 0) p.blocks.push(p.last);
