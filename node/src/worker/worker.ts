@@ -172,8 +172,11 @@ export class Worker {
     if (this.serving) throw new Error("serve() was already called");
     this.serving = true;
     const inherited = options.socket === undefined;
-    const socket = options.socket ?? inheritedSocket();
-    const rt = new Runtime(this.entries, socket, this.maxConcurrency, this.maxFrameSize, options.watchParent ?? inherited);
+    const conn = new Connection("worker");
+    let rt: Runtime | null = null;
+    // The inherited socket reads straight into the core's buffer (no copy per read); a given one emits chunks.
+    const socket = options.socket ?? inheritedSocket(conn, (n) => rt!.onRead(n));
+    rt = new Runtime(conn, this.entries, socket, this.maxConcurrency, this.maxFrameSize, options.watchParent ?? inherited);
     const status = await rt.start();
     if (options.exit ?? inherited) {
       process.exitCode = status;
@@ -184,7 +187,7 @@ export class Worker {
 }
 
 /** The socket of `WIREPOOL_FD`, removed from the environment so our own children do not see it. */
-function inheritedSocket(): net.Socket {
+function inheritedSocket(conn: Connection, onRead: (n: number) => void): net.Socket {
   const raw = process.env.WIREPOOL_FD;
   if (raw === undefined) {
     throw new Error("WIREPOOL_FD is not set: this program must be started by a wirepool parent");
@@ -194,9 +197,26 @@ function inheritedSocket(): net.Socket {
   if (!/^\d+$/.test(raw) || !Number.isSafeInteger(fd)) throw new Error(`WIREPOOL_FD=${JSON.stringify(raw)} is not a file descriptor number`);
   // Node has no fcntl: the descriptor cannot be made close-on-exec here. Node's own
   // child_process spawns pass only the stdio they are given, so children do not inherit it.
-  return new net.Socket({ fd, readable: true, writable: true });
+  // Node's `onread` reads into the buffer the core offers (the rest of a large frame at once),
+  // so a 16 MiB body is not copied from 64 KiB chunks; the callback runs once per read.
+  const opts: net.SocketConstructorOpts & { onread: net.OnReadOpts } = {
+    fd,
+    readable: true,
+    writable: true,
+    // (the Socket constructor takes `onread` as connect() does; @types/node lists it for connect only)
+    onread: {
+      buffer: () => conn.readBuffer(READ_MIN),
+      callback: (n: number) => {
+        onRead(n);
+        return true;
+      },
+    },
+  };
+  return new net.Socket(opts);
 }
 
+/** The least room offered to a socket read (the rest of a frame in progress when larger). */
+const READ_MIN = 64 * 1024;
 const EMPTY = Buffer.alloc(0);
 /** Thrown inside a stream's producer when its request stopped (flag set, ended, or the worker stopping). */
 const STOP = Symbol("wirepool.stop");
@@ -293,7 +313,6 @@ class Call implements Context {
 
 /** One connection served: the core, the socket, the calls in flight. */
 class Runtime {
-  private readonly conn = new Connection("worker");
   private readonly calls = new Map<number, Call>();
   private flushQueued = false;
   private stopped = false;
@@ -308,6 +327,7 @@ class Runtime {
   };
 
   constructor(
+    private readonly conn: Connection,
     private readonly methods: readonly MethodEntry[],
     private readonly socket: Duplex,
     private readonly maxConcurrency: number,
@@ -351,8 +371,19 @@ class Runtime {
 
   private onData(chunk: Buffer): void {
     if (this.stopped) return;
+    this.conn.receive(chunk);
+    this.onInput();
+  }
+
+  /** `n` bytes were read into the core's read buffer (the inherited socket's `onread`). */
+  onRead(n: number): void {
+    if (this.stopped) return;
+    this.conn.received(n);
+    this.onInput();
+  }
+
+  private onInput(): void {
     const conn = this.conn;
-    conn.receive(chunk);
     try {
       for (let ev = conn.nextEvent(); ev !== null; ev = this.stopped ? null : conn.nextEvent()) this.onEvent(ev);
     } catch (e) {
