@@ -22,7 +22,7 @@ def main() -> None:
     dec = proto.FrameDecoder(proto.DEFAULT_MAX_FRAME_SIZE)
 
     t0 = time.perf_counter()
-    dec.feed(data)
+    dec.receive(data)
     n = 0
     while (f := dec.next_frame()) is not None:
         n += f.count
@@ -30,7 +30,7 @@ def main() -> None:
 
     dec = proto.FrameDecoder(proto.DEFAULT_MAX_FRAME_SIZE)
     t0 = time.perf_counter()
-    dec.feed(data)
+    dec.receive(data)
     m = 0
     total = 0
     while (f := dec.next_frame()) is not None:

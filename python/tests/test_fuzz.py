@@ -77,13 +77,13 @@ def test_decoder_survives_noise(data: bytes, cuts: list[int]) -> None:
     try:
         pos = 0
         for c in cuts + [len(data)]:
-            dec.feed(data[pos:pos + c])
+            dec.receive(data[pos:pos + c])
             pos += c
             while dec.next_frame() is not None:
                 pass
             if pos >= len(data):
                 break
-        dec.eof()
+        dec.end_of_input()
     except ProtocolError as e:
         assert 100 <= e.code < 200
 

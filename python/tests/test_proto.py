@@ -55,7 +55,7 @@ def test_rows_bounds(payload: bytes, code: int) -> None:
 
 def test_frame_too_large_is_raised_on_the_header_alone() -> None:
     dec = proto.FrameDecoder(65536)
-    dec.feed(header(65537, 0x12, id=1))  # no payload byte ever arrives
+    dec.receive(header(65537, 0x12, id=1))  # no payload byte ever arrives
     with pytest.raises(ProtocolError) as e:
         dec.next_frame()
     assert e.value.code == ErrorCode.FRAME_TOO_LARGE
@@ -73,7 +73,7 @@ def test_frame_too_large_is_raised_on_the_header_alone() -> None:
 ])
 def test_header_rules_checked_before_payload(hdr: bytes, code: int) -> None:
     dec = proto.FrameDecoder()
-    dec.feed(hdr)
+    dec.receive(hdr)
     with pytest.raises(ProtocolError) as e:
         dec.next_frame()
     assert e.value.code == code
@@ -83,10 +83,10 @@ def test_truncated_on_eof_mid_frame() -> None:
     wire = proto.encode_frame(proto.Result(1, b"hello"))
     for cut in range(1, len(wire)):
         dec = proto.FrameDecoder()
-        dec.feed(wire[:cut])
+        dec.receive(wire[:cut])
         assert dec.next_frame() is None
         with pytest.raises(ProtocolError) as e:
-            dec.eof()
+            dec.end_of_input()
         assert e.value.code == ErrorCode.TRUNCATED
 
 
@@ -154,13 +154,13 @@ def test_round_trip_any_chunking(fs: list[proto.Frame], cuts: list[int]) -> None
     out: list[proto.Frame] = []
     pos = 0
     for c in cuts + [len(wire)]:
-        dec.feed(wire[pos:pos + c])
+        dec.receive(wire[pos:pos + c])
         pos += c
         while (f := dec.next_frame()) is not None:
             out.append(f)
         if pos >= len(wire):
             break
-    dec.eof()
+    dec.end_of_input()
     assert [to_json(f) for f in out] == [to_json(f) for f in fs]
 
 
@@ -535,14 +535,14 @@ def _gather(dec: proto.FrameDecoder, wire: bytes, chunk: int) -> list[proto.Fram
             n = min(len(direct), chunk, len(wire) - pos)
             direct[:n] = wire[pos:pos + n]
             dec.wrote(n)
-            dec.feed(b"")
+            dec.receive(b"")
         else:
             n = min(chunk, len(wire) - pos)
-            dec.feed(wire[pos:pos + n])
+            dec.receive(wire[pos:pos + n])
         pos += n
         while (f := dec.next_frame()) is not None:
             out.append(f)
-    dec.eof()
+    dec.end_of_input()
     return out
 
 

@@ -34,10 +34,10 @@ def decode_frames(case: dict, chunks: list[bytes]) -> tuple[list[dict], Protocol
     out: list[dict] = []
     try:
         for c in chunks:
-            dec.feed(c)
+            dec.receive(c)
             while (f := dec.next_frame()) is not None:
                 out.append(to_json(f))
-        dec.eof()
+        dec.end_of_input()
     except ProtocolError as e:
         return out, e
     return out, None

@@ -8,10 +8,10 @@ or limits.
 Decoding, frame by frame::
 
     dec = FrameDecoder(max_frame_size=65536)
-    dec.feed(chunk)                      # any chunking
+    dec.receive(chunk)                   # any chunking
     while (frame := dec.next_frame()) is not None:
         ...                              # Hello, Request, Rows, ... (validated)
-    dec.eof()                            # raises ProtocolError(TRUNCATED) if mid-frame
+    dec.end_of_input()                   # raises ProtocolError(TRUNCATED) if mid-frame
 
 A connection (handshake, ids, credit, continuation, drain), here the parent's::
 
@@ -1063,7 +1063,7 @@ def parse_payload(ftype: int, flags: int, id: int, payload: memoryview) -> Frame
 class FrameDecoder:
     """Incremental, validating frame decoder.
 
-    Feed bytes in any chunking with :meth:`feed`; pull frames with :meth:`next_frame` until it
+    Add bytes in any chunking with :meth:`receive`; pull frames with :meth:`next_frame` until it
     returns None. Each header is checked (size limit first) as soon as its 16 bytes are in, before
     any payload is awaited or allocated. A frame that lies inside one fed ``bytes`` chunk is
     sliced out of it without copying; a frame spanning chunks is gathered into one buffer of
@@ -1110,7 +1110,7 @@ class FrameDecoder:
             spares.append(big)
         return big
 
-    def feed(self, data: Buffer) -> None:
+    def receive(self, data: Buffer) -> None:
         """Add received bytes. ``bytes`` are referenced, not copied; other buffers are copied."""
         if self._error is not None:
             self._raise_dead()
@@ -1158,7 +1158,7 @@ class FrameDecoder:
         if self._into_frame:
             self._big_fill += n
         elif n:
-            self.feed(bytes(self._read_view[:n]))  # type: ignore[index]
+            self.receive(bytes(self._read_view[:n]))  # type: ignore[index]
 
     def front(self) -> tuple[memoryview, int] | None:
         """The received bytes and the offset of the next frame in them, when the decoder is
@@ -1243,7 +1243,7 @@ class FrameDecoder:
         self._big_hdr = (ftype, flags, id)
         return None
 
-    def eof(self) -> None:
+    def end_of_input(self) -> None:
         """The stream ended: raises TRUNCATED if it ended inside a frame."""
         if self._error is not None:
             self._raise_dead()
@@ -1274,11 +1274,11 @@ class FrameDecoder:
 def decode_all(data: Buffer, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> list[Frame]:
     """Decode a complete byte string into frames (raises on any error, including TRUNCATED)."""
     dec = FrameDecoder(max_frame_size)
-    dec.feed(data)
+    dec.receive(data)
     out = []
     while (f := dec.next_frame()) is not None:
         out.append(f)
-    dec.eof()
+    dec.end_of_input()
     return out
 
 
@@ -1389,7 +1389,7 @@ class Connection:
         # The receiving operations are the decoder's own methods (the same behaviour, one call
         # fewer on every read).
         dec = self._decoder
-        self.receive = dec.feed  # type: ignore[method-assign]
+        self.receive = dec.receive  # type: ignore[method-assign]
         self.read_buffer = dec.read_buffer  # type: ignore[method-assign]
         self.received = dec.received  # type: ignore[method-assign]
 
@@ -1467,7 +1467,7 @@ class Connection:
 
     def receive(self, data: Buffer) -> None:
         """Received bytes (``bytes`` are referenced, other buffers copied)."""
-        self._decoder.feed(data)
+        self._decoder.receive(data)
 
     def read_buffer(self) -> memoryview:
         """Where to read the next bytes (then call :meth:`received`): the missing part of a
@@ -1482,7 +1482,7 @@ class Connection:
         """The peer closed: raises TRUNCATED if it closed inside a frame (the core is then
         failed); otherwise fine. The driver ends what is in flight (:meth:`in_flight_ids`)."""
         try:
-            self._decoder.eof()
+            self._decoder.end_of_input()
         except ProtocolError as e:
             if self._failure is None:
                 self._failure = ProtocolError(e.code, e.message, id=e.id)
