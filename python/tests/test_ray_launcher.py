@@ -48,7 +48,8 @@ def test_ray_workers_serve_and_a_killed_actor_is_replaced(ray_cluster: None) -> 
             while not any(w.requests for w in pool.workers):
                 await asyncio.sleep(0.01)
             victim = next(w for w in pool.workers if w.requests)
-            ray.kill(_actor_of(victim), no_restart=True)
+            doomed = _actor_of(victim)
+            ray.kill(doomed, no_restart=True)
             with pytest.raises(wirepool.WorkerExited) as e:
                 await asyncio.wait_for(call, 30)
             assert e.value.details["connection"] == "lost"
@@ -58,6 +59,11 @@ def test_ray_workers_serve_and_a_killed_actor_is_replaced(ray_cluster: None) -> 
                 await asyncio.sleep(0.05)
             assert pool.metrics()["restarts"] == 1
             assert await pool.call("add", {"a": 2, "b": 2}) == {"sum": 4}
+            # The lost worker's actor gets the goodbye grace to end by itself before the launcher
+            # stops it; the replacement usually comes sooner (10 ms backoff).
+            while id(doomed) in launcher.actors:
+                assert time.monotonic() < deadline, "the lost worker's actor was never stopped"
+                await asyncio.sleep(0.05)
             assert len(launcher.actors) == 2
         assert not launcher.actors  # every actor killed with its worker
     asyncio.run(asyncio.wait_for(main(), 170))
