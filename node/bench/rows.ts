@@ -4,7 +4,7 @@
 // RowsBuilder.append against RowsBuilder.appendText). Not a test: numbers only.
 //
 //   npm run build:test && node build/bench/rows.js [--rows N] [--repeats R]
-import { json } from "../src/codecs/index.js";
+import { type Codec, json, msgpack } from "../src/codecs/index.js";
 import { CodecId, Connection, encodeFrames, FrameDecoder, FrameType, MethodKind, type RowsFrame } from "../src/proto/index.js";
 
 function arg(name: string, dflt: number): number {
@@ -20,7 +20,7 @@ function smallRow(i: number): { i: number; name: string; kind: string } {
 }
 
 /** ROWS frames of the small rows, about 64 KiB each, decoded by the core (views of one buffer). */
-function frames(bigInts: boolean): RowsFrame[] {
+function frames(bigInts: boolean, c: Codec = json): RowsFrame[] {
   const out: RowsFrame[] = [];
   let rows: Buffer[] = [];
   let bytes = 0;
@@ -32,8 +32,9 @@ function frames(bigInts: boolean): RowsFrame[] {
     bytes = 0;
   };
   for (let i = 0; i < ROWS; i++) {
-    const text = bigInts && i % 100 === 0 ? `{"i":${i},"big":18446744073709551615}` : JSON.stringify(smallRow(i));
-    const r = Buffer.from(text);
+    const r = c === json
+      ? Buffer.from(bigInts && i % 100 === 0 ? `{"i":${i},"big":18446744073709551615}` : JSON.stringify(smallRow(i)))
+      : Buffer.from(c.encode(bigInts && i % 100 === 0 ? { i, big: 18446744073709551615n } : smallRow(i)));
     rows.push(r);
     bytes += r.length;
     if (bytes >= FRAME_BYTES) flush();
@@ -42,21 +43,21 @@ function frames(bigInts: boolean): RowsFrame[] {
   return out;
 }
 
-function decodePerRow(fs: RowsFrame[]): number {
+function decodePerRow(fs: RowsFrame[], c: Codec = json): number {
   let n = 0;
   for (const f of fs) {
     const out = new Array(f.rows.length);
-    for (let i = 0; i < f.rows.length; i++) out[i] = json.decode(f.rows[i]);
+    for (let i = 0; i < f.rows.length; i++) out[i] = c.decode(f.rows[i]);
     n += out.length;
   }
   return n;
 }
 
-function decodeRows(fs: RowsFrame[]): number {
+function decodeRows(fs: RowsFrame[], c: Codec = json): number {
   let n = 0;
   for (const f of fs) {
     const out: unknown[] = [];
-    json.decodeRows!(f.rows, 0, out);
+    c.decodeRows!(f.rows, 0, out);
     n += out.length;
   }
   return n;
@@ -105,6 +106,24 @@ function encodeText(): number {
   return ROWS;
 }
 
+function packAppend(): number {
+  const { worker, b } = builder();
+  for (let i = 0; i < ROWS; i++) {
+    b.append(msgpack.encode(smallRow(i)));
+    if (b.payloadLength >= FRAME_BYTES) {
+      b.finish();
+      worker.takeOutput();
+    }
+  }
+  return ROWS;
+}
+
+function packOnly(): number {
+  let n = 0;
+  for (let i = 0; i < ROWS; i++) n += msgpack.encode(smallRow(i)).length;
+  return n > 0 ? ROWS : 0;
+}
+
 function stringifyOnly(): number {
   let n = 0;
   for (let i = 0; i < ROWS; i++) n += json.encodeString!(smallRow(i)).length;
@@ -121,17 +140,32 @@ function rate(f: () => number): number {
 
 const plain = frames(false);
 const mixed = frames(true);
+// msgpackr caches a DataView on each Buffer it reads: fresh frames for every run, as received.
+let packed: RowsFrame[] = [];
+let packedMixed: RowsFrame[] = [];
 const cases: [string, () => number][] = [
   ["parent decode, json.decode per row", () => decodePerRow(plain)],
   ["parent decode, json.decodeRows", () => decodeRows(plain)],
   ["parent decode 1% u64 rows, per row", () => decodePerRow(mixed)],
   ["parent decode 1% u64 rows, decodeRows", () => decodeRows(mixed)],
+  ["parent decode, msgpack.decode per row", () => decodePerRow(packed, msgpack)],
+  ["parent decode, msgpack.decodeRows", () => decodeRows(packed, msgpack)],
+  ["parent decode msgpack 1% u64, per row", () => decodePerRow(packedMixed, msgpack)],
+  ["parent decode msgpack 1% u64, decodeRows", () => decodeRows(packedMixed, msgpack)],
   ["worker encode, stringify only", stringifyOnly],
+  ["worker encode msgpack, pack only", packOnly],
+  ["worker encode msgpack, pack + append", packAppend],
   ["worker encode, Buffer per row + append", encodeBuffers],
   ["worker encode, appendText", encodeText],
 ];
 const results = new Map<string, number[]>(cases.map(([k]) => [k, []]));
-for (let r = 0; r < REPEATS; r++) for (const [k, f] of cases) results.get(k)!.push(rate(f));
+for (let r = 0; r < REPEATS; r++) {
+  for (const [k, f] of cases) {
+    packed = frames(false, msgpack);
+    packedMixed = frames(true, msgpack);
+    results.get(k)!.push(rate(f));
+  }
+}
 for (const [k, v] of results) {
   v.sort((a, b) => a - b);
   console.log(`${k.padEnd(42)} rows per CPU second min ${(v[0] / 1e6).toFixed(2)}M median ${(v[v.length >> 1] / 1e6).toFixed(2)}M max ${(v[v.length - 1] / 1e6).toFixed(2)}M`);

@@ -20,7 +20,7 @@
  */
 
 import { Decoder as CborDecoder, Encoder as CborEncoder } from "cbor-x";
-import { Packr } from "msgpackr";
+import { Packr, Unpackr } from "msgpackr";
 import { CodecId } from "../proto/constants.js";
 import { parseJson, parseJsonRows, stringifyJson } from "./json.js";
 
@@ -131,6 +131,63 @@ function widenInts(value: unknown): unknown {
   return out ?? value;
 }
 
+// msgpackr reads strings in JS (with its key cache) only when the source ends before byte 140
+// (`srcEnd < 140`, an absolute offset), else it calls its native extractor per string, which costs
+// more than a small row. So a small row is copied into this scratch buffer and read there; its
+// binary values are copied out (copyBuffers), as the scratch is overwritten by the next row.
+const SMALL_ROW = 140;
+const scratch = Buffer.alloc(SMALL_ROW);
+const scratchUnpackr = new Unpackr({ useRecords: false, int64AsType: "auto" as "bigint", mapsAsObjects: true, copyBuffers: true });
+
+/** The bounds of one row in its frame, reused: msgpackr reads `start` and `end` and keeps nothing. */
+const rowBounds = { start: 0, end: 0 };
+
+/**
+ * Unpacks each row (one MessagePack value) of `rows[start..]` into `out`, in order: the values
+ * `msgpack.decode` gives row by row. msgpackr makes a DataView for each Buffer it reads (and adds
+ * it to the Buffer as a property), which dominates a small row read from its own view. Rows that
+ * are views of one buffer (a ROWS frame's) are read instead from a reused scratch buffer (small
+ * rows) or from one view of the frame's span with each row's bounds: one DataView per frame.
+ * Every row is still read alone and must end exactly at its bound: a row that reads past its end
+ * or stops short fails by itself.
+ * @throws the first bad row's error; `out` then holds the values of the rows before it.
+ */
+export function unpackRows(rows: readonly Buffer[], start: number, out: unknown[]): void {
+  const n = rows.length;
+  if (n - start < 2) {
+    for (let i = start; i < n; i++) out.push(packr.unpack(rows[i]));
+    return;
+  }
+  const first = rows[start];
+  const last = rows[n - 1];
+  const base = first.byteOffset;
+  const span = last.byteOffset + last.length - base;
+  if (span <= 0 || first.buffer !== last.buffer) {
+    for (let i = start; i < n; i++) out.push(packr.unpack(rows[i]));
+    return;
+  }
+  const whole = Buffer.from(first.buffer, base, span);
+  for (let i = start; i < n; i++) {
+    const r = rows[i];
+    const a = r.byteOffset - base;
+    const b = a + r.length;
+    // An empty row: msgpackr takes end 0 as "to the end of the source", so it is read alone
+    // (and fails). A row outside the span is no slice of `whole`.
+    if (r.length === 0 || a < 0 || b > span || r.buffer !== first.buffer) {
+      out.push(packr.unpack(r));
+      continue;
+    }
+    if (r.length < SMALL_ROW) {
+      scratch.set(r);
+      out.push(scratchUnpackr.unpack(scratch, r.length));
+      continue;
+    }
+    rowBounds.start = a;
+    rowBounds.end = b;
+    out.push(packr.unpack(whole, rowBounds));
+  }
+}
+
 /** MessagePack through msgpackr; integers keep their type whatever their size. */
 export const msgpack: Codec = {
   id: CodecId.MSGPACK,
@@ -141,6 +198,7 @@ export const msgpack: Codec = {
   decode(bytes: Buffer): unknown {
     return packr.unpack(bytes);
   },
+  decodeRows: unpackRows,
 };
 
 const cborEncoder = new CborEncoder({ useRecords: false, tagUint8Array: false, mapsAsObjects: true });
