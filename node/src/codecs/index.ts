@@ -9,6 +9,7 @@
  * | `json` | 1 | JSON text; integers beyond ±(2^53 - 1) as `bigint`, so u64/i64 values round-trip |
  * | `msgpack` | 2 | MessagePack ([msgpackr](https://github.com/kriszyp/msgpackr)); 64-bit integers beyond the safe range as `bigint` |
  * | `cbor` | 3 | CBOR ([cbor-x](https://github.com/kriszyp/cbor-x)); 64-bit integers beyond the safe range as `bigint` |
+ * | `arrow` | 4 | an Arrow IPC stream of one apache-arrow `Table`; needs the optional package [apache-arrow](https://www.npmjs.com/package/apache-arrow) (see `./arrow.ts`) |
  *
  * @example
  * ```ts
@@ -22,12 +23,14 @@
 import { Decoder as CborDecoder, Encoder as CborEncoder } from "cbor-x";
 import { Packr, Unpackr } from "msgpackr";
 import { CodecId } from "../proto/constants.js";
+import { arrowCodec } from "./arrow.js";
 import { parseJson, parseJsonRows, stringifyJson } from "./json.js";
 
+export { arrowAvailable, arrowCodec, type ArrowModule } from "./arrow.js";
 export { parseJson, parseJsonRows, stringifyJson } from "./json.js";
 
 /** The name of a codec this SDK ships. */
-export type CodecName = "raw" | "json" | "msgpack" | "cbor";
+export type CodecName = "raw" | "json" | "msgpack" | "cbor" | "arrow";
 
 /** One codec: its wire id and name, and how values become bytes and back. */
 export interface Codec {
@@ -241,24 +244,32 @@ export const cbor: Codec = {
   },
 };
 
-/** Every codec this SDK ships, by name. */
-export const CODECS: Readonly<Record<CodecName, Codec>> = { raw, json, msgpack, cbor };
+/** Every codec this SDK ships that needs no optional package, by name (`arrow` is {@link arrowCodec}). */
+export const CODECS: Readonly<Record<Exclude<CodecName, "arrow">, Codec>> = { raw, json, msgpack, cbor };
 
 const BY_ID = new Map<number, Codec>(Object.values(CODECS).map((c) => [c.id, c]));
 
 /**
  * A codec by name, or the codec itself (so options may pass a custom {@link Codec}, e.g. a
  * private-use id 128-255).
- * @throws TypeError for an unknown name.
+ * @throws TypeError for an unknown name; Error for `arrow` without its optional package.
  */
 export function codec(nameOrCodec: CodecName | Codec): Codec {
   if (typeof nameOrCodec !== "string") return nameOrCodec;
+  if (nameOrCodec === "arrow") return arrowCodec();
   const c = (CODECS as Record<string, Codec | undefined>)[nameOrCodec];
-  if (c === undefined) throw new TypeError(`unknown codec ${JSON.stringify(nameOrCodec)} (known: ${Object.keys(CODECS).join(", ")})`);
+  if (c === undefined) throw new TypeError(`unknown codec ${JSON.stringify(nameOrCodec)} (known: ${Object.keys(CODECS).join(", ")}, arrow)`);
   return c;
 }
 
-/** The shipped codec with wire id `id`, or undefined. */
+/** The shipped codec with wire id `id`, or undefined (also for Arrow without apache-arrow). */
 export function codecById(id: number): Codec | undefined {
+  if (id === CodecId.ARROW_IPC) {
+    try {
+      return arrowCodec();
+    } catch {
+      return undefined;
+    }
+  }
   return BY_ID.get(id);
 }
