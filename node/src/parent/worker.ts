@@ -9,7 +9,7 @@
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { constants as osConstants } from "node:os";
-import { readFileSync } from "node:fs";
+import { readFileSync, readSync } from "node:fs";
 import type { Socket } from "node:net";
 import { Connection, EventType, type ConnectionEvent } from "../proto/connection.js";
 import { ErrorCode, FrameType, MethodKind } from "../proto/constants.js";
@@ -134,6 +134,10 @@ export class WorkerProcess {
   private exitSignal: number | null = null;
   private exited = false;
   private outputsOpen = 0;
+  /** The connection's end of file (or read error) has been seen: every byte of it was fed. */
+  private socketEnded = false;
+  /** A write failed (the worker closed its end): nothing more is written, the rest is read. */
+  private writeFailed = false;
   private readonly tail: string[] = [];
   private partial: Record<"stdout" | "stderr", string> = { stdout: "", stderr: "" };
   private readonly nonce = Buffer.alloc(8);
@@ -181,6 +185,10 @@ export class WorkerProcess {
       this.watchOutput(child.stderr!, "stderr");
       const sock = child.stdio[3] as Socket;
       this.socket = sock;
+      this.keepReadingAfterWriteError(sock);
+      // The connection counts as an output: requests end only once every byte the worker sent
+      // before it left has been read and fed to the core (8.4: GOODBYE and the frames before it).
+      this.outputsOpen++;
       sock.on("data", (chunk: Buffer) => this.onData(chunk));
       sock.on("end", () => this.onEof());
       sock.on("error", () => this.onEof());
@@ -194,6 +202,45 @@ export class WorkerProcess {
         );
       }, s.startupTimeoutMs);
     });
+  }
+
+  /**
+   * A write fails (EPIPE) once the worker has closed its end, and Node's socket then destroys
+   * itself, dropping what the worker wrote before it left (its last RESULTs, ERRORs, GOODBYE)
+   * still unread in the receive buffer: those requests would end WORKER_EXITED instead of with
+   * the worker's own outcome. So before that destroy, the rest is read here, synchronously (the
+   * peer is gone: nothing more can arrive), and fed to the core, then the end of file is handled.
+   */
+  private keepReadingAfterWriteError(sock: Socket): void {
+    const destroy = sock.destroy;
+    sock.destroy = (error?: Error): Socket => {
+      if (error !== undefined && (error as NodeJS.ErrnoException).syscall === "write" && !this.socketEnded) {
+        this.writeFailed = true;
+        this.readRest(sock);
+        this.onEof();
+      }
+      return destroy.call(sock, error);
+    };
+  }
+
+  /** Feeds the core what is left of the connection: Node's buffer, then the kernel's. */
+  private readRest(sock: Socket): void {
+    while (sock.readableLength > 0 && sock.read() !== null) {
+      // read() emits 'data': onData has it
+    }
+    const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    if (fd === undefined || fd < 0) return;
+    const buf = Buffer.allocUnsafe(64 * 1024);
+    for (;;) {
+      let n: number;
+      try {
+        n = readSync(fd, buf);
+      } catch {
+        return; // EAGAIN (nothing left) or ECONNRESET (the worker left bytes of ours unread)
+      }
+      if (n === 0 || this.state === "dead" || this.brokenBy !== null) return;
+      this.onData(Buffer.from(buf.subarray(0, n)));
+    }
   }
 
   private spawnFailed(e: unknown): void {
@@ -261,7 +308,7 @@ export class WorkerProcess {
     const sock = this.socket;
     if (this.conn.outputLength() === 0) return;
     const bufs = this.conn.takeOutput();
-    if (sock === null || sock.destroyed) return;
+    if (sock === null || sock.destroyed || this.writeFailed) return;
     if (bufs.length === 1) {
       sock.write(bufs[0]);
       return;
@@ -548,7 +595,15 @@ export class WorkerProcess {
   }
 
   private onEof(): void {
-    if (this.state === "dead") return;
+    if (this.socketEnded) return;
+    this.socketEnded = true;
+    this.outputsOpen--;
+    if (this.state !== "dead") this.connectionEnded();
+    if (this.outputsOpen === 0 && this.exited && this.exitWait !== null) this.finish();
+  }
+
+  /** The worker sent all it will: the core is told, nothing new is routed here. */
+  private connectionEnded(): void {
     if (this.brokenBy === null) {
       try {
         this.conn.endOfInput();
@@ -614,9 +669,13 @@ export class WorkerProcess {
     this.exitSignal = signal === null ? null : (SIGNALS[signal] ?? null);
     if (this.killTimer !== null) clearTimeout(this.killTimer);
     this.killTimer = null;
-    // Its last stderr lines may still be in the pipe: wait for the pipes to close, bounded.
+    // Its last frames may still be unread on the connection and its last stderr lines in the
+    // pipe: wait for the connection's end of file and the pipes to close, bounded (a process it
+    // left behind may hold them open).
     if (this.outputsOpen === 0) this.finish();
-    else this.exitWait = setTimeout(() => this.finish(), EXIT_OUTPUT_WAIT_MS);
+    // One poll of the event loop after the timer (setImmediate) reads what is ready, even when a
+    // long callback delayed the timer past the bound.
+    else this.exitWait = setTimeout(() => setImmediate(() => this.finish()), EXIT_OUTPUT_WAIT_MS);
   }
 
   private finish(): void {
