@@ -126,11 +126,11 @@ test("100 MiB of stderr: the pool keeps serving, memory stays bounded, a later e
 
 test("close() with calls and streams in flight: each ends in exactly one outcome, no process left", T, async () => {
   // The kill that backs up a worker which does not leave comes a goodbye grace after the drain's;
-  // a long one, so a worker slowed by a loaded machine still answers before it. A small credit
-  // window keeps what the worker has queued for the streams when it leaves small: the Node worker
-  // gives its last writes a fixed 2 s (EXIT_WRITE_GRACE_MS), and a parent starved of CPU was seen
-  // reading ~250 KB/s, so with the default 1 MiB window its terminals were cut off.
-  const pool = await start({ workers: 2, maxInFlight: 3, goodbyeGraceMs: 5_000, initialCredit: 64 * 1024 });
+  // a long one, so a worker slowed by a loaded machine still answers before it. The default 1 MiB
+  // credit window leaves up to ~1 MiB of rows queued in the worker when it leaves; a parent
+  // starved of CPU was seen reading ~250 KB/s, and the worker's terminals still arrive because it
+  // waits for its writes while they progress (EXIT_WRITE_STALL_MS), not for a fixed time.
+  const pool = await start({ workers: 2, maxInFlight: 3, goodbyeGraceMs: 10_000 });
   const pids = alivePids(pool);
   assert.equal(pids.length, 2);
   const outcomes = new Map<string, string[]>();

@@ -25,8 +25,12 @@ const ROWS_FLUSH_INTERVAL_MS = WORKER_DEFAULTS.rowsFlushIntervalMs;
 const ROWS_BATCH_BYTES = WORKER_DEFAULTS.rowsBatchBytes;
 /** How often the worker checks that its parent is still its parent (Node has no parent-death signal). */
 const PARENT_CHECK_MS = 1000;
-/** How long the worker waits for its last frames (GOODBYE, a fatal ERROR) to be written before it exits. */
-const EXIT_WRITE_GRACE_MS = 2000;
+/**
+ * How long the worker waits for its last frames (GOODBYE, a fatal ERROR) without the socket taking
+ * any byte before it exits anyway. Progress, not a total: a slow parent still reading a backlog of
+ * rows gets every frame; a parent that stopped reading cannot keep the worker alive.
+ */
+const EXIT_WRITE_STALL_MS = 2000;
 /** setTimeout's largest delay; a longer deadline re-arms (a u64 budget is valid, section 2). */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -457,11 +461,21 @@ class Runtime {
     if (this.parentTimer !== null) clearInterval(this.parentTimer);
     this.flush();
     const s = this.socket;
+    let pending = s.writableLength;
+    const watch = (): void => {
+      const now = s.writableLength;
+      if (now < pending) {
+        pending = now;
+        guard = setTimeout(watch, EXIT_WRITE_STALL_MS);
+      } else {
+        finish();
+      }
+    };
+    let guard = setTimeout(watch, EXIT_WRITE_STALL_MS);
     const finish = (): void => {
       clearTimeout(guard);
       this.resolveDone(status);
     };
-    const guard = setTimeout(finish, EXIT_WRITE_GRACE_MS);
     if (s.destroyed || s.writableFinished) {
       finish();
     } else {
