@@ -18,6 +18,13 @@ import { Worker } from ${JSON.stringify(SDK)};
 const w = new Worker();
 w.method("env", () => ({ fd: process.env.WIREPOOL_FD ?? null, pid: process.pid }));
 w.method("wait", () => new Promise(() => {}));
+w.stream("flood", async function* () {
+  const row = "x".repeat(1000);
+  for (let i = 0; ; i++) {
+    if (i === 1800) process.stderr.write("filled\\n"); // ~1.8 MiB of rows queued for the parent
+    yield row;
+  }
+});
 await w.serve();
 `;
 
@@ -47,18 +54,21 @@ class Peer {
   readonly conn = new Connection("parent");
   readonly events: ConnectionEvent[] = [];
   ended = false;
+  /** Read one chunk, then pause until the test resumes the socket (a slow consumer). */
+  trickle = false;
   private wake: () => void = () => {};
 
-  constructor(readonly sock: net.Socket) {
+  constructor(readonly sock: net.Socket, readonly initialCredit = 65536) {
     sock.on("data", (chunk: Buffer) => {
       this.conn.receive(chunk);
       for (let ev = this.conn.nextEvent(); ev !== null; ev = this.conn.nextEvent()) {
         if (ev.type === FrameType.HELLO) {
-          this.conn.sendWelcome({ version: 1, workerId: 1, maxFrameSize: 65536, initialCredit: 65536, heartbeatMs: 0, maxInFlight: 4, maxMessageSize: 1 << 20 });
+          this.conn.sendWelcome({ version: 1, workerId: 1, maxFrameSize: 65536, initialCredit: this.initialCredit, heartbeatMs: 0, maxInFlight: 4, maxMessageSize: 1 << 20 });
         }
         this.events.push(ev);
       }
       this.flush();
+      if (this.trickle) sock.pause();
       this.wake();
     });
     sock.on("end", () => {
@@ -104,15 +114,19 @@ function exitOf(child: ChildProcess): Promise<number | string> {
   });
 }
 
-async function startWorker(): Promise<{ peer: Peer; child: ChildProcess }> {
+async function startWorker(initialCredit?: number): Promise<{ peer: Peer; child: ChildProcess }> {
   const [ours, theirs] = await socketPair();
   const child = spawn(process.execPath, ["--input-type=module", "-e", WORKER], {
-    stdio: ["ignore", "inherit", "inherit", theirs],
+    stdio: ["ignore", "inherit", "pipe", theirs],
     env: { ...process.env, WIREPOOL_FD: "3" },
   });
   children.push(child);
   theirs.destroy(); // the parent closes its copy of the worker's end (section 1)
-  const peer = new Peer(ours);
+  child.stderr!.on("data", (d: Buffer) => {
+    if (d.includes("filled")) child.emit("filled");
+    else process.stderr.write(d);
+  });
+  const peer = new Peer(ours, initialCredit);
   await peer.until("the handshake", () => peer.conn.isOpen());
   return { peer, child };
 }
@@ -142,6 +156,32 @@ describe("worker process", { timeout: 60_000 }, () => {
     assert.ok(err !== undefined && err.type === FrameType.ERROR && err.code === 205);
     assert.equal(await exitOf(child), 0);
     await peer.until("end of file", () => peer.ended);
+  });
+
+  test("a parent reading a backlog slowly still gets the last frames: the worker waits while its writes progress", async () => {
+    // 2 MiB of credit and no grants: the worker queues ~2 MiB of rows, then DRAIN 0 cancels the
+    // stream. Read at one 64 KiB chunk per 100 ms, the backlog takes ~3 s to reach us, longer than
+    // the 2 s a worker once gave its last writes in total (its ERROR and GOODBYE were lost).
+    const { peer, child } = await startWorker(2 << 20);
+    const filled = new Promise((resolve) => child.once("filled", resolve));
+    peer.trickle = true;
+    peer.sock.pause();
+    const id = peer.conn.sendRequest(2, CodecId.JSON, 0, Buffer.from("null"));
+    peer.flush();
+    await filled;
+    peer.conn.sendDrain(0);
+    peer.flush();
+    const tick = setInterval(() => peer.sock.resume(), 100);
+    try {
+      await peer.until("GOODBYE", () => peer.events.some((e) => e.type === FrameType.GOODBYE));
+    } finally {
+      clearInterval(tick);
+    }
+    const err = peer.events.find((e) => e.id === id && e.type === FrameType.ERROR);
+    assert.ok(err !== undefined && err.type === FrameType.ERROR && err.code === 205);
+    peer.trickle = false;
+    peer.sock.resume();
+    assert.equal(await exitOf(child), 0);
   });
 
   test("a protocol violation: ERROR id 0 with its code, exit 1", async () => {

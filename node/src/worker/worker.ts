@@ -31,6 +31,16 @@ const PARENT_CHECK_MS = 1000;
  * rows gets every frame; a parent that stopped reading cannot keep the worker alive.
  */
 const EXIT_WRITE_STALL_MS = 2000;
+/**
+ * Bytes the socket has not yet handed to the kernel: its writable buffer, plus what libuv still
+ * holds of the write in progress (a large write stays whole in `writableLength` until it ends,
+ * so only libuv's queue shows it draining; the field is internal, hence the fallback).
+ */
+function unsentBytes(s: Duplex): number {
+  const handle = (s as unknown as { _handle?: { writeQueueSize?: number } })._handle;
+  return s.writableLength + (handle?.writeQueueSize ?? 0);
+}
+
 /** setTimeout's largest delay; a longer deadline re-arms (a u64 budget is valid, section 2). */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -461,9 +471,9 @@ class Runtime {
     if (this.parentTimer !== null) clearInterval(this.parentTimer);
     this.flush();
     const s = this.socket;
-    let pending = s.writableLength;
+    let pending = unsentBytes(s);
     const watch = (): void => {
-      const now = s.writableLength;
+      const now = unsentBytes(s);
       if (now < pending) {
         pending = now;
         guard = setTimeout(watch, EXIT_WRITE_STALL_MS);
