@@ -281,9 +281,17 @@ export class Connection {
         if (ev !== null) return ev;
       }
     } catch (e) {
-      if (e instanceof ProtocolError) this._failure = e;
+      if (e instanceof ProtocolError) this.failWith(e);
       throw e;
     }
+  }
+
+  /** The core is failed from now on; the messages in progress and the decoder's buffer go. */
+  private failWith(e: ProtocolError): void {
+    this._failure = e;
+    this.inbound.clear();
+    this.inboundSize = 0;
+    this.decoder.fail(e);
   }
 
   /** Appends every event available now to `out`; returns how many (a batch fast path, 14.4). */
@@ -333,7 +341,7 @@ export class Connection {
     try {
       this.decoder.end();
     } catch (e) {
-      if (e instanceof ProtocolError) this._failure = e;
+      if (e instanceof ProtocolError) this.failWith(e);
       throw e;
     }
   }

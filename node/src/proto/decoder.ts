@@ -96,6 +96,18 @@ export class FrameDecoder {
   }
 
   /**
+   * A fatal error (from this decoder or from the connection above it): the decoder is dead and
+   * lets go of its buffer, so a peer that failed mid-way through a huge frame does not keep it
+   * alive through the core the driver still holds.
+   */
+  fail(e: ProtocolError): void {
+    if (this.failed === null) this.failed = e;
+    this.buf = EMPTY;
+    this.start = this.tail = 0;
+    this.checked = false;
+  }
+
+  /**
    * Appends received bytes. A large chunk is kept as it is (not copied) when nothing is pending,
    * so the caller must not modify it afterwards: Node's socket chunks are never reused.
    */
