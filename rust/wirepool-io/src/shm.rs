@@ -303,6 +303,30 @@ impl Region {
     }
 }
 
+/// Descriptors that arrived with `recvmsg`, oldest first, each waiting for its SHM_REGION.
+pub type DescriptorQueue = Arc<std::sync::Mutex<std::collections::VecDeque<OwnedFd>>>;
+
+/// The core's mapper for a driver that reads with `recvmsg` (PROTOCOL.md 20.7): each
+/// SHM_REGION takes the oldest received descriptor and maps it with
+/// [`Region::map_received`]; none waiting is `SHM_BAD_DESCRIPTOR`.
+pub fn descriptor_mapper(queue: DescriptorQueue) -> wirepool_proto::shm::ShmMapper {
+    Box::new(move |region, size| {
+        let fd = queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front()
+            .ok_or_else(|| {
+                ProtocolError::new(
+                    ErrorCode::ShmBadDescriptor,
+                    0,
+                    format!("no descriptor for SHM_REGION {region}"),
+                )
+            })?;
+        let mapped = Region::map_received(fd, size)?;
+        Ok(Arc::new(mapped) as Arc<dyn wirepool_proto::shm::ShmMapping>)
+    })
+}
+
 /// The core asks a mapped region for the view of each SHM_BODY (PROTOCOL.md 20.7).
 impl wirepool_proto::shm::ShmMapping for Region {
     fn lend(

@@ -111,32 +111,19 @@ fn hello_for(worker: &Worker) -> Hello {
 
 /// Descriptors received with the socket's bytes, oldest first, until a SHM_REGION takes one.
 #[cfg(target_os = "linux")]
-type FdQueue = Arc<std::sync::Mutex<std::collections::VecDeque<std::os::fd::OwnedFd>>>;
+type FdQueue = wirepool_io::shm::DescriptorQueue;
 
 /// Sets the lane up on the core before the HELLO offers it: the mapper that checks and maps
 /// each region the parent announces, and the waker that sends releases (PROTOCOL.md 20.7).
 #[cfg(target_os = "linux")]
 fn set_up_lane(shared: &Arc<Shared>, threshold: usize) -> FdQueue {
     let fds: FdQueue = Arc::default();
-    let queue = Arc::clone(&fds);
     let weak = Arc::downgrade(shared);
     let mut guard = shared.lock();
     guard.shm_threshold = threshold;
-    guard.conn.set_shm_mapper(Box::new(move |region, size| {
-        let fd = queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop_front()
-            .ok_or_else(|| {
-                ProtocolError::new(
-                    ErrorCode::ShmBadDescriptor,
-                    0,
-                    format!("no descriptor for SHM_REGION {region}"),
-                )
-            })?;
-        let mapped = wirepool_io::shm::Region::map_received(fd, size)?;
-        Ok(Arc::new(mapped) as Arc<dyn wirepool_proto::shm::ShmMapping>)
-    }));
+    guard
+        .conn
+        .set_shm_mapper(wirepool_io::shm::descriptor_mapper(Arc::clone(&fds)));
     guard.conn.set_shm_release_waker(Arc::new(move || {
         if let Some(shared) = weak.upgrade() {
             shared.wake_writer.notify_one();

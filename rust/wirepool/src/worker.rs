@@ -219,7 +219,7 @@ struct ParentLane {
 }
 
 #[cfg(target_os = "linux")]
-type FdQueue = Arc<Mutex<std::collections::VecDeque<std::os::fd::OwnedFd>>>;
+type FdQueue = wirepool_io::shm::DescriptorQueue;
 
 impl DriverState {
     /// Reads once into the core's buffer: with `recvmsg` when the lane is on, its descriptors
@@ -1047,20 +1047,11 @@ fn send_request(
 #[cfg(target_os = "linux")]
 fn set_up_lane(worker: &Arc<Worker>, threshold: usize) {
     let fds: FdQueue = Arc::default();
-    let queue = fds.clone();
     let weak = Arc::downgrade(worker);
     let mut driver = worker.driver.lock().unwrap();
-    driver.conn.set_shm_mapper(Box::new(move |region, size| {
-        let fd = queue.lock().unwrap().pop_front().ok_or_else(|| {
-            ProtocolError::new(
-                ErrorCode::ShmBadDescriptor,
-                0,
-                format!("no descriptor for SHM_REGION {region}"),
-            )
-        })?;
-        let mapped = wirepool_io::shm::Region::map_received(fd, size)?;
-        Ok(Arc::new(mapped) as Arc<dyn wirepool_proto::shm::ShmMapping>)
-    }));
+    driver
+        .conn
+        .set_shm_mapper(wirepool_io::shm::descriptor_mapper(fds.clone()));
     driver.conn.set_shm_release_waker(Arc::new(move || {
         if let Some(worker) = weak.upgrade() {
             worker.writer_wake.notify_one();
