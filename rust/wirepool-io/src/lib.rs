@@ -82,6 +82,7 @@ impl Socket {
             buf.reserve(MIN_READ);
         }
         let room = buf.capacity() - buf.len();
+        let had = fds.len();
         loop {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             let read = guard.try_io(|fd| {
@@ -97,7 +98,10 @@ impl Socket {
                 Ok(n)
             });
             match read {
-                Ok(Ok(n)) if n > 0 && n < room => {
+                // A short read proves the socket empty only if it took no descriptor: the kernel
+                // ends a read after the message that carried them, whatever waits behind it, and
+                // forgetting that readiness would leave those bytes unread until more arrive.
+                Ok(Ok(n)) if n > 0 && n < room && fds.len() == had => {
                     guard.clear_ready();
                     return Poll::Ready(Ok(n));
                 }

@@ -37,7 +37,11 @@ mod linux {
         if let Ok(role) = std::env::var("WIREPOOL_SHM_CHILD") {
             return child(&role);
         }
-        let tests: [(&str, fn()); 6] = [
+        let tests: [(&str, fn()); 7] = [
+            (
+                "a_read_that_took_descriptors_keeps_readiness",
+                a_read_that_took_descriptors_keeps_readiness,
+            ),
             (
                 "cycles_leave_no_descriptor_or_mapping",
                 cycles_leave_no_descriptor_or_mapping,
@@ -185,6 +189,45 @@ mod linux {
             Ok(_) => panic!("a hostile descriptor was mapped"),
             Err(e) => e,
         }
+    }
+
+    /// The kernel ends a `recvmsg` after the message that carried descriptors even when more
+    /// bytes wait: that short read must not clear the socket's readiness, or the bytes behind it
+    /// (a SHM_BODY after its SHM_REGION) stay unread until the peer writes again (a hostile
+    /// worker's bounds violation went unnoticed for 30 s).
+    fn a_read_that_took_descriptors_keeps_readiness() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (a, b) = pair();
+            b.set_nonblocking(true).unwrap();
+            let sock = wirepool_io::Socket::new(b.into()).unwrap();
+            let owned = OwnedRegion::create(4096).unwrap();
+            // Both messages wait before the first read.
+            send_with_fds(a.as_fd(), &[IoSlice::new(b"region")], &[owned.as_fd()]).unwrap();
+            send_with_fds(a.as_fd(), &[IoSlice::new(b"body")], &[]).unwrap();
+            let mut buf = bytes::BytesMut::with_capacity(1024);
+            let mut fds = Vec::new();
+            let n = std::future::poll_fn(|cx| sock.poll_read_buf_fds(cx, &mut buf, &mut fds))
+                .await
+                .unwrap();
+            assert_eq!(
+                (n, fds.len()),
+                (6, 1),
+                "the read ends with the descriptors' message"
+            );
+            // The rest is read at once, not when the peer next writes (it never does here).
+            let waker = std::task::Waker::noop();
+            let mut cx = std::task::Context::from_waker(waker);
+            let rest = sock.poll_read_buf_fds(&mut cx, &mut buf, &mut fds);
+            assert!(
+                matches!(rest, std::task::Poll::Ready(Ok(4))),
+                "the bytes behind the descriptors' message: {rest:?}"
+            );
+            assert_eq!(&buf[..], b"regionbody");
+        });
     }
 
     fn hostile_descriptors_are_refused() {
