@@ -13,11 +13,12 @@ use wirepool_proto::{ErrorCode, Event, Hello, MethodInfo, MethodKind, ProtocolEr
 
 use crate::error::HandlerError;
 use crate::handler_threads::{HandlerThreads, Task};
+use crate::remote::ParentWatch;
 use crate::sink::RowBatcher;
 use crate::state::{send_error, CancelReason, RequestShared, Shared, Terminal};
+use crate::transport::Transport;
 use crate::worker::{Handler, Method, Worker};
 use wirepool_io::outbox::WriteQueue;
-use wirepool_io::Socket;
 
 /// The environment variable holding the inherited socket's descriptor number.
 pub const FD_ENV: &str = "WIREPOOL_FD";
@@ -136,10 +137,26 @@ fn protocol_io_error(e: ProtocolError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<()> {
-    let socket = Arc::new(Socket::new(socket.into())?);
+/// Serves the parent on `socket` until GOODBYE, end of file or an error. `watch` is a remote
+/// worker's clock on its parent (PROTOCOL.md 21.5); a remote worker offers no shared memory.
+pub(crate) async fn serve(
+    mut worker: Worker,
+    socket: Transport,
+    watch: Option<Arc<ParentWatch>>,
+) -> io::Result<()> {
+    if watch.is_some() {
+        worker.shm_threshold = None;
+    }
+    let socket = Arc::new(socket);
     let hello = hello_for(&worker);
     let shared = Shared::new();
+    #[cfg(feature = "remote")]
+    if let Transport::Tls(tls) = &*socket {
+        tls.set_writer(&shared);
+    }
+    if let Some(watch) = &watch {
+        tokio::spawn(Arc::clone(watch).run(Arc::clone(&shared)));
+    }
     #[cfg(target_os = "linux")]
     let fds = worker.shm_threshold.map(|t| set_up_lane(&shared, t));
     {
@@ -164,9 +181,16 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
         inline_req: None,
         #[cfg(target_os = "linux")]
         fds,
+        watch,
     };
     let outcome = driver.read_loop(&socket).await;
     match &outcome {
+        Ok(Exit::ParentGone(why)) => {
+            // As after end of file (21.5), saying why.
+            eprintln!("wirepool worker: the parent is gone: {why}; exiting");
+            driver.cancel_all();
+            writer.abort();
+        }
         Ok(Exit::Goodbye) => {
             // GOODBYE is queued and the outbox closed: the writer ends once it is written.
             let _ = tokio::time::timeout(FINAL_WRITE_TIMEOUT, writer).await;
@@ -202,6 +226,8 @@ pub(crate) async fn serve(worker: Worker, socket: StdUnixStream) -> io::Result<(
 enum Exit {
     Goodbye,
     Eof,
+    /// A remote worker's clock found its parent silent (PROTOCOL.md 21.5).
+    ParentGone(String),
 }
 
 struct Driver {
@@ -223,12 +249,23 @@ struct Driver {
     /// reads with `recvmsg` from its HELLO on, PROTOCOL.md 20.5).
     #[cfg(target_os = "linux")]
     fds: Option<FdQueue>,
+    /// A remote worker's watch on its parent.
+    watch: Option<Arc<ParentWatch>>,
+}
+
+/// Resolves when a remote worker's parent is judged gone; never for a local one.
+async fn parent_gone(watch: Option<&ParentWatch>) -> String {
+    match watch {
+        Some(watch) => watch.gone().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Driver {
-    async fn read_loop(&mut self, socket: &Socket) -> io::Result<Exit> {
+    async fn read_loop(&mut self, socket: &Transport) -> io::Result<Exit> {
         let mut events = Vec::new();
         let mut spare = bytes::BytesMut::with_capacity(64 * 1024);
+        let watch = self.watch.clone();
         loop {
             loop {
                 let drained = self.shared.out_drained.notified();
@@ -240,6 +277,7 @@ impl Driver {
                 tokio::select! {
                     _ = drained => {}
                     _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
+                    why = parent_gone(watch.as_deref()) => return Ok(Exit::ParentGone(why)),
                 }
             }
             // The core owns the receive buffer; borrow it for the read so the lock is not held
@@ -261,6 +299,7 @@ impl Driver {
                     socket.poll_read_buf(cx, &mut buf)
                 }) => read,
                 _ = self.goodbye.notified() => return Ok(Exit::Goodbye),
+                why = parent_gone(watch.as_deref()) => return Ok(Exit::ParentGone(why)),
             };
             #[cfg(target_os = "linux")]
             if let Err(e) = &read {
@@ -323,7 +362,7 @@ impl Driver {
     /// Ends the handling of one read: what it queued is written now, in one write from this
     /// task, when the writer task is idle (the latency path of one call at a time: no task
     /// switch before the answer leaves); anything left over goes to the writer task.
-    fn end_pass(&self, socket: &Socket) {
+    fn end_pass(&self, socket: &Transport) {
         let mut guard = self.shared.lock();
         let state = &mut *guard;
         state.reader_flushes = false;
@@ -342,7 +381,8 @@ impl Driver {
                 }
             }
         }
-        let wake = !state.out.is_empty();
+        // TLS records the socket did not take are the writer's to send.
+        let wake = !state.out.is_empty() || socket.has_pending_output();
         drop(guard);
         if wake {
             self.shared.wake_writer.notify_one();
@@ -351,7 +391,17 @@ impl Driver {
 
     fn on_event(&mut self, event: Event) -> io::Result<()> {
         match event {
-            Event::Welcome(welcome) => self.welcome = Some(welcome),
+            Event::Welcome(welcome) => {
+                if let Some(watch) = &self.watch {
+                    watch.welcome(welcome.heartbeat_ms);
+                }
+                self.welcome = Some(welcome);
+            }
+            Event::Pong { nonce } => {
+                if let Some(watch) = &self.watch {
+                    watch.pong(nonce);
+                }
+            }
             Event::Request {
                 id,
                 method,
@@ -402,7 +452,7 @@ impl Driver {
                     format!("the parent closed the connection with error {code}: {message}"),
                 ));
             }
-            // PONG (we never ping), late frames for finished requests, and parent-only events.
+            // Late frames for finished requests, and parent-only events.
             _ => {}
         }
         Ok(())
@@ -601,7 +651,7 @@ async fn wait_until(
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> {
+async fn write_loop(shared: Arc<Shared>, socket: Arc<Transport>) -> io::Result<()> {
     let mut queue = WriteQueue::default();
     loop {
         let closed = {
@@ -616,6 +666,14 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> 
             state.closed
         };
         if queue.is_empty() {
+            // TLS records encrypted but not yet taken by the socket go before the writer sleeps.
+            while socket.has_pending_output() {
+                match socket.flush_pending() {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
+                    Err(e) => return Err(e),
+                }
+            }
             if closed {
                 let _ = socket.shutdown_write();
                 return Ok(());
@@ -651,7 +709,7 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Socket>) -> io::Result<()> 
 
 #[cfg(target_os = "linux")]
 fn write_with_fds(
-    socket: &Socket,
+    socket: &Transport,
     slices: &[std::io::IoSlice<'_>],
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> io::Result<usize> {
@@ -660,7 +718,7 @@ fn write_with_fds(
 
 #[cfg(not(target_os = "linux"))]
 fn write_with_fds(
-    socket: &Socket,
+    socket: &Transport,
     slices: &[std::io::IoSlice<'_>],
     _fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> io::Result<usize> {

@@ -6,6 +6,11 @@
 //! - **Handshake** (HELLO/WELCOME) on the socket inherited through `WIREPOOL_FD`; the variable is
 //!   removed and the descriptor made close-on-exec; on Linux the worker gets `SIGKILL` when its
 //!   parent dies, and it exits on end-of-file of its socket.
+//! - **Remote**: started without `WIREPOOL_FD` and with a join ticket (`WIREPOOL_TICKET` or
+//!   `WIREPOOL_TICKET_FILE`), the same binary connects to its parent over TCP + TLS 1.3, pins
+//!   the parent's certificate by the ticket's fingerprint, presents the ticket's secret and
+//!   serves the same protocol (PROTOCOL.md 21); it pings its parent and exits when three
+//!   heartbeats go unanswered. Cargo feature `remote` (default; rustls with ring).
 //! - **Batching**: rows are serialised straight into the `ROWS` frame being built; a frame goes
 //!   out when full (64 KiB by default), a few ms after its first row, and at the end. All output
 //!   frames are coalesced and written with one vectored syscall whenever the socket is free.
@@ -63,13 +68,18 @@ mod context;
 mod driver;
 mod error;
 mod handler_threads;
+mod remote;
 mod sink;
 mod state;
+#[cfg(feature = "remote")]
+mod tls;
+mod transport;
 mod worker;
 
 pub use context::Context;
 pub use driver::FD_ENV;
 pub use error::{HandlerError, StreamClosed};
+pub use remote::{TICKET_ENV, TICKET_FILE_ENV};
 pub use sink::{BlockingRowSink, RowSink};
 /// Arrow IPC helpers (cargo feature `arrow`): build the `Bytes` a handler returns or sends as a
 /// row for a method that accepts [`Codec::ArrowIpc`].

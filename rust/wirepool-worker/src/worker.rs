@@ -5,6 +5,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use crate::context::Context;
 use crate::error::HandlerError;
 use crate::sink::{BlockingRowSink, RowSink};
 use crate::state::{CancelReason, RequestShared, Terminal};
+use crate::transport::Transport;
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// An inline handler borrows its request's state, so the driver can reuse it.
@@ -367,13 +369,27 @@ impl Worker {
         self
     }
 
-    /// Serve the parent on the socket named by `WIREPOOL_FD` until it drains the worker, closes
-    /// the socket, or dies. Returns `Err` on a protocol violation or an I/O error.
+    /// Serve the parent until it drains the worker, closes the connection, or dies. Returns
+    /// `Err` on a protocol violation, an I/O error, or a join that failed.
     ///
-    /// The variable is removed from the environment and the descriptor marked close-on-exec, so
-    /// the worker's own children never inherit the connection. On Linux the process also asks
-    /// for `SIGKILL` when its parent dies.
+    /// Started by a local parent, the worker serves the socket named by `WIREPOOL_FD`: the
+    /// variable is removed from the environment and the descriptor marked close-on-exec, so the
+    /// worker's own children never inherit the connection; on Linux the process also asks for
+    /// `SIGKILL` when its parent dies.
+    ///
+    /// Without `WIREPOOL_FD`, it joins a remote parent (PROTOCOL.md 21) with the ticket in
+    /// `WIREPOOL_TICKET`, or in the file named by `WIREPOOL_TICKET_FILE` (both removed from the
+    /// environment): TCP and TLS 1.3 with the parent's certificate pinned by the ticket's
+    /// fingerprint, the ticket's secret, then the same protocol. It pings its parent and exits
+    /// (`Ok`, a line on stderr saying why) once three heartbeats go unanswered. The same binary
+    /// runs locally or remotely. TLS needs the cargo feature `remote` (on by default); without
+    /// it only a plain ticket for a loopback parent is usable.
     pub fn run(self) -> io::Result<()> {
+        if std::env::var_os(crate::driver::FD_ENV).is_none() {
+            if let Some(ticket) = crate::remote::ticket_from_env()? {
+                return self.join(ticket);
+            }
+        }
         let socket = crate::driver::take_inherited_socket()?;
         crate::driver::set_parent_death_signal();
         self.serve(socket)
@@ -382,13 +398,40 @@ impl Worker {
     /// Serve the parent on an already connected socket (tests, or a custom launcher).
     pub fn serve(self, socket: std::os::unix::net::UnixStream) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        let fd = socket.as_raw_fd();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .on_thread_park(move || wirepool_io::spin_until_readable(fd, SPIN_BEFORE_PARK))
-            .build()?;
-        runtime.block_on(crate::driver::serve(self, socket))
+        let fd = Arc::new(AtomicI32::new(socket.as_raw_fd()));
+        let runtime = runtime(fd)?;
+        runtime.block_on(async {
+            let socket = Transport::socket(socket.into())?;
+            crate::driver::serve(self, socket, None).await
+        })
     }
+
+    /// Join the remote parent named by `ticket` and serve it (no parent-death signal: the
+    /// parent is whatever started this process, not the pool; the heartbeat watches the pool).
+    fn join(self, ticket: crate::remote::Ticket) -> io::Result<()> {
+        let fd = Arc::new(AtomicI32::new(-1));
+        let runtime = runtime(Arc::clone(&fd))?;
+        runtime.block_on(async {
+            let (transport, connected_at) = crate::remote::connect(&ticket).await?;
+            fd.store(transport.raw_fd(), Ordering::Relaxed);
+            let watch = crate::remote::ParentWatch::new(connected_at);
+            crate::driver::serve(self, transport, Some(watch)).await
+        })
+    }
+}
+
+/// The worker's runtime: one I/O thread that watches the socket `fd` (once known) briefly
+/// before it sleeps.
+fn runtime(fd: Arc<AtomicI32>) -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(move || {
+            let fd = fd.load(Ordering::Relaxed);
+            if fd >= 0 {
+                wirepool_io::spin_until_readable(fd, SPIN_BEFORE_PARK);
+            }
+        })
+        .build()
 }
 
 /// How long the I/O thread watches the socket before it sleeps. A parent making one call at a
