@@ -53,6 +53,9 @@ RUNNERS: list[Runner] = [
            discover="wirepool_rust_pyworker", needs=("venv",)),
     Runner("wirepool_python", "wirepool", "wirepool, Python parent + Python worker",
            discover="wirepool_python", needs=("venv",)),
+    # The blocking Pool.call, one call at a time (W1 only; "unsupported" elsewhere).
+    Runner("wirepool_python_sync", "wirepool", "wirepool, Python parent (blocking Pool.call) + Python worker",
+           ("{python}", "{bench}/runners/wirepool_python.py", "--sync"), needs=("venv",)),
     # The Rust worker binary is built by wirepool_rust's --prepare (run before any scenario);
     # without it this runner answers "unsupported" with the reason.
     Runner("wirepool_python_rsworker", "wirepool", "wirepool, Python parent + Rust worker",

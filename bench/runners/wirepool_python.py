@@ -1,6 +1,6 @@
 """The wirepool runner with the Python parent (python/wirepool ``AsyncPool``).
 
-Usage: wirepool_python.py [--worker python|rust|node] '<scenario json>'
+Usage: wirepool_python.py [--worker python|rust|node] [--sync] '<scenario json>'
 
 Workers: ``wirepool_python_worker.py`` (Python SDK, this interpreter), the Rust bench worker
 ``rust/target/release/wirepool-bench-worker`` (built by ``wirepool_rust.sh --prepare``) or the
@@ -11,7 +11,10 @@ largest the protocol allows, offered by both worker SDKs: 1 MiB payloads travel 
 the raw codec for payloads, ``inflight`` tasks each keeping one call outstanding for pipelined
 echo, ``stream.batches()`` (a ROWS frame of rows decoded in one loop, with the scenario's codec:
 orjson, ormsgpack or cbor2 into dicts; raw rows stay memoryview slices) for rows, and a pool of
-``workers`` with two tasks in flight each for W5.
+``workers`` with two tasks in flight each for W5. ``--sync`` (runner ``wirepool_python_sync``)
+measures the blocking ``Pool.call`` instead, one call at a time (W1 only): the call a user moving
+from ``multiprocessing`` writes first. ``WIREPOOL_BENCH_PY_SDK`` names another folder holding a
+``wirepool`` package for the parent (an old copy, to alternate old and new in one session).
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from common import (echo_figures, figure, load_scenario, ok, payload_bytes, peak
                     unsupported)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.environ.get("WIREPOOL_BENCH_PY_SDK") or os.path.join(REPO, "python"))
 
 import wirepool  # noqa: E402
 
 WORKER_LANG = sys.argv[sys.argv.index("--worker") + 1] if "--worker" in sys.argv else "python"
-RUNNER = {"rust": "wirepool_python_rsworker", "node": "wirepool_python_nodeworker"}.get(
+SYNC = "--sync" in sys.argv
+RUNNER = "wirepool_python_sync" if SYNC else {
+    "rust": "wirepool_python_rsworker", "node": "wirepool_python_nodeworker"}.get(
     WORKER_LANG, "wirepool_python")
 RUST_WORKER = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "rust", "target")),
                            "release", "wirepool-bench-worker")
@@ -49,10 +54,13 @@ def worker_argv() -> list[str]:
                                          "wirepool_python_worker.py")]
 
 
+def pool_options(workers: int, max_in_flight: int, max_frame: int) -> dict:
+    return dict(workers=workers, max_in_flight=max_in_flight, max_frame_size=max_frame,
+                startup_timeout=20.0, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+
+
 def make_pool(workers: int, max_in_flight: int, max_frame: int = MAX_FRAME) -> wirepool.AsyncPool:
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
-    return wirepool.AsyncPool(worker_argv(), workers=workers, max_in_flight=max_in_flight,
-                              max_frame_size=max_frame, startup_timeout=20.0, env=env)
+    return wirepool.AsyncPool(worker_argv(), **pool_options(workers, max_in_flight, max_frame))
 
 
 def children_peak_kib(pool: wirepool.AsyncPool) -> int | None:
@@ -96,6 +104,39 @@ async def echo_window(pool, method: str, body: bytes, inflight: int, window: flo
 
     await asyncio.gather(*(one_slot() for _ in range(inflight)))
     return done[0], (clock() - start) / 1e9, []
+
+
+def sync_echo_window(pool: wirepool.Pool, body: bytes, window: float, min_calls: int,
+                     latency: bool, expect: int) -> tuple[int, float, list[int]]:
+    clock = time.perf_counter_ns
+    call = pool.call
+    lat: list[int] = []
+    calls = 0
+    now = start = clock()
+    deadline = start + int(window * 1e9)
+    while now < deadline or calls < min_calls:
+        t0 = now
+        if len(call("echo", body, codec="raw")) != expect:
+            raise RuntimeError(f"echo answered a different length than {expect}")
+        now = clock()
+        if latency:
+            lat.append(now - t0)
+        calls += 1
+    return calls, (now - start) / 1e9, lat
+
+
+def run_sync_echo(sc: dict) -> tuple[list[dict], int | None, str]:
+    body = payload_bytes(sc["payload"])
+    with wirepool.Pool(worker_argv(), **pool_options(1, 1, MAX_FRAME)) as pool:
+        sync_echo_window(pool, body, sc["warmup_s"], 1, False, sc["payload"])
+        results = [sync_echo_window(pool, body, sc["duration_s"], sc["min_calls"], True,
+                                    sc["payload"]) for _ in range(sc["repeats"])]
+        peaks = [peak_rss_kib(pid) for pid in pool.pids]
+        children = max((p for p in peaks if p is not None), default=None)
+    it = iter(results)
+    return (echo_figures(sc, lambda: next(it)), children,
+            f"Pool.call(codec='raw') from the main thread, {MAX_FRAME >> 10} KiB frames; "
+            "one call at a time")
 
 
 async def run_echo(sc: dict) -> tuple[list[dict], int | None, str]:
@@ -208,6 +249,14 @@ def main() -> None:
         return
     if WORKER_LANG == "node" and not os.path.exists(NODE_DIST):
         unsupported(RUNNER, sc, f"{NODE_DIST} not built (bench/runners/wirepool_node.mjs --prepare)")
+        return
+    if SYNC:
+        if sc["workload"] != "W1":
+            unsupported(RUNNER, sc, "the blocking Pool.call is measured one call at a time (W1) "
+                                    "only; wirepool_python measures AsyncPool elsewhere")
+            return
+        figs, children, notes = run_sync_echo(sc)
+        ok(RUNNER, sc, figs, peak_rss_kib(), children, notes)
         return
     codec = sc.get("codec", "json")
     if kind in ("rows", "slow_rows") and codec not in ("raw", *wirepool.codecs.available()):

@@ -99,9 +99,11 @@ def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
     assert len(names) == len(set(names))
     assert [r.name for r in RUNNERS if r.kind == "floor"] == ["floor_c"]
     # One wirepool runner per parent x worker language pair, the Rust pair with the shm lane
-    # off (the socket path beside the lane), and the lane's transport alone.
+    # off (the socket path beside the lane), the lane's transport alone, and the Python
+    # parent's blocking Pool.call (W1).
     assert {r.name for r in RUNNERS if r.kind == "wirepool"} == {
         "wirepool_rust", "wirepool_rust_pyworker", "wirepool_python", "wirepool_python_rsworker",
+        "wirepool_python_sync",
         "wirepool_shm_lane", "wirepool_shm_lane_pyparent", "wirepool_node", "wirepool_node_rsworker",
         "wirepool_rust_nodeworker", "wirepool_python_nodeworker", "wirepool_rust_socket"}
     for s in scenarios.build("full"):
