@@ -289,6 +289,8 @@ def test_shm_extension_matches_section_20():
     assert d["window"] == CONSTANTS["protocol_defaults"]["max_message_size"]
     assert d["shm_threshold"] == \
         _number(re.search(r"message bodies of at least ([\d,]+) bytes", flat).group(1))
+    assert d["shm_idle_retire_ms"] == \
+        _number(re.search(r"`shm_idle_retire` \(([\d,]+) ms in the SDKs", flat).group(1))
 
 
 def test_remote_workers_match_section_21():

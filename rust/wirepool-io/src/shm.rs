@@ -366,14 +366,28 @@ impl Drop for View {
 /// Region sizes are rounded up to this, so bodies of similar sizes reuse one region.
 const REGION_GRAIN: usize = 2 << 20;
 
+/// How long an owner keeps a region that no body used before it retires it (PROTOCOL.md 20.4,
+/// `shm_idle_retire`): a connection that stops sending large bodies holds no shared memory on
+/// either side a second later, while back-to-back calls keep reusing warm pages.
+pub const IDLE_RETIRE: std::time::Duration = std::time::Duration::from_millis(1000);
+
+/// One region this side lends from, and when a body last went into it.
+struct Kept {
+    id: u32,
+    region: OwnedRegion,
+    last_used: std::time::Instant,
+}
+
 /// The regions this side lends from on one connection (the owner's half of PROTOCOL.md 20.4):
 /// a body goes into a region none of which is lent (reused, so its pages are already
 /// there), else into a new one announced on the connection; free regions too small for the
-/// body are retired first, so live memory stays within the window. When nothing fits, the
-/// caller sends the body over the socket.
+/// body are retired first, so live memory stays within the window (and 64 regions). A region
+/// no body used for [`IDLE_RETIRE`] is retired by [`retire_idle`](Self::retire_idle), which
+/// the driver calls from its housekeeping. When nothing fits, the caller sends the body over
+/// the socket.
 #[derive(Default)]
 pub struct Regions {
-    regions: Vec<(u32, OwnedRegion)>,
+    regions: Vec<Kept>,
 }
 
 impl Regions {
@@ -395,7 +409,7 @@ impl Regions {
         let found = self
             .regions
             .iter()
-            .position(|(id, r)| free(*id) && r.len() >= len);
+            .position(|k| free(k.id) && k.region.len() >= len);
         let index = match found {
             Some(i) => i,
             None => {
@@ -403,12 +417,12 @@ impl Regions {
                 let small: Vec<u32> = self
                     .regions
                     .iter()
-                    .filter(|(id, r)| free(*id) && r.len() < len)
-                    .map(|(id, _)| *id)
+                    .filter(|k| free(k.id) && k.region.len() < len)
+                    .map(|k| k.id)
                     .collect();
                 for id in small {
                     if conn.send_shm_retire(id, out).is_ok() {
-                        self.regions.retain(|(r, _)| *r != id);
+                        self.regions.retain(|k| k.id != id);
                     }
                 }
                 let size = len.div_ceil(REGION_GRAIN) * REGION_GRAIN;
@@ -423,17 +437,53 @@ impl Regions {
                     out.detach_last_fd();
                     return None;
                 };
-                self.regions.push((id, region));
+                self.regions.push(Kept {
+                    id,
+                    region,
+                    last_used: std::time::Instant::now(),
+                });
                 self.regions.len() - 1
             }
         };
-        let (id, region) = &mut self.regions[index];
-        region.as_mut_slice()[..len].copy_from_slice(body);
+        let kept = &mut self.regions[index];
+        kept.last_used = std::time::Instant::now();
+        kept.region.as_mut_slice()[..len].copy_from_slice(body);
         Some(wirepool_proto::shm::ShmRange {
-            region: *id,
+            region: kept.id,
             offset: 0,
             length: len as u64,
         })
+    }
+
+    /// Retires (SHM_RETIRE to `out`, then unmaps and closes) every region with nothing lent
+    /// that no body used for [`IDLE_RETIRE`] before `now`; returns how many, so the driver
+    /// knows to write. A region still lent stays, and is retired at the first call after its
+    /// release. The peer unmaps a retired region at once (PROTOCOL.md 20.3).
+    pub fn retire_idle(
+        &mut self,
+        conn: &mut wirepool_proto::Connection,
+        out: &mut crate::outbox::Outbox,
+        now: std::time::Instant,
+    ) -> usize {
+        let Some(lender) = conn.shm_lender() else {
+            return 0;
+        };
+        let idle: Vec<u32> = self
+            .regions
+            .iter()
+            .filter(|k| {
+                now.saturating_duration_since(k.last_used) >= IDLE_RETIRE && !lender.is_lent(k.id)
+            })
+            .map(|k| k.id)
+            .collect();
+        let mut retired = 0;
+        for id in idle {
+            if conn.send_shm_retire(id, out).is_ok() {
+                self.regions.retain(|k| k.id != id);
+                retired += 1;
+            }
+        }
+        retired
     }
 
     /// Regions held (live on the connection).

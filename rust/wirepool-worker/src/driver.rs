@@ -133,6 +133,35 @@ fn set_up_lane(shared: &Arc<Shared>, threshold: usize) -> FdQueue {
     fds
 }
 
+/// Retires this worker's regions that no result used for `IDLE_RETIRE` (PROTOCOL.md 20.4), so
+/// an idle connection holds no shared memory; ends with the connection.
+#[cfg(target_os = "linux")]
+async fn retire_idle_regions(shared: std::sync::Weak<Shared>) {
+    loop {
+        tokio::time::sleep(wirepool_io::shm::IDLE_RETIRE / 4).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let mut guard = shared.lock();
+        let state = &mut *guard;
+        if state.closed {
+            return;
+        }
+        if state.regions.is_empty() {
+            continue;
+        }
+        let now = std::time::Instant::now();
+        if state
+            .regions
+            .retire_idle(&mut state.conn, &mut state.out, now)
+            > 0
+        {
+            drop(guard);
+            shared.wake_writer.notify_one();
+        }
+    }
+}
+
 fn protocol_io_error(e: ProtocolError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
@@ -168,6 +197,10 @@ pub(crate) async fn serve(
             .map_err(protocol_io_error)?;
     }
     let writer = tokio::spawn(write_loop(Arc::clone(&shared), Arc::clone(&socket)));
+    #[cfg(target_os = "linux")]
+    if fds.is_some() {
+        tokio::spawn(retire_idle_regions(Arc::downgrade(&shared)));
+    }
     let mut driver = Driver {
         handler_threads: HandlerThreads::new(worker.max_concurrency as usize),
         methods: worker.methods.into_iter().map(Arc::new).collect(),

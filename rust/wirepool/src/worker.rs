@@ -1064,6 +1064,27 @@ fn set_up_lane(worker: &Arc<Worker>, threshold: usize) {
     });
 }
 
+/// Retires the parent's regions that no request used for `IDLE_RETIRE` (PROTOCOL.md 20.4):
+/// an idle connection gives its shared memory back on both sides.
+#[cfg(target_os = "linux")]
+fn retire_idle_regions(worker: &Worker, now: Instant) {
+    let mut driver = worker.driver.lock().unwrap();
+    let c = &mut *driver;
+    if c.closed.is_some() {
+        return;
+    }
+    let Some(lane) = c.shm.as_mut() else {
+        return;
+    };
+    if lane.regions.is_empty() {
+        return;
+    }
+    if lane.regions.retire_idle(&mut c.conn, &mut c.out, now) > 0 {
+        drop(driver);
+        worker.writer_wake.notify_one();
+    }
+}
+
 /// HELLO in (bounded by the start-up timeout), WELCOME out. A failure is first reported to the
 /// worker where the spec says so (a fatal ERROR, or the refusal of its HELLO).
 async fn handshake(
@@ -1733,6 +1754,10 @@ impl Watch {
         if let Some(c) = housekeep_routes(&self.worker, now) {
             self.kill(c);
         }
+        #[cfg(target_os = "linux")]
+        if !self.reader_done {
+            retire_idle_regions(&self.worker, now);
+        }
         if self.worker.state.load(Acquire) == STATE_READY {
             self.check_recycling(now, now_ms);
         }
@@ -1872,6 +1897,17 @@ fn close_connection(worker: &Worker) {
     let mut driver = worker.driver.lock().unwrap();
     if driver.closed.is_none() {
         driver.closed = Some(Error::PoolClosed("worker connection closed"));
+    }
+    // Nothing goes through the lane any more: the parent's own regions and the descriptors no
+    // SHM_REGION took are closed now (PROTOCOL.md 20.4), not when the last handle of the
+    // worker goes. The worker's regions stay mapped while views of them exist.
+    #[cfg(target_os = "linux")]
+    if let Some(lane) = driver.shm.as_mut() {
+        lane.regions = wirepool_io::shm::Regions::default();
+        lane.fds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
     drop(driver);
     let _ = worker

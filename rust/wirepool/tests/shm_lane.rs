@@ -49,6 +49,12 @@ async fn large_bodies_travel_through_the_lane_without_leaks_even_when_a_worker_i
         for (len, seed) in [(16 << 20, 1u8), (64 << 20, 2)] {
             let body = payload(len, seed);
             let through_lane = pool.call_raw("echo_raw", body.clone()).await.unwrap();
+            // Right after the call (before the idle rule may retire anything): the parent's
+            // region and the worker's, which the view holds, are mapped; the 16 MiB region was
+            // retired for the 64 MiB one, and received regions cost no descriptor.
+            let (fds, maps) = shm_footprint();
+            assert!(maps >= 2, "the lane was used: {maps} mappings");
+            assert_eq!(fds, 1, "the parent keeps its own region's descriptor only");
             let through_socket = socket_pool
                 .call_raw("echo_raw", body.clone())
                 .await
@@ -56,10 +62,6 @@ async fn large_bodies_travel_through_the_lane_without_leaks_even_when_a_worker_i
             assert_eq!(through_lane.len(), len);
             assert!(through_lane == body && through_socket == body);
         }
-        let (fds, maps) = shm_footprint();
-        assert!(maps >= 2, "the lane was used: {maps} mappings");
-        // The 16 MiB region was retired for the 64 MiB one; received regions cost no descriptor.
-        assert_eq!(fds, 1, "the parent keeps its own region's descriptor only");
         // A small body still goes over the socket.
         assert_eq!(
             pool.call_raw("echo_raw", Bytes::from_static(b"small"))
@@ -87,16 +89,17 @@ async fn large_bodies_travel_through_the_lane_without_leaks_even_when_a_worker_i
 
         // The worker is SIGKILLed while it holds the parent's region: one outcome, no leak.
         let pid: u32 = pool.call("pid", &()).await.unwrap();
-        let held = tokio::spawn({
-            let pool = pool.clone();
-            let body = body.clone();
-            async move { pool.call_raw("hold_raw", body).await }
-        });
-        // The request is on the worker once its region is lent: wait for the body to arrive.
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let mut held = Box::pin(pool.call_raw("hold_raw", body.clone()));
+        // The hold is sent first (polled first), then `pid`: the worker reads its requests in
+        // order, so once `pid` answers it holds the hold's body, a view of the parent's region.
+        tokio::select! {
+            biased;
+            early = &mut held => panic!("hold_raw ended before the kill: {early:?}"),
+            p = pool.call::<_, u32>("pid", &()) => assert_eq!(p.unwrap(), pid),
+        }
         // SAFETY: kill has no memory-safety preconditions.
         assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
-        let outcome = held.await.unwrap();
+        let outcome = held.await;
         assert!(
             matches!(outcome, Err(wirepool::Error::WorkerExited(_))),
             "{outcome:?}"
