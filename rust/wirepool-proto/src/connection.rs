@@ -568,7 +568,17 @@ impl Connection {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        self.decoder.end_of_input().map_err(|e| self.fail(e))
+        let ended = self.decoder.end_of_input().map_err(|e| self.fail(e));
+        self.drop_peer_regions();
+        ended
+    }
+
+    /// The connection is over (end of input, or failed): the peer's regions leave the table
+    /// (PROTOCOL.md 20.4); each stays mapped while views of it exist.
+    fn drop_peer_regions(&mut self) {
+        if let Some(lane) = self.lane.as_mut() {
+            lane.mapped.clear();
+        }
     }
 
     /// A large CONTINUATION of a message in progress is arriving: lend the decoder the rest of
@@ -603,6 +613,7 @@ impl Connection {
 
     fn fail(&mut self, e: ProtocolError) -> ProtocolError {
         self.failed = Some(e.clone());
+        self.drop_peer_regions();
         e
     }
 
