@@ -29,6 +29,8 @@ A violation raises :class:`ProtocolError` with its stable code (the driver then 
 from __future__ import annotations
 
 import bisect
+import collections
+import functools
 import itertools
 import json
 import operator
@@ -36,6 +38,8 @@ import sys
 import struct
 from typing import Any, Callable, Iterator, Sequence, Union
 
+from . import _shm_proto
+from ._shm_proto import Borrower, Lender, ShmAccept, ShmOffer, ShmRange
 from .errors import ErrorCode, ProtocolError, WirepoolError
 
 __all__ = [
@@ -129,12 +133,15 @@ _TYPE_NAMES = {
     0x01: "HELLO", 0x02: "WELCOME", 0x10: "REQUEST", 0x11: "CANCEL", 0x12: "RESULT", 0x13: "ERROR",
     0x20: "ROWS", 0x21: "END", 0x22: "CREDIT", 0x30: "EVENT", 0x31: "PING", 0x32: "PONG",
     0x40: "DRAIN", 0x41: "GOODBYE", 0x7F: "CONTINUATION",
+    0x50: "SHM_REGION", 0x51: "SHM_RELEASE", 0x52: "SHM_RETIRE", 0x7E: "SHM_BODY",
 }
 # 0: id must be 0, 1: id must be non-zero, 2: either.
 _ID_RULE = {
     0x01: 0, 0x02: 0, 0x10: 1, 0x11: 1, 0x12: 1, 0x13: 2, 0x20: 1, 0x21: 1, 0x22: 1, 0x30: 2,
     0x31: 0, 0x32: 0, 0x40: 0, 0x41: 0, 0x7F: 1,
 }
+# The shm extension's frames (section 20.3): known only on a connection whose lane is on.
+_SHM_ID_RULE = {0x50: 0, 0x51: 0, 0x52: 0, 0x7E: 1}
 _MORE_ALLOWED = frozenset((0x10, 0x12, 0x21, 0x7F))
 # Frame types each side may receive (section 2, "direction").
 _PARENT_RECEIVES = frozenset((0x01, 0x12, 0x13, 0x20, 0x21, 0x30, 0x31, 0x32, 0x41, 0x7F))
@@ -188,7 +195,10 @@ class Frame:
         raise NotImplementedError
 
     def _fields(self) -> dict:
-        return {s: getattr(self, s) for cls in type(self).__mro__ for s in getattr(cls, "__slots__", ())}
+        # A HELLO's or WELCOME's extension block is trailing bytes a v1 reader ignores: not part
+        # of the frame's value (section 20.1).
+        return {s: getattr(self, s) for cls in type(self).__mro__
+                for s in getattr(cls, "__slots__", ()) if s != "extensions"}
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -222,16 +232,20 @@ class Frame:
 
 class Hello(Frame):
     __slots__ = ("min_version", "max_version", "pid", "max_concurrency", "max_frame_size",
-                 "sdk_name", "sdk_version", "methods")
+                 "sdk_name", "sdk_version", "methods", "extensions")
     TYPE = FrameType.HELLO
     NAME = "HELLO"
 
     def __init__(self, *, min_version: int = 1, max_version: int = 1, pid: int = 0,
                  max_concurrency: int = 1, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  sdk_name: str = "wirepool-python", sdk_version: str = "",
-                 methods: Sequence[MethodInfo] = (), id: int = 0, more: bool = False) -> None:
+                 methods: Sequence[MethodInfo] = (), id: int = 0, more: bool = False,
+                 extensions: bytes = b"") -> None:
         self.id = id
         self.more = more
+        #: The extension block after the last method entry (section 20.1), e.g.
+        #: ``ShmOffer(window).encode()``; the trailing bytes as received.
+        self.extensions = extensions
         self.min_version = min_version
         self.max_version = max_version
         self.pid = pid
@@ -252,12 +266,13 @@ class Hello(Frame):
             out += bytes((m.kind, len(m.codecs))) + bytes(m.codecs)
             b = m.name.encode()
             out += _U16.pack(len(b)) + b
+        out += self.extensions
         return [out]
 
 
 class Welcome(Frame):
     __slots__ = ("version", "worker_id", "max_frame_size", "initial_credit", "heartbeat_ms",
-                 "max_in_flight", "max_message_size")
+                 "max_in_flight", "max_message_size", "extensions")
     TYPE = FrameType.WELCOME
     NAME = "WELCOME"
 
@@ -265,9 +280,11 @@ class Welcome(Frame):
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  initial_credit: int = DEFAULT_INITIAL_CREDIT, heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
                  max_in_flight: int = 1, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 id: int = 0, more: bool = False) -> None:
+                 id: int = 0, more: bool = False, extensions: bytes = b"") -> None:
         self.id = id
         self.more = more
+        #: The extension block from offset 32 (section 20.1), e.g. ``ShmAccept(...).encode()``.
+        self.extensions = extensions
         self.version = version
         self.worker_id = worker_id
         self.max_frame_size = max_frame_size
@@ -279,7 +296,7 @@ class Welcome(Frame):
     def _payload_parts(self) -> list[Buffer]:
         return [_WELCOME.pack(self.version, 0, self.worker_id, self.max_frame_size,
                               self.initial_credit, self.heartbeat_ms, self.max_in_flight,
-                              self.max_message_size)]
+                              self.max_message_size) + self.extensions]
 
 
 class Request(Frame):
@@ -594,6 +611,59 @@ class Reject(Frame):
         return ErrorCode(self.code).name
 
 
+class ShmFrame(Frame):
+    """A frame of the shared-memory extension (section 20.3), known only on a connection whose
+    lane is on: ``size`` for SHM_REGION, ``offset``/``length`` for SHM_RELEASE and SHM_BODY."""
+
+    __slots__ = ("region", "size", "offset", "length")
+
+    def __init__(self, id: int, region: int, size: int = 0, offset: int = 0,
+                 length: int = 0) -> None:
+        self.id = id
+        self.more = False
+        self.region = region
+        self.size = size
+        self.offset = offset
+        self.length = length
+
+    @property
+    def range(self) -> ShmRange:
+        return ShmRange(self.region, self.offset, self.length)
+
+    def _payload_parts(self) -> list[Buffer]:
+        wire = _shm_proto.ShmFrame(self.TYPE, self.id, self.region, self.size, self.offset,
+                                   self.length)
+        return [wire.encode()[HEADER_SIZE:]]
+
+
+class ShmRegion(ShmFrame):
+    __slots__ = ()
+    TYPE = _shm_proto.SHM_REGION
+    NAME = "SHM_REGION"
+
+
+class ShmRelease(ShmFrame):
+    __slots__ = ()
+    TYPE = _shm_proto.SHM_RELEASE
+    NAME = "SHM_RELEASE"
+
+
+class ShmRetire(ShmFrame):
+    __slots__ = ()
+    TYPE = _shm_proto.SHM_RETIRE
+    NAME = "SHM_RETIRE"
+
+
+class ShmBody(ShmFrame):
+    __slots__ = ()
+    TYPE = _shm_proto.SHM_BODY
+    NAME = "SHM_BODY"
+
+
+_SHM_CLASSES: dict[int, type[ShmFrame]] = {
+    c.TYPE: c for c in (ShmRegion, ShmRelease, ShmRetire, ShmBody)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoding
 # ---------------------------------------------------------------------------------------------
@@ -822,11 +892,13 @@ class RowsBuilder:
 
 
 def _check_header(length: int, ftype: int, flags: int, reserved: int, id: int,
-                  max_frame_size: int) -> None:
+                  max_frame_size: int, shm: bool = False) -> None:
     if length > max_frame_size:
         raise _fail(ErrorCode.FRAME_TOO_LARGE,
                     f"frame payload of {length} bytes exceeds max_frame_size {max_frame_size}", id)
     rule = _ID_RULE.get(ftype)
+    if rule is None and shm:  # the lane's frames exist once it is on (section 20.1)
+        rule = _SHM_ID_RULE.get(ftype)
     if rule is None:
         raise _fail(ErrorCode.UNKNOWN_FRAME_TYPE, f"unknown frame type 0x{ftype:02x}", id)
     if flags:
@@ -905,7 +977,8 @@ def _parse_hello(id: int, more: bool, p: memoryview) -> Hello:
         seen.add(mname)
         methods.append(MethodInfo(mname, kind, codecs))
     return Hello(min_version=vmin, max_version=vmax, pid=pid, max_concurrency=conc,
-                 max_frame_size=mfs, sdk_name=name, sdk_version=version, methods=methods, id=id)
+                 max_frame_size=mfs, sdk_name=name, sdk_version=version, methods=methods, id=id,
+                 extensions=bytes(p[off:]))
 
 
 def _parse_welcome(id: int, more: bool, p: memoryview) -> Welcome:
@@ -924,7 +997,8 @@ def _parse_welcome(id: int, more: bool, p: memoryview) -> Welcome:
     if mms < mfs:
         raise _fail(bad, "max_message_size below max_frame_size")
     return Welcome(version=ver, worker_id=wid, max_frame_size=mfs, initial_credit=credit,
-                   heartbeat_ms=hb, max_in_flight=mif, max_message_size=mms, id=id)
+                   heartbeat_ms=hb, max_in_flight=mif, max_message_size=mms, id=id,
+                   extensions=bytes(p[_WELCOME.size:]))
 
 
 def _parse_request(id: int, more: bool, p: memoryview) -> Request:
@@ -1055,6 +1129,16 @@ _PARSERS = {
 }
 
 
+def _parse_shm(id: int, more: bool, p: memoryview, ftype: int) -> ShmFrame:
+    f = _shm_proto.ShmFrame.decode(ftype, id, p)
+    return _SHM_CLASSES[ftype](id, f.region, f.size, f.offset, f.length)
+
+
+# The decoder validates headers first: these parse only on a connection whose lane is on.
+for _t in _SHM_ID_RULE:
+    _PARSERS[_t] = lambda id, more, p, _t=_t: _parse_shm(id, more, p, _t)
+
+
 def parse_payload(ftype: int, flags: int, id: int, payload: memoryview) -> Frame:
     """Validate one frame's payload (header already checked) into its typed frame."""
     return _PARSERS[ftype](id, bool(flags & FLAG_MORE), payload)
@@ -1071,10 +1155,12 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_size", "_buf", "_pos", "_hdr", "_big", "_big_len", "_big_fill",
-                 "_big_hdr", "_error", "_frames", "_spares", "_read_view", "_into_frame")
+                 "_big_hdr", "_error", "_frames", "_spares", "_read_view", "_into_frame", "shm")
 
     def __init__(self, max_frame_size: int = HANDSHAKE_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
+        #: The shm extension's frame types are known (its lane is on: section 20.1).
+        self.shm = False
         self._buf: memoryview = memoryview(b"")
         self._pos = 0
         self._hdr = bytearray()
@@ -1230,7 +1316,7 @@ class FrameDecoder:
         rule = _ID_RULE.get(ftype)
         if (length > self.max_frame_size or flags or reserved or rule is None
                 or (rule == 0 and id) or (rule == 1 and not id)):
-            _check_header(length, ftype, flags, reserved, id, self.max_frame_size)
+            _check_header(length, ftype, flags, reserved, id, self.max_frame_size, self.shm)
         if avail >= length:
             self._pos = pos + length
             return _PARSERS[ftype](id, bool(flags & 1), buf[pos:pos + length])
@@ -1305,13 +1391,14 @@ class _Assembly:
     copied in as it arrives (so the frame's own buffer is free for the next frame at once) and
     the message is a view of that buffer, never a join of the chunks."""
 
-    __slots__ = ("first", "buf", "fill", "size")
+    __slots__ = ("first", "buf", "fill", "size", "continued")
 
     def __init__(self, first: Frame, buf: bytearray, size: int) -> None:
         self.first = first
         self.buf = buf
         self.fill = 0  # bytes of the body in ``buf`` (which may be longer: a reused buffer)
         self.size = size
+        self.continued = False  # a CONTINUATION arrived: no SHM_BODY may complete it (20.3)
 
     def append(self, chunk: Buffer) -> None:
         end = self.fill + len(chunk)
@@ -1329,6 +1416,29 @@ _UNARY, _STREAM = MethodKind.UNARY, MethodKind.STREAM
 
 def _refused(code: ErrorCode, message: str, id: int = 0) -> ProtocolError:
     return ProtocolError(code, message, id=id)
+
+
+_SHM_RANGE = struct.Struct("<IIQQ")
+_SHM_REGION = struct.Struct("<IIQ")
+
+
+def _shm_entry(extensions: bytes) -> bytes | None:
+    for tag, data in _shm_proto.parse_extensions(extensions):
+        if tag == _shm_proto.TAG_SHM:
+            return data
+    return None
+
+
+def _shm_offer_in(hello: Hello) -> ShmOffer | None:
+    """The HELLO's shm offer (section 20.2), None when absent or too short (ignored)."""
+    data = _shm_entry(hello.extensions)
+    return None if data is None else ShmOffer.decode(data)
+
+
+def _shm_accept_in(welcome: Welcome) -> ShmAccept | None:
+    """The WELCOME's shm acceptance, None when absent or too short (the lane is off)."""
+    data = _shm_entry(welcome.extensions)
+    return None if data is None else ShmAccept.decode(data)
 
 
 class Connection:
@@ -1384,6 +1494,18 @@ class Connection:
         self._fatal_sent = False
         self._failure: ProtocolError | None = None
         self._unary = _Stream(MethodKind.UNARY, 0)
+        # The shm lane (section 20): the HELLO's offer, then, once the WELCOME accepted it, the
+        # peer's regions this side maps (``_shm_in``) and this side's own (``_shm_out``).
+        self._shm_offer: ShmOffer | None = None
+        self._shm_in: Borrower | None = None
+        self._shm_out: Lender | None = None
+        self._shm_early_fds = 0  # descriptors read before the WELCOME was processed
+        self._shm_mapper: Callable[[int, int], Any] | None = None
+        self._shm_mapped: dict[int, Any] = {}
+        # Ranges whose last view was dropped (on any thread: deque appends are atomic), to be
+        # released by send_shm_releases on the driver's thread.
+        self._shm_dropped: collections.deque[ShmRange] = collections.deque()
+        self._shm_waker: Callable[[], None] | None = None
         self._accepts: list[frozenset[int]] = []
         self._kinds: list[int] = []
         # The receiving operations are the decoder's own methods (the same behaviour, one call
@@ -1524,6 +1646,7 @@ class Connection:
     def _continue(self, f: Frame, asm: _Assembly) -> Frame | None:
         """A CONTINUATION for an id with a message in progress."""
         body = f.body  # type: ignore[attr-defined]
+        asm.continued = True
         asm.size += len(body)
         if asm.size > self._mms:
             raise _fail(ErrorCode.MESSAGE_TOO_LARGE,
@@ -1594,10 +1717,15 @@ class Connection:
                             f"worker speaks versions {f.min_version}..{f.max_version}, "  # type: ignore[attr-defined]
                             f"this parent speaks {PROTOCOL_VERSION}")
             self._hello = f  # type: ignore[assignment]
+            self._shm_offer = _shm_offer_in(f)  # type: ignore[arg-type]
             self._state = _HELLO_DONE
             return f
         if self._state != _OPEN:
             raise self._unexpected(f, "before WELCOME was sent")
+        if t in _SHM_ID_RULE:  # decoded only once the lane is on
+            if self._goodbye:
+                raise self._unexpected(f, "after GOODBYE")
+            return self._on_shm(f)  # type: ignore[arg-type]
         if t not in _PARENT_RECEIVES:
             raise self._unexpected(f, "cannot be sent to the parent")
         if t == FrameType.HELLO:
@@ -1669,6 +1797,8 @@ class Connection:
                 raise self._unexpected(f, "before the handshake completed")
             self._accept_welcome(f)  # type: ignore[arg-type]
             return f
+        if t in _SHM_ID_RULE:  # decoded only once the lane is on
+            return self._on_shm(f)  # type: ignore[arg-type]
         if t not in _WORKER_RECEIVES or t == FrameType.WELCOME or t == FrameType.ERROR:
             # The parent sends ERROR with id 0 only; a request is stopped with CANCEL.
             raise self._unexpected(f, "cannot be sent to the worker now")
@@ -1744,6 +1874,12 @@ class Connection:
             raise _fail(ErrorCode.BAD_HANDSHAKE, "WELCOME max_frame_size above the worker's")
         if w.max_in_flight > h.max_concurrency:
             raise _fail(ErrorCode.BAD_HANDSHAKE, "WELCOME max_in_flight above max_concurrency")
+        accept = _shm_accept_in(w)
+        if accept is not None:
+            accept.check(self._shm_offer)  # BAD_HANDSHAKE: not offered, or above the offer
+        elif self._shm_early_fds:
+            raise _fail(ErrorCode.SHM_BAD_DESCRIPTOR,
+                        "a descriptor arrived, and the WELCOME turned the shm lane off")
         self._open(w)
 
     def _open(self, w: Welcome) -> None:
@@ -1761,9 +1897,192 @@ class Connection:
         # A unary request's state never changes (credit and rows belong to streams, and every
         # path that would touch them checks the kind first): all unary requests share one.
         self._unary = _Stream(MethodKind.UNARY, w.initial_credit)
+        accept = _shm_accept_in(w)
+        if accept is not None and self._shm_offer is not None:
+            to_me, to_peer = ((accept.to_parent_window, accept.to_worker_window) if self._is_parent
+                              else (accept.to_worker_window, accept.to_parent_window))
+            self._shm_in = Borrower(to_me)
+            self._shm_out = Lender(to_peer)
+            self._decoder.shm = True
+            if self._shm_early_fds:
+                self._shm_in.descriptors_received(self._shm_early_fds)
+                self._shm_early_fds = 0
 
     def _new_stream(self, kind: int) -> _Stream:
         return self._unary if kind == MethodKind.UNARY else _Stream(kind, self._initial_credit)
+
+    # -- the shared-memory lane (PROTOCOL.md 20.7) ----------------------------------------------
+
+    def shm_is_on(self) -> bool:
+        """The WELCOME accepted the shm lane (either direction may still have a window of 0)."""
+        return self._shm_in is not None
+
+    def shm_lender(self) -> Lender | None:
+        """This side's regions and lent ranges (None while the lane is off): a driver reuses a
+        region once ``is_lent(region)`` is False."""
+        return self._shm_out
+
+    def set_shm_mapper(self, mapper: Callable[[int, int], Any]) -> None:
+        """The driver's mapper: for each SHM_REGION whose checks passed, the core calls
+        ``mapper(region, size)``, which takes the oldest descriptor the driver queued, checks
+        and maps it (``SHM_BAD_DESCRIPTOR`` fails the connection) and returns an object with
+        ``lend(offset, length, on_release) -> memoryview`` and ``close()`` (e.g.
+        :class:`wirepool._shm.Region`). The core keeps it until SHM_RETIRE."""
+        self._shm_mapper = mapper
+
+    def set_shm_release_waker(self, waker: Callable[[], None]) -> None:
+        """Called (on any thread) when the last view of a lent range is dropped: the driver
+        then writes :meth:`send_shm_releases` on its own thread."""
+        self._shm_waker = waker
+
+    def shm_descriptors_received(self, n: int) -> None:
+        """Report the descriptors of one read (20.5), before its bytes. More than 8 waiting, or
+        any where the lane is off (or was not offered), fails the connection
+        (``SHM_BAD_DESCRIPTOR``); the driver closes them then."""
+        if not n:
+            return
+        try:
+            if self._shm_in is not None:
+                self._shm_in.descriptors_received(n)
+            elif (self._state != _OPEN and not self._is_parent and self._shm_offer is not None
+                  and self._shm_early_fds + n <= _shm_proto.MAX_QUEUED_DESCRIPTORS):
+                self._shm_early_fds += n  # the WELCOME in the same read decides
+            else:
+                raise _fail(ErrorCode.SHM_BAD_DESCRIPTOR,
+                            f"{n} descriptors arrived where the shm lane is off")
+        except ProtocolError as e:
+            self._fail(e)
+            raise
+
+    def _on_shm(self, f: ShmFrame) -> Frame | None:
+        t = f.TYPE
+        if t == _shm_proto.SHM_BODY:
+            return self._on_shm_body(f)
+        borrower, lender = self._shm_in, self._shm_out
+        assert borrower is not None and lender is not None  # the decoder knows them only then
+        if t == _shm_proto.SHM_REGION:
+            borrower.region(f.region, f.size)  # every frame check, then the descriptor's count
+            if self._shm_mapper is None:
+                raise _fail(ErrorCode.SHM_BAD_DESCRIPTOR,
+                            f"SHM_REGION {f.region}: this side cannot map regions")
+            self._shm_mapped[f.region] = self._shm_mapper(f.region, f.size)
+        elif t == _shm_proto.SHM_RELEASE:
+            lender.released(f.range)
+        else:
+            borrower.retire(f.region)
+            mapped = self._shm_mapped.pop(f.region, None)
+            if mapped is not None:
+                mapped.close()  # views of it keep their own mappings
+        return None
+
+    def _on_shm_body(self, f: ShmFrame) -> Frame | None:
+        """SHM_BODY: the last part of the message in progress for its id (20.3, 20.5)."""
+        id = f.id
+        if id > self._last_id:
+            raise _fail(ErrorCode.UNKNOWN_ID, f"SHM_BODY for request {id}, above every id", id)
+        asm = self._incoming.get(id)
+        if asm is None:
+            raise _fail(ErrorCode.CONTINUATION, f"SHM_BODY for request {id} with no message", id)
+        if asm.continued or asm.fill:
+            raise _fail(ErrorCode.CONTINUATION, f"SHM_BODY for request {id} after a body byte "
+                        "or CONTINUATION of its message", id)
+        r = f.range
+        self._shm_in.body(id, r)  # type: ignore[union-attr]
+        if asm.size + r.length > self._mms:
+            raise _fail(ErrorCode.MESSAGE_TOO_LARGE, f"message for request {id} exceeds "
+                        f"max_message_size {self._mms}", id)
+        mapped = self._shm_mapped.get(r.region)
+        if mapped is None:
+            raise _fail(ErrorCode.SHM_BOUNDS, f"region {r.region} is not mapped", id)
+        view = mapped.lend(r.offset, r.length, functools.partial(self._shm_view_dropped, r))
+        self._drop_assembly(id)
+        if asm.buf and self._spare is None:
+            self._spare = asm.buf  # it held no body: still the reusable buffer
+        first = asm.first
+        if first.TYPE == FrameType.REQUEST:
+            return self._admit(Request(id, first.method, first.codec, view,  # type: ignore[attr-defined]
+                                       first.timeout_us))  # type: ignore[attr-defined]
+        self._requests.pop(id, None)
+        if first.TYPE == FrameType.RESULT:
+            return Result(id, view)
+        return End(id, first.row_count, view)  # type: ignore[attr-defined]
+
+    def _shm_view_dropped(self, r: ShmRange) -> None:
+        # Any thread (a view's finalizer): the release is sent by the driver's thread.
+        self._shm_dropped.append(r)
+        waker = self._shm_waker
+        if waker is not None:
+            waker()
+
+    def has_shm_releases(self) -> bool:
+        """Ranges whose views were dropped wait for :meth:`send_shm_releases`."""
+        return bool(self._shm_dropped)
+
+    def send_shm_releases(self) -> list[Buffer]:
+        """The SHM_RELEASE of every range whose last view was dropped (each exactly once);
+        nothing once the connection can send nothing more."""
+        dropped = self._shm_dropped
+        borrower = self._shm_in
+        out = bytearray()
+        sendable = not (self._fatal_sent or self._goodbye or self._failure is not None)
+        while dropped:
+            r = dropped.popleft()
+            if borrower is None:
+                continue
+            borrower.release(r)
+            if sendable:
+                out += _hdr_pack(24, _shm_proto.SHM_RELEASE, 0, 0, 0)
+                out += _SHM_RANGE.pack(r.region, 0, r.offset, r.length)
+        return [bytes(out)] if out else []
+
+    def _check_shm_send(self, what: str, id: int = 0) -> Lender:
+        self._check_sendable(what, id)
+        if self._shm_out is None:
+            raise _refused(ErrorCode.UNEXPECTED_FRAME, f"{what}: the shm lane is off", id)
+        return self._shm_out
+
+    def send_shm_region(self, size: int) -> tuple[int, list[Buffer]]:
+        """Announce a region of ``size`` bytes: returns its id and the SHM_REGION frame, whose
+        first byte's write must carry the region's descriptor (20.5). Refused
+        (``SHM_BAD_REGION``) when the peer's window or its 64 live regions cannot take it."""
+        region = self._check_shm_send("SHM_REGION").announce(size)
+        return region, [_hdr_pack(16, _shm_proto.SHM_REGION, 0, 0, 0)
+                        + _SHM_REGION.pack(region, 0, size)]
+
+    def send_shm_retire(self, region: int) -> list[Buffer]:
+        """Withdraw a region none of whose ranges is lent; the driver may unmap it then."""
+        self._check_shm_send("SHM_RETIRE").retire(region)
+        return [_hdr_pack(8, _shm_proto.SHM_RETIRE, 0, 0, 0) + _SHM_REGION.pack(region, 0, 0)[:8]]
+
+    def send_result_shm(self, id: int, r: ShmRange) -> list[Buffer]:
+        """Worker: request ``id``'s RESULT whose body the driver wrote at ``r`` of one of its
+        regions: RESULT with MORE and no body byte, then SHM_BODY. The checks of
+        :meth:`send_result`, then the range (``SHM_BOUNDS``: not a live region of this side,
+        or lent bytes above the window); a refusal changes nothing."""
+        lender = self._check_shm_send("RESULT", id)
+        self._check_terminal(FrameType.RESULT, id, 0, r.length)
+        lender.lend(r)
+        del self._requests[id]
+        return [_hdr_pack(0, FrameType.RESULT, FLAG_MORE, 0, id)
+                + _hdr_pack(24, _shm_proto.SHM_BODY, 0, 0, id)
+                + _SHM_RANGE.pack(r.region, 0, r.offset, r.length)]
+
+    def send_request_shm(self, method: int, codec: int, timeout_us: int,
+                         r: ShmRange) -> tuple[int, list[Buffer]]:
+        """Parent: a REQUEST whose body the driver wrote at ``r`` of one of its regions (the
+        checks of :meth:`send_request`, then the range's); returns the id and the buffers."""
+        self._check_request(method)
+        lender = self._check_shm_send("REQUEST")
+        if 12 + r.length > self._mms:
+            raise _refused(ErrorCode.MESSAGE_TOO_LARGE, f"a request body of {r.length} bytes is "
+                           f"above max_message_size {self._mms}")
+        lender.lend(r)
+        id = self._last_id = self._last_id + 1
+        self._requests[id] = self._new_stream(self._hello.methods[method].kind)  # type: ignore[union-attr]
+        return id, [_REQUEST_HEAD_pack(12, FrameType.REQUEST, FLAG_MORE, 0, id, method, codec, 0,
+                                       timeout_us)
+                    + _hdr_pack(24, _shm_proto.SHM_BODY, 0, 0, id)
+                    + _SHM_RANGE.pack(r.region, 0, r.offset, r.length)]
 
     # -- batch operations (PROTOCOL.md 14.4: the same checks and effects as one at a time) ------
 
@@ -2180,6 +2499,9 @@ class Connection:
                 raise _refused(ErrorCode.VERSION_MISMATCH, "WELCOME version outside the worker's range")
             if f.max_frame_size > h.max_frame_size or f.max_in_flight > h.max_concurrency:  # type: ignore[attr-defined]
                 raise _refused(ErrorCode.BAD_HANDSHAKE, "WELCOME limits above the worker's")
+            accept = _shm_accept_in(f)  # type: ignore[arg-type]
+            if accept is not None:
+                accept.check(self._shm_offer)
             return
         if t not in (_PARENT_SENDS if self._is_parent else _WORKER_SENDS) or (
                 t == FrameType.ERROR and self._is_parent):
@@ -2251,6 +2573,7 @@ class Connection:
             return
         if t == FrameType.HELLO:
             self._hello = f  # type: ignore[assignment]
+            self._shm_offer = _shm_offer_in(f)  # type: ignore[arg-type]
             self._state = _HELLO_DONE
         elif t == FrameType.WELCOME:
             self._open(f)  # type: ignore[arg-type]

@@ -41,8 +41,10 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, overload
 
+from . import _shm
 from . import codecs as _codecs
 from . import proto
+from ._shm_proto import ShmOffer, ShmRange
 from ._transport import FrameProtocol
 from .errors import ErrorCode, ProtocolError, WorkerError
 from .proto import FrameType, MethodKind
@@ -64,6 +66,12 @@ EVENT_INTERVAL = 0.010  # progress events are coalesced to at most one per topic
 # (64 per read and write; 16 cost ~30% of the small-call throughput). Threads for plain handlers
 # start only as concurrent slow handlers need them, so the depth costs nothing when idle.
 DEFAULT_MAX_CONCURRENCY = 64
+# The shared-memory lane (PROTOCOL.md 20.2's SDK defaults): the window offered for the parent's
+# regions, and the result size from which a result travels through a region of this worker.
+SHM_WINDOW = proto.DEFAULT_MAX_MESSAGE_SIZE
+SHM_THRESHOLD = 1 << 20
+_REGION_GRAIN = 1 << 20  # regions are whole MiBs, so one serves results of slightly other sizes
+_NO_LANE = 1 << 62  # the threshold while the lane is off
 
 
 class _Method:
@@ -256,7 +264,7 @@ class _HandlerThreads:
     """
 
     def __init__(self, size: int, loop: asyncio.AbstractEventLoop,
-                 done: Callable[[_Call, BaseException | None, Any], None]) -> None:
+                 done: Callable[[list[Any]], None]) -> None:
         self.size = size
         self.loop = loop
         self.done = done
@@ -329,13 +337,15 @@ class _HandlerThreads:
             self.taken += 1
             busy[index] = True
             try:
-                body = encode(fn(*args))
+                outcome: list[Any] = [call, None, encode(fn(*args))]
             except BaseException as e:  # noqa: B036 - it becomes this request's terminal
-                busy[index] = False
-                done(call, e, None)
-            else:
-                busy[index] = False
-                done(call, None, body)
+                outcome = [call, e, None]
+            busy[index] = False
+            # The body and the result may be views of the parent's memory (PROTOCOL.md 20.4):
+            # once handed over, only the loop holds them (it empties ``outcome``), so their
+            # release goes with the result instead of waiting for this thread's next job.
+            del call, fn, args, encode
+            done(outcome)
 
     def close(self) -> None:
         self.closed = True
@@ -350,13 +360,25 @@ _STRAGGLER_CHECK = 0.001
 
 class _Runtime(FrameProtocol):
     def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, shm_window: int | None = None) -> None:
         super().__init__(proto.Connection("worker"), loop)
         self.methods = methods
         self.loop = loop
         self.hello = proto.Hello(pid=os.getpid(), max_concurrency=max_concurrency,
                                  max_frame_size=max_frame_size, sdk_name=SDK_NAME,
-                                 sdk_version=SDK_VERSION, methods=[m.info() for m in methods])
+                                 sdk_version=SDK_VERSION, methods=[m.info() for m in methods],
+                                 extensions=b"" if shm_window is None
+                                 else ShmOffer(shm_window).encode())
+        # The shm lane (PROTOCOL.md 20.7): descriptors read and not yet taken by a SHM_REGION,
+        # this worker's own regions (reused once the parent released them), the size from
+        # which a result takes the lane (_NO_LANE until the WELCOME turns it on).
+        self.shm_fds: collections.deque[int] = collections.deque()
+        self.shm_regions: list[tuple[int, _shm.OwnedRegion]] = []
+        self.shm_threshold = _NO_LANE
+        self._releases_scheduled = False
+        if shm_window is not None:
+            self.conn.set_shm_mapper(self._map_region)
+            self.conn.set_shm_release_waker(self._releases_due)
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.handlers: _HandlerThreads | None = None
         self._jobs: list[tuple[_Call, Any, tuple, Any]] = []  # sync unary calls of this read
@@ -368,8 +390,7 @@ class _Runtime(FrameProtocol):
         self.draining = False
         self.flush_bytes = ROWS_FLUSH_BYTES
         # Finished sync handlers, appended by handler threads (deque appends are atomic).
-        self._done: collections.deque[tuple[_Call, BaseException | None, Any]] = \
-            collections.deque()
+        self._done: collections.deque[list[Any]] = collections.deque()
         self._done_wakeup = False
         # method index -> {codec id: (fn, decode, encode)} for inline methods without a
         # Context (answered in _run_requests as they arrive), None for the others.
@@ -404,6 +425,9 @@ class _Runtime(FrameProtocol):
                 if ev is None:
                     break
                 self._on_event(ev)
+                # A request whose body is a view of the parent's region (the lane) is let go
+                # now, so the release of a body answered inline leaves with its result.
+                ev = None
         except ProtocolError as e:
             self._fatal(e)
             return
@@ -412,6 +436,8 @@ class _Runtime(FrameProtocol):
                 jobs, self._jobs = self._jobs, []
                 if self.handlers is not None:
                     self.handlers.submit(jobs)
+        if conn.has_shm_releases():
+            self._out += conn.send_shm_releases()
         if self._out:
             # Everything answered while handling this read (inline handlers, PONGs) leaves in
             # one write now, not a loop pass later.
@@ -446,6 +472,8 @@ class _Runtime(FrameProtocol):
     def _stop(self, status: int) -> None:
         if self.watchdog is not None:
             self.watchdog.close()
+        while self.shm_fds:  # received, never taken by a SHM_REGION
+            os.close(self.shm_fds.popleft())
         for call in list(self.calls.values()):
             self._cancel(call, ErrorCode.CANCELLED)
         if self.transport is not None:
@@ -453,6 +481,94 @@ class _Runtime(FrameProtocol):
             self.transport.close()
         if not self.done.done():
             self.done.set_result(status)
+
+    # -- the shared-memory lane (PROTOCOL.md 20) -----------------------------------------
+
+    def fds_received(self, fds: list[int]) -> None:
+        """The transport read descriptors (with the bytes it hands over next): queue them for
+        the SHM_REGIONs they belong to; where the core refuses them, close them and fail."""
+        self.shm_fds.extend(fds)
+        try:
+            self.conn.shm_descriptors_received(len(fds))
+        except ProtocolError as e:
+            self._fatal(e)
+
+    def lane_failed(self, e: ProtocolError) -> None:
+        """The transport's read broke a rule of 20.5 (more than 8 descriptors: MSG_CTRUNC)."""
+        self._fatal(e)
+
+    def _map_region(self, region: int, size: int) -> _shm.Region:
+        """The core's mapper: the oldest descriptor, checked (seals, tmpfs, size) before any
+        mapping; views of it are mapped one lent range at a time."""
+        if not self.shm_fds:
+            raise ProtocolError(ErrorCode.SHM_BAD_DESCRIPTOR,
+                                f"no descriptor arrived with SHM_REGION {region}")
+        return _shm.Region.map_received(self.shm_fds.popleft(), size)
+
+    def _releases_due(self) -> None:
+        # Any thread: the last view of a lent range was dropped (a handler thread, the GC).
+        if self._releases_scheduled:
+            return
+        self._releases_scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._send_releases)
+        except RuntimeError:  # the loop is gone: the worker is exiting
+            pass
+
+    def _send_releases(self) -> None:
+        self._releases_scheduled = False  # before taking them: a later drop schedules again
+        parts = self.conn.send_shm_releases()
+        if parts and self.transport is not None and not self.closed:
+            self._write(parts)
+
+    def _result_parts(self, id: int, body: Any) -> list[Any]:
+        """Request ``id``'s RESULT: a large body through a region of this worker (copied into
+        it once), else (or when no region can take it) over the socket."""
+        if len(body) >= self.shm_threshold:
+            placed = self._place(body)
+            if placed is not None:
+                return self.conn.send_result_shm(id, placed)
+        return self.conn.send_result(id, body)
+
+    def _place(self, body: Any) -> ShmRange | None:
+        """Copies ``body`` into a region the parent does not hold (a new one, announced with
+        its descriptor, when none is large enough); None when the window cannot take it."""
+        lender = self.conn.shm_lender()
+        transport = self.transport
+        if lender is None or not isinstance(transport, _LaneTransport):
+            return None
+        n = len(body)
+        found = None
+        for region_id, owned in self.shm_regions:
+            if owned.size >= n and not lender.is_lent(region_id):
+                found = region_id, owned
+                break
+        if found is None:
+            try:
+                # Free regions too small for this body make room for the one it needs.
+                for region_id, owned in [r for r in self.shm_regions
+                                         if r[1].size < n and not lender.is_lent(r[0])]:
+                    self._write(self.conn.send_shm_retire(region_id))
+                    self.shm_regions.remove((region_id, owned))
+                    owned.close()
+                size = -(-n // _REGION_GRAIN) * _REGION_GRAIN
+                if not lender.can_announce(size):
+                    return None
+                owned = _shm.OwnedRegion(size)
+                region_id, parts = self.conn.send_shm_region(size)
+            except (OSError, ProtocolError) as e:
+                print(f"wirepool worker: the shm lane cannot take {n} bytes: {e}",
+                      file=sys.stderr)
+                return None
+            self.shm_regions.append((region_id, owned))
+            # Everything queued before goes first; the descriptor rides with the SHM_REGION's
+            # first byte (20.5).
+            self._flush_out()
+            transport.write_with_fd(b"".join(parts), owned.fileno())
+            found = region_id, owned
+        region_id, owned = found
+        owned.buffer[:n] = body
+        return ShmRange(region_id, 0, n)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -488,6 +604,9 @@ class _Runtime(FrameProtocol):
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=w.max_in_flight, thread_name_prefix="wirepool-handler")
             self.handlers = _HandlerThreads(w.max_in_flight, self.loop, self._handler_done)
+            lender = self.conn.shm_lender()
+            if lender is not None and lender.can_announce(SHM_THRESHOLD):
+                self.shm_threshold = SHM_THRESHOLD
             if self.watchdog is not None:
                 self.watchdog.welcome(w.heartbeat_ms)
         elif t == FrameType.PONG:
@@ -577,9 +696,14 @@ class _Runtime(FrameProtocol):
                 self._start(id, index, codec_id, timeout_us, body)  # answers BAD_REQUEST
                 continue
             try:
-                pairs.append((id, encode(fn(arg))))
+                result = encode(fn(arg))
             except BaseException as e:  # noqa: B036 - it becomes this request's terminal
                 self._inline_failed(id, index, codec_id, e)
+                continue
+            if len(result) >= self.shm_threshold:
+                self._inline_result(id, result)
+            else:
+                pairs.append((id, result))
         if pairs:
             try:
                 if len(pairs) == 1:  # one request per read (a lone caller): less to set up
@@ -604,7 +728,7 @@ class _Runtime(FrameProtocol):
     def _inline_result(self, id: int, result: Any) -> None:
         """An inline handler's result: the RESULT, or the ERROR the core's refusal calls for."""
         try:
-            parts = self.conn.send_result(id, result)
+            parts = self._result_parts(id, result)
         except ProtocolError as e:
             self._write(self._refused_terminal(id, e))
             return
@@ -678,10 +802,11 @@ class _Runtime(FrameProtocol):
             return
         self._jobs.append((call, m.fn, args, ctx.codec.encode))  # submitted after this read
 
-    def _handler_done(self, call: _Call, exc: BaseException | None, body: Any) -> None:
-        """In a handler thread: queue the outcome; only the first outcome since the loop last
-        looked wakes it (one wake-up, and one write, for many results)."""
-        self._done.append((call, exc, body))
+    def _handler_done(self, outcome: list[Any]) -> None:
+        """In a handler thread: queue the outcome (``[call, exception or None, result]``, which
+        the loop empties); only the first outcome since the loop last looked wakes it (one
+        wake-up, and one write, for many results)."""
+        self._done.append(outcome)
         if not self._done_wakeup:
             self._done_wakeup = True
             try:
@@ -697,7 +822,9 @@ class _Runtime(FrameProtocol):
         out = self._out
         live = self.transport is not None and not self.closed
         while done:
-            call, exc, body = done.popleft()
+            outcome = done.popleft()
+            call, exc, body = outcome
+            outcome.clear()
             if exc is not None:
                 self._finish(call, self._terminal_for(call, exc))
             elif call.ctx._cancel_code is not None:
@@ -707,11 +834,23 @@ class _Runtime(FrameProtocol):
                 # The common case, as _finish would do it: the RESULT, written below with the
                 # others of this batch (or the ERROR the core's refusal calls for).
                 try:
-                    out += conn.send_result(call.id, body)
+                    if len(body) < self.shm_threshold:
+                        out += conn.send_result(call.id, body)
+                    else:
+                        parts = self._result_parts(call.id, body)
+                        out = self._out  # placing a new region wrote what was queued
+                        out += parts
                 except ProtocolError as e:
                     out += self._refused_terminal(call.id, e)
             else:
                 self._finish(call, proto.Result(call.id, body))
+        # The request bodies and results just written are dropped now: when they were views
+        # of the parent's regions, their releases leave with the results, so the parent has
+        # its regions back for its next call.
+        call = exc = body = None
+        if conn.has_shm_releases():
+            self._out += conn.send_shm_releases()
+            out = self._out
         if out:
             self._flush_out()
         if self.draining:
@@ -780,7 +919,7 @@ class _Runtime(FrameProtocol):
         t = terminal.TYPE
         try:
             if t == FrameType.RESULT:
-                return conn.send_result(id, terminal.body)  # type: ignore[attr-defined]
+                return self._result_parts(id, terminal.body)  # type: ignore[attr-defined]
             if t == FrameType.END:
                 return conn.send_end(id, terminal.summary)  # type: ignore[attr-defined]
             e: proto.ErrorFrame = terminal  # type: ignore[assignment]
@@ -1088,6 +1227,181 @@ class _Runtime(FrameProtocol):
         call.last_event = time.monotonic()
 
 
+class _LaneTransport(asyncio.Transport):
+    """The worker's end of its Unix socket when it offers the shm lane: asyncio's own transport
+    reads with ``recv_into``, which loses descriptors, so this one reads with ``recvmsg`` and
+    room for 8 descriptors (PROTOCOL.md 20.5, from the HELLO on) and can attach a descriptor to
+    a write (the SHM_REGION's). Writes go out at once when nothing is queued, the rest when the
+    socket is writable, in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                 protocol: _Runtime) -> None:
+        super().__init__()
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        # [bytes left to write, descriptor to attach to their first byte or -1]
+        self._queue: collections.deque[list[Any]] = collections.deque()
+        self._queued = 0
+        self._closing = False
+        self._lost = False
+        self._reading = True
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._read)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        protocol = self._protocol
+        try:
+            n, fds = _shm.recv_into_with_fds(self._sock, protocol.get_buffer(-1))
+        except (BlockingIOError, InterruptedError):
+            return
+        except ProtocolError as e:
+            protocol.lane_failed(e)
+            return
+        except OSError as e:
+            self._abort(e)
+            return
+        if fds:
+            protocol.fds_received(fds)  # before the bytes that came with them (20.7)
+            if self._closing:
+                return
+        if n == 0:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+            if not protocol.eof_received():
+                self.close()
+            return
+        protocol.buffer_updated(n)
+
+    def pause_reading(self) -> None:
+        if self._reading and not self._closing:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self._closing:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._read)
+
+    def is_reading(self) -> bool:
+        return self._reading
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(self, data: Any) -> None:
+        self._send(memoryview(data).cast("B"), -1)
+
+    def write_with_fd(self, data: bytes, fd: int) -> None:
+        """Writes ``data`` with (a duplicate of) ``fd`` attached to its first byte."""
+        self._send(memoryview(data), os.dup(fd))
+
+    def _send(self, view: memoryview, fd: int) -> None:
+        if self._closing:
+            if fd >= 0:
+                os.close(fd)
+            return
+        if not self._queue:
+            try:
+                n = self._send_now(view, fd)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                if fd >= 0:
+                    os.close(fd)
+                self._abort(e)
+                return
+            if n:
+                fd = -1  # it travelled with the first byte
+            if n == len(view):
+                return
+            view = view[n:]
+            self._loop.add_writer(self._fd, self._writable)
+        self._queue.append([view, fd])
+        self._queued += len(view)
+
+    def _send_now(self, view: memoryview, fd: int) -> int:
+        if fd < 0:
+            return self._sock.send(view)
+        n = _shm.send_with_fds(self._sock, [view], [fd])
+        os.close(fd)  # the kernel holds its own reference now
+        return n
+
+    def _writable(self) -> None:
+        queue = self._queue
+        while queue:
+            entry = queue[0]
+            view, fd = entry
+            try:
+                n = self._send_now(view, fd)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._abort(e)
+                return
+            entry[1] = -1
+            self._queued -= n
+            if n < len(view):
+                entry[0] = view[n:]
+                return
+            queue.popleft()
+        self._loop.remove_writer(self._fd)
+        if self._closing:
+            self._connection_lost(None)
+
+    def get_write_buffer_size(self) -> int:
+        return self._queued
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """Stops reading; the connection closes once what is queued was written."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+        if not self._queue:
+            self._loop.call_soon(self._connection_lost, None)
+
+    def abort(self) -> None:
+        self._abort(None)
+
+    def _abort(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+        self._loop.remove_writer(self._fd)
+        for _view, fd in self._queue:
+            if fd >= 0:
+                os.close(fd)
+        self._queue.clear()
+        self._queued = 0
+        self._loop.call_soon(self._connection_lost, exc)
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            self._sock.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._sock if name == "socket" else default
+
+
 def _raw_row(item: Any) -> bytes:
     """A raw row as immutable bytes: a generator may reuse its bytearray for the next row."""
     if isinstance(item, (bytearray, memoryview)):
@@ -1192,7 +1506,7 @@ async def _join(ticket: _remote.Ticket, runtime: _Runtime) -> bool:
 
 
 def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-          max_frame_size: int = proto.MAX_FRAME_SIZE_LIMIT) -> None:
+          max_frame_size: int = proto.MAX_FRAME_SIZE_LIMIT, shm_lane: bool = True) -> None:
     """Serve the registered methods on the connection in ``WIREPOOL_FD`` until the parent drains,
     closes, or dies; then exit the process. Without ``WIREPOOL_FD``, join the remote parent
     named by the ticket in ``WIREPOOL_TICKET`` (or the file in ``WIREPOOL_TICKET_FILE``) over
@@ -1204,6 +1518,12 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     The process exits with status 0 after GOODBYE or end of file, 1 after a protocol violation
     or the parent's ERROR (PROTOCOL.md 8.4), without waiting for handlers still running. A
     request's deadline ends it when it passes, even if its handler ignores it (8.3).
+
+    ``shm_lane`` offers the shared-memory lane (PROTOCOL.md 20; Linux, local workers only):
+    when the parent accepts it, a request body of 1 MiB or more arrives as a read-only
+    ``memoryview`` of the parent's memory (zero-copy; holding it holds that memory, so copy
+    what you keep), and a result of 1 MiB or more leaves through a region of this worker
+    instead of the socket. ``WIREPOOL_SHM=0`` in the environment turns it off too.
     """
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be >= 1")
@@ -1222,7 +1542,10 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     else:
         fd = -1
     methods = list(_registry.values())
-    status = asyncio.run(_serve_async(fd, methods, max_concurrency, max_frame_size, ticket))
+    lane = (shm_lane and ticket is None and _shm.AVAILABLE
+            and os.environ.get("WIREPOOL_SHM", "1") not in ("0", "off", "false"))
+    status = asyncio.run(_serve_async(fd, methods, max_concurrency, max_frame_size, ticket,
+                                      SHM_WINDOW if lane else None))
     sys.stdout.flush()
     sys.stderr.flush()
     # Handler threads cannot be interrupted; do not let a stuck one keep the process alive.
@@ -1230,18 +1553,24 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
 
 
 async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
-                       max_frame_size: int, ticket: _remote.Ticket | None = None) -> int:
+                       max_frame_size: int, ticket: _remote.Ticket | None = None,
+                       shm_window: int | None = None) -> int:
     loop = asyncio.get_running_loop()
     if hasattr(asyncio, "eager_task_factory"):  # 3.12+: a handler starts in the same loop pass
         loop.set_task_factory(asyncio.eager_task_factory)
-    runtime = _Runtime(methods, max_concurrency, max_frame_size, loop)
+    runtime = _Runtime(methods, max_concurrency, max_frame_size, loop, shm_window)
     if ticket is not None:
         if not await _join(ticket, runtime):
             return 1
     else:
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
-        await loop.create_unix_connection(lambda: runtime, sock=sock)
+        if shm_window is not None and sock.family == socket.AF_UNIX:
+            _LaneTransport(loop, sock, runtime)  # recvmsg from the HELLO on (20.5)
+        else:
+            if shm_window is not None:  # not a Unix socket: no descriptors, no lane
+                runtime.hello.extensions = b""
+            await loop.create_unix_connection(lambda: runtime, sock=sock)
     status = await runtime.done
     try:  # let the transport write what is buffered (GOODBYE, a last ERROR) before exiting
         await asyncio.wait_for(asyncio.shield(runtime.lost), 2.0)
