@@ -1,9 +1,11 @@
 """W2, W3 and W4 over the remote transport on loopback, beside the socketpair path, same run.
 
-    .venv/bin/python bench/remote_tls.py [--repeats 5] [--window 0.5]
+    .venv/bin/python bench/remote_tls.py [--repeats 5] [--window 0.5] [--worker python|rust]
 
-Three transports for the same Python parent (``AsyncPool``) and Python bench worker
-(bench/runners/wirepool_python_worker.py), 16 MiB frames as in the bench runners:
+Three transports for the same Python parent (``AsyncPool``) and bench worker (the Python one,
+bench/runners/wirepool_python_worker.py, or with ``--worker rust`` the Rust one,
+rust/target/release/wirepool-bench-worker, built by ``bench/runners/wirepool_rust.sh
+--prepare``; both serve the same methods), 16 MiB frames as in the bench runners:
 ``socketpair`` (the local default), ``tls`` (TCP + TLS 1.3 on 127.0.0.1: the remote path of
 PROTOCOL.md 21 through ``launchers.Subprocess``) and ``tcp`` (plain loopback TCP, the same join
 without TLS). Each repeat runs every transport once, in turn (alternated, so drift hits all of
@@ -27,7 +29,12 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import wirepool  # noqa: E402
 from wirepool import launchers  # noqa: E402
 
-WORKER = [sys.executable, os.path.join(HERE, "runners", "wirepool_python_worker.py")]
+WORKERS = {
+    "python": [sys.executable, os.path.join(HERE, "runners", "wirepool_python_worker.py")],
+    "rust": [os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "rust", "target")),
+                          "release", "wirepool-bench-worker")],
+}
+WORKER = WORKERS["python"]
 ENV = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
 MAX_FRAME = 16 << 20
 
@@ -70,6 +77,8 @@ async def rows_rate(pool: wirepool.AsyncPool, n: int) -> float:
 
 # name -> (unit, max_in_flight, measure(pool, window) -> value)
 SCENARIOS: dict[str, tuple[str, int, Callable[[wirepool.AsyncPool, float], Awaitable[float]]]] = {
+    "W2.echo.64B.x64": ("calls/s", 64,
+                        lambda p, w: echo_rate(p, "echo", payload(64), 64, w)),
     "W2.echo.64B.x256": ("calls/s", 256,
                          lambda p, w: echo_rate(p, "echo", payload(64), 256, w)),
     "W3.oneway.1MiB": ("MB/s", 1,
@@ -98,7 +107,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--window", type=float, default=0.5)
     ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--worker", choices=sorted(WORKERS), default="python")
     args = ap.parse_args()
+    global WORKER
+    WORKER = WORKERS[args.worker]
+    if not os.access(WORKER[0], os.X_OK):
+        sys.exit(f"{WORKER[0]} is not built (bench/runners/wirepool_rust.sh --prepare)")
     names = [n for n in SCENARIOS if not args.only or n in args.only.split(",")]
     transports = ["socketpair", "tls", "tcp"]
     results: dict[tuple[str, str], list[float]] = {}
@@ -108,7 +122,7 @@ def main() -> None:
                 results.setdefault((name, t), []).append(
                     asyncio.run(measure(name, t, args.window)))
     print(f"# remote transport on loopback vs socketpair ({args.repeats} repeats, "
-          f"{args.window:g} s windows, alternated); Python parent and worker")
+          f"{args.window:g} s windows, alternated); Python parent, {args.worker} worker")
     print(f"{'scenario':22} {'transport':10} {'unit':8} {'min':>12} {'median':>12} "
           f"{'max':>12} {'vs socketpair':>14}")
     for name in names:
