@@ -288,7 +288,10 @@ test("crash loops: each death counted once, exactly `workers` alive, then the po
   const e = await rejection(pool.call("crash", null));
   assert.equal(e.code, ErrorCode.WORKER_EXITED);
   await until(() => pool.isClosed, "the pool closed after max_restarts");
-  assert.equal((await rejection(pool.call("echo", 1))).code, ErrorCode.POOL_CLOSED);
+  const closed = await rejection(pool.call("echo", 1));
+  assert.equal(closed.code, ErrorCode.POOL_CLOSED);
+  // The words every SDK uses (and the soak looks for), with the count and the window.
+  assert.match(closed.message, /^restart intensity exceeded: 4 worker deaths within 60000 ms \(max_restarts 3\)/);
 });
 
 test("close() drains: in-flight work finishes within the grace, later calls POOL_CLOSED", T, async () => {

@@ -920,7 +920,9 @@ export class Pool extends EventEmitter {
     this.deaths.push(now);
     while (this.deaths.length > 0 && now - this.deaths[0] > this.settings.restartWindowMs) this.deaths.shift();
     if (this.deaths.length > this.settings.maxRestarts) {
-      this.closedBy = wirepoolError(ErrorCode.POOL_CLOSED, `the pool closed itself: ${this.deaths.length} worker deaths within ${this.settings.restartWindowMs} ms (max_restarts ${this.settings.maxRestarts}); the last ${w.pid ? `(pid ${w.pid}) ` : ""}${death.why}, exit status ${death.exitStatus}, signal ${death.signal}`, {
+      // Worded as the Python and Rust pools word it: "restart intensity exceeded" is what a user
+      // (and the soak) looks for in every later call's POOL_CLOSED.
+      this.closedBy = wirepoolError(ErrorCode.POOL_CLOSED, `restart intensity exceeded: ${this.deaths.length} worker deaths within ${this.settings.restartWindowMs} ms (max_restarts ${this.settings.maxRestarts}); the pool closed itself; the last ${w.pid ? `(pid ${w.pid}) ` : ""}${death.why}, exit status ${death.exitStatus}, signal ${death.signal}`, {
         exitStatus: death.exitStatus,
         signal: death.signal,
         stderrTail: death.stderrTail,
