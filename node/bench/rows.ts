@@ -1,7 +1,8 @@
 // A micro-benchmark of the rows hot paths, in process (no sockets), the old way and the new way
 // alternated in one run: the parent decoding a ROWS frame's JSON rows (json.decode per row
 // against json.decodeRows), and the worker encoding rows into a frame (a Buffer per row and
-// RowsBuilder.append against RowsBuilder.appendText). Not a test: numbers only.
+// RowsBuilder.append against RowsBuilder.appendText and extendText; msgpack append against
+// appendWith + encodeInto). Not a test: numbers only.
 //
 //   npm run build:test && node build/bench/rows.js [--rows N] [--repeats R]
 import { type Codec, json, msgpack } from "../src/codecs/index.js";
@@ -57,7 +58,7 @@ function decodeRows(fs: RowsFrame[], c: Codec = json): number {
   let n = 0;
   for (const f of fs) {
     const out: unknown[] = [];
-    c.decodeRows!(f.rows, 0, out);
+    c.decodeRows!(f, 0, out);
     n += out.length;
   }
   return n;
@@ -118,6 +119,49 @@ function packAppend(): number {
   return ROWS;
 }
 
+/** The worker driver's text path: rows wait as strings and go in 8 KiB at a time (one UTF-8 write each). */
+function encodeTexts(): number {
+  const { worker, b } = builder();
+  const texts: string[] = [];
+  let chars = 0;
+  const stage = (): void => {
+    let k = 0;
+    while (k < texts.length) {
+      const took = b.extendText(texts, k, FRAME_BYTES);
+      k += took;
+      if (took === 0 || b.payloadLength >= FRAME_BYTES) {
+        b.finish();
+        worker.takeOutput();
+      }
+    }
+    texts.length = 0;
+    chars = 0;
+  };
+  for (let i = 0; i < ROWS; i++) {
+    const t = json.encodeString!(smallRow(i));
+    texts.push(t);
+    if ((chars += 4 + t.length) >= 8192) stage();
+  }
+  stage();
+  return ROWS;
+}
+
+/** msgpack rows encoded straight into the frame (RowsBuilder.appendWith + msgpack.encodeInto). */
+function packInto(): number {
+  const { worker, b } = builder();
+  let row: unknown;
+  const write = (buf: Buffer, start: number): number | Uint8Array => msgpack.encodeInto!(row, buf, start);
+  for (let i = 0; i < ROWS; i++) {
+    row = smallRow(i);
+    b.appendWith(write, 512);
+    if (b.payloadLength >= FRAME_BYTES) {
+      b.finish();
+      worker.takeOutput();
+    }
+  }
+  return ROWS;
+}
+
 function packOnly(): number {
   let n = 0;
   for (let i = 0; i < ROWS; i++) n += msgpack.encode(smallRow(i)).length;
@@ -155,8 +199,10 @@ const cases: [string, () => number][] = [
   ["worker encode, stringify only", stringifyOnly],
   ["worker encode msgpack, pack only", packOnly],
   ["worker encode msgpack, pack + append", packAppend],
+  ["worker encode msgpack, appendWith(encodeInto)", packInto],
   ["worker encode, Buffer per row + append", encodeBuffers],
   ["worker encode, appendText", encodeText],
+  ["worker encode, extendText per 8 KiB", encodeTexts],
 ];
 const results = new Map<string, number[]>(cases.map(([k]) => [k, []]));
 for (let r = 0; r < REPEATS; r++) {

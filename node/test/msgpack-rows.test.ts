@@ -6,17 +6,26 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { msgpack, unpackRows } from "../src/codecs/index.js";
-import { encodeFrames, FrameDecoder, FrameType, type RowsFrame } from "../src/proto/index.js";
+import { pack, unpack } from "msgpackr";
+import { CodecId, Connection, encodeFrames, FrameDecoder, FrameType, MethodKind, rowSpans, type RowSpans, type RowsFrame, spansToViews } from "../src/proto/index.js";
 
 /** The rows as the parent's core hands them out: views of one received ROWS frame. */
-function received(rows: Uint8Array[]): readonly Buffer[] {
+function received(rows: Uint8Array[]): RowsFrame {
   const dec = new FrameDecoder(16 << 20);
   dec.push(encodeFrames([{ type: FrameType.ROWS, id: 1, more: false, rows }]));
-  return (dec.next() as RowsFrame).rows;
+  return dec.next() as RowsFrame;
 }
 
-function oneByOne(rows: readonly Buffer[], start: number): { values: unknown[]; error: unknown } {
+/** Rows `picks` of `spans`, as spans over the same bytes (in any order: not a frame's layout). */
+function pick(spans: RowSpans, picks: number[]): RowSpans {
+  const bounds = new Uint32Array(picks.length * 2);
+  picks.forEach((k, i) => bounds.set(spans.bounds.subarray(2 * k, 2 * k + 2), 2 * i));
+  return { data: spans.data, bounds, count: picks.length };
+}
+
+function oneByOne(spans: RowSpans, start: number): { values: unknown[]; error: unknown } {
   const values: unknown[] = [];
+  const rows = spansToViews(spans, 0);
   for (let i = start; i < rows.length; i++) {
     try {
       values.push(msgpack.decode(rows[i]));
@@ -27,19 +36,19 @@ function oneByOne(rows: readonly Buffer[], start: number): { values: unknown[]; 
   return { values, error: null };
 }
 
-function together(rows: readonly Buffer[], start: number): { values: unknown[]; error: unknown } {
+function together(spans: RowSpans, start: number): { values: unknown[]; error: unknown } {
   const values: unknown[] = [];
   try {
-    unpackRows(rows, start, values);
+    unpackRows(spans, start, values);
   } catch (e) {
     return { values, error: e };
   }
   return { values, error: null };
 }
 
-function same(rows: readonly Buffer[], start = 0): { values: unknown[]; error: unknown } {
-  const a = oneByOne(rows, start);
-  const b = together(rows, start);
+function same(spans: RowSpans, start = 0): { values: unknown[]; error: unknown } {
+  const a = oneByOne(spans, start);
+  const b = together(spans, start);
   assert.deepEqual(b.values, a.values);
   assert.equal(b.error === null, a.error === null, `error ${String(b.error)} against ${String(a.error)}`);
   return b;
@@ -87,10 +96,10 @@ describe("msgpack.decodeRows (unpackRows)", () => {
   test("rows that are not views in order of one buffer decode one by one", () => {
     const a = received(packed(1, 2, 3, 4, "x".repeat(200)));
     const b = received(packed("x", "y"));
-    same([a[0], b[0], a[1], a[2], a[3]]);
-    same([a[4], a[3], a[2], a[1], a[0]]);
-    same([a[0], a[0], a[0], a[0]]);
-    same(packed(1, 2, 3, [4]));
+    same(rowSpans([a.rows[0], b.rows[0], a.rows[1], a.rows[2], a.rows[3]]));
+    same(pick(a, [4, 3, 2, 1, 0]));
+    same(pick(a, [0, 0, 0, 0]));
+    same(rowSpans(packed(1, 2, 3, [4])));
   });
 
   test("property: the same as msgpack.decode row by row, for any rows", () => {
@@ -110,9 +119,98 @@ describe("msgpack.decodeRows (unpackRows)", () => {
     fc.assert(
       fc.property(fc.array(row, { minLength: 1, maxLength: 40 }), fc.nat(), (rs, s) => {
         const rows = received(rs);
-        same(rows, s % rows.length);
+        same(rows, s % rows.count);
       }),
       { numRuns: 500 },
     );
+  });
+});
+
+describe("msgpack.encodeInto and RowsBuilder.appendWith (rows encoded straight into the frame)", () => {
+  function worker(maxFrameSize: number): { worker: Connection; id: number } {
+    const parent = new Connection("parent");
+    const w = new Connection("worker");
+    w.sendHello({ minVersion: 1, maxVersion: 1, pid: 1, maxConcurrency: 8, maxFrameSize: 16 << 20, sdkName: "test", sdkVersion: "1",
+      methods: [{ name: "rows", kind: MethodKind.STREAM, codecs: [CodecId.MSGPACK] }] });
+    for (const b of w.takeOutput()) parent.receive(b);
+    while (parent.nextEvent());
+    parent.sendWelcome({ version: 1, workerId: 1, maxFrameSize, initialCredit: 1 << 30, heartbeatMs: 0, maxInFlight: 8, maxMessageSize: 1 << 24 });
+    for (const b of parent.takeOutput()) w.receive(b);
+    while (w.nextEvent());
+    const id = parent.sendRequest(0, CodecId.MSGPACK, 0, Buffer.from([0xc0]));
+    for (const b of parent.takeOutput()) w.receive(b);
+    while (w.nextEvent());
+    return { worker: w, id };
+  }
+
+  /** Every value sent as a row, a frame finished whenever one does not fit; the bytes written. */
+  function drive(values: unknown[], room: number, into: boolean): Buffer {
+    const { worker: w, id } = worker(65536);
+    const b = w.rows(id);
+    const write = (v: unknown) => (buf: Buffer, start: number) => msgpack.encodeInto!(v, buf, start);
+    for (const v of values) {
+      const ok = into ? b.appendWith(write(v), room) : b.append(msgpack.encode(v));
+      if (!ok) {
+        b.finish();
+        assert.ok(into ? b.appendWith(write(v), room) : b.append(msgpack.encode(v)));
+      }
+    }
+    if (b.count > 0) b.finish();
+    return Buffer.concat(w.takeOutput());
+  }
+
+  const value = fc.oneof(
+    fc.jsonValue(),
+    fc.bigInt({ min: -(1n << 63n), max: (1n << 64n) - 1n }).map((n) => ({ n })),
+    fc.integer({ min: 2 ** 32, max: Number.MAX_SAFE_INTEGER }).map((n) => ({ wide: n })),
+    fc.uint8Array({ maxLength: 300 }).map((bin) => ({ bin })),
+    fc.constantFrom("x".repeat(20000), { s: "é".repeat(9000) }),
+  );
+
+  test("property: encodeInto writes what encode returns; appendWith builds the frames append builds", () => {
+    fc.assert(
+      fc.property(fc.array(value, { minLength: 1, maxLength: 50 }), fc.constantFrom(0, 16, 512, 70000), (values, room) => {
+        for (const v of values) {
+          const buf = Buffer.alloc(64);
+          const r = msgpack.encodeInto!(v, buf, 3);
+          const bytes = typeof r === "number" ? buf.subarray(3, r) : Buffer.from(r);
+          assert.ok(bytes.equals(Buffer.from(msgpack.encode(v))));
+        }
+        assert.ok(drive(values, room, true).equals(drive(values, room, false)), "the same frames");
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  test("encodeInto leaves what msgpackr handed out before intact", () => {
+    const held = pack({ a: "held", n: [1, 2, 3] });
+    const copy = Buffer.from(held);
+    const buf = Buffer.alloc(1 << 16);
+    let p = 0;
+    for (let i = 0; i < 2000; i++) {
+      const r = msgpack.encodeInto!({ i, name: `decl_${i}`, kind: "theorem" }, buf, p);
+      p = typeof r === "number" && r < buf.length - 100 ? r : 0;
+    }
+    assert.ok(held.equals(copy));
+    assert.deepEqual(unpack(pack({ after: true })), { after: true });
+  });
+
+  test("appendWith: a row too large for any frame is ROW_TOO_LARGE, one that does not fit this frame returns false, a throwing writer appends nothing", () => {
+    const { worker: w, id } = worker(65536);
+    const b = w.rows(id);
+    assert.throws(() => b.appendWith((buf, start) => msgpack.encodeInto!("y".repeat(70000), buf, start)), { name: "ROW_TOO_LARGE" });
+    assert.throws(() => b.appendWith(() => { throw new Error("boom"); }), /boom/);
+    assert.throws(() => b.appendWith((buf) => buf.length + 1), RangeError);
+    assert.equal(b.count, 0);
+    assert.ok(b.appendWith((buf, start) => msgpack.encodeInto!("z".repeat(60000), buf, start)));
+    assert.equal(b.appendWith((buf, start) => msgpack.encodeInto!("z".repeat(6000), buf, start)), false);
+    assert.equal(b.count, 1);
+    b.finish();
+    const f = (() => {
+      const dec = new FrameDecoder(16 << 20);
+      dec.push(Buffer.concat(w.takeOutput()));
+      return dec.next() as RowsFrame;
+    })();
+    assert.equal(msgpack.decode(f.rows[0]), "z".repeat(60000));
   });
 });

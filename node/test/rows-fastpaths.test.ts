@@ -7,18 +7,26 @@ import { describe, test } from "node:test";
 import fc from "fast-check";
 import { json, parseJson, parseJsonRows } from "../src/codecs/index.js";
 import { DecodeFailedError, Pool } from "../src/index.js";
-import { CodecId, Connection, type ConnectionEvent, encodeFrames, ErrorCode, FrameDecoder, FrameType, MethodKind, type RowsFrame } from "../src/proto/index.js";
+import { CodecId, Connection, type ConnectionEvent, encodeFrames, ErrorCode, FrameDecoder, FrameType, MethodKind, type RowsBuilder, rowSpans, type RowSpans, type RowsFrame, spansToViews } from "../src/proto/index.js";
 
 /** The rows as the parent's core hands them out: views of one received ROWS frame. */
-function received(rows: Buffer[]): readonly Buffer[] {
+function received(rows: Buffer[]): RowsFrame {
   const dec = new FrameDecoder(16 << 20);
   dec.push(encodeFrames([{ type: FrameType.ROWS, id: 1, more: false, rows }]));
-  return (dec.next() as RowsFrame).rows;
+  return dec.next() as RowsFrame;
+}
+
+/** Rows `picks` of `spans`, as spans over the same bytes (in any order: not a frame's layout). */
+function pick(spans: RowSpans, picks: number[]): RowSpans {
+  const bounds = new Uint32Array(picks.length * 2);
+  picks.forEach((k, i) => bounds.set(spans.bounds.subarray(2 * k, 2 * k + 2), 2 * i));
+  return { data: spans.data, bounds, count: picks.length };
 }
 
 /** What decoding row by row gives: the values before the first bad row, and its error (or null). */
-function oneByOne(rows: readonly Buffer[], start: number): { values: unknown[]; error: unknown } {
+function oneByOne(spans: RowSpans, start: number): { values: unknown[]; error: unknown } {
   const values: unknown[] = [];
+  const rows = spansToViews(spans, 0);
   for (let i = start; i < rows.length; i++) {
     try {
       values.push(parseJson(rows[i].toString("utf8")));
@@ -29,19 +37,19 @@ function oneByOne(rows: readonly Buffer[], start: number): { values: unknown[]; 
   return { values, error: null };
 }
 
-function together(rows: readonly Buffer[], start: number): { values: unknown[]; error: unknown } {
+function together(spans: RowSpans, start: number): { values: unknown[]; error: unknown } {
   const values: unknown[] = [];
   try {
-    parseJsonRows(rows, start, values);
+    parseJsonRows(spans, start, values);
   } catch (e) {
     return { values, error: e };
   }
   return { values, error: null };
 }
 
-function same(rows: readonly Buffer[], start = 0): void {
-  const a = oneByOne(rows, start);
-  const b = together(rows, start);
+function same(spans: RowSpans, start = 0): void {
+  const a = oneByOne(spans, start);
+  const b = together(spans, start);
   assert.deepEqual(b.values, a.values);
   assert.equal(b.error === null, a.error === null, `error ${String(b.error)} against ${String(a.error)}`);
   if (a.error !== null) assert.equal((b.error as Error).name, (a.error as Error).name);
@@ -90,10 +98,12 @@ describe("json.decodeRows (parseJsonRows)", () => {
   test("rows that are not views in order of one buffer decode one by one", () => {
     const a = received(texts("1", "2", "3", "4", "5"));
     const b = received(texts('"x"', '"y"'));
-    same([a[0], b[0], a[1], a[2], a[3]]);
-    same([a[3], a[2], a[1], a[0]]);
-    same([a[0], a[0], a[0], a[0], a[0]]);
-    same(texts("1", "2", "3", "4", "5", "[6]"));
+    const av = a.rows;
+    same(rowSpans([av[0], b.rows[0], av[1], av[2], av[3]]));
+    same(pick(a, [3, 2, 1, 0]));
+    same(pick(a, [0, 0, 0, 0, 0]));
+    same(pick(a, [0, 2, 4, 1]));
+    same(rowSpans(texts("1", "2", "3", "4", "5", "[6]")));
   });
 
   test("property: the same as parseJson row by row, for any rows", () => {
@@ -103,10 +113,52 @@ describe("json.decodeRows (parseJsonRows)", () => {
     fc.assert(
       fc.property(fc.array(row, { minLength: 1, maxLength: 40 }), fc.nat(), (rs, s) => {
         const rows = received(rs);
-        same(rows, s % rows.length);
+        same(rows, s % rows.count);
       }),
       { numRuns: 500 },
     );
+  });
+});
+
+describe("json.decodeRows: rows cut anywhere from valid JSON (the batch parse must not join them)", () => {
+  test("property: JSON text of values cut at any positions into rows decodes as parseJson row by row", () => {
+    const cuts = fc.tuple(fc.array(fc.jsonValue({ maxDepth: 3 }), { minLength: 1, maxLength: 12 }), fc.array(fc.nat(), { maxLength: 12 }), fc.constantFrom(",", ", ", ",\n", "  ,"));
+    fc.assert(
+      fc.property(cuts, ([values, at, sep]) => {
+        const text = values.map((v) => JSON.stringify(v)).join(sep);
+        const points = [...new Set(at.map((a) => a % (text.length + 1)))].sort((a, b) => a - b);
+        const rows: Buffer[] = [];
+        let from = 0;
+        for (const p of [...points, text.length]) {
+          rows.push(Buffer.from(text.slice(from, p), "utf8"));
+          from = p;
+        }
+        while (rows.length < 5) rows.push(Buffer.from("0"));
+        same(received(rows));
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  test("rows that only balance together, with the right count, are each parsed alone", () => {
+    // [1,[2 | 3] would parse joined as [1,[2,3]] (2 values for 2 rows); so would {"a":"}" | "b":"{"} with a
+    // leading 1, and "a | b",1 (a string across the separator) if the separator had no newline
+    for (const bad of [texts("1,[2", "3]", "4", "5"), texts('1,{"a":"}"', '"b":"{"}', "2", "3"), texts("[[", "1]]", "2", "3", "4"),
+      texts('"a\\"', '"b"', "1", "2"), texts("{}", "{", "}", "1", "2"), texts('"a', 'b",1', "2", "3"), texts('["x', 'y"]', "[", "]")]) {
+      const rows = received(bad);
+      same(rows);
+      assert.notEqual(together(rows, 0).error, null);
+    }
+  });
+
+  test("the spans of a decoded frame are its rows", () => {
+    const rs = texts("1", "", "[2]", "é", "x".repeat(300));
+    const f = received(rs);
+    assert.equal(f.count, rs.length);
+    assert.deepEqual(spansToViews(f, 0), rs);
+    assert.deepEqual(f.rows, rs);
+    assert.equal(f.rows[0].buffer, f.data.buffer, "views of the received bytes");
+    assert.deepEqual(spansToViews(rowSpans(rs), 2), rs.slice(2));
   });
 });
 
@@ -153,6 +205,89 @@ describe("RowsBuilder.appendText", () => {
     bb.finish();
     assert.deepEqual(Buffer.concat(byText.worker.takeOutput()), Buffer.concat(byBytes.worker.takeOutput()));
     assert.throws(() => bt.appendText("y".repeat(70000)), { name: "ROW_TOO_LARGE" });
+  });
+});
+
+describe("RowsBuilder.extendText", () => {
+  function worker(maxFrameSize: number): { worker: Connection; id: number } {
+    const parent = new Connection("parent");
+    const w = new Connection("worker");
+    w.sendHello({ minVersion: 1, maxVersion: 1, pid: 1, maxConcurrency: 8, maxFrameSize: 16 << 20, sdkName: "test", sdkVersion: "1",
+      methods: [{ name: "rows", kind: MethodKind.STREAM, codecs: [CodecId.JSON] }] });
+    for (const b of w.takeOutput()) parent.receive(b);
+    while (parent.nextEvent());
+    parent.sendWelcome({ version: 1, workerId: 1, maxFrameSize, initialCredit: 1 << 30, heartbeatMs: 0, maxInFlight: 8, maxMessageSize: 1 << 24 });
+    for (const b of parent.takeOutput()) w.receive(b);
+    while (w.nextEvent());
+    const id = parent.sendRequest(0, CodecId.JSON, 0, Buffer.from("{}"));
+    for (const b of parent.takeOutput()) w.receive(b);
+    while (w.nextEvent());
+    return { worker: w, id };
+  }
+
+  /** What extendText means, row by row with append: rows while the payload stays within min(target, maxPayload); an empty frame takes its first row. */
+  function reference(b: RowsBuilder, texts: string[], start: number, target: number): number {
+    let k = 0;
+    for (let i = start; i < texts.length; i++) {
+      const bytes = Buffer.from(texts[i], "utf8");
+      if (b.payloadLength + 4 + bytes.length > Math.min(target, b.maxPayload)) {
+        if (b.count === 0) return b.append(bytes) ? 1 : 0;
+        break;
+      }
+      assert.ok(b.append(bytes));
+      k++;
+    }
+    return k;
+  }
+
+  /** Every row sent with `extend`, frames finished when it takes none; the bytes written and the counts it returned. */
+  function drive(maxFrameSize: number, texts: string[], target: number, extend: (b: RowsBuilder, start: number) => number): { wire: Buffer; takes: number[] } {
+    const { worker: w, id } = worker(maxFrameSize);
+    const b = w.rows(id);
+    const takes: number[] = [];
+    let i = 0;
+    while (i < texts.length) {
+      const k = extend(b, i);
+      takes.push(k);
+      if (k === 0) b.finish();
+      i += k;
+      if (k > 0 && b.payloadLength >= target) b.finish();
+    }
+    if (b.count > 0) b.finish();
+    return { wire: Buffer.concat(w.takeOutput()), takes };
+  }
+
+  const text = fc.oneof(
+    { weight: 4, arbitrary: fc.jsonValue().map((v) => JSON.stringify(v)) },
+    { weight: 2, arbitrary: fc.string({ unit: "grapheme", maxLength: 40 }) },
+    { weight: 1, arbitrary: fc.string({ unit: "binary", maxLength: 40 }) }, // lone surrogates too
+    { weight: 1, arbitrary: fc.constantFrom("", "\0\0\0\0", "é", "\ud800", "x".repeat(30000), "日".repeat(15000), "é".repeat(20000)) },
+  );
+
+  test("property: the same frames as append row by row, for any texts, targets and frame sizes", () => {
+    fc.assert(
+      fc.property(fc.array(text, { minLength: 1, maxLength: 60 }), fc.oneof(fc.integer({ min: 1, max: 300 }), fc.integer({ min: 1, max: 70000 })), fc.constantFrom(65536, 100000), (texts, target, maxFrame) => {
+        const a = drive(maxFrame, texts, target, (b, i) => b.extendText(texts, i, target));
+        const r = drive(maxFrame, texts, target, (b, i) => reference(b, texts, i, target));
+        assert.deepEqual(a.takes, r.takes);
+        assert.ok(a.wire.equals(r.wire), "the same bytes");
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  test("a first row too large for any frame is ROW_TOO_LARGE, nothing appended; one that does not fit this frame returns 0", () => {
+    const { worker: w, id } = worker(65536);
+    const b = w.rows(id);
+    assert.throws(() => b.extendText(["y".repeat(70000)]), { name: "ROW_TOO_LARGE" });
+    assert.throws(() => b.extendText(["é".repeat(33000)]), { name: "ROW_TOO_LARGE" });
+    assert.equal(b.count, 0);
+    assert.equal(b.extendText(["1", "2"]), 2);
+    assert.equal(b.extendText(["z".repeat(65520)]), 0);
+    assert.equal(b.extendText(["é".repeat(32760)]), 0);
+    assert.equal(b.extendText(["3", "4"], 1), 1);
+    assert.equal(b.count, 3);
+    assert.equal(b.extendText([], 0), 0);
   });
 });
 

@@ -21,8 +21,9 @@
  */
 
 import { Decoder as CborDecoder, Encoder as CborEncoder } from "cbor-x";
-import { Packr, Unpackr } from "msgpackr";
+import { Packr, RESET_BUFFER_MODE, REUSE_BUFFER_MODE, Unpackr } from "msgpackr";
 import { CodecId } from "../proto/constants.js";
+import type { RowSpans } from "../proto/frames.js";
 import { arrowCodec } from "./arrow.js";
 import { parseJson, parseJsonRows, stringifyJson } from "./json.js";
 
@@ -55,12 +56,19 @@ export interface Codec {
    */
   encodeString?(value: unknown): string;
   /**
-   * Optional: decodes `rows[start..]` (a ROWS frame's rows) into `out`, in order, as `decode`
-   * would one by one but cheaper per row. Each row must still fail on its own when it is not
-   * a valid encoding.
+   * Optional, for binary codecs: `encode(value)` written straight into `buf` at `start` (a ROWS
+   * frame being filled: `RowsBuilder.appendWith`), returning where it ends; or, when the bytes
+   * do not fit in `buf`, returning them (valid until the next encode: the caller copies them at
+   * once). Saves a Buffer per row.
+   */
+  encodeInto?(value: unknown, buf: Buffer, start: number): number | Uint8Array;
+  /**
+   * Optional: decodes the rows of `rows` (a ROWS frame, or {@link rowSpans} of any rows) from
+   * `start` on into `out`, in order, as `decode` would one by one but cheaper per row (no
+   * Buffer per row). Each row must still fail on its own when it is not a valid encoding.
    * @throws the first bad row's error; `out` then holds the values of the rows before it.
    */
-  decodeRows?(rows: readonly Buffer[], start: number, out: unknown[]): void;
+  decodeRows?(rows: RowSpans, start: number, out: unknown[]): void;
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -146,49 +154,55 @@ const scratchUnpackr = new Unpackr({ useRecords: false, int64AsType: "auto" as "
 const rowBounds = { start: 0, end: 0 };
 
 /**
- * Unpacks each row (one MessagePack value) of `rows[start..]` into `out`, in order: the values
- * `msgpack.decode` gives row by row. msgpackr makes a DataView for each Buffer it reads (and adds
- * it to the Buffer as a property), which dominates a small row read from its own view. Rows that
- * are views of one buffer (a ROWS frame's) are read instead from a reused scratch buffer (small
- * rows) or from one view of the frame's span with each row's bounds: one DataView per frame.
- * Every row is still read alone and must end exactly at its bound: a row that reads past its end
- * or stops short fails by itself.
+ * Unpacks each row (one MessagePack value) of `spans` from `start` on into `out`, in order: the
+ * values `msgpack.decode` gives row by row. msgpackr makes a DataView for each Buffer it reads
+ * (and adds it to the Buffer as a property), which dominates a small row read from its own view,
+ * so no Buffer is made per row: a small row is copied (a byte loop, cheaper than a copy call at
+ * this size) into a reused scratch buffer and read there; a larger one is read from the frame's
+ * bytes with its bounds. Every row is still read alone and must end exactly at its bound: a row
+ * that reads past its end or stops short fails by itself.
  * @throws the first bad row's error; `out` then holds the values of the rows before it.
  */
-export function unpackRows(rows: readonly Buffer[], start: number, out: unknown[]): void {
-  const n = rows.length;
-  if (n - start < 2) {
-    for (let i = start; i < n; i++) out.push(packr.unpack(rows[i]));
-    return;
-  }
-  const first = rows[start];
-  const last = rows[n - 1];
-  const base = first.byteOffset;
-  const span = last.byteOffset + last.length - base;
-  if (span <= 0 || first.buffer !== last.buffer) {
-    for (let i = start; i < n; i++) out.push(packr.unpack(rows[i]));
-    return;
-  }
-  const whole = Buffer.from(first.buffer, base, span);
-  for (let i = start; i < n; i++) {
-    const r = rows[i];
-    const a = r.byteOffset - base;
-    const b = a + r.length;
-    // An empty row: msgpackr takes end 0 as "to the end of the source", so it is read alone
-    // (and fails). A row outside the span is no slice of `whole`.
-    if (r.length === 0 || a < 0 || b > span || r.buffer !== first.buffer) {
-      out.push(packr.unpack(r));
-      continue;
+export function unpackRows(spans: RowSpans, start: number, out: unknown[]): void {
+  const { data, bounds, count } = spans;
+  for (let i = start; i < count; i++) {
+    const a = bounds[2 * i];
+    const n = bounds[2 * i + 1] - a;
+    if (n > 0 && n < SMALL_ROW) {
+      for (let k = 0; k < n; k++) scratch[k] = data[a + k];
+      out.push(scratchUnpackr.unpack(scratch, n));
+    } else if (n === 0) {
+      // msgpackr takes end 0 as "to the end of the source": an empty row is read alone (and fails).
+      out.push(packr.unpack(data.subarray(a, a)));
+    } else {
+      rowBounds.start = a;
+      rowBounds.end = a + n;
+      out.push(packr.unpack(data, rowBounds));
     }
-    if (r.length < SMALL_ROW) {
-      scratch.set(r);
-      out.push(scratchUnpackr.unpack(scratch, r.length));
-      continue;
-    }
-    rowBounds.start = a;
-    rowBounds.end = b;
-    out.push(packr.unpack(whole, rowBounds));
   }
+}
+
+/** Rows at most this long are copied byte by byte (a copy call costs more at this size). */
+const LOOP_COPY_MAX = 64;
+
+/**
+ * `msgpack.encode(value)` into `buf` at `start`. msgpackr packs into its own buffer and, asked
+ * to (REUSE_BUFFER_MODE), hands back that buffer with the value's bounds instead of a new view;
+ * the bytes are copied out at once, so msgpackr may reuse the space (RESET_BUFFER_MODE): no
+ * Buffer per row, and msgpackr's buffer stays the same warm one.
+ */
+function packInto(value: unknown, buf: Buffer, start: number): number | Uint8Array {
+  const t = packr.pack(widenInts(value), REUSE_BUFFER_MODE | RESET_BUFFER_MODE) as Buffer & { start: number; end: number };
+  const a = t.start;
+  const n = t.end - a;
+  // Too large for the room: the bytes as a view of msgpackr's buffer, which the caller copies at once.
+  if (start + n > buf.length) return t.subarray(a, a + n);
+  if (n <= LOOP_COPY_MAX) {
+    for (let k = 0; k < n; k++) buf[start + k] = t[a + k];
+  } else {
+    t.copy(buf, start, a, a + n);
+  }
+  return start + n;
 }
 
 /** MessagePack through msgpackr; integers keep their type whatever their size. */
@@ -198,6 +212,7 @@ export const msgpack: Codec = {
   encode(value: unknown): Uint8Array {
     return packr.pack(widenInts(value));
   },
+  encodeInto: packInto,
   decode(bytes: Buffer): unknown {
     return packr.unpack(bytes);
   },

@@ -7,7 +7,8 @@
  * @module
  */
 
-import { isAscii } from "node:buffer";
+import { isAscii, isUtf8 } from "node:buffer";
+import type { RowSpans } from "../proto/frames.js";
 
 /** A literal of 16+ digits may be unsafe; the test may also hit digits inside strings (harmless). */
 const LONG_DIGITS = /\d{16}/;
@@ -58,55 +59,119 @@ function longDigitRuns(bytes: Uint8Array): number[] {
   return runs;
 }
 
+/** Reused for the batch parse of a frame's rows (frames above its size get their own buffer). */
+let joinScratch = Buffer.allocUnsafe(64 * 1024);
+const JOIN_SCRATCH_MAX = 1 << 20;
+
 /**
- * Parses each row (JSON text as UTF-8) of `rows[start..]` into `out`, in order: the same values
- * as {@link parseJson} on each row. Rows that are views of one buffer in order (a ROWS frame's)
- * are read as one Latin-1 string of the span when it is all ASCII (then Latin-1 is UTF-8), and
- * scanned once for runs of 16+ digits (what {@link parseJson} tests per row). A row clear of
- * them is `JSON.parse` of a slice of that string: no UTF-8 decoding and no regex of its own.
- * Every row is still parsed alone, so a row that is not one JSON value fails by itself.
+ * Parses each row (JSON text as UTF-8) of `spans`' rows from `start` on into `out`, in order:
+ * the same values as {@link parseJson} on each row, and the same error for the first row that
+ * is not one JSON value (`out` then holds the rows before it).
+ *
+ * Rows laid out as in a ROWS frame (each 4 bytes after the previous one), all ASCII or valid
+ * UTF-8 and clear of integer literals of 16+ digits, are parsed with one `JSON.parse` of
+ * `[row, row, ...]` (the length fields become a comma and whitespace). That is the per-row
+ * result exactly when every row is one JSON value: the batch is used only if it has one
+ * element per row and each row's brackets balance outside its strings (then every comma put
+ * between rows is at the top level; a newline in each separator keeps them out of strings).
+ * Otherwise, or when the batch fails, each row is parsed alone, so a bad row fails by itself.
  * @throws the first bad row's parse error; `out` then holds the values of the rows before it.
  */
-export function parseJsonRows(rows: readonly Buffer[], start: number, out: unknown[]): void {
-  const n = rows.length;
-  if (n - start < ROWS_SCAN_MIN) {
-    for (let i = start; i < n; i++) out.push(parseJson(rows[i].toString("utf8")));
+export function parseJsonRows(spans: RowSpans, start: number, out: unknown[]): void {
+  const { data, bounds, count } = spans;
+  if (count - start < ROWS_SCAN_MIN) {
+    for (let i = start; i < count; i++) out.push(parseJson(data.toString("utf8", bounds[2 * i], bounds[2 * i + 1])));
     return;
   }
-  const first = rows[start];
-  const last = rows[n - 1];
-  const base = first.byteOffset;
-  const span = last.byteOffset + last.length - base;
-  const whole = span >= 0 && first.buffer === last.buffer ? Buffer.from(first.buffer, base, span) : null;
-  if (whole === null || !isAscii(whole)) {
-    for (let i = start; i < n; i++) out.push(parseJson(rows[i].toString("utf8")));
-    return;
-  }
-  const text = whole.toString("latin1");
-  // A row overlapping a long run takes the exact path. The bytes between rows (length
-  // prefixes) may extend a run: that only sends a neighbour down the exact path too.
+  const s0 = bounds[2 * start];
+  const e0 = bounds[2 * count - 1];
+  const whole = data.subarray(s0, Math.max(s0, e0));
+  const ascii = isAscii(whole);
+  // Runs of 16+ digits (what parseJson tests per row) send their rows down the exact path. The
+  // bytes between rows (length fields) may extend a run: that only sends a neighbour there too.
   const runs = longDigitRuns(whole);
+  if (runs.length === 0 && (ascii || isUtf8(whole)) && parseBatch(spans, start, ascii, out)) return;
+  const text = ascii ? whole.toString("latin1") : null;
   let k = 0;
   let runFrom = runs.length > 0 ? runs[0] : Infinity;
   let runTo = runs.length > 0 ? runs[1] : Infinity;
-  let prevEnd = 0;
-  for (let i = start; i < n; i++) {
-    const r = rows[i];
-    const a = r.byteOffset - base;
-    const b = a + r.length;
-    if (a < prevEnd || b > span || r.buffer !== first.buffer) {
-      // not a view inside the span after the previous row: no slice of `text` is known to be it
-      out.push(parseJson(r.toString("utf8")));
-      continue;
-    }
-    prevEnd = b;
+  for (let i = start; i < count; i++) {
+    const a = bounds[2 * i] - s0;
+    const b = bounds[2 * i + 1] - s0;
     while (runTo <= a) {
       k += 2;
       runFrom = k < runs.length ? runs[k] : Infinity;
       runTo = k < runs.length ? runs[k + 1] : Infinity;
     }
-    out.push(runFrom < b ? parseJson(r.toString("utf8")) : JSON.parse(text.slice(a, b)));
+    // Latin-1 is UTF-8 for ASCII; a row outside the span (not laid out as a frame's) is read alone.
+    const inside = a >= 0 && b <= whole.length && b >= a;
+    out.push(text !== null && inside && runFrom >= b ? JSON.parse(text.slice(a, b)) : parseJson(data.toString("utf8", bounds[2 * i], bounds[2 * i + 1])));
   }
+}
+
+/**
+ * The batch parse of {@link parseJsonRows}: appends the rows' values to `out` and returns true,
+ * or returns false with `out` untouched when the batch is not known to equal the rows one by one.
+ */
+function parseBatch(spans: RowSpans, start: number, ascii: boolean, out: unknown[]): boolean {
+  const { data, bounds, count } = spans;
+  const s0 = bounds[2 * start];
+  const e0 = bounds[2 * count - 1];
+  // Each row must start exactly 4 bytes after the previous one ended (a frame's layout).
+  for (let i = start + 1; i < count; i++) if (bounds[2 * i] !== bounds[2 * i - 1] + 4) return false;
+  const size = e0 - s0 + 2;
+  let buf = joinScratch;
+  if (size > buf.length) {
+    buf = Buffer.allocUnsafe(size);
+    if (size <= JOIN_SCRATCH_MAX) joinScratch = buf;
+  }
+  data.copy(buf, 1, s0, e0);
+  buf[0] = 0x5b; // [
+  for (let i = start + 1; i < count; i++) {
+    const q = bounds[2 * i] - s0 - 3; // the length field, shifted by the "["
+    buf[q] = 0x2c; // ,
+    buf[q + 1] = 0x0a; // newline: no JSON string holds a raw one
+    buf[q + 2] = 0x20;
+    buf[q + 3] = 0x20;
+  }
+  buf[size - 1] = 0x5d; // ]
+  let values: unknown;
+  try {
+    values = JSON.parse(buf.toString(ascii ? "latin1" : "utf8", 0, size));
+  } catch {
+    return false;
+  }
+  const n = count - start;
+  if (!Array.isArray(values) || values.length !== n || !balanced(data, bounds, start, count)) return false;
+  for (let i = 0; i < n; i++) out.push(values[i]);
+  return true;
+}
+
+/**
+ * Whether each row's brackets balance outside its strings. With the batch parsed whole, that
+ * puts every separator at the batch's top level, so with one element per row each row is
+ * exactly one value. Strings end inside their row (a separator's newline cannot be in one).
+ */
+function balanced(data: Buffer, bounds: Uint32Array, start: number, count: number): boolean {
+  for (let i = start; i < count; i++) {
+    let q = bounds[2 * i];
+    const end = bounds[2 * i + 1];
+    let depth = 0;
+    while (q < end) {
+      const c = data[q++];
+      if (c === 0x22) {
+        // a string: to its closing quote, escapes skipped
+        while (q < end) {
+          const d = data[q++];
+          if (d === 0x22) break;
+          if (d === 0x5c) q++;
+        }
+      } else if (c === 0x7b || c === 0x5b) depth++;
+      else if (c === 0x7d || c === 0x5d) depth--;
+    }
+    if (depth !== 0) return false;
+  }
+  return true;
 }
 
 function replaceBigint(_key: string, value: unknown): unknown {

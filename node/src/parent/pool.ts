@@ -402,7 +402,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
     const codec = this.codec;
     if (codec.decodeRows === undefined) {
       const raw = f.rows[this.row++];
-      if (this.row === f.rows.length) this.frameRead(f);
+      if (this.row === f.count) this.frameRead(f);
       let value: T;
       try {
         value = codec.decode(raw) as T;
@@ -418,7 +418,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
       this.decodedFrom = this.row;
       this.decodeError = null;
       try {
-        codec.decodeRows(f.rows, this.row, this.decoded);
+        codec.decodeRows(f, this.row, this.decoded);
       } catch (e) {
         this.decodeError = { e };
       }
@@ -427,7 +427,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
     const ok = k < this.decoded.length;
     const value = ok ? (this.decoded[k] as T) : undefined;
     const error = this.decodeError;
-    if (++this.row === f.rows.length) this.frameRead(f);
+    if (++this.row === f.count) this.frameRead(f);
     if (ok) return Promise.resolve({ value: value as T, done: false });
     this.decodeFailed(error!.e);
     return this.terminal();
@@ -435,7 +435,6 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
 
   private takeBatch(): Promise<IteratorResult<T[]>> {
     const f = this.frames[this.head];
-    const rows = f.rows;
     const codec = this.codec;
     let out: T[] = [];
     let k = 0;
@@ -443,9 +442,11 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
       if (codec.decodeRows !== undefined) {
         // One pass over the frame (the JSON codec reads it as one string); on a bad row `out`
         // holds the rows before it.
-        codec.decodeRows(rows, this.row, out as unknown[]);
+        codec.decodeRows(f, this.row, out as unknown[]);
         k = out.length;
       } else {
+        // A Buffer per row only for a codec without decodeRows (raw hands them out).
+        const rows = f.rows;
         out = new Array(rows.length - this.row);
         for (let i = this.row; i < rows.length; i++, k++) out[k] = codec.decode(rows[i]) as T;
       }

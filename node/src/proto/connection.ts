@@ -4,6 +4,7 @@
  * @module
  */
 
+import { isAscii } from "node:buffer";
 import {
   ErrorCode,
   FLAG_MORE,
@@ -437,7 +438,7 @@ export class Connection {
         if (req.kind !== MethodKind.STREAM) refuse("KIND_MISMATCH", `ROWS for unary request ${id}`);
         if (req.credit <= 0) refuse("FLOW_CONTROL", `ROWS for request ${id} while its credit is ${req.credit}`);
         req.credit -= size;
-        req.rows += f.rows.length;
+        req.rows += f.count;
         return f;
       case FrameType.END:
         if (req.kind !== MethodKind.STREAM) refuse("KIND_MISMATCH", `END for unary request ${id}`);
@@ -1283,6 +1284,139 @@ export class RowsBuilder {
   }
 
   /**
+   * Appends a row that `write` encodes straight into the frame (no intermediate Buffer): it gets
+   * the frame's buffer and the offset where the row's bytes go, with at least `room` bytes free
+   * there, and returns the offset where the row ends; or, when it wrote the row elsewhere (too
+   * large for the room it had), the row's bytes, which are copied in as {@link append} would.
+   * The length field is written after. A `write` that throws leaves nothing appended.
+   *
+   * @example
+   * ```ts
+   * b.appendWith((buf, start) => start + buf.write(text, start)); // at most `room` bytes
+   * ```
+   * @returns false, appending nothing, when the row does not fit in this frame: finish it and
+   * write the row again into the next one.
+   * @throws ProtocolError ROW_TOO_LARGE when the row cannot fit in any ROWS frame.
+   */
+  appendWith(write: (buf: Buffer, start: number) => number | Uint8Array, room = 0): boolean {
+    const start = this.pos + 4;
+    this.reserve(start + room);
+    const end = write(this.buf, start);
+    if (typeof end !== "number") return this.append(end);
+    const n = end - start;
+    if (!(Number.isInteger(end) && n >= 0 && end <= this.buf.length)) throw new RangeError(`appendWith: the row's end ${end} is outside ${start}..${this.buf.length}`);
+    if (8 + n > this.maxPayload) refuse("ROW_TOO_LARGE", `a row of ${n} bytes cannot fit in a ROWS frame of at most ${this.maxPayload} bytes`);
+    if (this.pos - HEADER_SIZE + 4 + n > this.maxPayload) return false;
+    const buf = this.buf;
+    const p = this.pos;
+    buf[p] = n;
+    buf[p + 1] = n >>> 8;
+    buf[p + 2] = n >>> 16;
+    buf[p + 3] = n >>> 24;
+    this.pos = end;
+    this.n++;
+    return true;
+  }
+
+  /**
+   * Appends rows given as text, `texts[start..]` in order, while the payload stays within
+   * `target` bytes (and always within `maxPayload`): the batch form of {@link appendText}
+   * (spec 14.4's builder `extend`). The rows are joined and written as UTF-8 in one write;
+   * when every character is ASCII each row's length is its string length, otherwise each
+   * row's byte length is measured. An empty frame always takes its first row if it fits
+   * `maxPayload`, whatever `target`.
+   * @returns how many rows were appended (0: the next row does not fit this frame: finish it
+   * and extend the next one).
+   * @throws ProtocolError ROW_TOO_LARGE when the first row cannot fit in any ROWS frame.
+   */
+  extendText(texts: readonly string[], start = 0, target = this.maxPayload): number {
+    const total = texts.length;
+    if (start >= total) return 0;
+    const limit = Math.min(target, this.maxPayload);
+    const base = this.pos;
+    const room = limit - (base - HEADER_SIZE);
+    // The rows that fit when every character is one byte (a lower bound on their bytes).
+    let k = start;
+    let chars = 0;
+    while (k < total) {
+      const need = 4 + texts[k].length;
+      if (chars + need > room) break;
+      chars += need;
+      k++;
+    }
+    if (k === start) {
+      // Not one row within the target: an empty frame still takes one (up to maxPayload).
+      if (this.n > 0) return 0;
+      return this.appendText(texts[start]) ? 1 : 0;
+    }
+    const joined = k - start === total ? texts.join(SEPARATOR) : texts.slice(start, k).join(SEPARATOR);
+    // One write of the joined rows after the first length field; the separators (4 ASCII
+    // bytes each) are where the later rows' length fields go.
+    this.reserve(base + chars);
+    const written = utf8Write(this.buf, joined, base + 4);
+    const buf = this.buf;
+    let p = base;
+    // All ASCII (then the write was whole too): each row's length is its string length.
+    if (written === joined.length && isAscii(buf.subarray(base + 4, base + 4 + written))) {
+      for (let i = start; i < k; i++) {
+        const n = texts[i].length;
+        buf[p] = n;
+        buf[p + 1] = n >>> 8;
+        buf[p + 2] = n >>> 16;
+        buf[p + 3] = n >>> 24;
+        p += 4 + n;
+      }
+      this.pos = p;
+      this.n += k - start;
+      return k - start;
+    }
+    return this.placeUtf8(texts, start, k, room, written);
+  }
+
+  /**
+   * extendText's non-ASCII case: the joined rows were written at pos + 4, `written` bytes of
+   * them (cut short at the buffer's end). Each row's UTF-8 length is measured, the rows that
+   * fit `room` are kept (written again if the first write did not reach their end), and their
+   * length fields written.
+   */
+  private placeUtf8(texts: readonly string[], start: number, end: number, room: number, written: number): number {
+    const base = this.pos;
+    const lens: number[] = [];
+    let bytes = 0;
+    for (let i = start; i < end; i++) {
+      const n = Buffer.byteLength(texts[i], "utf8");
+      if (bytes + 4 + n > room) break;
+      lens.push(n);
+      bytes += 4 + n;
+    }
+    const k = lens.length;
+    if (k === 0) {
+      if (this.n > 0) return 0;
+      return this.appendText(texts[start]) ? 1 : 0;
+    }
+    if (written < bytes - 4) {
+      this.reserve(base + bytes);
+      utf8Write(this.buf, texts.slice(start, start + k).join(SEPARATOR), base + 4);
+    }
+    let p = base;
+    for (let i = 0; i < k; i++) {
+      this.buf.writeUInt32LE(lens[i], p);
+      p += 4 + lens[i];
+    }
+    this.pos = p;
+    this.n += k;
+    return k;
+  }
+
+  /** Room in the buffer up to `end`, the rows so far kept. */
+  private reserve(end: number): void {
+    if (end <= this.buf.length) return;
+    const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, end));
+    this.buf.copy(next, 0, 0, this.pos);
+    this.buf = next;
+  }
+
+  /**
    * Writes the frame to the connection's output, charges the stream's credit and counts the
    * rows; the builder is then empty and can be filled again.
    * @throws ProtocolError FLOW_CONTROL (no credit: see {@link Connection.canSendRows}),
@@ -1306,6 +1440,9 @@ const utf8Write: (buf: Buffer, text: string, offset: number) => number =
   typeof (Buffer.prototype as { utf8Write?: unknown }).utf8Write === "function"
     ? (buf, text, offset) => (buf as unknown as { utf8Write(t: string, o: number): number }).utf8Write(text, offset)
     : (buf, text, offset) => buf.write(text, offset, "utf8");
+
+/** Between rows joined for one write: 4 ASCII bytes, where the next row's length field goes. */
+const SEPARATOR = "\0\0\0\0";
 
 const EMPTY = Buffer.alloc(0);
 const INBOUND_BLOCK = 64 * 1024;

@@ -14,7 +14,7 @@ import {
   MethodKind,
 } from "./constants.js";
 import { ProtocolError } from "./errors.js";
-import { MAX_ID, type Frame, type MethodInfo, toBuffer } from "./frames.js";
+import { DecodedRows, MAX_ID, type Frame, type MethodInfo, toBuffer } from "./frames.js";
 
 const TWO32 = 0x1_0000_0000;
 /** ids above this high word are not exact JavaScript numbers (see frames.ts, MAX_ID). */
@@ -407,18 +407,20 @@ function decodeRows(b: Buffer, s: number, e: number, id: number, more: boolean):
   const count = b.readUInt32LE(s);
   // Bound the count by the payload before reserving anything per row.
   if (count === 0 || count > (len - 4) >>> 2) fail("ROW_BOUNDS", `ROWS count ${count} in a payload of ${len} bytes`);
-  const rows: Buffer[] = new Array<Buffer>(count);
-  let p = s + 4;
+  // Offsets, not a Buffer per row: relative to the payload, so they fit a u32.
+  const bounds = new Uint32Array(count * 2);
+  let p = 4;
   for (let i = 0; i < count; i++) {
-    if (p + 4 > e) fail("ROW_BOUNDS", `ROWS row ${i}'s length runs past the payload`);
-    const n = b.readUInt32LE(p);
+    if (p + 4 > len) fail("ROW_BOUNDS", `ROWS row ${i}'s length runs past the payload`);
+    const q = s + p;
+    const n = (b[q] | (b[q + 1] << 8) | (b[q + 2] << 16)) + b[q + 3] * 0x1000000;
     p += 4;
-    if (n > e - p) fail("ROW_BOUNDS", `ROWS row ${i} of ${n} bytes runs past the payload`);
-    rows[i] = b.subarray(p, p + n);
-    p += n;
+    if (n > len - p) fail("ROW_BOUNDS", `ROWS row ${i} of ${n} bytes runs past the payload`);
+    bounds[2 * i] = p;
+    bounds[2 * i + 1] = p += n;
   }
-  if (p !== e) fail("ROW_BOUNDS", `${e - p} bytes left over after ${count} rows`);
-  return { type: FrameType.ROWS, id, more, rows, payloadLength: len };
+  if (p !== len) fail("ROW_BOUNDS", `${len - p} bytes left over after ${count} rows`);
+  return new DecodedRows(id, more, b.subarray(s, e), bounds, count, len);
 }
 
 function decodeHello(b: Buffer, s: number, e: number, id: number, more: boolean): Frame {

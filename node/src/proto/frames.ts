@@ -94,9 +94,26 @@ export interface ErrorFrame extends FrameBase {
   readonly details: string;
 }
 
-/** ROWS (0x20), worker -> parent: one or more rows, each a view of the received bytes. */
-export interface RowsFrame extends FrameBase {
+/**
+ * Rows without a Buffer object each (a decoded ROWS frame is one): row `i` is the bytes
+ * `data[bounds[2 * i], bounds[2 * i + 1])`. What a codec's `decodeRows` reads.
+ */
+export interface RowSpans {
+  /** The bytes holding the rows (for a decoded frame, its payload: a view of the received bytes). */
+  readonly data: Buffer;
+  /** Each row's start and end offsets in `data`, in row order (two entries per row). */
+  readonly bounds: Uint32Array;
+  /** The number of rows (`bounds.length / 2`). */
+  readonly count: number;
+}
+
+/**
+ * ROWS (0x20), worker -> parent: one or more rows. `data`, `bounds` and `count` locate them in
+ * the received bytes with no per-row object; `rows` makes a Buffer view per row on first use.
+ */
+export interface RowsFrame extends FrameBase, RowSpans {
   readonly type: typeof FrameType.ROWS;
+  /** Each row as a view of the received bytes (made when first read; a codec reads `data` and `bounds`). */
   readonly rows: readonly Buffer[];
   /**
    * The payload's size in bytes: what this frame charged against the stream's credit. A parent
@@ -181,11 +198,69 @@ export type FrameInit =
   | Exclude<Frame, RequestFrame | ResultFrame | RowsFrame | EndFrame | PingFrame | PongFrame | ContinuationFrame>
   | (Omit<RequestFrame, "body"> & { readonly body: Uint8Array })
   | (Omit<ResultFrame, "body"> & { readonly body: Uint8Array })
-  | (Omit<RowsFrame, "rows" | "payloadLength"> & { readonly rows: readonly Uint8Array[] })
+  | (Omit<RowsFrame, "rows" | "payloadLength" | keyof RowSpans> & { readonly rows: readonly Uint8Array[] })
   | (Omit<EndFrame, "summary"> & { readonly summary: Uint8Array })
   | (Omit<PingFrame, "nonce"> & { readonly nonce: Uint8Array })
   | (Omit<PongFrame, "nonce"> & { readonly nonce: Uint8Array })
   | (Omit<ContinuationFrame, "body"> & { readonly body: Uint8Array });
+
+/**
+ * A decoded ROWS frame: the rows' offsets are read once by the decoder; a Buffer per row is made
+ * only if `rows` is read.
+ * @internal
+ */
+export class DecodedRows implements RowsFrame {
+  readonly type = FrameType.ROWS;
+  private views: Buffer[] | null = null;
+
+  constructor(
+    readonly id: number,
+    readonly more: boolean,
+    readonly data: Buffer,
+    readonly bounds: Uint32Array,
+    readonly count: number,
+    readonly payloadLength: number,
+  ) {}
+
+  get rows(): readonly Buffer[] {
+    if (this.views === null) this.views = spansToViews(this, 0);
+    return this.views;
+  }
+}
+
+/** Buffer views of `spans`' rows from `start` on. */
+export function spansToViews(spans: RowSpans, start: number): Buffer[] {
+  const { data, bounds, count } = spans;
+  const out = new Array<Buffer>(Math.max(0, count - start));
+  for (let i = start; i < count; i++) out[i - start] = data.subarray(bounds[2 * i], bounds[2 * i + 1]);
+  return out;
+}
+
+/**
+ * `rows` as {@link RowSpans}: copied after one another into one buffer, each preceded by 4
+ * bytes (as in a ROWS payload), for a codec's `decodeRows` outside a received frame.
+ *
+ * @example
+ * ```ts
+ * const out: unknown[] = [];
+ * json.decodeRows!(rowSpans([Buffer.from("1"), Buffer.from("[2]")]), 0, out); // out: [1, [2]]
+ * ```
+ */
+export function rowSpans(rows: readonly Uint8Array[]): RowSpans {
+  let size = 0;
+  for (const r of rows) size += 4 + r.length;
+  const data = Buffer.allocUnsafe(size);
+  const bounds = new Uint32Array(rows.length * 2);
+  let p = 0;
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i];
+    data.writeUInt32LE(r.length, p);
+    data.set(r, p + 4);
+    bounds[2 * i] = p + 4;
+    bounds[2 * i + 1] = p += 4 + r.length;
+  }
+  return { data, bounds, count: rows.length };
+}
 
 const TWO32 = 0x1_0000_0000;
 const U64_MAX_AS_NUMBER = 2 ** 64;

@@ -23,6 +23,10 @@ export const SDK_VERSION = "0.1.0";
 const ROWS_FLUSH_INTERVAL_MS = WORKER_DEFAULTS.rowsFlushIntervalMs;
 /** Rows are sent in frames of about this many bytes (section 17; capped at initial_credit / 4 so grants keep flowing). */
 const ROWS_BATCH_BYTES = WORKER_DEFAULTS.rowsBatchBytes;
+/** Text rows are written into their frame this many bytes at a time (one UTF-8 write each). */
+const TEXT_CHUNK_BYTES = 8192;
+/** Room given to a codec encoding a row into its frame; a larger row comes back as bytes and is copied in. */
+const INTO_ROOM = 512;
 /** How often the worker checks that its parent is still its parent (Node has no parent-death signal). */
 const PARENT_CHECK_MS = 1000;
 /**
@@ -32,13 +36,16 @@ const PARENT_CHECK_MS = 1000;
  */
 const EXIT_WRITE_STALL_MS = 2000;
 /**
- * Bytes the socket has not yet handed to the kernel: its writable buffer, plus what libuv still
- * holds of the write in progress (a large write stays whole in `writableLength` until it ends,
- * so only libuv's queue shows it draining; the field is internal, hence the fallback).
+ * Bytes the kernel has taken from the socket so far: what libuv was given less what it still
+ * queues. It only grows, unlike the bytes not yet sent as `writableLength` plus libuv's queue
+ * (a write handed to libuv is counted in both until it ends, so that sum rises when libuv takes
+ * the next buffered write). The fields are internal, hence the fallback (`writableLength`
+ * falling is progress too).
  */
-function unsentBytes(s: Duplex): number {
-  const handle = (s as unknown as { _handle?: { writeQueueSize?: number } })._handle;
-  return s.writableLength + (handle?.writeQueueSize ?? 0);
+function sentBytes(s: Duplex): number {
+  const handle = (s as unknown as { _handle?: { bytesWritten?: number; writeQueueSize?: number } })._handle;
+  if (typeof handle?.bytesWritten === "number" && typeof handle.writeQueueSize === "number") return handle.bytesWritten - handle.writeQueueSize;
+  return -s.writableLength;
 }
 
 /** setTimeout's largest delay; a longer deadline re-arms (a u64 budget is valid, section 2). */
@@ -243,6 +250,31 @@ const REJECT_MESSAGES: Record<number, string> = {
   [ErrorCode.CANCELLED]: "cancelled while the request was being sent",
 };
 
+/**
+ * Writes the waiting text rows into the stream's frame, up to `batchBytes` of payload.
+ * @returns true when all of them went in (false: the frame is full, send it first).
+ */
+function stageTexts(call: Call, batchBytes: number): boolean {
+  const texts = call.texts;
+  if (texts.length === 0) return true;
+  const k = call.builder!.extendText(texts, 0, batchBytes);
+  if (k === texts.length) {
+    texts.length = 0;
+    call.textBytes = 0;
+    return true;
+  }
+  texts.splice(0, k);
+  let n = 0;
+  for (const t of texts) n += 4 + t.length;
+  call.textBytes = n;
+  return false;
+}
+
+/** A stream's rows not sent yet: in its frame, or text rows waiting to be written into it. */
+function staged(call: Call): number {
+  return call.builder!.count + call.texts.length;
+}
+
 function isThenable(v: unknown): v is PromiseLike<unknown> {
   return v !== null && (typeof v === "object" || typeof v === "function") && typeof (v as { then?: unknown }).then === "function";
 }
@@ -262,6 +294,15 @@ class Call implements Context {
   deadlineTimer: NodeJS.Timeout | null = null;
   /** Stream: the ROWS frame being filled, its flush timer, and the producer waiting for credit. */
   builder: RowsBuilder | null = null;
+  /**
+   * Text rows (a text codec's) waiting to go into the builder together: one UTF-8 write per
+   * frame instead of one per row. `textBytes`: their size with length fields if all ASCII.
+   */
+  texts: string[] = [];
+  textBytes = 0;
+  /** A binary codec's encodeInto for RowsBuilder.appendWith, made once; `rowValue` is the row it writes. */
+  writeInto: ((buf: Buffer, start: number) => number | Uint8Array) | null = null;
+  rowValue: unknown = undefined;
   flushTimer: NodeJS.Timeout | null = null;
   wake: (() => void) | null = null;
   /** Coalesced progress events: the latest data per topic, and when the last batch left. */
@@ -471,11 +512,11 @@ class Runtime {
     if (this.parentTimer !== null) clearInterval(this.parentTimer);
     this.flush();
     const s = this.socket;
-    let pending = unsentBytes(s);
+    let sent = sentBytes(s);
     const watch = (): void => {
-      const now = unsentBytes(s);
-      if (now < pending) {
-        pending = now;
+      const now = sentBytes(s);
+      if (now > sent) {
+        sent = now;
         guard = setTimeout(watch, EXIT_WRITE_STALL_MS);
       } else {
         finish();
@@ -506,7 +547,7 @@ class Runtime {
         const call = this.calls.get(ev.id);
         if (call === undefined) break;
         if (call.wake !== null) call.wakeUp();
-        else if (call.builder !== null && call.builder.count > 0) this.sendPartial(call);
+        else if (call.builder !== null && staged(call) > 0) this.sendPartial(call);
         break;
       }
       case FrameType.CANCEL:
@@ -656,6 +697,8 @@ class Runtime {
       call.builder = this.conn.rows(call.id);
       const codec = call.codec;
       const encodeString = codec.encodeString;
+      const encodeInto = codec.encodeInto;
+      if (encodeString === undefined && encodeInto !== undefined) call.writeInto = (buf, start) => encodeInto.call(codec, call.rowValue, buf, start);
       let summary: unknown;
       for (;;) {
         let r = it.next();
@@ -666,11 +709,14 @@ class Runtime {
           summary = r.value;
           break;
         }
-        const pending = this.pushRow(call, encodeString !== undefined ? encodeString(r.value) : codec.encode(r.value));
+        const pending =
+          encodeString !== undefined ? this.pushRow(call, encodeString(r.value))
+          : call.writeInto !== null ? this.pushInto(call, r.value)
+          : this.pushRow(call, codec.encode(r.value));
         if (pending !== undefined) await pending;
       }
       // Every row leaves before END (section 6), credit permitting.
-      if (call.builder.count > 0) await this.sendBatch(call, false);
+      if (staged(call) > 0) await this.sendBatch(call, false, true);
       if (call.ended) return;
       if (this.passedDeadline(call)) return this.endWithFlag(call);
       let body: Uint8Array = EMPTY;
@@ -704,57 +750,99 @@ class Runtime {
   }
 
   /**
-   * Appends one encoded row to the stream's frame; a full frame is sent (waiting for credit).
+   * Stages one encoded row for the stream's frame; a full frame is sent (waiting for credit).
    * @returns a promise only when the producer must wait (the common case returns undefined, so
    * a fast generator costs no extra promise per row).
    */
   private pushRow(call: Call, row: Uint8Array | string): Promise<void> | undefined {
     const b = call.builder!;
-    // A text row (a text codec's encodeString) is written as UTF-8 straight into the frame.
-    if (!(typeof row === "string" ? b.appendText(row) : b.append(row))) return this.sendThenAppend(call, row);
-    if (b.payloadLength >= this.batchBytes) return this.sendBatch(call, true);
-    if (b.count === 1 && call.flushTimer === null) {
+    if (typeof row === "string") {
+      // A row that might not fit a frame goes in alone, so ROW_TOO_LARGE is this row's error now.
+      if (8 + 3 * row.length > b.maxPayload) return this.pushLargeText(call, row);
+      call.texts.push(row);
+      if ((call.textBytes += 4 + row.length) >= TEXT_CHUNK_BYTES) {
+        // Into the frame a few KiB at a time: the strings die young, the joined one stays small.
+        if (!stageTexts(call, this.batchBytes) || b.payloadLength >= this.batchBytes) return this.sendBatch(call, true, false);
+      }
+    } else {
+      if (!b.append(row)) return this.sendThenAppend(call, row);
+      if (b.payloadLength >= this.batchBytes) return this.sendBatch(call, true, false);
+    }
+    if (call.flushTimer === null && staged(call) === 1) {
       call.flushTimer = setTimeout(() => this.flushTimerFired(call), ROWS_FLUSH_INTERVAL_MS);
     }
     return undefined;
   }
 
-  private async sendThenAppend(call: Call, row: Uint8Array | string): Promise<void> {
-    await this.sendBatch(call, false);
+  /** pushRow for a codec that encodes into the frame (encodeInto): no Buffer per row. */
+  private pushInto(call: Call, value: unknown): Promise<void> | undefined {
+    const b = call.builder!;
+    call.rowValue = value;
+    const ok = b.appendWith(call.writeInto!, INTO_ROOM);
+    call.rowValue = undefined;
+    // Not in this frame: encoded now (before any wait, while the value is surely the yielded one) for the next.
+    if (!ok) return this.sendThenAppend(call, call.codec.encode(value));
+    if (b.payloadLength >= this.batchBytes) return this.sendBatch(call, true, false);
+    if (call.flushTimer === null && b.count === 1) {
+      call.flushTimer = setTimeout(() => this.flushTimerFired(call), ROWS_FLUSH_INTERVAL_MS);
+    }
+    return undefined;
+  }
+
+  private async sendThenAppend(call: Call, row: Uint8Array): Promise<void> {
+    await this.sendBatch(call, false, false);
     // An empty frame takes it (a row too large for any frame threw ROW_TOO_LARGE instead).
     const pending = this.pushRow(call, row);
     if (pending !== undefined) await pending;
   }
 
-  /** Sends the stream's frame once credit allows; then lets the event loop turn (a fast producer must not starve I/O). */
-  private async sendBatch(call: Call, yieldAfter: boolean): Promise<void> {
+  /** A text row of a third of a frame or more: the rows before it leave first, then it is appended as bytes. */
+  private async pushLargeText(call: Call, row: string): Promise<void> {
+    if (call.texts.length > 0) await this.sendBatch(call, false, true);
+    const pending = this.pushRow(call, Buffer.from(row, "utf8"));
+    if (pending !== undefined) await pending;
+  }
+
+  /**
+   * Sends the stream's staged rows once credit allows: one frame, then more while the waiting
+   * text rows fill another (`all`: until none is left); then lets the event loop turn when
+   * `yieldAfter` (a fast producer must not starve I/O).
+   */
+  private async sendBatch(call: Call, yieldAfter: boolean, all: boolean): Promise<void> {
     const id = call.id;
-    while (!this.conn.canSendRows(id)) {
-      if (call.ended || call.flag !== 0 || this.stopped) throw STOP;
-      await new Promise<void>((resolve) => (call.wake = resolve));
+    for (;;) {
+      while (!this.conn.canSendRows(id)) {
+        if (call.ended || call.flag !== 0 || this.stopped) throw STOP;
+        await new Promise<void>((resolve) => (call.wake = resolve));
+      }
+      if (call.ended || call.flag !== 0) throw STOP;
+      // A CREDIT handled while this producer was being woken may have sent the frame already.
+      if (staged(call) > 0) this.finishBatch(call);
+      if (call.texts.length === 0 || (!all && call.textBytes < this.batchBytes)) break;
     }
-    if (call.ended || call.flag !== 0) throw STOP;
-    // A CREDIT handled while this producer was being woken may have sent the frame already.
-    if (call.builder!.count > 0) this.finishBatch(call);
     if (yieldAfter) {
       await nextTurn();
       if (call.ended || call.flag !== 0) throw STOP;
     }
   }
 
+  /** Writes one frame of the staged rows (the waiting text rows up to the batch size first). */
   private finishBatch(call: Call): void {
     if (call.flushTimer !== null) {
       clearTimeout(call.flushTimer);
       call.flushTimer = null;
     }
+    stageTexts(call, this.batchBytes);
     call.builder!.finish();
     this.scheduleFlush();
+    // Rows left over for the next frame are under the flush rule too.
+    if (call.texts.length > 0) call.flushTimer = setTimeout(() => this.flushTimerFired(call), ROWS_FLUSH_INTERVAL_MS);
   }
 
   /** The flush rule (section 6): a partly filled frame leaves within the bound when credit allows. */
   private flushTimerFired(call: Call): void {
     call.flushTimer = null;
-    if (!call.ended && call.builder !== null && call.builder.count > 0) this.sendPartial(call);
+    if (!call.ended && call.builder !== null && staged(call) > 0) this.sendPartial(call);
   }
 
   /** Sends a partly filled frame now if the stream has credit (else the CREDIT that comes will). */
