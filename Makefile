@@ -110,6 +110,12 @@ package: $(VPY)
 	    && "$$scratch/bin/wirepool" --help >/dev/null \
 	    && "$$scratch/bin/python" -c "import wirepool, orjson"; } || rc=$$?; \
 	  rm -rf "$$scratch"; exit $$rc
+	# cargo unpacks each crate of its local overlay registry (rust/target/package/tmp-registry)
+	# into CARGO_HOME/registry/src/<hash of that path>/ and reuses an unpacked copy of the same
+	# name and version without checking it: a clone at a path used before would verify against an
+	# older commit's sources (seen: wirepool-io checked against a wirepool-proto without shm.rs).
+	# Our own crates are never fetched from crates.io, so their unpacked copies can go.
+	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/wirepool-*-[0-9]*
 	cd rust && $(CARGO) publish --dry-run --workspace $(PACKAGE_CARGO_FLAGS)
 	cd node && npm ci --no-audit --no-fund --loglevel=error && timeout 300 node scripts/pack-check.mjs
 
