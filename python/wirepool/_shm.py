@@ -54,6 +54,11 @@ _NAME = "wirepool-shm"
 _TMPFS_MAGIC = 0x01021994
 _INT_SIZE = array.array("i").itemsize
 _CONTROL_SPACE = socket.CMSG_SPACE(MAX_FDS_PER_WRITE * _INT_SIZE)
+# Plain ints: the socket module's flags are enums, whose operators run Python code on every read.
+_RECV_FLAGS = int(getattr(socket, "MSG_CMSG_CLOEXEC", 0))
+_MSG_CTRUNC = int(socket.MSG_CTRUNC)
+_SOL_SOCKET = int(socket.SOL_SOCKET)
+_SCM_RIGHTS = int(getattr(socket, "SCM_RIGHTS", 1))
 
 
 def _error(code: ErrorCode, message: str) -> ProtocolError:
@@ -216,14 +221,16 @@ def recv_into_with_fds(sock: socket.socket, buf: memoryview | bytearray) -> tupl
     The descriptors are close-on-exec and the caller's to close. More than 8 in one read
     (``MSG_CTRUNC``) raises ``SHM_BAD_DESCRIPTOR``; the ones that did arrive are closed first.
     """
-    n, ancillary, flags, _addr = sock.recvmsg_into([buf], _CONTROL_SPACE, socket.MSG_CMSG_CLOEXEC)
+    n, ancillary, flags, _addr = sock.recvmsg_into([buf], _CONTROL_SPACE, _RECV_FLAGS)
     fds: list[int] = []
+    if not ancillary and not flags & _MSG_CTRUNC:  # every read but a region's: nothing more
+        return n, fds
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
             got = array.array("i")
             got.frombytes(data[:len(data) - len(data) % _INT_SIZE])
             fds.extend(got)
-    if flags & socket.MSG_CTRUNC:
+    if flags & _MSG_CTRUNC:
         for fd in fds:
             os.close(fd)
         raise _error(ErrorCode.SHM_BAD_DESCRIPTOR,

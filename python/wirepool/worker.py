@@ -1292,6 +1292,17 @@ class _LaneTransport(asyncio.Transport):
     # -- writing ------------------------------------------------------------------------------
 
     def write(self, data: Any) -> None:
+        if not self._queue and not self._closing:  # the common case: all of it now
+            try:
+                n = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._abort(e)
+                return
+            if n == len(data):
+                return
+            data = memoryview(data).cast("B")[n:]
         self._send(memoryview(data).cast("B"), -1)
 
     def write_with_fd(self, data: bytes, fd: int) -> None:
