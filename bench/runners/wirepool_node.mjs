@@ -27,7 +27,9 @@ function prepare() {
 
 function workerCommand() {
   if (WORKER_LANG === "rust") return [RUST_WORKER];
-  return [process.execPath, fileURLToPath(new URL("./wirepool_node_worker.mjs", import.meta.url))];
+  // $WIREPOOL_BENCH_NODE (as for the Rust parent's runner): e.g. a wrapper running
+  // `node --cpu-prof --cpu-prof-dir=DIR "$@"` profiles the worker alone.
+  return [process.env.WIREPOOL_BENCH_NODE || process.execPath, fileURLToPath(new URL("./wirepool_node_worker.mjs", import.meta.url))];
 }
 
 function childrenPeakKib(pool) {

@@ -7,7 +7,8 @@
 Each build is a copy of a node/dist folder; the bench runners (bench/runners/wirepool_node*.mjs)
 are copied next to it so they import that build. Every repeat runs every build and every
 incumbent once, in turn, so drift hits them alike. Prints min/median/max per runner and the
-ratios of the medians against the incumbents of the same run.
+ratios of the medians against the incumbents of the same run, and each round's ratio
+(min/median/max over the rounds).
 """
 import argparse
 import json
@@ -81,19 +82,29 @@ def main() -> None:
     for sid in a.scenario:
         sc = dict(SCENARIOS[sid], id=sid)
         vals: dict[str, list[float]] = {k: [] for k in cmds}
+        # per repeat: each build's figure over each incumbent's in the same round
+        ratios: dict[tuple[str, str], list[float]] = {}
         for _ in range(a.repeats):
+            got: dict[str, float] = {}
             for k, cmd in cmds.items():
                 v = run(cmd, sc)
                 if v is not None:
                     vals[k].append(v)
+                    got[k] = v
+            for k in got:
+                for i in got:
+                    if i in INCUMBENTS and k not in INCUMBENTS:
+                        ratios.setdefault((k, i), []).append(got[k] / got[i])
         print(f"== {sid} ({a.repeats} alternated repeats{', Rust worker' if a.rust else ''})")
         med = {k: statistics.median(v) for k, v in vals.items() if v}
         for k, v in vals.items():
             if not v:
                 print(f"  {k:20s} failed")
                 continue
-            ratios = " ".join(f"{med[k] / med[i]:.2f}x {i}" for i in med if i in INCUMBENTS and i != k)
-            print(f"  {k:20s} min {min(v):12.0f} med {med[k]:12.0f} max {max(v):12.0f}  {ratios}")
+            vs = " ".join(f"{med[k] / med[i]:.2f}x {i}" for i in med if i in INCUMBENTS and i != k)
+            print(f"  {k:20s} min {min(v):12.0f} med {med[k]:12.0f} max {max(v):12.0f}  {vs}")
+        for (k, i), r in ratios.items():
+            print(f"  ratio {k} / {i} per round: min {min(r):.2f} med {statistics.median(r):.2f} max {max(r):.2f} ({len(r)} rounds)")
     shutil.rmtree(tmp)
 
 
