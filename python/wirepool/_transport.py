@@ -34,12 +34,29 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self._out_scheduled = True
             self._loop.call_soon(self._flush_out)
 
+    def _write_now(self, parts: list[Any]) -> None:
+        """Write ``parts`` now, after anything queued: a lone request leaves at once (latency),
+        with no flush scheduled for a later loop pass (that pass would cost a whole loop
+        iteration per call with one request in flight)."""
+        if self._out:
+            self._out.extend(parts)
+            self._flush_out()
+        else:
+            self._send(parts)
+
     def _flush_out(self) -> None:
         # Small frames queued during one loop pass go out in one write (one syscall).
         self._out_scheduled = False
         out, self._out = self._out, []
+        self._send(out)
+
+    def _send(self, out: list[Any]) -> None:
         t = self.transport
         if t is None or t.is_closing():
+            return
+        if len(out) == 1 and type(out[0]) is bytes:  # one frame: no joining copy
+            self.bytes_sent += len(out[0])
+            t.write(out[0])
             return
         small = bytearray()
         for p in out:

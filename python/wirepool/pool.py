@@ -877,11 +877,12 @@ class _Worker(FrameProtocol):
             req.deadline_handle = self.pool.loop.call_later(
                 timeout + self.pool.deadline_grace, self._deadline_passed, req, timeout)
         self.requests[id] = req
-        self._write(parts)
         if len(self.requests) == 1:
             # A lone request: write it now rather than a loop pass later (latency); with more
             # in flight, requests submitted in the same pass share one write.
-            self._flush_out()
+            self._write_now(parts)
+        else:
+            self._write(parts)
         return req
 
     def submit_batch(self, method: str, bodies: list[Any], codec: _codecs.Codec,
@@ -2206,6 +2207,15 @@ class _Handoff:
             self.task.cancel()
 
 
+class _WriteStalled(Exception):
+    """A direct call's request did not fit the socket within the direct wait: ``unsent`` is
+    left for the loop to write."""
+
+    def __init__(self, unsent: memoryview) -> None:
+        super().__init__("write stalled")
+        self.unsent = unsent
+
+
 class _SyncCall:
     """One blocking call in flight: the caller waits on ``done`` (a plain lock, released once
     ``outcome`` is set by the loop)."""
@@ -2250,6 +2260,7 @@ class Pool:
         self._thread.start()
         self._apool = AsyncPool(argv, **options)
         self._apool.direct_calls = True
+        self._codecs: dict[str, _codecs.Codec] = {}  # by name, for direct calls
         try:
             self._run(self._apool.start)
         except BaseException:
@@ -2298,7 +2309,7 @@ class Pool:
         ap = self._apool
         parts = None
         try:
-            c = ap.codec if codec is None else _codecs.get(codec)
+            c = ap.codec if codec is None else (self._codecs.get(codec) or self._codec(codec))
             info = w.methods.get(method)
             if info is not None and info[1] == MethodKind.UNARY:
                 try:
@@ -2306,8 +2317,10 @@ class Pool:
                 except Exception as e:
                     raise _encode_failed(c, e) from None
                 timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
-                with contextlib.suppress(ProtocolError):  # refused: the loop path raises it
+                try:
                     id, parts = w.conn.send_request(info[0], c.id, timeout_us, body)
+                except ProtocolError:
+                    pass  # refused (too large, ...): the loop path raises it
         except BaseException:
             w.release_from_caller()
             raise
@@ -2319,30 +2332,52 @@ class Pool:
         trace = None if hooks is None else (hooks, hooks.started(method, MethodKind.UNARY, id, w))
         started = time.monotonic()
         fd = w.direct_fd
+        conn = w.conn
         results: list[Any] = []
         try:
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            w.bytes_sent += len(data)
-            conn = w.conn
             try:
-                while data:  # a request of one frame: one write, unless the socket is full
-                    try:
-                        data = data[os.write(fd, data):]
-                    except BlockingIOError:
-                        select.select([], [fd], [], _DIRECT_WAIT_MS / 1000)
+                # One write (writev: no join) unless the socket is full.
+                size = len(parts[0]) if len(parts) == 1 else sum(len(p) for p in parts)
+                try:
+                    sent = os.write(fd, parts[0]) if len(parts) == 1 else os.writev(fd, parts)
+                except BlockingIOError:
+                    sent = 0
+                w.bytes_sent += size
+                if sent < size:
+                    # The socket is full (a large body): write on for at most the direct wait,
+                    # then leave the rest to the loop, which also watches the worker meanwhile
+                    # (a worker that stopped reading must not hold this caller forever).
+                    unsent = memoryview(b"".join(parts))[sent:]
+                    give_up = time.monotonic() + _DIRECT_WAIT_MS / 1000
+                    while unsent:
+                        left = give_up - time.monotonic()
+                        if left <= 0:
+                            break
+                        select.select([], [fd], [], left)
+                        with contextlib.suppress(BlockingIOError):
+                            unsent = unsent[os.write(fd, unsent):]
+                    if unsent:
+                        raise _WriteStalled(unsent)
+                poll = w.direct_poll.poll
                 while True:
-                    if not w.direct_poll.poll(_DIRECT_WAIT_MS):
+                    if not poll(_DIRECT_WAIT_MS):
                         break  # slow: the loop takes over (heartbeats, deadline, cancel grace)
-                    data = os.read(fd, 262144)
-                    if not data:
+                    # Into the core's read buffer (no 256 KiB bytes object per read).
+                    n = os.readv(fd, (conn.read_buffer(),))
+                    if not n:
                         break  # end of file: the loop sees it and ends the call WORKER_EXITED
-                    w.bytes_received += len(data)
-                    conn.receive(data)
+                    w.bytes_received += n
+                    conn.received(n)
                     conn.take_results(results)
                     if results or conn.incomplete_frame_len():
                         break  # our answer, or a frame the loop must see (ERROR, EVENT...)
             except OSError:
                 pass  # the connection broke (reset, a dying worker): the loop ends the call
+        except _WriteStalled as stalled:
+            call = _SyncCall()
+            self._hand_back(w, id, c, method, timeout, started, results, call, trace,
+                            stalled.unsent)
+            return self._wait_call(call)
         except BaseException as e:  # Ctrl-C, or the core refused what it read
             call = _SyncCall()
             self._hand_back(w, id, c, method, timeout, started, results, call, trace)
@@ -2376,17 +2411,31 @@ class Pool:
         self._hand_back(w, id, c, method, timeout, started, results, call, trace)
         return self._wait_call(call)
 
+    def _codec(self, name: str) -> _codecs.Codec:
+        """The codec called ``name``, remembered for the next direct call (a dict lookup;
+        only names, which ``_codecs.get`` checks against its few known ones)."""
+        c = _codecs.get(name)
+        if isinstance(name, str):
+            self._codecs[name] = c
+        return c
+
     def _hand_back(self, w: _Worker, id: int, codec: _codecs.Codec, method: str,
                    timeout: float | None, started: float, results: list[Any],
-                   call: "_SyncCall", trace: Any) -> None:
+                   call: "_SyncCall", trace: Any, unsent: memoryview | None = None) -> None:
         """In the caller's thread: make the direct call an ordinary request of ``w`` (the loop
-        finishes it, with its deadline as it would have had) and give the reading back."""
+        finishes it, with its deadline as it would have had) and give the reading back, with
+        the ``unsent`` end of its request for the loop to write first."""
         req = _Request(id, w, MethodKind.UNARY, codec, method, None, None,
                        started if self._apool.latency_histograms else 0.0)
         req.trace = trace  # its span, if any, ends with it on the loop
         call.req = req
         req.sink = functools.partial(self._call_finished, call=call)
         w.requests[id] = req
+        if unsent:
+            # Queued ahead of anything the loop writes once it has the connection back (the
+            # loop leaves ``_out`` alone while a caller holds it), and flushed first thing.
+            w._out.append(bytes(unsent))
+            w.after_caller.insert(0, w._flush_out)
         if timeout is not None:
             w.after_caller.append(functools.partial(
                 w.arm_deadline, req, timeout, started + timeout + self._apool.deadline_grace))
