@@ -51,12 +51,13 @@ async fn idle_regions_are_retired_on_both_sides() {
         for _ in 0..2 {
             let back = pool.call_raw("echo_raw", body.clone()).await.unwrap();
             assert!(back == body);
-            // Both directions went through regions, each mapped on the other side (a sender
-            // may still hold the duplicate descriptor its write carried a moment longer).
-            let (fds, maps) = shm_footprint("self");
-            assert!(fds >= 1 && maps >= 2, "parent: {fds} fds, {maps} maps");
-            let (fds, maps) = shm_footprint(&worker);
-            assert!(fds >= 1 && maps >= 2, "worker: {fds} fds, {maps} maps");
+            // The answer came through the worker's region: the parent maps it (the view holds
+            // it) and the worker keeps it (lent until the view goes), whatever the idle rule
+            // did meanwhile to the parent's region on a slow machine.
+            let (_, maps) = shm_footprint("self");
+            assert!(maps >= 1, "parent: {maps} maps");
+            let (fds, _) = shm_footprint(&worker);
+            assert!(fds >= 1, "worker: {fds} fds");
             drop(back);
             // Idle: everything goes within the idle time plus the drivers' ticks (and slack for
             // a loaded machine).

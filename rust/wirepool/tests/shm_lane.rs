@@ -49,12 +49,15 @@ async fn large_bodies_travel_through_the_lane_without_leaks_even_when_a_worker_i
         for (len, seed) in [(16 << 20, 1u8), (64 << 20, 2)] {
             let body = payload(len, seed);
             let through_lane = pool.call_raw("echo_raw", body.clone()).await.unwrap();
-            // Right after the call (before the idle rule may retire anything): the parent's
-            // region and the worker's, which the view holds, are mapped; the 16 MiB region was
-            // retired for the 64 MiB one, and received regions cost no descriptor.
+            // Right after the call: the answer is a view of the worker's region (mapped here);
+            // the 16 MiB region was retired for the 64 MiB one (or both by the idle rule on a
+            // slow machine), and received regions cost no descriptor.
             let (fds, maps) = shm_footprint();
-            assert!(maps >= 2, "the lane was used: {maps} mappings");
-            assert_eq!(fds, 1, "the parent keeps its own region's descriptor only");
+            assert!(maps >= 1, "the lane was used: {maps} mappings");
+            assert!(
+                fds <= 1,
+                "the parent keeps its own region's descriptor only: {fds}"
+            );
             let through_socket = socket_pool
                 .call_raw("echo_raw", body.clone())
                 .await
