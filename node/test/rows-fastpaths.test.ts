@@ -140,11 +140,33 @@ describe("json.decodeRows: rows cut anywhere from valid JSON (the batch parse mu
     );
   });
 
+  test("property: flat objects with braces and quotes in their strings, cut anywhere (the frame's brace-only fast check)", () => {
+    const str = fc.string({ unit: fc.constantFrom("{", "}", '"', "\\", ",", ":", "a", " "), maxLength: 6 });
+    const obj = fc.dictionary(str, fc.oneof(str, fc.integer(), fc.constant(null)), { maxKeys: 3 });
+    fc.assert(
+      fc.property(fc.array(obj, { minLength: 1, maxLength: 10 }), fc.array(fc.nat(), { maxLength: 8 }), (values, at) => {
+        const text = values.map((v) => JSON.stringify(v)).join(",");
+        const points = [...new Set(at.map((a) => a % (text.length + 1)))].sort((a, b) => a - b);
+        const rows: Buffer[] = [];
+        let from = 0;
+        for (const p of [...points, text.length]) {
+          rows.push(Buffer.from(text.slice(from, p), "utf8"));
+          from = p;
+        }
+        while (rows.length < 5) rows.push(Buffer.from("{}"));
+        same(received(rows));
+        same(received(values.map((v) => Buffer.from(JSON.stringify(v)))));
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
   test("rows that only balance together, with the right count, are each parsed alone", () => {
     // [1,[2 | 3] would parse joined as [1,[2,3]] (2 values for 2 rows); so would {"a":"}" | "b":"{"} with a
     // leading 1, and "a | b",1 (a string across the separator) if the separator had no newline
     for (const bad of [texts("1,[2", "3]", "4", "5"), texts('1,{"a":"}"', '"b":"{"}', "2", "3"), texts("[[", "1]]", "2", "3", "4"),
-      texts('"a\\"', '"b"', "1", "2"), texts("{}", "{", "}", "1", "2"), texts('"a', 'b",1', "2", "3"), texts('["x', 'y"]', "[", "]")]) {
+      texts('"a\\"', '"b"', "1", "2"), texts("{}", "{", "}", "1", "2"), texts('"a', 'b",1', "2", "3"), texts('["x', 'y"]', "[", "]"),
+      texts('{"a":1},{"b":2}', '{"c":{}', "{}}", "{}", "{}"), texts('{"a":"}', '"}', "{}", "{}"), texts("{}", "{}", "{}", '{"x":"}')]) {
       const rows = received(bad);
       same(rows);
       assert.notEqual(together(rows, 0).error, null);
