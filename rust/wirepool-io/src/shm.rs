@@ -371,7 +371,8 @@ const REGION_GRAIN: usize = 2 << 20;
 /// either side a second later, while back-to-back calls keep reusing warm pages.
 pub const IDLE_RETIRE: std::time::Duration = std::time::Duration::from_millis(1000);
 
-/// One region this side lends from, and when a body last went into it.
+/// One region this side lends from, and when it was last seen in use (a body placed in it, or
+/// a range of it lent).
 struct Kept {
     id: u32,
     region: OwnedRegion,
@@ -455,10 +456,11 @@ impl Regions {
         })
     }
 
-    /// Retires (SHM_RETIRE to `out`, then unmaps and closes) every region with nothing lent
-    /// that no body used for [`IDLE_RETIRE`] before `now`; returns how many, so the driver
-    /// knows to write. A region still lent stays, and is retired at the first call after its
-    /// release. The peer unmaps a retired region at once (PROTOCOL.md 20.3).
+    /// Retires (SHM_RETIRE to `out`, then unmaps and closes) every region that had nothing
+    /// lent for [`IDLE_RETIRE`] before `now`, as seen by this call and the placements; returns
+    /// how many, so the driver knows to write. A region found lent counts as used now, so one
+    /// a handler held for long is kept for the next body. The peer unmaps a retired region at
+    /// once (PROTOCOL.md 20.3).
     pub fn retire_idle(
         &mut self,
         conn: &mut wirepool_proto::Connection,
@@ -468,14 +470,14 @@ impl Regions {
         let Some(lender) = conn.shm_lender() else {
             return 0;
         };
-        let idle: Vec<u32> = self
-            .regions
-            .iter()
-            .filter(|k| {
-                now.saturating_duration_since(k.last_used) >= IDLE_RETIRE && !lender.is_lent(k.id)
-            })
-            .map(|k| k.id)
-            .collect();
+        let mut idle = Vec::new();
+        for k in self.regions.iter_mut() {
+            if lender.is_lent(k.id) {
+                k.last_used = now;
+            } else if now.saturating_duration_since(k.last_used) >= IDLE_RETIRE {
+                idle.push(k.id);
+            }
+        }
         let mut retired = 0;
         for id in idle {
             if conn.send_shm_retire(id, out).is_ok() {

@@ -1,7 +1,8 @@
 //! Idle regions are retired (PROTOCOL.md 20.4, `shm_idle_retire`): after large bodies both
 //! ways, a connection that sends nothing more holds no shared memory on either side a moment
 //! later (the parent's and the worker's own regions closed and unmapped, each side's mapping of
-//! the other's gone), and the next large call simply announces a new region.
+//! the other's gone), and the next large call simply announces a new region; a region lent for
+//! longer than the idle time is kept for the next body.
 
 mod common;
 
@@ -27,6 +28,20 @@ fn shm_footprint(pid: &str) -> (usize, usize) {
         .filter(|l| l.contains("/memfd:wirepool-shm"))
         .count();
     (fds, maps)
+}
+
+/// The inodes of the memory files this process holds a descriptor of (its own regions).
+fn memfd_inodes() -> std::collections::BTreeSet<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:wirepool-shm"))
+        })
+        .filter_map(|e| std::fs::metadata(e.path()).ok().map(|m| m.ino()))
+        .collect()
 }
 
 /// Polls (bounded) until both processes hold no shared memory; returns how long it took.
@@ -70,6 +85,28 @@ async fn idle_regions_are_retired_on_both_sides() {
                 shm_footprint(&worker)
             );
         }
+        // A region lent for longer than the idle time (a handler holding its body) was in use:
+        // it is kept for the next body, not retired as soon as it comes back.
+        let held = tokio::time::timeout(
+            wirepool_io::shm::IDLE_RETIRE * 2,
+            pool.call_raw("hold_raw", body.clone()),
+        )
+        .await;
+        assert!(held.is_err(), "hold_raw holds until cancelled: {held:?}");
+        let regions = memfd_inodes();
+        assert_eq!(regions.len(), 1, "the parent's region of the hold");
+        // The cancelled hold ends (its release travels with its terminal), then a few of the
+        // parent's housekeeping ticks pass: a region retired on its release would be gone.
+        let ended = Instant::now() + Duration::from_secs(10);
+        while pool.metrics().workers.iter().any(|w| w.in_flight > 0) {
+            assert!(Instant::now() < ended, "the cancelled hold did not end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(wirepool_io::shm::IDLE_RETIRE / 4).await;
+        let back = pool.call_raw("echo_raw", body.clone()).await.unwrap();
+        assert!(back == body);
+        assert_eq!(memfd_inodes(), regions, "the held region was reused");
+        drop(back);
         // The lane still works after its regions were retired, and the worker never changed.
         assert_eq!(pool.call::<_, u32>("pid", &()).await.unwrap(), pid);
         pool.shutdown().await;
