@@ -133,7 +133,6 @@ _TYPE_NAMES = {
     0x01: "HELLO", 0x02: "WELCOME", 0x10: "REQUEST", 0x11: "CANCEL", 0x12: "RESULT", 0x13: "ERROR",
     0x20: "ROWS", 0x21: "END", 0x22: "CREDIT", 0x30: "EVENT", 0x31: "PING", 0x32: "PONG",
     0x40: "DRAIN", 0x41: "GOODBYE", 0x7F: "CONTINUATION",
-    0x50: "SHM_REGION", 0x51: "SHM_RELEASE", 0x52: "SHM_RETIRE", 0x7E: "SHM_BODY",
 }
 # 0: id must be 0, 1: id must be non-zero, 2: either.
 _ID_RULE = {
@@ -142,6 +141,8 @@ _ID_RULE = {
 }
 # The shm extension's frames (section 20.3): known only on a connection whose lane is on.
 _SHM_ID_RULE = {0x50: 0, 0x51: 0, 0x52: 0, 0x7E: 1}
+_HEADER_NAMES = {**_TYPE_NAMES,
+                 0x50: "SHM_REGION", 0x51: "SHM_RELEASE", 0x52: "SHM_RETIRE", 0x7E: "SHM_BODY"}
 _MORE_ALLOWED = frozenset((0x10, 0x12, 0x21, 0x7F))
 # Frame types each side may receive (section 2, "direction").
 _PARENT_RECEIVES = frozenset((0x01, 0x12, 0x13, 0x20, 0x21, 0x30, 0x31, 0x32, 0x41, 0x7F))
@@ -905,14 +906,14 @@ def _check_header(length: int, ftype: int, flags: int, reserved: int, id: int,
         if flags & ~FLAG_MORE:
             raise _fail(ErrorCode.BAD_FLAGS, f"reserved flag bits set: 0x{flags:02x}", id)
         if ftype not in _MORE_ALLOWED:
-            raise _fail(ErrorCode.BAD_FLAGS, f"MORE is not allowed on {_TYPE_NAMES[ftype]}", id)
+            raise _fail(ErrorCode.BAD_FLAGS, f"MORE is not allowed on {_HEADER_NAMES[ftype]}", id)
     if reserved:
         raise _fail(ErrorCode.RESERVED_NONZERO, "reserved header field is not zero", id)
     if rule == 0:
         if id:
-            raise _fail(ErrorCode.BAD_ID, f"{_TYPE_NAMES[ftype]} must carry id 0, got {id}", id)
+            raise _fail(ErrorCode.BAD_ID, f"{_HEADER_NAMES[ftype]} must carry id 0, got {id}", id)
     elif rule == 1 and not id:
-        raise _fail(ErrorCode.BAD_ID, f"{_TYPE_NAMES[ftype]} must carry a non-zero id")
+        raise _fail(ErrorCode.BAD_ID, f"{_HEADER_NAMES[ftype]} must carry a non-zero id")
 
 
 def _str16(p: memoryview, off: int, lo: int, hi: int, range_code: ErrorCode,
@@ -1409,6 +1410,7 @@ class _Assembly:
 
 
 _START, _HELLO_DONE, _OPEN = 0, 1, 2
+_RESULT = FrameType.RESULT
 _NO_PARTS: list[Buffer] = []
 _REQUEST_PREFIX_unpack_from = _REQUEST_PREFIX.unpack_from
 _UNARY, _STREAM = MethodKind.UNARY, MethodKind.STREAM
@@ -2215,19 +2217,29 @@ class Connection:
             # flight the second time), one frame each.
             unary = self._unary
             limit = self._mfs
-            append = out.append
+            # Small results are joined into one buffer here (the driver writes it as it is:
+            # no loop over the results of a read in the driver's write).
+            pieces: list[Buffer] = []
+            add = pieces.append
             done = 0
             for id, body in pairs:
-                if requests.get(id) is not unary or len(body) > limit:
+                n = len(body)
+                if requests.get(id) is not unary or n > limit:
                     break
                 del requests[id]
                 done += 1
-                if len(body) < 4096:
-                    append(_hdr_pack(len(body), FrameType.RESULT, 0, 0, id) + body)
+                if n < 4096:
+                    add(_hdr_pack(n, _RESULT, 0, 0, id))
+                    add(body)
                 else:
-                    append(_hdr_pack(len(body), FrameType.RESULT, 0, 0, id))
-                    append(body)
+                    if pieces:
+                        out.append(b"".join(pieces))
+                        pieces.clear()
+                    out.append(_hdr_pack(n, _RESULT, 0, 0, id))
+                    out.append(body)
             else:
+                if pieces:
+                    out.append(b"".join(pieces))
                 return out
             if done:  # undo, and take the general path below (ids in flight stay in order)
                 for id, _ in pairs[:done]:

@@ -680,6 +680,8 @@ class _Runtime(FrameProtocol):
         and their results leave as one batch (send_results); the others start as usual."""
         inline = self._inline
         pairs: list[tuple[int, Any]] = []
+        add = pairs.append
+        threshold = self.shm_threshold
         for item in taken:
             if item.__class__ is not tuple:
                 self._reject(item)
@@ -700,10 +702,10 @@ class _Runtime(FrameProtocol):
             except BaseException as e:  # noqa: B036 - it becomes this request's terminal
                 self._inline_failed(id, index, codec_id, e)
                 continue
-            if len(result) >= self.shm_threshold:
+            if len(result) >= threshold:
                 self._inline_result(id, result)
             else:
-                pairs.append((id, result))
+                add((id, result))
         if pairs:
             try:
                 if len(pairs) == 1:  # one request per read (a lone caller): less to set up
