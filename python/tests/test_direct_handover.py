@@ -241,7 +241,8 @@ def test_close_while_the_caller_reads_lets_the_call_finish_then_drains() -> None
 def test_a_request_the_worker_does_not_read_leaves_the_caller_to_the_loop() -> None:
     # A body larger than the socket's buffers to a worker that reads nothing (stopped): the
     # caller writes what fits, then the loop holds the rest and ends the call at its deadline.
-    with pool(heartbeat_ms=0, deadline_grace=0.05) as p:
+    # The socket path: with the shm lane on, the loop sends a body this large through a region.
+    with pool(heartbeat_ms=0, deadline_grace=0.05, shm_lane=False) as p:
         w = parked_worker(p)
         victim = w.pid
         calls, _ = direct_counts(w)

@@ -10,9 +10,13 @@ the core already has.
 from __future__ import annotations
 
 import asyncio
+import collections
+import os
+import socket
 from typing import Any
 
-from . import proto
+from . import _shm, proto
+from .errors import ProtocolError
 
 # Frames below this size are joined into one buffer before the write; larger ones go as they are.
 _JOIN_BELOW = 65536
@@ -84,3 +88,200 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def data_received(self, data: bytes) -> None:
         raise NotImplementedError
+
+
+class LaneProtocol(FrameProtocol):
+    """A :class:`FrameProtocol` that a :class:`LaneTransport` reports descriptors to."""
+
+    def fds_received(self, fds: list[int]) -> None:
+        raise NotImplementedError
+
+    def lane_failed(self, e: ProtocolError) -> None:
+        raise NotImplementedError
+
+
+class LaneTransport(asyncio.Transport):
+    """One end of a Unix socket that may carry the shm lane: asyncio's own transport reads with
+    ``recv_into``, which loses descriptors, so this one reads with ``recvmsg`` and room for 8
+    descriptors (PROTOCOL.md 20.5) and can attach a descriptor to a write (a SHM_REGION's).
+    Writes go out at once when nothing is queued, the rest when the socket is writable, in
+    order. The protocol gets the descriptors of a read (``fds_received``) before its bytes, and
+    ``lane_failed`` when a read breaks 20.5 (``MSG_CTRUNC``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                 protocol: LaneProtocol) -> None:
+        super().__init__()
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        # [bytes left to write, descriptor to attach to their first byte or -1]
+        self._queue: collections.deque[list[Any]] = collections.deque()
+        self._queued = 0
+        self._closing = False
+        self._lost = False
+        self._reading = True
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._read)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        protocol = self._protocol
+        try:
+            n, fds = _shm.recv_into_with_fds(self._sock, protocol.get_buffer(-1))
+        except (BlockingIOError, InterruptedError):
+            return
+        except ProtocolError as e:
+            protocol.lane_failed(e)
+            return
+        except OSError as e:
+            self._abort(e)
+            return
+        if fds:
+            protocol.fds_received(fds)  # before the bytes that came with them (20.7)
+            if self._closing:
+                return
+        if n == 0:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+            if not protocol.eof_received():
+                self.close()
+            return
+        protocol.buffer_updated(n)
+
+    def pause_reading(self) -> None:
+        if self._reading and not self._closing:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self._closing:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._read)
+
+    def is_reading(self) -> bool:
+        return self._reading
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(self, data: Any) -> None:
+        if not self._queue and not self._closing:  # the common case: all of it now
+            try:
+                n = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._abort(e)
+                return
+            if n == len(data):
+                return
+            data = memoryview(data).cast("B")[n:]
+        self._send(memoryview(data).cast("B"), -1)
+
+    def write_with_fd(self, data: bytes, fd: int) -> None:
+        """Writes ``data`` with (a duplicate of) ``fd`` attached to its first byte."""
+        self._send(memoryview(data), os.dup(fd))
+
+    def _send(self, view: memoryview, fd: int) -> None:
+        if self._closing:
+            if fd >= 0:
+                os.close(fd)
+            return
+        if not self._queue:
+            try:
+                n = self._send_now(view, fd)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                if fd >= 0:
+                    os.close(fd)
+                self._abort(e)
+                return
+            if n:
+                fd = -1  # it travelled with the first byte
+            if n == len(view):
+                return
+            view = view[n:]
+            self._loop.add_writer(self._fd, self._writable)
+        self._queue.append([view, fd])
+        self._queued += len(view)
+
+    def _send_now(self, view: memoryview, fd: int) -> int:
+        if fd < 0:
+            return self._sock.send(view)
+        n = _shm.send_with_fds(self._sock, [view], [fd])
+        os.close(fd)  # the kernel holds its own reference now
+        return n
+
+    def _writable(self) -> None:
+        queue = self._queue
+        while queue:
+            entry = queue[0]
+            view, fd = entry
+            try:
+                n = self._send_now(view, fd)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._abort(e)
+                return
+            entry[1] = -1
+            self._queued -= n
+            if n < len(view):
+                entry[0] = view[n:]
+                return
+            queue.popleft()
+        self._loop.remove_writer(self._fd)
+        if self._closing:
+            self._connection_lost(None)
+
+    def get_write_buffer_size(self) -> int:
+        return self._queued
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """Stops reading; the connection closes once what is queued was written."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+        if not self._queue:
+            self._loop.call_soon(self._connection_lost, None)
+
+    def abort(self) -> None:
+        self._abort(None)
+
+    def _abort(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+        self._loop.remove_writer(self._fd)
+        for _view, fd in self._queue:
+            if fd >= 0:
+                os.close(fd)
+        self._queue.clear()
+        self._queued = 0
+        self._loop.call_soon(self._connection_lost, exc)
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            self._sock.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._sock if name == "socket" else default

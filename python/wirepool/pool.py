@@ -45,15 +45,25 @@ import weakref
 from typing import (Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Protocol,
                     Sequence)
 
+from . import _shm
 from . import codecs as _codecs
 from . import proto
-from ._transport import FrameProtocol
+from ._shm_proto import ShmAccept, ShmOffer, ShmRange, TAG_SHM, parse_extensions
+from ._transport import LaneProtocol, LaneTransport
 from .errors import (BadRequest, DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
                      SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
                      error_from_code)
 from .proto import FrameType, MethodKind
 
 __all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics"]
+
+# The shared-memory lane (PROTOCOL.md 20.2's SDK defaults): each direction's window, the body
+# size from which a request takes the lane, and how long an unused region of ours is kept.
+SHM_WINDOW = proto.DEFAULT_MAX_MESSAGE_SIZE
+SHM_THRESHOLD = 1 << 20
+SHM_IDLE_RETIRE = 1.0
+_REGION_GRAIN = 1 << 20  # regions are whole MiBs, so one serves bodies of slightly other sizes
+_NO_LANE = 1 << 62  # the threshold while the lane is off
 
 log = logging.getLogger("wirepool.pool")
 worker_log = logging.getLogger("wirepool.worker")
@@ -244,7 +254,7 @@ class _Request:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Worker(FrameProtocol):
+class _Worker(LaneProtocol):
     _ids = itertools.count(1)
 
     def __init__(self, pool: "AsyncPool") -> None:
@@ -293,6 +303,22 @@ class _Worker(FrameProtocol):
         self.exit_signal: int | None = None
         self._tasks: list[asyncio.Task] = []
         self.heartbeat_task: asyncio.Task | None = None
+        # The shm lane (PROTOCOL.md 20.7): descriptors read and not yet taken by a SHM_REGION;
+        # our own regions as [id, region, last lent at] (reused once the worker released
+        # them, retired after SHM_IDLE_RETIRE unused); the body size from which a request
+        # takes the lane (_NO_LANE until our WELCOME turned it on).
+        self.shm_fds: collections.deque[int] = collections.deque()
+        # The worker's regions we mapped (the core keeps them until SHM_RETIRE): their
+        # descriptors are closed when the connection goes, whoever still holds this worker.
+        self.shm_mapped: weakref.WeakSet[_shm.Region] = weakref.WeakSet()
+        self.shm_regions: list[list[Any]] = []
+        self.shm_threshold = _NO_LANE
+        self.direct_sock: socket.socket | None = None  # the direct caller's recvmsg (lane on)
+        self._releases_scheduled = False
+        self._retire_timer: asyncio.TimerHandle | None = None
+        if pool.shm_lane:
+            self.conn.set_shm_mapper(self._map_region)
+            self.conn.set_shm_release_waker(self._releases_due)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -325,7 +351,10 @@ class _Worker(FrameProtocol):
         self._tasks.append(loop.create_task(self._pump(self.proc.stderr, "stderr")))
         self._tasks.append(loop.create_task(self._wait_exit()))
         parent_sock.setblocking(False)
-        await loop.create_unix_connection(lambda: self, sock=parent_sock)
+        if pool.shm_lane:
+            LaneTransport(loop, parent_sock, self)  # recvmsg: descriptors survive (20.5)
+        else:
+            await loop.create_unix_connection(lambda: self, sock=parent_sock)
         try:
             await asyncio.wait_for(asyncio.shield(self.ready), pool.startup_timeout)
         except asyncio.TimeoutError:
@@ -383,11 +412,21 @@ class _Worker(FrameProtocol):
             pool._clamp_logged = True  # once per pool, not at every worker start (spec 4.2)
             log.warning("max_in_flight %d is above the worker's max_concurrency %d: using %d",
                         pool.max_in_flight, hello.max_concurrency, self.max_in_flight)
+        extensions = b""
+        if pool.shm_lane and isinstance(self.transport, LaneTransport):
+            offer = next((ShmOffer.decode(data) for tag, data in
+                          parse_extensions(hello.extensions) if tag == TAG_SHM), None)
+            if offer is not None:  # accepted: our regions within its window, its within ours
+                extensions = ShmAccept(min(offer.window, SHM_WINDOW), SHM_WINDOW).encode()
         welcome = proto.Welcome(version=proto.PROTOCOL_VERSION, worker_id=self.worker_id,
                                 max_frame_size=mfs, initial_credit=pool.initial_credit,
                                 heartbeat_ms=pool.heartbeat_ms, max_in_flight=self.max_in_flight,
-                                max_message_size=max(pool.max_message_size, mfs))
+                                max_message_size=max(pool.max_message_size, mfs),
+                                extensions=extensions)
         self._write(self.conn.send_welcome(welcome))
+        lender = self.conn.shm_lender()
+        if lender is not None and lender.can_announce(SHM_THRESHOLD):
+            self.shm_threshold = pool.shm_threshold
         self.accepting = True
         if not self.ready.done():
             self.ready.set_result(None)
@@ -425,6 +464,8 @@ class _Worker(FrameProtocol):
             sock = transport.get_extra_info("socket")
             self.direct_fd = os.dup(sock.fileno())
             os.set_inheritable(self.direct_fd, False)
+            if self.pool.shm_lane:  # the caller reads with recvmsg too (descriptors)
+                self.direct_sock = socket.socket(fileno=self.direct_fd)
             self.direct_poll = select.poll()
             self.direct_poll.register(self.direct_fd, select.POLLIN)
 
@@ -493,8 +534,7 @@ class _Worker(FrameProtocol):
                 or bool(self.requests) or bool(self.after_caller))
         with self.direct_lock:
             if self.direct == _DEAD:  # the connection went while we held it: we close it
-                os.close(self.direct_fd)
-                self.direct_fd = -1
+                self._close_direct_fd()
             elif not back and not self.want_back and self.alive and self.accepting:
                 self.direct = _PARKED
                 return
@@ -537,8 +577,15 @@ class _Worker(FrameProtocol):
             holder = self.direct == _CALLER
             self.direct = _DEAD
         if not holder and self.direct_fd >= 0:
+            self._close_direct_fd()
+
+    def _close_direct_fd(self) -> None:
+        if self.direct_sock is not None:
+            self.direct_sock.close()  # it owns direct_fd
+            self.direct_sock = None
+        else:
             os.close(self.direct_fd)
-            self.direct_fd = -1
+        self.direct_fd = -1
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -572,19 +619,7 @@ class _Worker(FrameProtocol):
                 if self.fatal_received:
                     break
         except ProtocolError as e:
-            log.error("worker %d (pid %d): protocol violation %s", self.worker_id, self.pid, e)
-            with contextlib.suppress(ProtocolError):  # best effort: e.g. nothing after GOODBYE
-                self._write(conn.send_fatal(e))
-                self._flush_out()
-            violation = error_from_code(ErrorCode.PROTOCOL_VIOLATION,
-                                        f"worker pid {self.pid} broke the protocol: {e}",
-                                        details={"protocol_code": e.code, "name": e.name})
-            if not self.ready.done():
-                # A handshake refusal (VERSION_MISMATCH, BAD_HANDSHAKE...) fails the start with
-                # its own code; any other violation (garbage, a 4 GiB length) is one.
-                self.ready.set_exception(e if e.code in _HANDSHAKE_CODES else violation)
-                self.ready.exception()
-            self.kill(violation)
+            self._violated(e)
         finally:
             # The frame clock (spec 8.5): runs from the first byte of a frame still incomplete;
             # a read that completed a frame restarts it, bytes of the same frame do not.
@@ -601,6 +636,168 @@ class _Worker(FrameProtocol):
             if self.direct_fd >= 0 and not self.requests:
                 self._park_if_idle()
 
+    def _violated(self, e: ProtocolError) -> None:
+        log.error("worker %d (pid %d): protocol violation %s", self.worker_id, self.pid, e)
+        with contextlib.suppress(ProtocolError):  # best effort: e.g. nothing after GOODBYE
+            self._write(self.conn.send_fatal(e))
+            self._flush_out()
+        violation = error_from_code(ErrorCode.PROTOCOL_VIOLATION,
+                                    f"worker pid {self.pid} broke the protocol: {e}",
+                                    details={"protocol_code": e.code, "name": e.name})
+        if not self.ready.done():
+            # A handshake refusal (VERSION_MISMATCH, BAD_HANDSHAKE...) fails the start with
+            # its own code; any other violation (garbage, a 4 GiB length) is one.
+            self.ready.set_exception(e if e.code in _HANDSHAKE_CODES else violation)
+            self.ready.exception()
+        self.kill(violation)
+
+    # -- the shared-memory lane (PROTOCOL.md 20) -------------------------------------------
+
+    def fds_received(self, fds: list[int]) -> None:
+        """The transport read descriptors (with the bytes it hands over next): queue them for
+        their SHM_REGIONs; where the core refuses them (lane off, more than 8 waiting), fail.
+        Runs on whoever reads (the loop, or a direct caller)."""
+        self.shm_fds.extend(fds)
+        try:
+            self.conn.shm_descriptors_received(len(fds))
+        except ProtocolError as e:
+            self._close_shm_fds()
+            if self.direct == _CALLER:
+                raise  # the caller hands the call back; the loop sees the failure
+            self._violated(e)
+
+    def lane_failed(self, e: ProtocolError) -> None:
+        """The transport's read broke a rule of 20.5 (more than 8 descriptors: MSG_CTRUNC)."""
+        self._violated(e)
+
+    def _close_shm_fds(self) -> None:
+        while self.shm_fds:
+            os.close(self.shm_fds.popleft())
+
+    def _map_region(self, region: int, size: int) -> _shm.Region:
+        """The core's mapper: the oldest descriptor, checked (seals, tmpfs, size) before any
+        mapping; views of it are mapped one lent range at a time."""
+        if not self.shm_fds:
+            raise ProtocolError(ErrorCode.SHM_BAD_DESCRIPTOR,
+                                f"no descriptor arrived with SHM_REGION {region}")
+        mapped = _shm.Region.map_received(self.shm_fds.popleft(), size)
+        self.shm_mapped.add(mapped)
+        return mapped
+
+    def _releases_due(self) -> None:
+        # Any thread: the last view of a lent range was dropped (the caller's, the GC).
+        if self._releases_scheduled:
+            return
+        self._releases_scheduled = True
+        try:
+            self.pool.loop.call_soon_threadsafe(self._send_releases)
+        except RuntimeError:  # the loop is gone: the pool is closed
+            pass
+
+    def _with_connection(self, fn: Callable[[], None]) -> bool:
+        """On the loop: True when the loop may touch the connection now (a parked worker is
+        taken back); else ``fn`` runs once a direct caller gives it back."""
+        if self.reclaim():
+            return True
+        self.after_caller.append(fn)
+        return False
+
+    def _send_releases(self) -> None:
+        self._releases_scheduled = False  # before taking them: a later drop schedules again
+        if self.transport is None or not self._with_connection(self._send_releases):
+            return
+        parts = self.conn.send_shm_releases()
+        if parts:
+            self._write_now(parts)
+        if self.direct_fd >= 0 and not self.requests:
+            self._park_if_idle()
+
+    def _request_parts(self, method: int, codec: int, timeout_us: int,
+                       body: Any) -> tuple[int, list[Any]]:
+        """A REQUEST: a large body through a region of ours (copied into it once), else (or
+        when no region can take it) over the socket. On the loop."""
+        if len(body) >= self.shm_threshold:
+            placed = self._place(body)
+            if placed is not None:
+                return self.conn.send_request_shm(method, codec, timeout_us, placed)
+        return self.conn.send_request(method, codec, timeout_us, body)
+
+    def _place(self, body: Any) -> ShmRange | None:
+        """Copies ``body`` into a region the worker does not hold (a new one, announced with
+        its descriptor, when none is large enough); None when the window cannot take it."""
+        lender = self.conn.shm_lender()
+        transport = self.transport
+        if lender is None or not isinstance(transport, LaneTransport):
+            return None
+        n = memoryview(body).nbytes
+        found = next((e for e in self.shm_regions
+                      if e[1].size >= n and not lender.is_lent(e[0])), None)
+        if found is None:
+            try:
+                # Free regions too small for this body make room for the one it needs.
+                for e in [e for e in self.shm_regions
+                          if e[1].size < n and not lender.is_lent(e[0])]:
+                    self._retire(e)
+                size = -(-n // _REGION_GRAIN) * _REGION_GRAIN
+                if not lender.can_announce(size):
+                    return None
+                owned = _shm.OwnedRegion(size)
+                region_id, parts = self.conn.send_shm_region(size)
+            except (OSError, ProtocolError) as e:
+                log.warning("worker %d: the shm lane cannot take %d bytes: %s",
+                            self.worker_id, n, e)
+                return None
+            found = [region_id, owned, 0.0]
+            self.shm_regions.append(found)
+            # Everything queued goes first; the descriptor rides with the SHM_REGION's first
+            # byte (20.5).
+            self._flush_out()
+            transport.write_with_fd(b"".join(parts), owned.fileno())
+        found[1].buffer[:n] = memoryview(body).cast("B")
+        found[2] = time.monotonic()
+        if self._retire_timer is None:
+            self._retire_timer = self.pool.loop.call_later(SHM_IDLE_RETIRE, self._retire_idle)
+        return ShmRange(found[0], 0, n)
+
+    def _retire(self, entry: list[Any]) -> None:
+        self._write(self.conn.send_shm_retire(entry[0]))
+        self.shm_regions.remove(entry)
+        entry[1].close()
+
+    def _retire_idle(self) -> None:
+        """On the loop: regions of ours unused for SHM_IDLE_RETIRE are withdrawn (20.4)."""
+        self._retire_timer = None
+        if not self.shm_regions or self.transport is None or not self.alive:
+            return
+        if not self._with_connection(self._retire_idle):
+            return
+        lender = self.conn.shm_lender()
+        now = time.monotonic()
+        with contextlib.suppress(ProtocolError):  # the connection can send nothing more
+            for e in list(self.shm_regions):
+                if lender is not None and not lender.is_lent(e[0]) \
+                        and now - e[2] >= SHM_IDLE_RETIRE:
+                    self._retire(e)
+        if self._out:
+            self._flush_out()
+        if self.shm_regions:
+            self._retire_timer = self.pool.loop.call_later(SHM_IDLE_RETIRE, self._retire_idle)
+        elif self.direct_fd >= 0 and not self.requests:
+            self._park_if_idle()
+
+    def _drop_shm(self) -> None:
+        """The connection is gone: our regions and unclaimed descriptors go (the worker's
+        regions stay mapped for as long as views of them exist)."""
+        self._close_shm_fds()
+        for region in list(self.shm_mapped):
+            region.close()  # views of it keep their own mappings
+        for e in self.shm_regions:
+            e[1].close()
+        self.shm_regions.clear()
+        if self._retire_timer is not None:
+            self._retire_timer.cancel()
+            self._retire_timer = None
+
     def eof_received(self) -> bool:
         try:
             self.conn.end_of_input()
@@ -614,6 +811,7 @@ class _Worker(FrameProtocol):
         self.transport = None
         if self.direct_fd >= 0:
             self._close_direct()
+        self._drop_shm()
         self.alive = False
         self.accepting = False
         if not self.ready.done():
@@ -858,7 +1056,7 @@ class _Worker(FrameProtocol):
             if self.alive and self.transport is not None:
                 timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
                 try:
-                    id, parts = self.conn.send_request(info[0], codec.id, timeout_us, body)
+                    id, parts = self._request_parts(info[0], codec.id, timeout_us, body)
                 except ProtocolError as e:
                     # e.g. OVERLOADED through a lease, a body above max_message_size
                     problem = error_from_code(e.code, e.message)
@@ -1264,7 +1462,12 @@ class AsyncPool:
     stderr, unprefixed; errors then carry no stderr tail) or ``"discard"``;
     ``launcher`` where the workers run: None (the default) spawns them as local children, a
     :mod:`wirepool.launchers` launcher (``External``, ``RayLauncher``) has them connect back
-    over TLS with a ticket (PROTOCOL.md 21).
+    over TLS with a ticket (PROTOCOL.md 21);
+    ``shm_lane`` accepts the shared-memory lane a local worker offers (PROTOCOL.md 20; Linux):
+    request and result bodies of at least ``shm_threshold`` bytes (1 MiB) then travel through
+    sealed memory files instead of the socket, and a ``raw`` result arrives as a read-only
+    ``memoryview`` of the worker's region, which holds it until the view is released; False
+    keeps every byte on the socket.
 
     ``require`` as a mapping names each method's kind (``"unary"`` / ``"stream"``), its codec
     (any codec name), or both as a pair: ``{"add": "unary", "rows": ("stream", "msgpack")}``.
@@ -1284,7 +1487,8 @@ class AsyncPool:
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
                  on_event: EventCallback | None = None, worker_output: str = "log",
                  drain_grace: float = 10.0, latency_histograms: bool = False,
-                 launcher: Any = None) -> None:
+                 launcher: Any = None, shm_lane: bool = True,
+                 shm_threshold: int = SHM_THRESHOLD) -> None:
         if not argv:
             raise ValueError("argv must name a program")
         if workers is None:  # PROTOCOL.md 17: one worker per CPU this process may use
@@ -1331,6 +1535,11 @@ class AsyncPool:
         # Where workers run (wirepool.launchers): None spawns local children (PROTOCOL.md 1);
         # a launcher's workers connect back with a ticket (21).
         self.launcher = launcher
+        # The shm lane for local workers that offer it, where the platform has memfd.
+        self.shm_lane = shm_lane and launcher is None and _shm.AVAILABLE
+        if shm_threshold < 1:
+            raise ValueError("shm_threshold must be >= 1")
+        self.shm_threshold = shm_threshold
         # Off by default: ~2,000 instructions a request (a tenth of a small Pool.map call);
         # wirepool.prometheus turns it on when it collects the pool.
         self.latency_histograms = latency_histograms
@@ -2317,10 +2526,11 @@ class Pool:
                 except Exception as e:
                     raise _encode_failed(c, e) from None
                 timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
-                try:
-                    id, parts = w.conn.send_request(info[0], c.id, timeout_us, body)
-                except ProtocolError:
-                    pass  # refused (too large, ...): the loop path raises it
+                if len(body) < w.shm_threshold:  # else the loop sends it through the lane
+                    try:
+                        id, parts = w.conn.send_request(info[0], c.id, timeout_us, body)
+                    except ProtocolError:
+                        pass  # refused (too large, ...): the loop path raises it
         except BaseException:
             w.release_from_caller()
             raise
@@ -2332,6 +2542,7 @@ class Pool:
         trace = None if hooks is None else (hooks, hooks.started(method, MethodKind.UNARY, id, w))
         started = time.monotonic()
         fd = w.direct_fd
+        lane_sock = w.direct_sock if w.shm_threshold != _NO_LANE else None
         conn = w.conn
         results: list[Any] = []
         try:
@@ -2363,7 +2574,12 @@ class Pool:
                     if not poll(_DIRECT_WAIT_MS):
                         break  # slow: the loop takes over (heartbeats, deadline, cancel grace)
                     # Into the core's read buffer (no 256 KiB bytes object per read).
-                    n = os.readv(fd, (conn.read_buffer(),))
+                    if lane_sock is None:
+                        n = os.readv(fd, (conn.read_buffer(),))
+                    else:  # a SHM_REGION's descriptor may come with these bytes (20.5)
+                        n, fds = _shm.recv_into_with_fds(lane_sock, conn.read_buffer())
+                        if fds:
+                            w.fds_received(fds)
                     if not n:
                         break  # end of file: the loop sees it and ends the call WORKER_EXITED
                     w.bytes_received += n
