@@ -134,10 +134,26 @@ fn set_up_lane(shared: &Arc<Shared>, threshold: usize) -> FdQueue {
 }
 
 /// Retires this worker's regions that no result used for `IDLE_RETIRE` (PROTOCOL.md 20.4), so
-/// an idle connection holds no shared memory; ends with the connection.
+/// an idle connection holds no shared memory; ends with the connection. While there are no
+/// regions it waits for one to be placed, with no timer armed.
 #[cfg(target_os = "linux")]
-async fn retire_idle_regions(shared: std::sync::Weak<Shared>) {
+async fn retire_idle_regions(shared: std::sync::Weak<Shared>, placed: Arc<tokio::sync::Notify>) {
     loop {
+        let none = {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let state = shared.lock();
+            if state.closed {
+                return;
+            }
+            state.regions.is_empty()
+        };
+        if none {
+            // A region placed after the check left a permit: this returns at once.
+            placed.notified().await;
+            continue;
+        }
         tokio::time::sleep(wirepool_io::shm::IDLE_RETIRE / 4).await;
         let Some(shared) = shared.upgrade() else {
             return;
@@ -146,9 +162,6 @@ async fn retire_idle_regions(shared: std::sync::Weak<Shared>) {
         let state = &mut *guard;
         if state.closed {
             return;
-        }
-        if state.regions.is_empty() {
-            continue;
         }
         let now = std::time::Instant::now();
         if state
@@ -199,7 +212,10 @@ pub(crate) async fn serve(
     let writer = tokio::spawn(write_loop(Arc::clone(&shared), Arc::clone(&socket)));
     #[cfg(target_os = "linux")]
     if fds.is_some() {
-        tokio::spawn(retire_idle_regions(Arc::downgrade(&shared)));
+        tokio::spawn(retire_idle_regions(
+            Arc::downgrade(&shared),
+            Arc::clone(&shared.region_placed),
+        ));
     }
     let mut driver = Driver {
         handler_threads: HandlerThreads::new(worker.max_concurrency as usize),

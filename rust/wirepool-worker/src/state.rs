@@ -33,6 +33,18 @@ pub(crate) struct Shared {
     /// A request ended (drain waits for the last one); signalled only while draining.
     pub(crate) request_ended: Notify,
     pub(crate) draining: AtomicBool,
+    /// Woken when a result goes through a region, and when this state goes: the task retiring
+    /// idle regions sleeps on it instead of a timer while there are none (an armed timer costs
+    /// every park of the runtime, i.e. every small call).
+    #[cfg(target_os = "linux")]
+    pub(crate) region_placed: Arc<Notify>,
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.region_placed.notify_one();
+    }
 }
 
 pub(crate) struct WorkerState {
@@ -82,6 +94,8 @@ impl Shared {
             out_drained: Notify::new(),
             request_ended: Notify::new(),
             draining: AtomicBool::new(false),
+            #[cfg(target_os = "linux")]
+            region_placed: Arc::new(Notify::new()),
         })
     }
 
@@ -118,6 +132,7 @@ impl Shared {
             Terminal::Result(body) | Terminal::End { summary: body }
                 if body.len() >= state.shm_threshold && state.conn.shm().is_some() =>
             {
+                self.region_placed.notify_one();
                 send_through_region(state, req.id, &terminal, body)
             }
             Terminal::Result(body) => {
