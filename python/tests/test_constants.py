@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from wirepool import errors, pool, proto, worker
+from wirepool import _shm, errors, pool, proto, worker
 from wirepool.errors import ErrorCode
 
 CONSTANTS = json.loads((Path(__file__).resolve().parents[2] / "spec" / "constants.json")
@@ -146,3 +146,14 @@ def test_every_default_is_checked() -> None:
     assert len(DEFAULTS) >= 20
     assert {d["name"] for d in DEFAULTS if d["language"] == "python"} == \
         {"rows_flush_interval", "rows_batch_bytes"}
+
+
+def test_shm_lane_defaults() -> None:
+    """PROTOCOL.md 20: the windows, the threshold and the idle retirement of both sides."""
+    d = CONSTANTS["extensions"]["shm"]["sdk_defaults"]
+    assert worker.SHM_WINDOW == d["window"]
+    assert pool.SHM_WINDOW == d["to_worker_window"] == d["to_parent_window"]
+    assert worker.SHM_THRESHOLD == pool.SHM_THRESHOLD == _pool_default("shm_threshold") \
+        == d["shm_threshold"]
+    assert _shm.IDLE_RETIRE == d["shm_idle_retire_ms"] * S["ms"]
+    assert pool.SHM_IDLE_RETIRE == _shm.IDLE_RETIRE

@@ -1,7 +1,7 @@
 """The Python worker's side of the shared-memory lane (PROTOCOL.md 20), against a parent core on
 a socketpair: the offer in HELLO, a large request body handed to the handler as a view of the
 parent's region and released once dropped, a large result sent through a region of the worker
-(reused from call to call), and a hostile parent's regions and ranges refused with the typed
+(reused from call to call, retired once idle for IDLE_RETIRE), and a hostile parent's regions and ranges refused with the typed
 error of 20.5-20.6 (ERROR id 0, exit status 1), never a SIGBUS. The Rust parent against this
 worker: rust/wirepool/tests/shm_lane_pyworker.rs.
 """
@@ -16,6 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -51,6 +52,7 @@ class LaneParent:
         self.conn = proto.Connection("parent")
         self.fds: collections.deque[int] = collections.deque()
         self.regions_received = 0
+        self.retired = 0  # regions of the worker the core unmapped on its SHM_RETIRE
         self.conn.set_shm_mapper(self._map)
         self.buf = bytearray(1 << 16)
         self.hello = self.next()
@@ -65,7 +67,35 @@ class LaneParent:
 
     def _map(self, region: int, size: int) -> _shm.Region:
         self.regions_received += 1
-        return _shm.Region.map_received(self.fds.popleft(), size)
+        mapped = _shm.Region.map_received(self.fds.popleft(), size)
+        close = mapped.close
+
+        def retired() -> None:  # the core closes a region only on its SHM_RETIRE here
+            self.retired += 1
+            close()
+        mapped.close = retired  # type: ignore[method-assign]
+        return mapped
+
+    def wait_retired(self, n: int, within: float) -> None:
+        """Reads (and handles) what the worker sends until ``n`` of its regions were retired;
+        fails after ``within`` seconds."""
+        deadline = time.monotonic() + within
+        try:
+            while self.retired < n:
+                left = deadline - time.monotonic()
+                assert left > 0, f"{self.retired} of {n} regions retired within {within} s"
+                self.sock.settimeout(left)
+                nbytes, fds = _shm.recv_into_with_fds(self.sock, self.buf)
+                self.fds.extend(fds)
+                self.conn.shm_descriptors_received(len(fds))
+                assert nbytes, "the worker closed the connection"
+                self.conn.receive(bytes(self.buf[:nbytes]))
+                while self.conn.next_event() is not None:
+                    pass
+        except socket.timeout:
+            raise AssertionError(f"{self.retired} of {n} regions retired within {within} s")
+        finally:
+            self.sock.settimeout(10)
 
     def write(self, parts: list[Any], fd: int = -1) -> None:
         data = b"".join(bytes(p) for p in parts)
@@ -315,3 +345,67 @@ def test_a_welcome_above_the_offer_is_refused() -> None:
         assert p.exit_status() == 1
     finally:
         p.close()
+
+
+def _memfds(pid: int) -> tuple[int, int]:
+    """Memory files ``pid`` holds: (open descriptors, mappings)."""
+    fds = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:")
+        except FileNotFoundError:  # closed while listing
+            pass
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
+        maps = sum("/memfd:" in line for line in f)
+    return fds, maps
+
+
+def _assert_holds_one(pid: int, placed: float) -> None:
+    """The worker holds its one region (used at ``placed`` or later, so it cannot be idle yet
+    when checked within IDLE_RETIRE of it; a slower check under load proves nothing)."""
+    fds, maps = _memfds(pid)
+    if time.monotonic() - placed < _shm.IDLE_RETIRE:
+        # Before Python 3.13 the region's mmap holds a second descriptor.
+        assert fds >= 1 and maps == 1, (fds, maps)
+
+
+def _large_echo(parent: LaneParent, seed: int) -> None:
+    """A 2 MiB echo whose request goes over the socket and whose result comes through a
+    region of the worker; the result is dropped and its release sent at once."""
+    body = payload(2 * MIB, seed)
+    result = parent.call("echo_raw", body)
+    assert result.TYPE == FrameType.RESULT and isinstance(result.body.obj, mmap.mmap)
+    assert result.body == body
+    del result
+    parent.write(parent.conn.send_shm_releases())
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_region_of_the_worker_is_retired_unmapped_and_closed(
+        parent: LaneParent) -> None:
+    placed = time.monotonic()
+    _large_echo(parent, 6)
+    assert parent.regions_received == 1
+    _assert_holds_one(parent.proc.pid, placed)
+    parent.wait_retired(1, within=5 * _shm.IDLE_RETIRE)
+    # Nothing is left in the worker (it unmaps and closes before the SHM_RETIRE leaves), nor
+    # in this parent, whose core closed its descriptor on the SHM_RETIRE.
+    assert _memfds(parent.proc.pid) == (0, 0)
+    assert _memfds(os.getpid()) == (0, 0)
+    # The lane goes on with a fresh region.
+    _large_echo(parent, 7)
+    assert parent.regions_received == 2 and parent.retired == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_region_reused_within_the_idle_time_is_kept(parent: LaneParent) -> None:
+    # Back-to-back calls for longer than IDLE_RETIRE: the idle time counts from a region's
+    # last use, not its announcement, so the one region serves them all.
+    start = placed = time.monotonic()
+    seed = 0
+    while placed - start < 1.5 * _shm.IDLE_RETIRE:
+        placed = time.monotonic()
+        seed += 1
+        _large_echo(parent, seed)
+    assert parent.regions_received == 1 and parent.retired == 0
+    _assert_holds_one(parent.proc.pid, placed)

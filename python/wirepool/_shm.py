@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 from .errors import ErrorCode, ProtocolError
 
 __all__ = [
-    "AVAILABLE", "MAX_FDS_PER_WRITE", "REQUIRED_SEALS", "OwnedRegion", "Region",
+    "AVAILABLE", "IDLE_RETIRE", "MAX_FDS_PER_WRITE", "REQUIRED_SEALS", "OwnedRegion", "Region",
     "recv_into_with_fds", "send_with_fds",
 ]
 
@@ -46,6 +46,11 @@ AVAILABLE = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")
 #: The seals a received region must carry (20.5): without F_SEAL_SHRINK its owner could truncate
 #: it later, and every read of a view past the new end would kill this process with SIGBUS.
 REQUIRED_SEALS = (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW) if AVAILABLE else 0
+
+#: Seconds after which an owner retires a region with nothing lent that no body went into
+#: (20.4, ``shm_idle_retire_ms`` of spec/constants.json): a connection that stops sending large
+#: bodies holds no shared memory a moment later, while back-to-back calls reuse warm pages.
+IDLE_RETIRE = 1.0
 
 #: Descriptors a sender attaches to one sendmsg, and a receiver makes room for in one recvmsg.
 MAX_FDS_PER_WRITE = 8

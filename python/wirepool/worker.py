@@ -358,6 +358,18 @@ class _HandlerThreads:
 _STRAGGLER_CHECK = 0.001
 
 
+class _Kept:
+    """One region of this worker: its id, its memory, and when it was last seen in use (a body
+    placed in it, or a range of it found lent), for the idle rule of 20.4."""
+
+    __slots__ = ("id", "region", "used")
+
+    def __init__(self, id: int, region: _shm.OwnedRegion, used: float) -> None:
+        self.id = id
+        self.region = region
+        self.used = used
+
+
 class _Runtime(FrameProtocol):
     def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
                  loop: asyncio.AbstractEventLoop, shm_window: int | None = None) -> None:
@@ -371,9 +383,11 @@ class _Runtime(FrameProtocol):
                                  else ShmOffer(shm_window).encode())
         # The shm lane (PROTOCOL.md 20.7): descriptors read and not yet taken by a SHM_REGION,
         # this worker's own regions (reused once the parent released them), the size from
-        # which a result takes the lane (_NO_LANE until the WELCOME turns it on).
+        # which a result takes the lane (_NO_LANE until the WELCOME turns it on). The retire
+        # timer exists only while a region does, so an idle worker without one arms nothing.
         self.shm_fds: collections.deque[int] = collections.deque()
-        self.shm_regions: list[tuple[int, _shm.OwnedRegion]] = []
+        self.shm_regions: list[_Kept] = []
+        self._retire_timer: asyncio.TimerHandle | None = None
         self.shm_threshold = _NO_LANE
         self._releases_scheduled = False
         if shm_window is not None:
@@ -474,6 +488,9 @@ class _Runtime(FrameProtocol):
             self.watchdog.close()
         while self.shm_fds:  # received, never taken by a SHM_REGION
             os.close(self.shm_fds.popleft())
+        if self._retire_timer is not None:
+            self._retire_timer.cancel()
+            self._retire_timer = None
         for call in list(self.calls.values()):
             self._cancel(call, ErrorCode.CANCELLED)
         if self.transport is not None:
@@ -538,19 +555,14 @@ class _Runtime(FrameProtocol):
         if lender is None or not isinstance(transport, _LaneTransport):
             return None
         n = len(body)
-        found = None
-        for region_id, owned in self.shm_regions:
-            if owned.size >= n and not lender.is_lent(region_id):
-                found = region_id, owned
-                break
+        found = next((k for k in self.shm_regions
+                      if k.region.size >= n and not lender.is_lent(k.id)), None)
         if found is None:
             try:
                 # Free regions too small for this body make room for the one it needs.
-                for region_id, owned in [r for r in self.shm_regions
-                                         if r[1].size < n and not lender.is_lent(r[0])]:
-                    self._write(self.conn.send_shm_retire(region_id))
-                    self.shm_regions.remove((region_id, owned))
-                    owned.close()
+                for k in [k for k in self.shm_regions
+                          if k.region.size < n and not lender.is_lent(k.id)]:
+                    self._retire(k)
                 size = -(-n // _REGION_GRAIN) * _REGION_GRAIN
                 if not lender.can_announce(size):
                     return None
@@ -560,15 +572,48 @@ class _Runtime(FrameProtocol):
                 print(f"wirepool worker: the shm lane cannot take {n} bytes: {e}",
                       file=sys.stderr)
                 return None
-            self.shm_regions.append((region_id, owned))
+            found = _Kept(region_id, owned, 0.0)
+            self.shm_regions.append(found)
             # Everything queued before goes first; the descriptor rides with the SHM_REGION's
             # first byte (20.5).
             self._flush_out()
             transport.write_with_fd(b"".join(parts), owned.fileno())
-            found = region_id, owned
-        region_id, owned = found
-        owned.buffer[:n] = body
-        return ShmRange(region_id, 0, n)
+        found.region.buffer[:n] = body
+        found.used = time.monotonic()
+        if self._retire_timer is None:
+            self._retire_timer = self.loop.call_later(_shm.IDLE_RETIRE, self._retire_idle)
+        return ShmRange(found.id, 0, n)
+
+    def _retire(self, kept: _Kept) -> None:
+        """Withdraws one of our regions (the core refuses it while a range of it is lent). It
+        is unmapped and closed before the SHM_RETIRE can leave, so a parent that read it sees
+        this worker hold neither."""
+        parts = self.conn.send_shm_retire(kept.id)
+        self.shm_regions.remove(kept)
+        kept.region.close()
+        self._write(parts)
+
+    def _retire_idle(self) -> None:
+        """On the loop: regions with nothing lent that no body went into for IDLE_RETIRE are
+        retired (20.4); the timer is armed again for the next region to come due, if any."""
+        self._retire_timer = None
+        lender = self.conn.shm_lender()
+        if lender is None or self.closed or self.transport is None:
+            return
+        now = time.monotonic()
+        try:
+            for k in list(self.shm_regions):
+                if lender.is_lent(k.id):
+                    k.used = now  # a range the parent still holds: kept for the next body
+                elif now - k.used >= _shm.IDLE_RETIRE:
+                    self._retire(k)
+        except ProtocolError:  # the connection can send nothing more (GOODBYE, a failure)
+            return
+        if self._out:
+            self._flush_out()
+        if self.shm_regions:
+            due = min(k.used for k in self.shm_regions) + _shm.IDLE_RETIRE
+            self._retire_timer = self.loop.call_later(max(0.0, due - now), self._retire_idle)
 
     # -- events ---------------------------------------------------------------------------
 
