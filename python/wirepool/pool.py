@@ -61,7 +61,7 @@ __all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics"]
 # size from which a request takes the lane, and how long an unused region of ours is kept.
 SHM_WINDOW = proto.DEFAULT_MAX_MESSAGE_SIZE
 SHM_THRESHOLD = 1 << 20
-SHM_IDLE_RETIRE = 1.0
+SHM_IDLE_RETIRE = _shm.IDLE_RETIRE
 _REGION_GRAIN = 1 << 20  # regions are whole MiBs, so one serves bodies of slightly other sizes
 _NO_LANE = 1 << 62  # the threshold while the lane is off
 
