@@ -450,7 +450,8 @@ class _Runtime(FrameProtocol):
                 jobs, self._jobs = self._jobs, []
                 if self.handlers is not None:
                     self.handlers.submit(jobs)
-        if conn.has_shm_releases():
+        # The waker's flag, not a call into the core: this runs once per read.
+        if self._releases_scheduled:
             self._out += conn.send_shm_releases()
         if self._out:
             # Everything answered while handling this read (inline handlers, PONGs) leaves in
@@ -895,7 +896,7 @@ class _Runtime(FrameProtocol):
         # of the parent's regions, their releases leave with the results, so the parent has
         # its regions back for its next call.
         call = exc = body = None
-        if conn.has_shm_releases():
+        if self._releases_scheduled:
             self._out += conn.send_shm_releases()
             out = self._out
         if out:
