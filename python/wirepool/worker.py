@@ -45,7 +45,7 @@ from . import _shm
 from . import codecs as _codecs
 from . import proto
 from ._shm_proto import ShmOffer, ShmRange
-from ._transport import FrameProtocol
+from ._transport import LaneProtocol, LaneTransport
 from .errors import ErrorCode, ProtocolError, WorkerError
 from .proto import FrameType, MethodKind
 
@@ -370,7 +370,7 @@ class _Kept:
         self.used = used
 
 
-class _Runtime(FrameProtocol):
+class _Runtime(LaneProtocol):
     def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
                  loop: asyncio.AbstractEventLoop, shm_window: int | None = None) -> None:
         super().__init__(proto.Connection("worker"), loop)
@@ -553,7 +553,7 @@ class _Runtime(FrameProtocol):
         its descriptor, when none is large enough); None when the window cannot take it."""
         lender = self.conn.shm_lender()
         transport = self.transport
-        if lender is None or not isinstance(transport, _LaneTransport):
+        if lender is None or not isinstance(transport, LaneTransport):
             return None
         n = len(body)
         found = next((k for k in self.shm_regions
@@ -1275,192 +1275,6 @@ class _Runtime(FrameProtocol):
         call.last_event = time.monotonic()
 
 
-class _LaneTransport(asyncio.Transport):
-    """The worker's end of its Unix socket when it offers the shm lane: asyncio's own transport
-    reads with ``recv_into``, which loses descriptors, so this one reads with ``recvmsg`` and
-    room for 8 descriptors (PROTOCOL.md 20.5, from the HELLO on) and can attach a descriptor to
-    a write (the SHM_REGION's). Writes go out at once when nothing is queued, the rest when the
-    socket is writable, in order."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                 protocol: _Runtime) -> None:
-        super().__init__()
-        self._loop = loop
-        self._sock = sock
-        self._fd = sock.fileno()
-        self._protocol = protocol
-        # [bytes left to write, descriptor to attach to their first byte or -1]
-        self._queue: collections.deque[list[Any]] = collections.deque()
-        self._queued = 0
-        self._closing = False
-        self._lost = False
-        self._reading = True
-        protocol.connection_made(self)
-        loop.add_reader(self._fd, self._read)
-
-    # -- reading ------------------------------------------------------------------------------
-
-    def _read(self) -> None:
-        protocol = self._protocol
-        try:
-            n, fds = _shm.recv_into_with_fds(self._sock, protocol.get_buffer(-1))
-        except (BlockingIOError, InterruptedError):
-            return
-        except ProtocolError as e:
-            protocol.lane_failed(e)
-            return
-        except OSError as e:
-            self._abort(e)
-            return
-        if fds:
-            protocol.fds_received(fds)  # before the bytes that came with them (20.7)
-            if self._closing:
-                return
-        if n == 0:
-            self._loop.remove_reader(self._fd)
-            self._reading = False
-            if not protocol.eof_received():
-                self.close()
-            return
-        protocol.buffer_updated(n)
-
-    def pause_reading(self) -> None:
-        if self._reading and not self._closing:
-            self._reading = False
-            self._loop.remove_reader(self._fd)
-
-    def resume_reading(self) -> None:
-        if not self._reading and not self._closing:
-            self._reading = True
-            self._loop.add_reader(self._fd, self._read)
-
-    def is_reading(self) -> bool:
-        return self._reading
-
-    # -- writing ------------------------------------------------------------------------------
-
-    def write(self, data: Any) -> None:
-        if not self._queue and not self._closing:  # the common case: all of it now
-            try:
-                n = self._sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except OSError as e:
-                self._abort(e)
-                return
-            if n == len(data):
-                return
-            data = memoryview(data).cast("B")[n:]
-        self._send(memoryview(data).cast("B"), -1)
-
-    def write_with_fd(self, data: bytes, fd: int) -> None:
-        """Writes ``data`` with (a duplicate of) ``fd`` attached to its first byte."""
-        self._send(memoryview(data), os.dup(fd))
-
-    def _send(self, view: memoryview, fd: int) -> None:
-        if self._closing:
-            if fd >= 0:
-                os.close(fd)
-            return
-        if not self._queue:
-            try:
-                n = self._send_now(view, fd)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except OSError as e:
-                if fd >= 0:
-                    os.close(fd)
-                self._abort(e)
-                return
-            if n:
-                fd = -1  # it travelled with the first byte
-            if n == len(view):
-                return
-            view = view[n:]
-            self._loop.add_writer(self._fd, self._writable)
-        self._queue.append([view, fd])
-        self._queued += len(view)
-
-    def _send_now(self, view: memoryview, fd: int) -> int:
-        if fd < 0:
-            return self._sock.send(view)
-        n = _shm.send_with_fds(self._sock, [view], [fd])
-        os.close(fd)  # the kernel holds its own reference now
-        return n
-
-    def _writable(self) -> None:
-        queue = self._queue
-        while queue:
-            entry = queue[0]
-            view, fd = entry
-            try:
-                n = self._send_now(view, fd)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                self._abort(e)
-                return
-            entry[1] = -1
-            self._queued -= n
-            if n < len(view):
-                entry[0] = view[n:]
-                return
-            queue.popleft()
-        self._loop.remove_writer(self._fd)
-        if self._closing:
-            self._connection_lost(None)
-
-    def get_write_buffer_size(self) -> int:
-        return self._queued
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    # -- closing ------------------------------------------------------------------------------
-
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def close(self) -> None:
-        """Stops reading; the connection closes once what is queued was written."""
-        if self._closing:
-            return
-        self._closing = True
-        if self._reading:
-            self._loop.remove_reader(self._fd)
-            self._reading = False
-        if not self._queue:
-            self._loop.call_soon(self._connection_lost, None)
-
-    def abort(self) -> None:
-        self._abort(None)
-
-    def _abort(self, exc: Exception | None) -> None:
-        self._closing = True
-        if self._reading:
-            self._loop.remove_reader(self._fd)
-            self._reading = False
-        self._loop.remove_writer(self._fd)
-        for _view, fd in self._queue:
-            if fd >= 0:
-                os.close(fd)
-        self._queue.clear()
-        self._queued = 0
-        self._loop.call_soon(self._connection_lost, exc)
-
-    def _connection_lost(self, exc: Exception | None) -> None:
-        if self._lost:
-            return
-        self._lost = True
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            self._sock.close()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._sock if name == "socket" else default
-
-
 def _raw_row(item: Any) -> bytes:
     """A raw row as immutable bytes: a generator may reuse its bytearray for the next row."""
     if isinstance(item, (bytearray, memoryview)):
@@ -1625,7 +1439,7 @@ async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         if shm_window is not None and sock.family == socket.AF_UNIX:
-            _LaneTransport(loop, sock, runtime)  # recvmsg from the HELLO on (20.5)
+            LaneTransport(loop, sock, runtime)  # recvmsg from the HELLO on (20.5)
         else:
             if shm_window is not None:  # not a Unix socket: no descriptors, no lane
                 runtime.hello.extensions = b""
