@@ -63,8 +63,8 @@ export interface Codec {
    */
   encodeInto?(value: unknown, buf: Buffer, start: number): number | Uint8Array;
   /**
-   * Optional: decodes the rows of `rows` (a ROWS frame, or {@link rowSpans} of any rows) from
-   * `start` on into `out`, in order, as `decode` would one by one but cheaper per row (no
+   * Optional: decodes the rows of `rows` (a ROWS frame, or `rowSpans(...)` of `wirepool/proto`
+   * over any rows) from `start` on into `out`, in order, as `decode` would one by one but cheaper per row (no
    * Buffer per row). Each row must still fail on its own when it is not a valid encoding.
    * @throws the first bad row's error; `out` then holds the values of the rows before it.
    */
