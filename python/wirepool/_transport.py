@@ -13,10 +13,15 @@ import asyncio
 import collections
 import os
 import socket
+import time
 from typing import Any
 
 from . import _shm, proto
+from ._shm_proto import ShmRange
 from .errors import ProtocolError
+
+# Regions are whole MiBs, so one serves bodies of slightly other sizes.
+_REGION_GRAIN = 1 << 20
 
 # Frames below this size are joined into one buffer before the write; larger ones go as they are.
 _JOIN_BELOW = 65536
@@ -90,8 +95,79 @@ class FrameProtocol(asyncio.BufferedProtocol):
         raise NotImplementedError
 
 
+class OwnRegion:
+    """One region this side created: its id, its memory, and when it was last seen in use (a
+    body placed in it, or a range of it found lent), for the idle rule of PROTOCOL.md 20.4."""
+
+    __slots__ = ("id", "region", "used")
+
+    def __init__(self, id: int, region: _shm.OwnedRegion, used: float) -> None:
+        self.id = id
+        self.region = region
+        self.used = used
+
+
 class LaneProtocol(FrameProtocol):
-    """A :class:`FrameProtocol` that a :class:`LaneTransport` reports descriptors to."""
+    """A :class:`FrameProtocol` that a :class:`LaneTransport` reports descriptors to, and the
+    owner's side of the lane both ends share: placing a large body in a region of its own and
+    withdrawing regions. Subclasses set ``shm_regions`` and ``_retire_timer`` and implement
+    ``_retire_idle`` (when to withdraw) and ``_lane_refused`` (how to say a body stayed off
+    the lane)."""
+
+    shm_regions: list[OwnRegion]
+    _retire_timer: asyncio.TimerHandle | None
+
+    def _place(self, body: Any) -> ShmRange | None:
+        """Copies ``body`` into a region the peer does not hold (a new one, announced with its
+        descriptor, when none is large enough); None when the window cannot take it."""
+        lender = self.conn.shm_lender()
+        transport = self.transport
+        if lender is None or not isinstance(transport, LaneTransport):
+            return None
+        view = memoryview(body).cast("B")
+        n = view.nbytes
+        found = next((k for k in self.shm_regions
+                      if k.region.size >= n and not lender.is_lent(k.id)), None)
+        if found is None:
+            try:
+                # Free regions too small for this body make room for the one it needs.
+                for k in [k for k in self.shm_regions
+                          if k.region.size < n and not lender.is_lent(k.id)]:
+                    self._retire(k)
+                size = -(-n // _REGION_GRAIN) * _REGION_GRAIN
+                if not lender.can_announce(size):
+                    return None
+                owned = _shm.OwnedRegion(size)
+                region_id, parts = self.conn.send_shm_region(size)
+            except (OSError, ProtocolError) as e:
+                self._lane_refused(n, e)
+                return None
+            found = OwnRegion(region_id, owned, 0.0)
+            self.shm_regions.append(found)
+            # Everything queued before goes first; the descriptor rides with the SHM_REGION's
+            # first byte (20.5).
+            self._flush_out()
+            transport.write_with_fd(b"".join(parts), owned.fileno())
+        found.region.buffer[:n] = view
+        found.used = time.monotonic()
+        if self._retire_timer is None:
+            self._retire_timer = self._loop.call_later(_shm.IDLE_RETIRE, self._retire_idle)
+        return ShmRange(found.id, 0, n)
+
+    def _retire(self, kept: OwnRegion) -> None:
+        """Withdraws one of our regions (the core refuses it while a range of it is lent). It
+        is unmapped and closed before the SHM_RETIRE can leave, so a peer that read it sees
+        this side hold neither."""
+        parts = self.conn.send_shm_retire(kept.id)
+        self.shm_regions.remove(kept)
+        kept.region.close()
+        self._write(parts)
+
+    def _retire_idle(self) -> None:
+        raise NotImplementedError
+
+    def _lane_refused(self, n: int, e: Exception) -> None:
+        raise NotImplementedError
 
     def fds_received(self, fds: list[int]) -> None:
         raise NotImplementedError

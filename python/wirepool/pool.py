@@ -48,8 +48,8 @@ from typing import (Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, P
 from . import _shm
 from . import codecs as _codecs
 from . import proto
-from ._shm_proto import ShmAccept, ShmOffer, ShmRange, TAG_SHM, parse_extensions
-from ._transport import LaneProtocol, LaneTransport
+from ._shm_proto import ShmAccept, ShmOffer, TAG_SHM, parse_extensions
+from ._transport import LaneProtocol, LaneTransport, OwnRegion
 from .errors import (BadRequest, DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
                      SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
                      error_from_code)
@@ -62,7 +62,6 @@ __all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics"]
 SHM_WINDOW = proto.DEFAULT_MAX_MESSAGE_SIZE
 SHM_THRESHOLD = 1 << 20
 SHM_IDLE_RETIRE = _shm.IDLE_RETIRE
-_REGION_GRAIN = 1 << 20  # regions are whole MiBs, so one serves bodies of slightly other sizes
 _NO_LANE = 1 << 62  # the threshold while the lane is off
 
 log = logging.getLogger("wirepool.pool")
@@ -311,7 +310,7 @@ class _Worker(LaneProtocol):
         # The worker's regions we mapped (the core keeps them until SHM_RETIRE): their
         # descriptors are closed when the connection goes, whoever still holds this worker.
         self.shm_mapped: weakref.WeakSet[_shm.Region] = weakref.WeakSet()
-        self.shm_regions: list[list[Any]] = []
+        self.shm_regions: list[OwnRegion] = []
         self.shm_threshold = _NO_LANE
         self.direct_sock: socket.socket | None = None  # the direct caller's recvmsg (lane on)
         self._releases_scheduled = False
@@ -722,47 +721,8 @@ class _Worker(LaneProtocol):
                 return self.conn.send_request_shm(method, codec, timeout_us, placed)
         return self.conn.send_request(method, codec, timeout_us, body)
 
-    def _place(self, body: Any) -> ShmRange | None:
-        """Copies ``body`` into a region the worker does not hold (a new one, announced with
-        its descriptor, when none is large enough); None when the window cannot take it."""
-        lender = self.conn.shm_lender()
-        transport = self.transport
-        if lender is None or not isinstance(transport, LaneTransport):
-            return None
-        n = memoryview(body).nbytes
-        found = next((e for e in self.shm_regions
-                      if e[1].size >= n and not lender.is_lent(e[0])), None)
-        if found is None:
-            try:
-                # Free regions too small for this body make room for the one it needs.
-                for e in [e for e in self.shm_regions
-                          if e[1].size < n and not lender.is_lent(e[0])]:
-                    self._retire(e)
-                size = -(-n // _REGION_GRAIN) * _REGION_GRAIN
-                if not lender.can_announce(size):
-                    return None
-                owned = _shm.OwnedRegion(size)
-                region_id, parts = self.conn.send_shm_region(size)
-            except (OSError, ProtocolError) as e:
-                log.warning("worker %d: the shm lane cannot take %d bytes: %s",
-                            self.worker_id, n, e)
-                return None
-            found = [region_id, owned, 0.0]
-            self.shm_regions.append(found)
-            # Everything queued goes first; the descriptor rides with the SHM_REGION's first
-            # byte (20.5).
-            self._flush_out()
-            transport.write_with_fd(b"".join(parts), owned.fileno())
-        found[1].buffer[:n] = memoryview(body).cast("B")
-        found[2] = time.monotonic()
-        if self._retire_timer is None:
-            self._retire_timer = self.pool.loop.call_later(SHM_IDLE_RETIRE, self._retire_idle)
-        return ShmRange(found[0], 0, n)
-
-    def _retire(self, entry: list[Any]) -> None:
-        self._write(self.conn.send_shm_retire(entry[0]))
-        self.shm_regions.remove(entry)
-        entry[1].close()
+    def _lane_refused(self, n: int, e: Exception) -> None:
+        log.warning("worker %d: the shm lane cannot take %d bytes: %s", self.worker_id, n, e)
 
     def _retire_idle(self) -> None:
         """On the loop: regions of ours unused for SHM_IDLE_RETIRE are withdrawn (20.4)."""
@@ -774,10 +734,10 @@ class _Worker(LaneProtocol):
         lender = self.conn.shm_lender()
         now = time.monotonic()
         with contextlib.suppress(ProtocolError):  # the connection can send nothing more
-            for e in list(self.shm_regions):
-                if lender is not None and not lender.is_lent(e[0]) \
-                        and now - e[2] >= SHM_IDLE_RETIRE:
-                    self._retire(e)
+            for k in list(self.shm_regions):
+                if lender is not None and not lender.is_lent(k.id) \
+                        and now - k.used >= SHM_IDLE_RETIRE:
+                    self._retire(k)
         if self._out:
             self._flush_out()
         if self.shm_regions:
@@ -791,8 +751,8 @@ class _Worker(LaneProtocol):
         self._close_shm_fds()
         for region in list(self.shm_mapped):
             region.close()  # views of it keep their own mappings
-        for e in self.shm_regions:
-            e[1].close()
+        for k in self.shm_regions:
+            k.region.close()
         self.shm_regions.clear()
         if self._retire_timer is not None:
             self._retire_timer.cancel()

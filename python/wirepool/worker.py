@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, ov
 from . import _shm
 from . import codecs as _codecs
 from . import proto
-from ._shm_proto import ShmOffer, ShmRange
-from ._transport import LaneProtocol, LaneTransport
+from ._shm_proto import ShmOffer
+from ._transport import LaneProtocol, LaneTransport, OwnRegion
 from .errors import ErrorCode, ProtocolError, WorkerError
 from .proto import FrameType, MethodKind
 
@@ -70,7 +70,6 @@ DEFAULT_MAX_CONCURRENCY = 64
 # regions, and the result size from which a result travels through a region of this worker.
 SHM_WINDOW = proto.DEFAULT_MAX_MESSAGE_SIZE
 SHM_THRESHOLD = 1 << 20
-_REGION_GRAIN = 1 << 20  # regions are whole MiBs, so one serves results of slightly other sizes
 _NO_LANE = 1 << 62  # the threshold while the lane is off
 
 
@@ -358,18 +357,6 @@ class _HandlerThreads:
 _STRAGGLER_CHECK = 0.001
 
 
-class _Kept:
-    """One region of this worker: its id, its memory, and when it was last seen in use (a body
-    placed in it, or a range of it found lent), for the idle rule of 20.4."""
-
-    __slots__ = ("id", "region", "used")
-
-    def __init__(self, id: int, region: _shm.OwnedRegion, used: float) -> None:
-        self.id = id
-        self.region = region
-        self.used = used
-
-
 class _Runtime(LaneProtocol):
     def __init__(self, methods: list[_Method], max_concurrency: int, max_frame_size: int,
                  loop: asyncio.AbstractEventLoop, shm_window: int | None = None) -> None:
@@ -386,7 +373,7 @@ class _Runtime(LaneProtocol):
         # which a result takes the lane (_NO_LANE until the WELCOME turns it on). The retire
         # timer exists only while a region does, so an idle worker without one arms nothing.
         self.shm_fds: collections.deque[int] = collections.deque()
-        self.shm_regions: list[_Kept] = []
+        self.shm_regions: list[OwnRegion] = []
         self._retire_timer: asyncio.TimerHandle | None = None
         self.shm_threshold = _NO_LANE
         self._releases_scheduled = False
@@ -548,51 +535,8 @@ class _Runtime(LaneProtocol):
                 return self.conn.send_result_shm(id, placed)
         return self.conn.send_result(id, body)
 
-    def _place(self, body: Any) -> ShmRange | None:
-        """Copies ``body`` into a region the parent does not hold (a new one, announced with
-        its descriptor, when none is large enough); None when the window cannot take it."""
-        lender = self.conn.shm_lender()
-        transport = self.transport
-        if lender is None or not isinstance(transport, LaneTransport):
-            return None
-        n = len(body)
-        found = next((k for k in self.shm_regions
-                      if k.region.size >= n and not lender.is_lent(k.id)), None)
-        if found is None:
-            try:
-                # Free regions too small for this body make room for the one it needs.
-                for k in [k for k in self.shm_regions
-                          if k.region.size < n and not lender.is_lent(k.id)]:
-                    self._retire(k)
-                size = -(-n // _REGION_GRAIN) * _REGION_GRAIN
-                if not lender.can_announce(size):
-                    return None
-                owned = _shm.OwnedRegion(size)
-                region_id, parts = self.conn.send_shm_region(size)
-            except (OSError, ProtocolError) as e:
-                print(f"wirepool worker: the shm lane cannot take {n} bytes: {e}",
-                      file=sys.stderr)
-                return None
-            found = _Kept(region_id, owned, 0.0)
-            self.shm_regions.append(found)
-            # Everything queued before goes first; the descriptor rides with the SHM_REGION's
-            # first byte (20.5).
-            self._flush_out()
-            transport.write_with_fd(b"".join(parts), owned.fileno())
-        found.region.buffer[:n] = body
-        found.used = time.monotonic()
-        if self._retire_timer is None:
-            self._retire_timer = self.loop.call_later(_shm.IDLE_RETIRE, self._retire_idle)
-        return ShmRange(found.id, 0, n)
-
-    def _retire(self, kept: _Kept) -> None:
-        """Withdraws one of our regions (the core refuses it while a range of it is lent). It
-        is unmapped and closed before the SHM_RETIRE can leave, so a parent that read it sees
-        this worker hold neither."""
-        parts = self.conn.send_shm_retire(kept.id)
-        self.shm_regions.remove(kept)
-        kept.region.close()
-        self._write(parts)
+    def _lane_refused(self, n: int, e: Exception) -> None:
+        print(f"wirepool worker: the shm lane cannot take {n} bytes: {e}", file=sys.stderr)
 
     def _retire_idle(self) -> None:
         """On the loop: regions with nothing lent that no body went into for IDLE_RETIRE are
