@@ -1,7 +1,7 @@
 """The soak: every parent's soak driver against every conformance worker, with worker processes
 killed and stopped at random under mixed load, then a pool whose replacements keep failing.
 
-A driver (``soak/soak_parent.py`` for the Python parent, ``soak_parent`` of
+A driver (``python/conformance/soak.py`` for the Python parent, ``soak_parent`` of
 ``wirepool-conformance`` for the Rust one; the procedure is in the Python driver's docstring)
 runs both parts and prints one JSON summary line: requests by outcome, rows, chaos actions,
 the final live workers, memory, descriptors, and the restart limit's figures. The invariants
@@ -62,7 +62,7 @@ RUN_TIMEOUT_S = SOAK_SECONDS + 150  # one driver run: soak, settle, restart limi
 DRIVERS = {
     "rust": ["{cargo_target}/debug/soak_parent", "--python", "{python}",
              "--fail-after", "{repo}/conformance/soak/fail_after.py"],
-    "python": ["{python}", "{repo}/conformance/soak/soak_parent.py"],
+    "python": ["{python}", "{repo}/python/conformance/soak.py"],
     "node": ["node", "--expose-gc", "{repo}/node/wirepool-conformance/build/soak.js",
              "--python", "{python}", "--fail-after", "{repo}/conformance/soak/fail_after.py"],
 }

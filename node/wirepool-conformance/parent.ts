@@ -9,7 +9,7 @@
  * expectation, every scenario that starts a pool checks that nothing is left in flight within
  * `settle_s`, whether the worker was replaced (`restarted`), the live worker count
  * (`live_workers`), and that the pool still answers the suite's health check. The procedures
- * are the Python and Rust runners' (conformance/parents/python_parent.py).
+ * are the Python and Rust runners' (python/conformance/parent.py).
  */
 
 import { readFileSync, writeFileSync, mkdtempSync, rmSync, readdirSync } from "node:fs";

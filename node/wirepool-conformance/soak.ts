@@ -3,7 +3,7 @@
  * workers while their processes are killed and stopped at random, then a pool whose replacements
  * keep failing. It measures and prints one JSON line (the summary); `conformance/test_soak.py`
  * holds the invariants and asserts them on the summary. It does what the Python parent's driver
- * (`conformance/soak/soak_parent.py`, whose docstring describes the procedure) and the Rust
+ * (`python/conformance/soak.py`, whose docstring describes the procedure) and the Rust
  * one (`rust/wirepool-conformance/src/bin/soak_parent.rs`) do, step for step, so the summaries
  * have the same fields.
  *

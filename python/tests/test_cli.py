@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PY_WORKER = [sys.executable, str(REPO / "conformance" / "workers" / "python_worker.py")]
+PY_WORKER = [sys.executable, str(REPO / "python" / "conformance" / "worker.py")]
 BUILD_TIMEOUT_S = 1800  # a cold cargo build on a busy 2-vCPU machine
 RUN_TIMEOUT_S = 60
 

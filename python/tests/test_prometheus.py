@@ -21,7 +21,7 @@ from wirepool.prometheus import WORKER_STATES, PoolCollector
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "python" / "metrics.py"
-CONFORMANCE_WORKER = [sys.executable, str(REPO / "conformance" / "workers" / "python_worker.py")]
+CONFORMANCE_WORKER = [sys.executable, str(REPO / "python" / "conformance" / "worker.py")]
 
 BUILD_TIMEOUT_S = 1800  # a cold cargo build on a busy 2-vCPU machine
 

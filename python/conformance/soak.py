@@ -4,7 +4,7 @@ keep failing. It measures and prints one JSON line (the summary); ``conformance/
 holds the invariants and asserts them on the summary. The Rust parent's driver
 (``rust/wirepool-conformance/src/bin/soak_parent.rs``) does the same, step for step.
 
-    soak_parent.py --seed N [--api async|threads] [--seconds S] [--workers W]
+    soak.py --seed N [--api async|threads] [--seconds S] [--workers W]
                    [--max-restarts R] [--fail-fast-seconds F] -- WORKER COMMAND...
 
 ``--api threads`` drives the blocking ``wirepool.Pool`` instead: each operation runs in a thread
@@ -74,7 +74,7 @@ SAMPLES = 8  # unexpected outcomes kept verbatim in the summary
 
 
 def log(msg: str) -> None:
-    print(f"soak_parent.py: {msg}", file=sys.stderr, flush=True)
+    print(f"soak.py: {msg}", file=sys.stderr, flush=True)
 
 
 def status_mb(field: str) -> float:
@@ -631,7 +631,7 @@ async def no_children() -> list[int]:
 async def restart_limit(args: argparse.Namespace, worker: list[str]) -> dict[str, Any]:
     r = args.max_restarts
     with tempfile.TemporaryDirectory(prefix="wirepool-soak-") as state:
-        argv = [sys.executable, str(HERE / "fail_after.py"), state, "1", "--", *worker]
+        argv = [sys.executable, str(HERE.parent.parent / "conformance" / "soak" / "fail_after.py"), state, "1", "--", *worker]
         pool = PoolUnderTest(args.api, argv, workers=1, codec="json", heartbeat_ms=HEARTBEAT_MS,
                              max_restarts=r, restart_window=60.0,
                              restart_backoff=0.01, restart_backoff_max=0.1)

@@ -3,7 +3,7 @@
 Runs ``conformance/scenarios.json`` against a ``wirepool.AsyncPool`` of any language's conformance
 worker and prints one JSON line per scenario: ``{"scenario", "ok", "detail", "elapsed"}``::
 
-    python conformance/parents/python_parent.py --scenarios conformance/scenarios.json \
+    python python/conformance/parent.py --scenarios conformance/scenarios.json \
         [--only NAME ...] -- WORKER COMMAND...
 
 Each scenario gets a fresh pool and is bounded by its ``timeout_s``. Besides the scenario's own
