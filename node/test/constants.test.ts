@@ -7,6 +7,7 @@ import { describe, it } from "node:test";
 
 import {
   CodecId,
+  Connection,
   ERROR_CLASSES,
   ErrorCode,
   errorClass,
@@ -24,6 +25,7 @@ import {
   PARENT_DEFAULTS,
   PROTOCOL_VERSION,
   ProtocolDefaults,
+  RowsBuilder,
   Timing,
   WORKER_DEFAULTS,
 } from "../src/proto/index.js";
@@ -95,5 +97,18 @@ describe("constants", () => {
       const values = Object.values(ours);
       rows.forEach((r: Json, i: number) => assert.equal(values[i], r.value, `${side} ${r.name}`));
     }
+  });
+});
+
+describe("the core API of PROTOCOL.md section 14 (constants.json core_api)", () => {
+  const camel = (s: string) => s.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+  const offers = (cls: { prototype: object }, name: string) =>
+    typeof (cls.prototype as Record<string, unknown>)[camel(name)] === "function";
+
+  it("the core offers every operation by its camelCase name", () => {
+    const api = C.core_api;
+    const required: string[] = [...api.receiving, ...api.sending, ...api.queries, "received"];
+    assert.deepEqual(required.filter((n) => !offers(Connection, n)), []);
+    assert.deepEqual((api.rows_builder as string[]).filter((n) => !offers(RowsBuilder, n)), []);
   });
 });

@@ -157,3 +157,16 @@ def test_shm_lane_defaults() -> None:
         == d["shm_threshold"]
     assert _shm.IDLE_RETIRE == d["shm_idle_retire_ms"] * S["ms"]
     assert pool.SHM_IDLE_RETIRE == _shm.IDLE_RETIRE
+
+
+def test_the_core_offers_every_operation_of_section_14() -> None:
+    api = CONSTANTS["core_api"]
+    required = api["receiving"] + api["sending"] + api["queries"] + ["received"]
+    missing = [n for n in required if not callable(getattr(proto.Connection, n, None))]
+    assert missing == []
+    builder = [n for n in api["rows_builder"] if not callable(getattr(proto.RowsBuilder, n, None))]
+    assert builder == []
+    # The Python core offers every batch operation of 14.4 (extend on the rows builder).
+    batch = [n for n in api["batch"]
+             if not callable(getattr(proto.RowsBuilder if n == "extend" else proto.Connection, n, None))]
+    assert batch == []

@@ -186,6 +186,68 @@ def test_send_results_is_send_result_for_each() -> None:
     assert fast.in_flight_ids() == slow.in_flight_ids() == []
 
 
+def test_a_large_request_goes_one_frame_at_a_time_with_others_between() -> None:
+    c = parent()
+    big = bytes(range(256)) * 700  # 179,200 bytes: a REQUEST and two CONTINUATIONs
+    cursor, parts = c.begin_request(UNARY, 1, 0, big)
+    assert cursor.id == 1 and not cursor.is_done() and cursor.remaining() == len(big) - 65_524
+    _, small = c.send_request(UNARY, 1, 0, b"s")  # not blocked by the message in progress
+    wired = parts + small
+    done = False
+    while not done:
+        done, parts = c.send_next_frame(cursor)
+        wired += parts
+    assert cursor.is_done() and cursor.remaining() == 0
+    assert c.send_next_frame(cursor) == (True, [])  # a no-op once done
+    w = worker()
+    reqs = [(e.id, bytes(e.body)) for e in events(w, wire(wired))]
+    assert reqs == [(2, b"s"), (1, big)]  # the small one arrived whole before the large one
+    assert wire(wired) != wire(parent().send_request(UNARY, 1, 0, big)[1])  # interleaved
+
+
+def test_a_cancel_abandons_a_request_being_sent() -> None:
+    c = parent()
+    cursor, _ = c.begin_request(UNARY, 1, 0, b"x" * 150_000)
+    c.send_cancel(cursor.id)
+    with pytest.raises(ProtocolError) as e:
+        c.send_next_frame(cursor)
+    assert e.value.code == ErrorCode.CONTINUATION
+    assert c.is_in_flight(cursor.id)  # until its terminal arrives
+
+
+def test_begin_result_and_begin_end_match_their_one_call_forms() -> None:
+    reqs = [proto.Request(1, UNARY, 1, b"1"), proto.Request(2, STREAM, 1, b"1")]
+    fast, slow = worker(*reqs), worker(*reqs)
+    body = b"r" * 140_000
+    cursor, parts = fast.begin_result(1, body)
+    while not cursor.is_done():
+        parts += fast.send_next_frame(cursor)[1]
+    assert wire(parts) == wire(slow.send_result(1, body))
+    slow_b = slow.rows(2)
+    slow_b.append(b"row")
+    slow_b.finish()
+    b = fast.rows(2)
+    b.append(b"row")
+    b.finish()
+    cursor, parts = fast.begin_end(2, b"s" * 70_000)
+    while not cursor.is_done():
+        parts += fast.send_next_frame(cursor)[1]
+    assert wire(parts) == wire(slow.send_end(2, b"s" * 70_000))
+    assert fast.in_flight_ids() == slow.in_flight_ids() == []
+
+
+def test_begin_refuses_as_the_one_call_forms_do() -> None:
+    c = parent()
+    before = snapshot(c)
+    with pytest.raises(ProtocolError) as e:
+        c.begin_request(UNARY, 1, 0, b"x" * 200_000)  # above max_message_size
+    assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE and snapshot(c) == before
+    w = worker(proto.Request(1, UNARY, 1, b"1"))
+    with pytest.raises(ProtocolError) as e:
+        w.begin_end(1, b"x")
+    assert e.value.code == ErrorCode.KIND_MISMATCH
+
+
 def test_take_requests_hands_the_driver_requests_and_rejects_in_order() -> None:
     c = worker()
     c.receive(enc(proto.Request(1, UNARY, 1, b"a"), proto.Request(2, UNARY, 2, b"b", 7),

@@ -48,7 +48,8 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE", "MAX_CREDIT", "FLAG_MORE", "FrameType", "CodecId", "MethodKind",
     "MethodInfo", "Frame", "Hello", "Welcome", "Request", "Cancel", "Result", "ErrorFrame", "Rows",
     "End", "Credit", "Event", "Notification", "Ping", "Pong", "Drain", "Goodbye", "Continuation", "Late", "Reject",
-    "RowsBuilder", "ROW_PREFIXES", "framed_row", "FrameDecoder", "Connection", "encode_frame",
+    "RowsBuilder", "ROW_PREFIXES", "framed_row", "FrameDecoder", "Connection", "MessageCursor",
+    "encode_frame",
     "encode_frame_parts", "split_message",
 ]
 
@@ -1143,6 +1144,31 @@ for _t in _SHM_ID_RULE:
 def parse_payload(ftype: int, flags: int, id: int, payload: memoryview) -> Frame:
     """Validate one frame's payload (header already checked) into its typed frame."""
     return _PARSERS[ftype](id, bool(flags & FLAG_MORE), payload)
+
+
+class MessageCursor:
+    """A message being sent one frame at a time: :meth:`Connection.begin_request`,
+    ``begin_result`` or ``begin_end``, then :meth:`Connection.send_next_frame` until it says
+    done. Its frames are views of the body (nothing is copied), so the body must stay unchanged
+    until the last frame is written."""
+
+    __slots__ = ("id", "_frames", "_next")
+
+    def __init__(self, id: int, frames: list[Frame]) -> None:
+        self.id = id
+        self._frames = frames
+        self._next = 1  # the first frame went out with begin_*
+
+    def is_done(self) -> bool:
+        """True once every frame is written."""
+        return self._next == len(self._frames)
+
+    def remaining(self) -> int:
+        """Body bytes not yet written."""
+        left = 0
+        for f in self._frames[self._next:]:
+            left += len(f.body)  # type: ignore[attr-defined]
+        return left
 
 
 class FrameDecoder:
@@ -2423,6 +2449,50 @@ class Connection:
         """Worker: the END of stream ``id``, with the row count the core kept."""
         req = self._check_terminal(FrameType.END, id, 0, len(summary))
         return self._send_split(End(id, req.rows, summary))
+
+    def begin_request(self, method: int, codec: int, timeout_us: int,
+                      body: Buffer) -> tuple[MessageCursor, list[Buffer]]:
+        """Parent: like :meth:`send_request`, but only the first frame is returned; the rest
+        follow one frame at a time from :meth:`send_next_frame`, so frames of other requests
+        can go out between them (section 5). The request's id is ``cursor.id``."""
+        self._check_request(method)
+        if 12 + len(body) > self._mms:
+            raise _refused(ErrorCode.MESSAGE_TOO_LARGE,
+                           f"a request body of {len(body)} bytes is above max_message_size "
+                           f"{self._mms}")
+        return self._begin(Request(self._last_id + 1, method, codec, body, timeout_us))
+
+    def begin_result(self, id: int, body: Buffer) -> tuple[MessageCursor, list[Buffer]]:
+        """Worker: like :meth:`send_result`, one frame at a time (:meth:`send_next_frame`).
+        The request ends with the last frame; an ERROR sent meanwhile abandons the result."""
+        self._check_terminal(FrameType.RESULT, id, 0, len(body))
+        return self._begin(Result(id, body))
+
+    def begin_end(self, id: int, summary: Buffer = b"") -> tuple[MessageCursor, list[Buffer]]:
+        """Worker: like :meth:`send_end`, one frame at a time (:meth:`send_next_frame`)."""
+        req = self._check_terminal(FrameType.END, id, 0, len(summary))
+        return self._begin(End(id, req.rows, summary))
+
+    def _begin(self, f: Frame) -> tuple[MessageCursor, list[Buffer]]:
+        frames = split_message(f, self._mfs)
+        parts = self.send(frames[0])
+        return MessageCursor(f.id, frames), parts
+
+    def send_next_frame(self, cursor: MessageCursor) -> tuple[bool, list[Buffer]]:
+        """The next CONTINUATION of a message started with ``begin_*``: returns whether it was
+        the last (then the call is a no-op) and the buffers to write. Refused with
+        ``CONTINUATION`` when the message was abandoned meanwhile (CANCEL sent by the parent,
+        ERROR sent by the worker)."""
+        frames = cursor._frames
+        i = cursor._next
+        if i == len(frames):
+            return True, _NO_PARTS
+        if cursor.id not in self._outgoing:
+            raise _refused(ErrorCode.CONTINUATION,
+                           f"the message of request {cursor.id} was abandoned", cursor.id)
+        parts = self.send(frames[i])
+        cursor._next = i + 1
+        return cursor._next == len(frames), parts
 
     def rows(self, id: int, target: int | None = None) -> RowsBuilder:
         """Worker: a builder for one ROWS frame of stream ``id`` (see :class:`RowsBuilder`),

@@ -325,3 +325,28 @@ def test_remote_workers_match_section_21():
         {t["name"] for t in CONSTANTS["frame_types"]} | \
         {magic, "WIREPOOL_FD", "WIREPOOL_TICKET", "WIREPOOL_TICKET_FILE"}
     assert set(re.findall(r"`([A-Z_]{6,})`", sec)) <= known
+
+
+def test_core_api_names_are_section_14s():
+    """core_api lists exactly the operations section 14 names: the first column of its
+    `operation` tables and its Queries line (the constructor aside)."""
+    sec = _section("14")
+    doc: set[str] = set()
+    in_ops = False
+    for line in sec.splitlines():
+        if not line.startswith("|"):
+            in_ops = False
+            continue
+        first = line.strip().strip("|").split("|")[0].strip()
+        if first == "operation":
+            in_ops = True
+        elif in_ops:
+            doc.update(re.findall(r"`([a-z_]+)", first))
+    queries = re.search(r"\*\*Queries:\*\*(.*?)\n\n", sec, re.S)
+    assert queries, "section 14 lost its Queries line"
+    doc.update(re.findall(r"`([a-z_]+)\(", queries.group(1)))
+    api = CONSTANTS["core_api"]
+    ours = [n for part in ("receiving", "sending", "queries", "rows_builder", "batch")
+            for n in api[part]]
+    assert len(ours) == len(set(ours)), "a name is listed twice in core_api"
+    assert set(ours) == doc, (sorted(set(ours) - doc), sorted(doc - set(ours)))

@@ -163,3 +163,89 @@ fn shm_extension_error_codes() {
         }
     }
 }
+
+/// Every operation of PROTOCOL.md section 14, called by its name: this function is compiled,
+/// not run, so a renamed or missing operation fails the build, and the test below fails when
+/// `core_api` names an operation this function does not call.
+#[allow(dead_code, unused_must_use)]
+fn every_core_operation(
+    c: &mut wirepool_proto::Connection,
+    out: &mut Vec<u8>,
+    hello: &wirepool_proto::Hello,
+    welcome: &wirepool_proto::Welcome,
+    frame: &wirepool_proto::Frame,
+    error: &wirepool_proto::ProtocolError,
+) {
+    // receiving
+    c.receive(b"");
+    c.read_buffer();
+    c.next_event();
+    c.end_of_input();
+    c.incomplete_frame_len();
+    // sending
+    c.send_hello(hello, out);
+    c.send_welcome(welcome, out);
+    c.refuse(ErrorCode::CodecMismatch, "", out);
+    c.send_fatal(error, out);
+    c.send_request(0, 0, 0, b"", out);
+    c.send_cancel(1, out);
+    c.consumed(1, 0, out);
+    c.send_credit(1, 1, out);
+    c.send_drain(0, out);
+    c.send_result(1, b"", out);
+    c.send_end(1, b"", out);
+    if let Ok(mut cursor) = c.begin_request(0, 0, 0, b"", out) {
+        c.send_next_frame(&mut cursor, b"", out);
+    }
+    c.begin_result(1, b"", out);
+    c.begin_end(1, b"", out);
+    if let Ok(mut rows) = c.rows(1, out) {
+        rows.append(b"");
+        rows.finish();
+    }
+    c.send_error(1, 0, "", "", out);
+    c.send_event(1, "", "", out);
+    c.send_goodbye(0, out);
+    c.send_ping([0; 8], out);
+    c.send_pong([0; 8], out);
+    c.send(frame, out);
+    // queries
+    c.role();
+    c.is_open();
+    c.hello();
+    c.welcome();
+    c.max_frame_size();
+    c.in_flight();
+    c.in_flight_ids();
+    c.is_in_flight(1);
+    c.can_send_request();
+    c.credit(1);
+    c.can_send_rows(1);
+    c.is_draining();
+    c.is_goodbye();
+    c.failure();
+    // batch (14.4): the Rust core offers next_events
+    c.next_events(&mut Vec::new());
+}
+
+#[test]
+fn the_core_offers_every_operation_of_section_14() {
+    let c = constants();
+    let api = &c["core_api"];
+    let source = include_str!("constants.rs");
+    let body = &source[source.find("fn every_core_operation").unwrap()..];
+    let body = &body[..body.find("\n}\n").unwrap()];
+    let mut missing = Vec::new();
+    for part in ["receiving", "sending", "queries", "rows_builder"] {
+        for name in api[part].as_array().unwrap() {
+            let name = name.as_str().unwrap();
+            if !body.contains(&format!(".{name}(")) {
+                missing.push(name.to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "section 14 operations not called: {missing:?}"
+    );
+}
