@@ -166,6 +166,19 @@ export function generate(json) {
     out("} as const;");
     out();
   }
+  const r = c.remote;
+  out("/** Remote workers (section 21): the ticket's text form, the JOIN block, the ALPN name, and the SDK defaults of a listener and of a remote worker. */");
+  out("export const Remote = {");
+  out(`  ticketPrefix: ${JSON.stringify(r.ticket_prefix)},`);
+  out(`  ticketMaxChars: ${num(r.ticket_max_chars)},`);
+  out(`  ticketFields: [${r.ticket_fields.map((f) => JSON.stringify(f)).join(", ")}] as const,`);
+  out(`  alpn: ${JSON.stringify(r.alpn)},`);
+  out(`  joinMagic: ${JSON.stringify(r.join_magic)},`);
+  out(`  joinVersion: ${num(r.join_version)},`);
+  out(`  joinBytes: ${num(r.join_bytes)},`);
+  for (const [k, v] of Object.entries(r.sdk_defaults)) out(`  ${camel(k)}: ${num(v)},`);
+  out("} as const;");
+  out();
   return L.join("\n");
 }
 

@@ -25,6 +25,7 @@ import {
   PARENT_DEFAULTS,
   PROTOCOL_VERSION,
   ProtocolDefaults,
+  Remote,
   RowsBuilder,
   Timing,
   WORKER_DEFAULTS,
@@ -110,5 +111,15 @@ describe("the core API of PROTOCOL.md section 14 (constants.json core_api)", () 
     const required: string[] = [...api.receiving, ...api.sending, ...api.queries, "received"];
     assert.deepEqual(required.filter((n) => !offers(Connection, n)), []);
     assert.deepEqual((api.rows_builder as string[]).filter((n) => !offers(RowsBuilder, n)), []);
+  });
+
+  it("remote workers (section 21)", () => {
+    const r = C.remote;
+    assert.deepEqual(
+      [Remote.ticketPrefix, Remote.ticketMaxChars, [...Remote.ticketFields], Remote.alpn, Remote.joinMagic, Remote.joinVersion, Remote.joinBytes],
+      [r.ticket_prefix, r.ticket_max_chars, r.ticket_fields, r.alpn, r.join_magic, r.join_version, r.join_bytes],
+    );
+    assert.equal(r.join_fields.reduce((n: number, f: [string, number]) => n + f[1], 0), Remote.joinBytes);
+    for (const [k, v] of Object.entries(r.sdk_defaults)) assert.equal((Remote as Record<string, unknown>)[camel(k)], v, k);
   });
 });

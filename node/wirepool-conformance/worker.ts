@@ -1,7 +1,8 @@
 /**
  * The Node conformance worker: the method set of conformance/README.md on the Node SDK, so that
  * every parent runner of the matrix drives it with the one scenario list. Started by a parent
- * (`WIREPOOL_FD`); not meant to be run by hand.
+ * (`WIREPOOL_FD`), or joining one with a ticket (`WIREPOOL_TICKET`: conformance/test_remote.py);
+ * not meant to be run by hand.
  *
  * Node runs handlers on one event loop, so the methods that "block" in the other workers wait on
  * timers here (`hang` ignores its signal; `spin` busy-loops in 5 ms slices, yielding between

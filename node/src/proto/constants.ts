@@ -240,3 +240,21 @@ export const WORKER_DEFAULTS = {
   /** bytes */ rowsBatchBytes: 65536,
   /** ms */ eventIntervalMs: 10,
 } as const;
+
+/** Remote workers (section 21): the ticket's text form, the JOIN block, the ALPN name, and the SDK defaults of a listener and of a remote worker. */
+export const Remote = {
+  ticketPrefix: "wirepool-ticket-1.",
+  ticketMaxChars: 4096,
+  ticketFields: ["v", "host", "port", "tls", "fingerprint", "id", "secret", "expires"] as const,
+  alpn: "wirepool/1",
+  joinMagic: "WIREJOIN",
+  joinVersion: 1,
+  joinBytes: 64,
+  joinTimeoutMs: 5000,
+  helloTimeoutMs: 10000,
+  welcomeTimeoutMs: 15000,
+  maxPendingJoins: 64,
+  refusalLogPerSecond: 10,
+  remoteHeartbeatMs: 1000,
+  poolTicketTtlS: 86400,
+} as const;

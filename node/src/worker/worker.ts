@@ -13,6 +13,7 @@ import { Connection, EventType, type ConnectionEvent, type RowsBuilder } from ".
 import { ProtocolError } from "../proto/errors.js";
 import type { MethodInfo, RequestFrame } from "../proto/frames.js";
 import { type Context, RequestCancelled, WorkerError } from "./context.js";
+import { connectToParent, JoinRefused, ParentWatch, type Ticket, TicketError, ticketFromEnv } from "./remote.js";
 
 /** The SDK's name in HELLO. */
 export const SDK_NAME = "wirepool-node";
@@ -92,12 +93,14 @@ export interface WorkerOptions {
 export interface ServeOptions {
   /**
    * The connection to serve. Default: the socket inherited in `WIREPOOL_FD` (section 1), which
-   * is then removed from the environment.
+   * is then removed from the environment; without `WIREPOOL_FD`, the parent named by the join
+   * ticket in `WIREPOOL_TICKET` (or the file named by `WIREPOOL_TICKET_FILE`), over TCP and
+   * TLS 1.3 (section 21: see the README's "Remote workers").
    */
   readonly socket?: Duplex;
   /** Exit the process with the status when done (section 8.4). Default: true with the inherited socket, false with `socket`. */
   readonly exit?: boolean;
-  /** Poll `process.ppid` and stop when the parent is gone. Default: true with the inherited socket. */
+  /** Poll `process.ppid` and stop when the parent is gone. Default: true with the inherited socket (a remote worker watches its parent by heartbeats instead). */
   readonly watchParent?: boolean;
 }
 
@@ -186,32 +189,71 @@ export class Worker {
    * closes the connection or dies (status 0), or a protocol error ends it (status 1); then,
    * by default, exits the process with that status without waiting for handlers still running
    * (section 8.4).
+   *
+   * Started without `WIREPOOL_FD` and with a join ticket (`WIREPOOL_TICKET`, or a file named by
+   * `WIREPOOL_TICKET_FILE`; both removed from the environment), the worker connects to its
+   * parent over TCP + TLS 1.3, pins the parent's certificate by the ticket's fingerprint, joins
+   * (section 21.3), then serves the same way; it pings its parent and exits with status 0 when
+   * the parent stops answering (21.5). An unusable ticket, a parent it cannot reach or whose
+   * certificate is not the ticket's, or the parent's refusal: status 1, saying why on stderr.
    * @returns the exit status, when `exit` is false.
-   * @throws Error when `WIREPOOL_FD` is missing or invalid (the program was not started by a parent).
+   * @throws Error when neither `WIREPOOL_FD` nor a ticket is set, or `WIREPOOL_FD` is invalid (the program was not started by a parent).
    */
   async serve(options: ServeOptions = {}): Promise<number> {
     if (this.serving) throw new Error("serve() was already called");
     this.serving = true;
     const inherited = options.socket === undefined;
+    const exit = options.exit ?? inherited;
     const conn = new Connection("worker");
     let rt: Runtime | null = null;
-    // The inherited socket reads straight into the core's buffer (no copy per read); a given one emits chunks.
-    const socket = options.socket ?? inheritedSocket(conn, (n) => rt!.onRead(n));
-    rt = new Runtime(conn, this.entries, socket, this.maxConcurrency, this.maxFrameSize, options.watchParent ?? inherited);
-    const status = await rt.start();
-    if (options.exit ?? inherited) {
-      process.exitCode = status;
-      process.exit(status);
+    let ticket: Ticket | null = null;
+    if (inherited && process.env.WIREPOOL_FD === undefined) {
+      try {
+        ticket = ticketFromEnv();
+      } catch (e) {
+        if (!(e instanceof TicketError)) throw e;
+        return finishServe(1, `wirepool worker: ${e.message}\n`, exit);
+      }
     }
-    return status;
+    if (ticket !== null) {
+      // A remote worker (section 21): the parent's silence is its only notice of the parent's end.
+      const watch = new ParentWatch(
+        (nonce) => rt?.ping(nonce),
+        (why) => rt?.parentGone(why),
+      );
+      let socket: Duplex;
+      try {
+        socket = await connectToParent(ticket);
+      } catch (e) {
+        watch.close();
+        if (!(e instanceof JoinRefused)) throw e;
+        return finishServe(1, `wirepool worker: ${e.message}\n`, exit);
+      }
+      rt = new Runtime(conn, this.entries, socket, this.maxConcurrency, this.maxFrameSize, options.watchParent ?? false, watch);
+    } else {
+      // The inherited socket reads straight into the core's buffer (no copy per read); a given one emits chunks.
+      const socket = options.socket ?? inheritedSocket(conn, (n) => rt!.onRead(n));
+      rt = new Runtime(conn, this.entries, socket, this.maxConcurrency, this.maxFrameSize, options.watchParent ?? inherited, null);
+    }
+    return finishServe(await rt.start(), "", exit);
   }
+}
+
+/** The end of `serve()`: the message, then the exit status (of the process when `exit`). */
+function finishServe(status: number, message: string, exit: boolean): number {
+  if (message !== "") process.stderr.write(message);
+  if (exit) {
+    process.exitCode = status;
+    process.exit(status);
+  }
+  return status;
 }
 
 /** The socket of `WIREPOOL_FD`, removed from the environment so our own children do not see it. */
 function inheritedSocket(conn: Connection, onRead: (n: number) => void): net.Socket {
   const raw = process.env.WIREPOOL_FD;
   if (raw === undefined) {
-    throw new Error("WIREPOOL_FD is not set: this program must be started by a wirepool parent");
+    throw new Error("WIREPOOL_FD is not set (nor WIREPOOL_TICKET or WIREPOOL_TICKET_FILE): this program must be started by a wirepool parent");
   }
   delete process.env.WIREPOOL_FD;
   const fd = Number(raw);
@@ -388,7 +430,29 @@ class Runtime {
     private readonly maxConcurrency: number,
     private readonly maxFrameSize: number,
     private readonly watchParent: boolean,
+    /** A remote worker's heartbeat watch on its parent (section 21.5); null on a local socket. */
+    private readonly watch: ParentWatch | null,
   ) {}
+
+  /** Sends one of the remote watch's PINGs (nothing once the connection is ending). */
+  ping(nonce: Uint8Array): void {
+    if (this.stopped || this.conn.isGoodbye()) return;
+    try {
+      this.conn.sendPing(nonce);
+    } catch (e) {
+      if (!(e instanceof ProtocolError)) throw e;
+      return; // the connection failed meanwhile
+    }
+    this.flush();
+  }
+
+  /** The remote watch says the parent is gone: close the connection and end as after end of file (21.5). */
+  parentGone(why: string): void {
+    if (this.stopped) return;
+    process.stderr.write(`wirepool worker: the parent is gone: ${why}; exiting\n`);
+    this.stop(0);
+    this.socket.destroy(); // nothing is owed to a parent that does not answer
+  }
 
   start(): Promise<number> {
     const done = new Promise<number>((resolve) => (this.resolveDone = resolve));
@@ -510,6 +574,7 @@ class Runtime {
     this.calls.clear();
     if (this.drainTimer !== null) clearTimeout(this.drainTimer);
     if (this.parentTimer !== null) clearInterval(this.parentTimer);
+    this.watch?.close();
     this.flush();
     const s = this.socket;
     let sent = sentBytes(s);
@@ -556,6 +621,9 @@ class Runtime {
       case FrameType.PING:
         if (!this.conn.isGoodbye()) this.conn.sendPong(ev.nonce);
         break;
+      case FrameType.PONG:
+        this.watch?.pong(ev.nonce);
+        break;
       case EventType.REJECT:
         this.sendErrorQuietly(ev.id, ev.code, REJECT_MESSAGES[ev.code] ?? ev.name);
         break;
@@ -564,6 +632,7 @@ class Runtime {
         // the window) arrive before the producer runs dry; at most max_frame_size - 8 so that a
         // row too large for any frame still reaches the builder (ROW_TOO_LARGE).
         this.batchBytes = Math.max(1, Math.min(Math.max(4096, Math.min(ROWS_BATCH_BYTES, Math.floor(ev.initialCredit / 4))), ev.maxFrameSize - 8));
+        this.watch?.welcome(ev.heartbeatMs);
         break;
       case FrameType.DRAIN:
         this.drain(ev.graceMs);
@@ -574,7 +643,7 @@ class Runtime {
         this.stop(1);
         break;
       default:
-        break; // PONG, LATE
+        break; // LATE
     }
   }
 
