@@ -114,9 +114,11 @@ class RunnerRun:
     leaked: list[tuple[int, str]] = field(default_factory=list)
 
 
-def run_runner(parent: str, worker: str, scenarios_path: Path) -> RunnerRun:
+def run_runner(parent: str, worker: str, scenarios_path: Path,
+               options: tuple[str, ...] = ()) -> RunnerRun:
     """Runs ``parent``'s runner against ``worker``'s conformance worker, bounded in time, and
-    collects its report lines and any process it leaves behind."""
+    collects its report lines and any process it leaves behind. ``options`` go before the
+    worker command (``--transport tls``: test_remote.py)."""
     for lang in (parent, worker):
         error = build(lang)
         if error is not None:
@@ -135,9 +137,10 @@ def run_runner(parent: str, worker: str, scenarios_path: Path) -> RunnerRun:
     run = RunnerRun()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen([*parent_argv, "--scenarios", str(scenarios_path), "--",
-                                     *worker_argv], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+            proc = subprocess.Popen([*parent_argv, "--scenarios", str(scenarios_path),
+                                     *options, "--", *worker_argv], cwd=REPO, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
         except OSError as e:
             return RunnerRun(error=f"cannot start the {parent} parent runner: {e}")
         try:

@@ -4,13 +4,22 @@ Runs ``conformance/scenarios.json`` against a ``wirepool.AsyncPool`` of any lang
 worker and prints one JSON line per scenario: ``{"scenario", "ok", "detail", "elapsed"}``::
 
     python python/conformance/parent.py --scenarios conformance/scenarios.json \
-        [--only NAME ...] -- WORKER COMMAND...
+        [--only NAME ...] [--transport socketpair|tls|tcp] -- WORKER COMMAND...
 
 Each scenario gets a fresh pool and is bounded by its ``timeout_s``. Besides the scenario's own
 expectation, every scenario that starts a pool checks that every request ended at the pool
 (nothing left in flight within ``settle_s``), whether the worker was replaced (``restarted``), and
 that the pool still serves the suite's health-check call. The procedure of each scenario kind is
 described in ``conformance/README.md``; the Rust runner implements the same one.
+
+``--transport tls`` runs every pool's workers as children that join over TCP + TLS 1.3 with a
+ticket of their own (``WIREPOOL_TICKET`` instead of ``WIREPOOL_FD``, through
+``wirepool.launchers.Subprocess``: PROTOCOL.md 21), so the same scenarios exercise the remote
+path; ``conformance/test_remote.py`` runs it (``--transport tcp``: the same join over plain
+loopback TCP). A remote worker's end is a lost connection
+(PROTOCOL.md 21.6): every ``WORKER_EXITED`` must then say ``"connection": "lost"`` in its
+details, with no exit status or signal. The workers' stdout goes to the runner's stderr (the
+runner's stdout is its report channel, and a remote worker's output is not the pool's).
 """
 
 from __future__ import annotations
@@ -22,12 +31,17 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from typing import Any
 
 import wirepool
-from wirepool import WirepoolError
+from wirepool import WirepoolError, launchers
+
+# "socketpair" (inherited, the default), "tls" or "tcp" (children that join with a ticket over
+# TCP, with or without TLS): --transport.
+TRANSPORT = "socketpair"
 
 
 class ScenarioFailed(Exception):
@@ -66,6 +80,9 @@ def pool_options(cfg: dict) -> dict:
         "initial_credit": int(cfg["window"]),
         "max_requests": cfg.get("max_requests"),
         "env": cfg.get("env"),
+        # A listener and certificate per pool, as a pool of remote workers has (21.1).
+        **({"launcher": launchers.Subprocess(tls=TRANSPORT == "tls")}
+           if TRANSPORT != "socketpair" else {}),
     }
 
 
@@ -174,14 +191,20 @@ async def check_live_workers(suite: Suite, sc: dict, want: int) -> None:
                              f"outcome, expected {want} (for {LIVE_HOLD_S}s)")
 
 
+# One period of each pattern, repeated: building a 10 MB body byte by byte held the event loop
+# for seconds, long enough for a remote worker to find its parent silent (21.5).
+_PATTERN = bytes((i * 31 + 17) % 251 for i in range(251))
+_PATTERN_STRING = "".join(chr(97 + (i * 31 + 17) % 26) for i in range(26))
+
+
 def pattern(size: int) -> bytes:
     """The bytes of ``{"bytes": {"size": N}}``: byte i is (31 i + 17) mod 251."""
-    return bytes((i * 31 + 17) % 251 for i in range(size))
+    return (_PATTERN * (size // 251 + 1))[:size]
 
 
 def pattern_string(size: int) -> str:
     """The text of ``{"string": {"size": N}}``: character i is 'a' + (31 i + 17) mod 26."""
-    return "".join(chr(97 + (i * 31 + 17) % 26) for i in range(size))
+    return (_PATTERN_STRING * (size // 26 + 1))[:size]
 
 
 def request(form: dict) -> Any:
@@ -243,6 +266,13 @@ def check_error(suite: Suite, want: dict, e: BaseException) -> None:
     code = suite.expected_code(want["code"])
     if e.code != code:
         raise ScenarioFailed(f"expected error {want['code']} ({code}), got code {e.code}: {e}")
+    if TRANSPORT != "socketpair" and code == suite.codes["WORKER_EXITED"]:
+        # PROTOCOL.md 21.6: a remote worker's end is its connection's, named in the details.
+        details = error_details(e)
+        lost = details.get("connection") if isinstance(details, dict) else None
+        if lost != "lost":
+            raise ScenarioFailed(f"a remote worker's WORKER_EXITED must say \"connection\": "
+                                 f"\"lost\" in its details, got {details!r} ({e})")
     if "protocol_code" in want:
         details = error_details(e)
         got = details.get("protocol_code") if isinstance(details, dict) else None
@@ -806,7 +836,8 @@ async def run_in(suite: Suite, sc: dict, worker: list[str], tmp: str) -> str:
         await asyncio.wait_for(pool.close(grace=1.0), 15.0)
 
 
-async def main_async(suite: Suite, scenarios: list[dict], worker: list[str]) -> None:
+async def main_async(suite: Suite, scenarios: list[dict], worker: list[str],
+                     report: Any = None) -> None:
     for sc in scenarios:
         bound = float(suite.setting(sc, "timeout_s"))
         started = time.monotonic()
@@ -831,15 +862,28 @@ async def main_async(suite: Suite, scenarios: list[dict], worker: list[str]) -> 
                 ok, detail = False, f"{detail}, above the bound of {limit} MB"
         line = {"scenario": sc["name"], "ok": ok, "detail": detail,
                 "elapsed": time.monotonic() - started}
-        print(json.dumps(line, ensure_ascii=False), flush=True)
+        print(json.dumps(line, ensure_ascii=False), file=report or sys.stdout, flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", required=True)
     parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--transport", choices=["socketpair", "tls", "tcp"],
+                        default="socketpair",
+                        help="socketpair: inherited sockets; tls: children joining over TCP + "
+                             "TLS 1.3 with tickets (PROTOCOL.md 21); tcp: the same join over "
+                             "plain loopback TCP")
     parser.add_argument("worker", nargs="+", help="the worker command, after --")
     args = parser.parse_args()
+    global TRANSPORT
+    TRANSPORT = args.transport
+    report = None
+    if TRANSPORT != "socketpair":
+        # Joining workers are plain children whose stdout is ours: reports keep a descriptor
+        # of their own, and what the workers print goes to stderr.
+        report = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        os.dup2(2, 1)
     # Worker output goes to the log at WARNING by default; scenarios flood it (200 MB), and
     # the runner's stderr is its report channel: the lines are logged, then dropped here.
     worker_log = logging.getLogger("wirepool.worker")
@@ -849,7 +893,7 @@ def main() -> None:
         doc = json.load(f)
     suite = Suite(doc)
     scenarios = [sc for sc in doc["scenarios"] if not args.only or sc["name"] in args.only]
-    asyncio.run(main_async(suite, scenarios, args.worker))
+    asyncio.run(main_async(suite, scenarios, args.worker, report))
 
 
 if __name__ == "__main__":
