@@ -94,6 +94,21 @@ pub(crate) struct PoolConfig {
     /// Set once the pool logged that a worker's offer clamped `max_in_flight` (PROTOCOL.md 4.2:
     /// said once per pool, not at every worker start).
     pub clamp_logged: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Where the `workers` slots' processes run (PROTOCOL.md 21.8; default local).
+    #[cfg(feature = "remote")]
+    pub launcher: crate::remote::Launcher,
+    /// More slots, placed by their own launchers (a pool mixing local and remote workers).
+    #[cfg(feature = "remote")]
+    pub added: Vec<(usize, crate::remote::Launcher)>,
+    /// Each slot's launcher, `workers` of them then the added ones: made at start.
+    #[cfg(feature = "remote")]
+    pub launchers: Vec<crate::remote::Launcher>,
+    /// How the pool's own listener listens, when a slot has a remote launcher.
+    #[cfg(feature = "remote")]
+    pub listen: crate::remote::ListenerOptions,
+    /// A listener started before the pool (instead of one of its own).
+    #[cfg(feature = "remote")]
+    pub listener: Option<crate::remote::Listener>,
 }
 
 impl PoolConfig {
@@ -125,6 +140,16 @@ impl PoolConfig {
             housekeeping_interval: Duration::from_millis(50),
             events: None,
             clamp_logged: Default::default(),
+            #[cfg(feature = "remote")]
+            launcher: crate::remote::Launcher::local(),
+            #[cfg(feature = "remote")]
+            added: Vec::new(),
+            #[cfg(feature = "remote")]
+            launchers: Vec::new(),
+            #[cfg(feature = "remote")]
+            listen: Default::default(),
+            #[cfg(feature = "remote")]
+            listener: None,
         }
     }
 }
@@ -180,5 +205,30 @@ mod tests {
             checked += 1;
         }
         assert!(checked >= 15, "only {checked} parent defaults checked");
+    }
+
+    /// The listener's defaults are `remote.sdk_defaults` of `spec/constants.json`.
+    #[cfg(feature = "remote")]
+    #[test]
+    fn remote_defaults_follow_the_spec_table() {
+        let path =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/constants.json");
+        let c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let d = &c["remote"]["sdk_defaults"];
+        let o = crate::remote::ListenerOptions::default();
+        let ms = |d: Duration| d.as_millis() as u64;
+        assert_eq!(d["join_timeout_ms"], ms(o.join_timeout));
+        assert_eq!(d["hello_timeout_ms"], ms(o.hello_timeout));
+        assert_eq!(d["max_pending_joins"], o.max_pending_joins as u64);
+        assert_eq!(
+            d["refusal_log_per_second"],
+            u64::from(o.refusal_log_per_second)
+        );
+        assert_eq!(d["pool_ticket_ttl_s"], o.ticket_ttl.as_secs());
+        assert_eq!(
+            d["remote_heartbeat_ms"],
+            ms(crate::remote::REMOTE_HEARTBEAT)
+        );
     }
 }

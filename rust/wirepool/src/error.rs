@@ -113,14 +113,24 @@ pub struct ExitInfo {
     pub cause: ExitCause,
     /// The last lines the worker wrote to stderr, oldest first.
     pub stderr_tail: Vec<String>,
+    /// Where a remote worker ran: the peer address the pool saw (PROTOCOL.md 21.6); `None` for
+    /// a local worker. `pid` is then its process id on that machine, from its HELLO.
+    pub host: Option<String>,
+    /// A remote worker's connection dropped before its GOODBYE: its exit status and signal are
+    /// unknown (PROTOCOL.md 21.6).
+    pub connection_lost: bool,
 }
 
 impl fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "worker {} (pid {}) ", self.worker_id, self.pid)?;
+        match &self.host {
+            Some(host) => write!(f, "worker {} at {host} (pid {}) ", self.worker_id, self.pid)?,
+            None => write!(f, "worker {} (pid {}) ", self.worker_id, self.pid)?,
+        }
         match (self.code, self.signal) {
             (Some(c), _) => write!(f, "exited with status {c}")?,
             (None, Some(s)) => write!(f, "killed by signal {s}")?,
+            (None, None) if self.connection_lost => write!(f, "lost its connection")?,
             (None, None) => write!(f, "ended")?,
         }
         write!(f, " [{}]", self.cause)?;

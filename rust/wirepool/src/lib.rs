@@ -15,6 +15,10 @@
 //! - [`Pool::metrics`]: per-worker counters and RSS, per-method latency percentiles; in the
 //!   Prometheus text format with [`PoolMetrics::to_prometheus`] ([`prometheus`]).
 //! - [`blocking::BlockingPool`]: the same for synchronous code.
+//! - Remote workers ([`remote`], cargo feature `remote`, on by default): workers on other
+//!   machines connect back over TLS 1.3 and join with a ticket; launchers decide where workers
+//!   run (local children, children joining over TLS, or workers started by anything else), and
+//!   a pool can mix them.
 //!
 //! ```no_run
 //! use wirepool::{MethodKind, Pool, WorkerCommand};
@@ -60,6 +64,7 @@ mod metrics;
 mod pending;
 mod pool;
 pub mod prometheus;
+pub mod remote;
 mod spawn;
 mod stream;
 mod worker;

@@ -190,8 +190,12 @@ pub struct WorkerMetrics {
     pub slot: usize,
     /// The current incarnation's worker id (as sent in WELCOME), if any.
     pub worker_id: Option<u32>,
-    /// The current process id, if a process is running.
+    /// The current process id, if a process is running (a remote worker's on its own machine,
+    /// from its HELLO).
     pub pid: Option<u32>,
+    /// Where the current worker runs: the peer address of a remote worker (PROTOCOL.md 21.6),
+    /// `None` for a local one.
+    pub host: Option<String>,
     /// State of the current incarnation.
     pub state: WorkerState,
     /// Requests in flight right now.
@@ -208,7 +212,8 @@ pub struct WorkerMetrics {
     pub restarts: u64,
     /// Replacements by cause.
     pub restart_causes: BTreeMap<String, u64>,
-    /// Resident set size of the current process, in bytes (read now from /proc).
+    /// Resident set size of the current process, in bytes (read now from /proc; for a remote
+    /// worker only when it is a child of this process).
     pub rss_bytes: Option<u64>,
 }
 

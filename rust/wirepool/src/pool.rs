@@ -221,6 +221,67 @@ impl PoolBuilder {
         self
     }
 
+    /// Where the pool's `workers` slots run (default [`Launcher::local`](crate::remote::Launcher::local)):
+    /// for example children that join over TLS with a ticket
+    /// ([`Launcher::subprocess`](crate::remote::Launcher::subprocess)), or workers started by
+    /// anything else ([`Launcher::external`](crate::remote::Launcher::external)). Remote workers
+    /// join the pool's listener ([`listen`](Self::listen)); from their HELLO on they are served
+    /// like local ones, and their restarts and recycling are the pool's.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> wirepool::Result<()> {
+    /// use wirepool::remote::Launcher;
+    /// use wirepool::{Pool, WorkerCommand};
+    /// let pool = Pool::builder(WorkerCommand::new("./my_worker"))
+    ///     .workers(2)
+    ///     .launcher(Launcher::subprocess())
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "remote")]
+    pub fn launcher(mut self, launcher: crate::remote::Launcher) -> Self {
+        self.cfg.launcher = launcher;
+        self
+    }
+    /// Adds `n` slots whose workers `launcher` places, beside the [`workers`](Self::workers)
+    /// ones: a pool can mix local and remote workers. Calls go to the least loaded worker
+    /// wherever it runs; [`Pool::metrics`] says where each one does (`host`, `pid`).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> wirepool::Result<()> {
+    /// use wirepool::remote::Launcher;
+    /// use wirepool::{Pool, WorkerCommand};
+    /// // Two local workers and two that join over TLS.
+    /// let pool = Pool::builder(WorkerCommand::new("./my_worker"))
+    ///     .workers(2)
+    ///     .add_workers(2, Launcher::subprocess())
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "remote")]
+    pub fn add_workers(mut self, n: usize, launcher: crate::remote::Launcher) -> Self {
+        if n > 0 {
+            self.cfg.added.push((n, launcher));
+        }
+        self
+    }
+    /// How the pool's own listener listens, when any slot has a remote launcher (default:
+    /// TLS on 127.0.0.1, a free port; [`ListenerOptions`](crate::remote::ListenerOptions)).
+    #[cfg(feature = "remote")]
+    pub fn listen(mut self, options: crate::remote::ListenerOptions) -> Self {
+        self.cfg.listen = options;
+        self
+    }
+    /// A listener started before the pool (its tickets can be handed out before the pool
+    /// waits for its workers), instead of one of the pool's own.
+    #[cfg(feature = "remote")]
+    pub fn listener(mut self, listener: crate::remote::Listener) -> Self {
+        self.cfg.listener = Some(listener);
+        self
+    }
+
     /// Spawns every worker and completes their handshakes. Fails, with every spawned process
     /// killed and reaped, if any worker cannot start (`SPAWN_FAILED`, `STARTUP_TIMEOUT`,
     /// `CODEC_MISMATCH`, `WORKER_EXITED`, `PROTOCOL_VIOLATION`).
@@ -285,8 +346,12 @@ impl Pool {
     }
 
     async fn start(cfg: PoolConfig) -> Result<Pool> {
+        #[cfg(feature = "remote")]
+        let (cfg, listener) = open_remote(cfg).await?;
         let n = cfg.workers;
         let shared = Arc::new(PoolShared {
+            #[cfg(feature = "remote")]
+            listener,
             cfg,
             capacity: Notify::new(),
             slot_waiters: AtomicUsize::new(0),
@@ -487,6 +552,13 @@ impl Pool {
     /// A snapshot of every worker's counters and the per-method latencies.
     pub fn metrics(&self) -> PoolMetrics {
         self.inner.metrics()
+    }
+
+    /// The listener remote workers join (PROTOCOL.md 21), when a slot has a remote launcher:
+    /// its tickets, revocation and counters.
+    #[cfg(feature = "remote")]
+    pub fn listener(&self) -> Option<&crate::remote::Listener> {
+        self.inner.shared.listener.as_ref()
     }
 
     /// Process ids of the workers currently running (including draining ones).
@@ -1024,6 +1096,9 @@ impl PoolInner {
                     slot: i,
                     worker_id: cur.as_ref().map(|w| w.id),
                     pid: cur.as_ref().map(|w| w.pid),
+                    host: cur
+                        .as_ref()
+                        .and_then(|w| w.host.as_deref().map(str::to_owned)),
                     state,
                     in_flight: cur.as_ref().map(|w| w.in_flight() as u64).unwrap_or(0),
                     requests: s.counters.requests.load(Relaxed),
@@ -1032,7 +1107,10 @@ impl PoolInner {
                     bytes_out: s.counters.bytes_out.load(Relaxed),
                     restarts: s.counters.restarts.load(Relaxed),
                     restart_causes: s.causes.lock().unwrap().clone(),
-                    rss_bytes: cur.as_ref().and_then(|w| spawn::rss_bytes(w.pid)),
+                    rss_bytes: cur
+                        .as_ref()
+                        .filter(|w| w.local_pid > 0)
+                        .and_then(|w| spawn::rss_bytes(w.local_pid)),
                 }
             })
             .collect();
@@ -1129,6 +1207,35 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
             }
         }
     }
+}
+
+/// Lays the slots out (the `workers` ones, then the added ones) and, when any is remote, starts
+/// the pool's listener (or takes the one given) and tells external launchers its ticket.
+#[cfg(feature = "remote")]
+async fn open_remote(mut cfg: PoolConfig) -> Result<(PoolConfig, Option<crate::remote::Listener>)> {
+    let mut launchers = vec![cfg.launcher.clone(); cfg.workers];
+    for (n, launcher) in &cfg.added {
+        launchers.extend(std::iter::repeat_n(launcher.clone(), *n));
+    }
+    cfg.workers = launchers.len();
+    let remote = launchers.iter().any(|l| !l.is_local());
+    cfg.launchers = launchers;
+    if !remote {
+        return Ok((cfg, None));
+    }
+    let listener = match cfg.listener.clone() {
+        Some(listener) => listener,
+        None => crate::remote::Listener::start(cfg.listen.clone())
+            .await
+            .map_err(|e| Error::SpawnFailed {
+                program: format!("the pool's listener on {}", cfg.listen.bind),
+                source: Arc::new(e),
+            })?,
+    };
+    for launcher in &cfg.launchers {
+        launcher.opened(&listener);
+    }
+    Ok((cfg, Some(listener)))
 }
 
 /// Runs futures concurrently and collects their outputs in order (avoids a `futures` dependency).

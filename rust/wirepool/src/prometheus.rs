@@ -232,6 +232,7 @@ mod tests {
             slot,
             worker_id: Some(slot as u32 + 1),
             pid: Some(1000 + slot as u32),
+            host: None,
             state,
             in_flight: 2,
             requests: 10,

@@ -1,4 +1,5 @@
-//! Starting a worker process: socketpair, inherited descriptor, own process group, no shell.
+//! Starting a worker process: socketpair, inherited descriptor (or a join ticket), own process
+//! group, no shell.
 //! Also the continuous capture of its stdout and stderr ([`WorkerOutput`]), and RSS reading.
 
 use std::collections::VecDeque;
@@ -10,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
-use wirepool_io::Socket;
 
 use crate::error::Error;
+use crate::remote::Transport;
 
 /// The command that starts one worker: program, arguments, environment, working directory.
 ///
@@ -99,17 +100,61 @@ pub enum WorkerOutput {
 pub(crate) struct Spawned {
     pub child: Child,
     pub pid: u32,
-    pub socket: Socket,
+    /// The parent's end of the socketpair (`None` for a child that joins with a ticket).
+    pub transport: Option<Transport>,
     pub stderr_tail: Arc<StderrTail>,
     /// Completes when both stdout and stderr reached end of file.
     pub logs_done: tokio::task::JoinHandle<()>,
+}
+
+/// What the pool holds of a worker's process: the local child it signals and reaps, or, for a
+/// remote worker, at most the child it started for it (PROTOCOL.md 21.6: a remote worker's end
+/// is its connection's; such a child is stopped after a grace and reaped in the background).
+pub(crate) enum Process {
+    Local(Child),
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    Remote {
+        child: Option<Child>,
+        /// How long a child whose connection ended has to exit by itself before it is killed.
+        stop_grace: std::time::Duration,
+    },
+}
+
+impl Process {
+    /// A local child's exit; never completes for a remote worker.
+    pub(crate) async fn wait_local(&mut self) -> Option<std::process::ExitStatus> {
+        match self {
+            Process::Local(child) => child.wait().await.ok(),
+            Process::Remote { .. } => std::future::pending().await,
+        }
+    }
+
+    /// A remote worker's child (if any) gets its grace to exit by itself, then is killed with
+    /// its group; either way it is reaped when this returns.
+    pub(crate) async fn release_remote(self) {
+        if let Process::Remote {
+            child: Some(mut child),
+            stop_grace,
+        } = self
+        {
+            let pid = child.id().unwrap_or(0);
+            let status = match tokio::time::timeout(stop_grace, child.wait()).await {
+                Ok(status) => status.ok(),
+                Err(_) => {
+                    signal_group(pid, libc::SIGKILL);
+                    child.wait().await.ok()
+                }
+            };
+            tracing::debug!(pid, ?status, "a remote worker's child exited");
+        }
+    }
 }
 
 /// 4 MiB socket buffers let 1 MiB frames flow without the sender stalling on every frame
 /// (measured ~6 GB/s -> 7+ GB/s on the socketpair floor); the kernel caps it at wmem_max.
 const SOCKET_BUFFER_BYTES: libc::c_int = 4 << 20;
 
-fn set_socket_buffers(fd: libc::c_int) {
+pub(crate) fn set_socket_buffers(fd: libc::c_int) {
     for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
         // SAFETY: fd is a valid socket owned by the caller; the option value is a c_int.
         unsafe {
@@ -124,23 +169,16 @@ fn set_socket_buffers(fd: libc::c_int) {
     }
 }
 
-pub(crate) fn spawn_worker(
-    cmd: &WorkerCommand,
-    worker_id: u32,
-    stderr_lines: usize,
-    output: WorkerOutput,
-) -> Result<Spawned, Error> {
-    let fail = |e: std::io::Error| Error::SpawnFailed {
+fn spawn_failed(cmd: &WorkerCommand) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::SpawnFailed {
         program: cmd.program().to_string(),
         source: Arc::new(e),
-    };
-    // std creates both ends with SOCK_CLOEXEC, so no other child spawned concurrently (by us or
-    // by another thread) inherits either end; only this child gets its end, via pre_exec below.
-    let (parent_end, worker_end) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
-    set_socket_buffers(parent_end.as_raw_fd());
-    set_socket_buffers(worker_end.as_raw_fd());
-    let worker_fd = worker_end.as_raw_fd();
+    }
+}
 
+/// The worker's command as every launcher on this machine runs it: directly, in its own
+/// process group, stdin closed, stdout and stderr as `output` says.
+fn command(cmd: &WorkerCommand, worker_id: u32, output: WorkerOutput) -> Command {
     let mut command = Command::new(&cmd.program);
     if cmd.env_clear {
         command.env_clear();
@@ -148,7 +186,6 @@ pub(crate) fn spawn_worker(
     command
         .args(&cmd.args)
         .envs(cmd.env.iter().map(|(k, v)| (k, v)))
-        .env("WIREPOOL_FD", worker_fd.to_string())
         .env("WIREPOOL_WORKER_ID", worker_id.to_string())
         .stdin(Stdio::null())
         .stdout(stdio(output))
@@ -158,6 +195,25 @@ pub(crate) fn spawn_worker(
     if let Some(dir) = &cmd.cwd {
         command.current_dir(dir);
     }
+    command
+}
+
+pub(crate) fn spawn_worker(
+    cmd: &WorkerCommand,
+    worker_id: u32,
+    stderr_lines: usize,
+    output: WorkerOutput,
+) -> Result<Spawned, Error> {
+    let fail = spawn_failed(cmd);
+    // std creates both ends with SOCK_CLOEXEC, so no other child spawned concurrently (by us or
+    // by another thread) inherits either end; only this child gets its end, via pre_exec below.
+    let (parent_end, worker_end) = std::os::unix::net::UnixStream::pair().map_err(&fail)?;
+    set_socket_buffers(parent_end.as_raw_fd());
+    set_socket_buffers(worker_end.as_raw_fd());
+    let worker_fd = worker_end.as_raw_fd();
+
+    let mut command = command(cmd, worker_id, output);
+    command.env("WIREPOOL_FD", worker_fd.to_string());
     // SAFETY: the closure runs between fork and exec and only calls fcntl, which is
     // async-signal-safe; it allocates nothing and takes no lock.
     unsafe {
@@ -169,15 +225,50 @@ pub(crate) fn spawn_worker(
             Ok(())
         });
     }
-    let mut child = command.spawn().map_err(fail)?;
+    let child = command.spawn().map_err(&fail)?;
     // The parent closes its copy of the worker's end right after spawning (PROTOCOL.md 1), so
     // the worker's death is seen as end of file.
     drop(worker_end);
+    parent_end.set_nonblocking(true).map_err(&fail)?;
+    let transport = Transport::socket(parent_end.into()).map_err(&fail)?;
+    Ok(with_output(
+        child,
+        Some(transport),
+        worker_id,
+        stderr_lines,
+        output,
+    ))
+}
+
+/// A child that joins the pool's listener with `ticket` (the text form) instead of inheriting
+/// a socket: `WIREPOOL_TICKET` set, `WIREPOOL_FD` and `WIREPOOL_TICKET_FILE` removed
+/// (PROTOCOL.md 21.2).
+#[cfg(feature = "remote")]
+pub(crate) fn spawn_joining(
+    cmd: &WorkerCommand,
+    worker_id: u32,
+    ticket: &str,
+    stderr_lines: usize,
+    output: WorkerOutput,
+) -> Result<Spawned, Error> {
+    let mut command = command(cmd, worker_id, output);
+    command
+        .env_remove("WIREPOOL_FD")
+        .env_remove("WIREPOOL_TICKET_FILE")
+        .env("WIREPOOL_TICKET", ticket);
+    let child = command.spawn().map_err(spawn_failed(cmd))?;
+    Ok(with_output(child, None, worker_id, stderr_lines, output))
+}
+
+/// Starts reading the child's stdout and stderr (see [`WorkerOutput`]).
+fn with_output(
+    mut child: Child,
+    transport: Option<Transport>,
+    worker_id: u32,
+    stderr_lines: usize,
+    output: WorkerOutput,
+) -> Spawned {
     let pid = child.id().unwrap_or(0);
-
-    parent_end.set_nonblocking(true).map_err(fail)?;
-    let socket = Socket::new(parent_end.into()).map_err(fail)?;
-
     let tail = Arc::new(StderrTail::new(stderr_lines));
     let log = output == WorkerOutput::Log;
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -198,13 +289,13 @@ pub(crate) fn spawn_worker(
         };
         tokio::join!(out, err);
     });
-    Ok(Spawned {
+    Spawned {
         child,
         pid,
-        socket,
+        transport,
         stderr_tail: tail,
         logs_done,
-    })
+    }
 }
 
 fn stdio(output: WorkerOutput) -> Stdio {
@@ -221,7 +312,7 @@ pub(crate) struct StderrTail {
 }
 
 impl StderrTail {
-    fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         StderrTail {
             cap,
             lines: Mutex::new(VecDeque::with_capacity(cap.min(64))),

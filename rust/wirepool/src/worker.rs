@@ -11,7 +11,6 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use wirepool_codec::Codec;
-use wirepool_io::Socket;
 
 use wirepool_proto::{
     check_methods, Connection, ErrorClass, ErrorCode, Event, Hello, MethodKind, MethodRequirement,
@@ -24,7 +23,8 @@ use crate::events::EventSender;
 use crate::liveness::{Liveness, Seen};
 use crate::metrics::{LatencyHistogram, SlotCounters, WorkerState};
 use crate::pending::Pending;
-use crate::spawn::{self, StderrTail};
+use crate::remote::Transport;
+use crate::spawn::{self, Process, StderrTail};
 use crate::stream::RowQueue;
 use wirepool_io::outbox::{Outbox, WriteQueue};
 
@@ -41,6 +41,9 @@ pub(crate) struct PoolShared {
     pub epoch: Instant,
     /// Method names the pool can call, and their latency histograms, indexed by method number.
     pub methods: OnceLock<MethodTable>,
+    /// Where remote workers join (PROTOCOL.md 21), when a slot has a remote launcher.
+    #[cfg(feature = "remote")]
+    pub listener: Option<crate::remote::Listener>,
 }
 
 pub(crate) struct MethodTable {
@@ -185,7 +188,7 @@ struct DriverState {
     unstamped: Vec<u64>,
     /// The socket's sending half for the direct-write fast path; dropped when the worker is
     /// gone, so a `Worker` kept alive by a caller's handle does not keep the descriptor open.
-    socket_out: Option<Arc<Socket>>,
+    socket_out: Option<Arc<Transport>>,
     /// A unary caller (its request id) reads the socket itself instead of the reader task: set
     /// in `submit` when its request is the only one in flight, so its task is woken by the
     /// socket and handles the answer in its own poll (no reader-task hop, no extra driver
@@ -224,7 +227,11 @@ type FdQueue = wirepool_io::shm::DescriptorQueue;
 impl DriverState {
     /// Reads once into the core's buffer: with `recvmsg` when the lane is on, its descriptors
     /// reported to the core and queued for the mapper.
-    fn poll_read(&mut self, sock: &Socket, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+    fn poll_read(
+        &mut self,
+        sock: &Transport,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<usize>> {
         #[cfg(target_os = "linux")]
         if let Some(lane) = &self.shm {
             let mut fds = Vec::new();
@@ -280,7 +287,13 @@ enum Control {
 pub(crate) struct Worker {
     pub id: u32,
     pub slot: usize,
+    /// The worker's process id: a remote worker's on its own machine (from its HELLO).
     pub pid: u32,
+    /// A process of this machine the pool signals and reads the RSS of (the local child, or a
+    /// remote worker's child); 0 when none.
+    pub local_pid: u32,
+    /// Where a remote worker runs (the peer address); `None` for a local worker.
+    pub host: Option<Arc<str>>,
     pub wire: Vec<Option<WireMethod>>,
     pub counters: Arc<SlotCounters>,
     pool: Arc<PoolShared>,
@@ -819,7 +832,22 @@ impl Worker {
     /// Kills without going through the lifecycle task (used when the pool is dropped).
     pub fn kill_now(&self) {
         if self.state.load(Acquire) != STATE_DEAD {
-            spawn::signal_group(self.pid, libc::SIGKILL);
+            // The pool is going: a remote worker's child goes with it at once.
+            spawn::signal_group(self.local_pid, libc::SIGKILL);
+            self.kill_process();
+        }
+    }
+
+    /// Ends the process: a local one's group is killed; a remote worker's connection is closed
+    /// (PROTOCOL.md 21.6: its launcher stops the process where it runs, after a grace).
+    fn kill_process(&self) {
+        if self.host.is_none() {
+            spawn::signal_group(self.local_pid, libc::SIGKILL);
+            return;
+        }
+        let transport = self.driver.lock().unwrap().socket_out.clone();
+        if let Some(t) = transport {
+            t.shut_down();
         }
     }
 }
@@ -859,8 +887,69 @@ fn refusal(e: ProtocolError, worker_id: u32) -> Error {
     }
 }
 
-/// Starts one worker: spawn, handshake (bounded by the start-up timeout), then the reader,
-/// writer and lifecycle tasks.
+/// A worker's process and connection before its HELLO, wherever its launcher placed it.
+struct Placed {
+    transport: Transport,
+    process: Process,
+    /// See `Worker::local_pid`.
+    local_pid: u32,
+    /// A remote worker's peer address and the ticket it joined with.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    remote: Option<(std::net::SocketAddr, [u8; 16])>,
+    /// The HELLO is due within this.
+    hello_within: Duration,
+    stderr_tail: Arc<StderrTail>,
+    logs_done: JoinHandle<()>,
+}
+
+/// Starts the slot's worker process where its launcher says (PROTOCOL.md 21.8): a local child
+/// with a socketpair, or a worker that joins the pool's listener with a ticket.
+async fn place(pool: &PoolShared, slot: usize, worker_id: u32) -> Result<Placed> {
+    let cfg = &pool.cfg;
+    #[cfg(feature = "remote")]
+    if let Some(launcher) = cfg.launchers.get(slot).filter(|l| !l.is_local()) {
+        let listener = pool
+            .listener
+            .as_ref()
+            .ok_or(Error::PoolClosed("no listener for remote workers"))?;
+        let p = crate::remote::place(launcher, listener, cfg, worker_id).await?;
+        return Ok(Placed {
+            transport: p.transport,
+            process: Process::Remote {
+                child: p.child,
+                stop_grace: p.stop_grace,
+            },
+            local_pid: p.child_pid,
+            remote: Some((p.peer, p.ticket_id)),
+            hello_within: p
+                .hello_deadline
+                .saturating_duration_since(Instant::now())
+                .min(cfg.startup_timeout),
+            stderr_tail: p.stderr_tail,
+            logs_done: p.logs_done.unwrap_or_else(|| tokio::spawn(async {})),
+        });
+    }
+    let _ = slot;
+    let spawned = spawn::spawn_worker(
+        &cfg.command,
+        worker_id,
+        cfg.stderr_tail_lines,
+        cfg.worker_output,
+    )?;
+    Ok(Placed {
+        transport: spawned.transport.expect("a local worker has a socketpair"),
+        process: Process::Local(spawned.child),
+        local_pid: spawned.pid,
+        remote: None,
+        hello_within: cfg.startup_timeout,
+        stderr_tail: spawned.stderr_tail,
+        logs_done: spawned.logs_done,
+    })
+}
+
+/// Starts one worker: spawn (or wait for its join), handshake (bounded by the start-up timeout,
+/// and for a remote worker by the listener's HELLO bound), then the reader, writer and
+/// lifecycle tasks.
 pub(crate) async fn start(
     pool: &Arc<PoolShared>,
     slot: usize,
@@ -868,36 +957,56 @@ pub(crate) async fn start(
     counters: Arc<SlotCounters>,
 ) -> Result<Incarnation> {
     let cfg = &pool.cfg;
-    let spawned = spawn::spawn_worker(
-        &cfg.command,
-        worker_id,
-        cfg.stderr_tail_lines,
-        cfg.worker_output,
-    )?;
-    let spawn::Spawned {
-        mut child,
-        pid,
-        socket,
+    let Placed {
+        transport,
+        mut process,
+        local_pid,
+        remote,
+        hello_within,
         stderr_tail,
         logs_done,
-    } = spawned;
-    let socket = Arc::new(socket);
+    } = place(pool, slot, worker_id).await?;
+    let host: Option<Arc<str>> = remote.map(|(peer, _)| peer.ip().to_string().into());
+    let socket = Arc::new(transport);
     let mut conn = Connection::new_parent();
-    let (hello, welcome) = match handshake(cfg, worker_id, &socket, &mut conn).await {
+    let agreed = handshake(
+        cfg,
+        worker_id,
+        &socket,
+        &mut conn,
+        hello_within,
+        host.is_some(),
+    )
+    .await;
+    let (hello, welcome) = match agreed {
         Ok(agreed) => agreed,
         Err(fail) => {
+            #[cfg(feature = "remote")]
+            if let (Some((peer, _)), Some(listener)) = (remote, &pool.listener) {
+                if matches!(fail, StartFail::Timeout) {
+                    listener.refused(&peer, "hello timeout");
+                }
+            }
+            socket.shut_down();
             let exit = reap_failed(
-                &mut child,
-                pid,
+                &mut process,
+                local_pid,
                 worker_id,
                 fail.cause(),
                 &stderr_tail,
                 logs_done,
+                host.clone(),
             )
             .await;
-            return Err(fail.into_error(exit, worker_id, cfg.startup_timeout));
+            process.release_remote().await;
+            return Err(fail.into_error(exit, worker_id, hello_within));
         }
     };
+    #[cfg(feature = "remote")]
+    if let (Some((_, ticket)), Some(listener)) = (remote, &pool.listener) {
+        listener.joined(ticket, &socket);
+    }
+    let pid = if host.is_some() { hello.pid } else { local_pid };
     let wire = wire_methods(pool, &hello);
 
     let (control_tx, control_rx) = mpsc::channel(8);
@@ -906,6 +1015,8 @@ pub(crate) async fn start(
         id: worker_id,
         slot,
         pid,
+        local_pid,
+        host,
         wire,
         counters,
         pool: pool.clone(),
@@ -945,11 +1056,17 @@ pub(crate) async fn start(
     if let (Some(threshold), Some(_)) = (cfg.shm_threshold, welcome.extensions.shm) {
         set_up_lane(&worker, threshold);
     }
+    let weak = Arc::downgrade(&worker);
+    socket.set_output_waker(Box::new(move || {
+        if let Some(worker) = weak.upgrade() {
+            worker.writer_wake.notify_one();
+        }
+    }));
     let reader = tokio::spawn(reader_loop(worker.clone(), socket.clone()));
     let writer = tokio::spawn(writer_loop(worker.clone(), socket));
     let lifecycle = tokio::spawn(lifecycle(
         worker.clone(),
-        child,
+        process,
         reader,
         writer,
         logs_done,
@@ -1085,16 +1202,19 @@ fn retire_idle_regions(worker: &Worker, now: Instant) {
     }
 }
 
-/// HELLO in (bounded by the start-up timeout), WELCOME out. A failure is first reported to the
-/// worker where the spec says so (a fatal ERROR, or the refusal of its HELLO).
+/// HELLO in (within `within`: the start-up timeout, or what is left of a remote worker's HELLO
+/// bound), WELCOME out. A failure is first reported to the worker where the spec says so (a
+/// fatal ERROR, or the refusal of its HELLO).
 async fn handshake(
     cfg: &PoolConfig,
     worker_id: u32,
-    socket: &Socket,
+    socket: &Transport,
     conn: &mut Connection,
+    within: Duration,
+    remote: bool,
 ) -> std::result::Result<(Box<Hello>, Welcome), StartFail> {
     let mut out = BytesMut::new();
-    let hello = match tokio::time::timeout(cfg.startup_timeout, read_hello(socket, conn)).await {
+    let hello = match tokio::time::timeout(within, read_hello(socket, conn)).await {
         Ok(Ok(hello)) => hello,
         Ok(Err(StartFail::Protocol(code, message))) => {
             let e = ProtocolError::new(
@@ -1109,7 +1229,7 @@ async fn handshake(
         Ok(Err(fail)) => return Err(fail),
         Err(_) => return Err(StartFail::Timeout),
     };
-    let welcome = match welcome_for(cfg, worker_id, &hello, conn, &mut out) {
+    let welcome = match welcome_for(cfg, worker_id, &hello, conn, &mut out, remote) {
         Ok(w) => w,
         Err(e) => {
             out.clear();
@@ -1126,7 +1246,7 @@ async fn handshake(
 
 /// Reads until the worker's HELLO (or whatever else it says first).
 async fn read_hello(
-    socket: &Socket,
+    socket: &Transport,
     conn: &mut Connection,
 ) -> std::result::Result<Box<Hello>, StartFail> {
     loop {
@@ -1169,6 +1289,7 @@ fn welcome_for(
     hello: &Hello,
     conn: &mut Connection,
     out: &mut BytesMut,
+    remote: bool,
 ) -> std::result::Result<Welcome, ProtocolError> {
     let required: Vec<MethodRequirement> = cfg
         .methods
@@ -1183,7 +1304,7 @@ fn welcome_for(
     let mut w = Welcome::for_hello(hello, worker_id)?;
     w.max_frame_size = cfg.max_frame_size.min(hello.max_frame_size);
     w.initial_credit = cfg.initial_credit;
-    w.heartbeat_ms = cfg.heartbeat.as_millis().min(u32::MAX as u128) as u32;
+    w.heartbeat_ms = heartbeat(cfg, remote).as_millis().min(u32::MAX as u128) as u32;
     w.max_in_flight = cfg.max_in_flight.min(hello.max_concurrency).max(1);
     if w.max_in_flight < cfg.max_in_flight && !cfg.clamp_logged.swap(true, Relaxed) {
         tracing::warn!(
@@ -1196,7 +1317,8 @@ fn welcome_for(
         );
     }
     w.max_message_size = cfg.max_message_size.max(w.max_frame_size as u64);
-    if let (Some(_), Some(offer)) = (cfg.shm_threshold, hello.extensions.shm) {
+    // The lane needs the socketpair: never accepted on a remote connection (21.1).
+    if let (Some(_), Some(offer), false) = (cfg.shm_threshold, hello.extensions.shm, remote) {
         // Each side maps at most one largest message's worth of the other's regions.
         w.extensions.shm = Some(wirepool_proto::shm::ShmAccept {
             to_worker_window: offer.window.min(w.max_message_size),
@@ -1205,6 +1327,15 @@ fn welcome_for(
     }
     conn.send_welcome(&w, out)?;
     Ok(w)
+}
+
+/// The heartbeat of a worker: a remote connection always has one (PROTOCOL.md 21.5).
+fn heartbeat(cfg: &PoolConfig, remote: bool) -> Duration {
+    if remote && cfg.heartbeat.is_zero() {
+        crate::remote::REMOTE_HEARTBEAT
+    } else {
+        cfg.heartbeat
+    }
 }
 
 /// Maps the worker's methods onto the pool's method table. The table comes from the first
@@ -1234,7 +1365,7 @@ fn wire_methods(pool: &PoolShared, hello: &Hello) -> Vec<Option<WireMethod>> {
     wire
 }
 
-async fn write_now(socket: &Socket, bytes: &[u8]) -> std::io::Result<()> {
+async fn write_now(socket: &Transport, bytes: &[u8]) -> std::io::Result<()> {
     // Only used before the writer task exists (handshake).
     if bytes.is_empty() {
         return Ok(());
@@ -1242,15 +1373,23 @@ async fn write_now(socket: &Socket, bytes: &[u8]) -> std::io::Result<()> {
     socket.write_all(bytes).await
 }
 
-/// Kills and reaps a worker that failed before it served anything.
+/// Kills and reaps a worker that failed before it served anything (a remote worker's connection
+/// is closed already; its child, if any, is released by the caller).
 async fn reap_failed(
-    child: &mut tokio::process::Child,
+    process: &mut Process,
     pid: u32,
     worker_id: u32,
     cause: ExitCause,
     tail: &Arc<StderrTail>,
     logs_done: JoinHandle<()>,
+    host: Option<Arc<str>>,
 ) -> Arc<ExitInfo> {
+    let Process::Local(child) = process else {
+        let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
+        let mut info = exit_info(worker_id, pid, None, cause, tail);
+        info.host = host.map(|h| h.to_string());
+        return Arc::new(info);
+    };
     // A worker that closed its end is usually exiting: give it a moment so its own exit
     // status (not our SIGKILL) is reported; otherwise kill its group.
     let grace = if cause == ExitCause::Crashed {
@@ -1284,6 +1423,8 @@ fn exit_info(
         signal: status.and_then(|s| s.signal()),
         cause,
         stderr_tail: tail.snapshot(),
+        host: None,
+        connection_lost: false,
     }
 }
 
@@ -1300,7 +1441,7 @@ enum ReaderEnd {
 /// While a unary caller reads the socket itself (`DriverState::direct_reader`, see
 /// [`Worker::poll_unary`]) this task waits; the caller hands the socket back by registering
 /// this task's waker for read readiness (or waking it) when its call ends.
-async fn reader_loop(worker: Arc<Worker>, socket: Arc<Socket>) -> ReaderEnd {
+async fn reader_loop(worker: Arc<Worker>, socket: Arc<Transport>) -> ReaderEnd {
     let mut wakers: Vec<Waker> = Vec::with_capacity(64);
     loop {
         // The read is polled under the lock (never held across a suspension) straight into the
@@ -1536,7 +1677,7 @@ fn reader_eof(worker: &Worker) -> ReaderEnd {
 /// Writes every pending outgoing frame in one `write` per wake-up: callers only append to the
 /// driver's output buffer under the lock and wake this task, so under load hundreds of requests
 /// share one syscall.
-async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
+async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Transport>) {
     let mut queue = WriteQueue::default();
     loop {
         {
@@ -1562,6 +1703,18 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
             }
         }
         if queue.is_empty() {
+            // TLS records encrypted but not yet taken by the socket go before the writer sleeps.
+            while socket_out.has_pending_output() {
+                match socket_out.flush_pending() {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if socket_out.writable().await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
             worker.writer_wake.notified().await;
             // Let the callers woken with this one (by the same batch of results) queue their
             // requests first, so they share this write.
@@ -1592,7 +1745,7 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Socket>) {
 
 /// One write, with the SHM_REGION descriptors due with it (PROTOCOL.md 20.5).
 fn write_with_fds(
-    socket: &Socket,
+    socket: &Transport,
     slices: &[std::io::IoSlice<'_>],
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> std::io::Result<usize> {
@@ -1608,7 +1761,7 @@ fn write_with_fds(
 /// when it ends, gives every request still in flight exactly one typed error.
 async fn lifecycle(
     worker: Arc<Worker>,
-    mut child: tokio::process::Child,
+    mut process: Process,
     mut reader: JoinHandle<ReaderEnd>,
     writer: JoinHandle<()>,
     logs_done: JoinHandle<()>,
@@ -1619,8 +1772,14 @@ async fn lifecycle(
     let mut watch = Watch::new(worker.clone());
     let status = loop {
         tokio::select! {
-            st = child.wait() => break st.ok(),
-            end = &mut reader, if !watch.reader_done => watch.reader_ended(end),
+            st = process.wait_local() => break st,
+            end = &mut reader, if !watch.reader_done => {
+                watch.reader_ended(end);
+                // A remote worker ends with its connection (PROTOCOL.md 21.6).
+                if worker.host.is_some() {
+                    break None;
+                }
+            }
             Some(ctl) = control.recv() => match ctl {
                 Control::Kill(c) => watch.kill(c),
             },
@@ -1654,6 +1813,8 @@ async fn lifecycle(
     let _ = worker.exit.set(info.clone());
     fail_in_flight(&worker, error);
     worker.pool.notify_state_changed();
+    // A remote worker's child is reaped before the slot moves on (shutdown reaps everything).
+    process.release_remote().await;
     if info.cause == ExitCause::Crashed || info.cause == ExitCause::Hung {
         tracing::warn!(worker = worker.id, "{info}");
     } else {
@@ -1682,7 +1843,7 @@ struct Watch {
 impl Watch {
     fn new(worker: Arc<Worker>) -> Watch {
         let cfg = &worker.pool.cfg;
-        let heartbeat_ms = cfg.heartbeat.as_millis() as u64;
+        let heartbeat_ms = heartbeat(cfg, worker.host.is_some()).as_millis() as u64;
         let tick_ms = cfg.housekeeping_interval.as_millis() as u64;
         // With heartbeat 0 the user turned liveness checks off: neither clock runs.
         let liveness =
@@ -1705,7 +1866,7 @@ impl Watch {
         self.cause.get_or_insert(cause);
         if !self.killed {
             self.killed = true;
-            spawn::signal_group(self.worker.pid, libc::SIGKILL);
+            self.worker.kill_process();
         }
     }
 
@@ -1820,7 +1981,7 @@ impl Watch {
         if let Some(max) = cfg.recycle.max_rss_bytes {
             if now >= self.next_rss {
                 self.next_rss = now + Duration::from_millis(250);
-                if spawn::rss_bytes(worker.pid).is_some_and(|rss| rss > max) {
+                if spawn::rss_bytes(worker.local_pid).is_some_and(|rss| rss > max) {
                     worker.begin_drain(ExitCause::RecycledRss, cfg.drain_grace);
                 }
             }
@@ -1847,13 +2008,14 @@ impl Watch {
         } else {
             ExitCause::Crashed
         });
-        let info = Arc::new(exit_info(
-            worker.id,
-            worker.pid,
-            status,
-            cause,
-            &worker.stderr_tail,
-        ));
+        let mut info = exit_info(worker.id, worker.pid, status, cause, &worker.stderr_tail);
+        if let Some(host) = &worker.host {
+            // Its connection is all the pool knew of it: an end before GOODBYE that the pool
+            // did not ask for is a lost connection (PROTOCOL.md 21.6).
+            info.host = Some(host.to_string());
+            info.connection_lost = !said_goodbye && !drained && !self.killed;
+        }
+        let info = Arc::new(info);
         let error = match (self.protocol_error, cause) {
             (Some((code, message)), _) => Error::ProtocolViolation {
                 code,
