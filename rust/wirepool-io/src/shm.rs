@@ -366,101 +366,150 @@ impl Drop for View {
 /// Region sizes are rounded up to this, so bodies of similar sizes reuse one region.
 const REGION_GRAIN: usize = 2 << 20;
 
+mod body;
+use body::SharedRegion;
+pub use body::{is_shared_body, BodyBuf};
+
 /// How long an owner keeps a region that no body used before it retires it (PROTOCOL.md 20.4,
 /// `shm_idle_retire`): a connection that stops sending large bodies holds no shared memory on
 /// either side a second later, while back-to-back calls keep reusing warm pages.
 pub const IDLE_RETIRE: std::time::Duration = std::time::Duration::from_millis(1000);
 
-/// One region this side lends from, and when it was last seen in use (a body placed in it, or
-/// a range of it lent).
+/// One region this side announced on the connection, and when it was last seen in use (a
+/// body placed in it, or a range of it lent).
 struct Kept {
     id: u32,
-    region: OwnedRegion,
+    region: Arc<SharedRegion>,
     last_used: std::time::Instant,
 }
 
-/// The regions this side lends from on one connection (the owner's half of PROTOCOL.md 20.4):
-/// a body goes into a region none of which is lent (reused, so its pages are already
-/// there), else into a new one announced on the connection; free regions too small for the
-/// body are retired first, so live memory stays within the window (and 64 regions). A region
-/// no body used for [`IDLE_RETIRE`] is retired by [`retire_idle`](Self::retire_idle), which
-/// the driver calls from its housekeeping. When nothing fits, the caller sends the body over
-/// the socket.
+/// A body placed in a region of this side, ready to lend: send it with `send_*_shm(range)`,
+/// then give `keep` to [`Connection::shm_hold`](wirepool_proto::Connection::shm_hold) so the
+/// region is not written again until the peer releases the range.
+pub struct Placed {
+    /// The range to lend.
+    pub range: wirepool_proto::shm::ShmRange,
+    /// A view of the lent bytes, to hold until the release.
+    pub keep: Bytes,
+}
+
+/// The regions this side lends from on one connection (the owner's half of PROTOCOL.md 20.4).
+/// A body frozen from a shared [`BodyBuf`] is lent where it is (its region announced on the
+/// connection first if it was not: no copy); any other body is copied into a free region of
+/// the connection (reused, so its pages are already there), else into a new one. A new
+/// announcement first retires free regions of the connection that are too small or, when the
+/// window is full, the least recently used free ones, so live memory stays within the window
+/// (and 64 regions). A region no body used for [`IDLE_RETIRE`] is retired by
+/// [`retire_idle`](Self::retire_idle), which the driver calls from its housekeeping. When
+/// nothing fits, the caller sends the body over the socket.
 #[derive(Default)]
 pub struct Regions {
     regions: Vec<Kept>,
 }
 
 impl Regions {
-    /// Copies `body` into a free region of the connection's lane and returns its range, ready
-    /// for `send_*_shm`; `None` when the lane is off or the window cannot take it. A new
-    /// region's SHM_REGION goes to `out` with its descriptor attached.
+    /// Places `body` for the lane: where it is when it was frozen from a shared [`BodyBuf`],
+    /// else copied into a free region of the connection; `None` when the lane is off or the
+    /// window cannot take it. A new region's SHM_REGION goes to `out` with its descriptor
+    /// attached.
     pub fn place(
         &mut self,
         conn: &mut wirepool_proto::Connection,
-        body: &[u8],
+        body: &Bytes,
         out: &mut crate::outbox::Outbox,
-    ) -> Option<wirepool_proto::shm::ShmRange> {
+    ) -> Option<Placed> {
         let lender = conn.shm_lender()?;
         let len = body.len();
         if len == 0 {
             return None;
         }
-        let free = |id: u32| !lender.is_lent(id);
-        let found = self
-            .regions
-            .iter()
-            .position(|k| free(k.id) && k.region.len() >= len);
-        let index = match found {
-            Some(i) => i,
+        let placed = match body::as_placed(body) {
+            Some(placed) => placed,
             None => {
-                // Retire free regions that are too small: their memory makes room for this one.
-                let small: Vec<u32> = self
+                let free_here = self
                     .regions
                     .iter()
-                    .filter(|k| free(k.id) && k.region.len() < len)
-                    .map(|k| k.id)
-                    .collect();
-                for id in small {
-                    if conn.send_shm_retire(id, out).is_ok() {
-                        self.regions.retain(|k| k.id != id);
-                    }
-                }
-                let size = len.div_ceil(REGION_GRAIN) * REGION_GRAIN;
-                let lender = conn.shm_lender()?;
-                if !lender.can_announce(size as u64) {
+                    .filter(|k| k.region.len() >= len && !lender.is_lent(k.id))
+                    .find_map(|k| k.region.claim());
+                // A body the window can never take is not copied anywhere.
+                if free_here.is_none()
+                    && len.div_ceil(REGION_GRAIN) * REGION_GRAIN > lender.window() as usize
+                {
                     return None;
                 }
-                let region = OwnedRegion::create(size).ok()?;
-                let fd = region.as_fd().try_clone_to_owned().ok()?;
-                out.attach_fd(fd);
-                let Ok(id) = conn.send_shm_region(size as u64, out) else {
-                    out.detach_last_fd();
-                    return None;
-                };
-                self.regions.push(Kept {
-                    id,
-                    region,
-                    last_used: std::time::Instant::now(),
-                });
-                self.regions.len() - 1
+                body::copy_in(body, free_here)?
             }
         };
-        let kept = &mut self.regions[index];
-        kept.last_used = std::time::Instant::now();
-        kept.region.as_mut_slice()[..len].copy_from_slice(body);
-        Some(wirepool_proto::shm::ShmRange {
-            region: kept.id,
-            offset: 0,
-            length: len as u64,
+        let id = self.announced(conn, &placed.region, out)?;
+        Some(Placed {
+            range: wirepool_proto::shm::ShmRange {
+                region: id,
+                offset: placed.offset as u64,
+                length: len as u64,
+            },
+            keep: placed.keep,
         })
+    }
+
+    /// The connection's id of `region`, announcing it first when it is new here.
+    fn announced(
+        &mut self,
+        conn: &mut wirepool_proto::Connection,
+        region: &Arc<SharedRegion>,
+        out: &mut crate::outbox::Outbox,
+    ) -> Option<u32> {
+        let now = std::time::Instant::now();
+        if let Some(k) = self
+            .regions
+            .iter_mut()
+            .find(|k| Arc::ptr_eq(&k.region, region))
+        {
+            k.last_used = now;
+            return Some(k.id);
+        }
+        let size = region.len();
+        // Free regions too small for this body make room for the one it needs; when the window
+        // is still full, the least recently used free ones.
+        let lender = conn.shm_lender()?;
+        let mut free: Vec<(bool, std::time::Instant, u32)> = self
+            .regions
+            .iter()
+            .filter(|k| !lender.is_lent(k.id))
+            .map(|k| (k.region.len() >= size, k.last_used, k.id))
+            .collect();
+        free.sort();
+        for (large_enough, _, id) in free {
+            let lender = conn.shm_lender()?;
+            if large_enough && lender.can_announce(size as u64) {
+                break;
+            }
+            if conn.send_shm_retire(id, out).is_ok() {
+                self.regions.retain(|k| k.id != id);
+            }
+        }
+        if !conn.shm_lender()?.can_announce(size as u64) {
+            return None;
+        }
+        let fd = region.as_fd().try_clone_to_owned().ok()?;
+        out.attach_fd(fd);
+        let Ok(id) = conn.send_shm_region(size as u64, out) else {
+            out.detach_last_fd();
+            return None;
+        };
+        self.regions.push(Kept {
+            id,
+            region: region.clone(),
+            last_used: now,
+        });
+        Some(id)
     }
 
     /// Retires (SHM_RETIRE to `out`, then unmaps and closes) every region that had nothing
     /// lent for [`IDLE_RETIRE`] before `now`, as seen by this call and the placements; returns
     /// how many, so the driver knows to write. A region found lent counts as used now, so one
     /// a handler held for long is kept for the next body. The peer unmaps a retired region at
-    /// once (PROTOCOL.md 20.3).
+    /// once (PROTOCOL.md 20.3). A region is unmapped and closed once no connection has it
+    /// announced and no body of it lives.
     pub fn retire_idle(
         &mut self,
         conn: &mut wirepool_proto::Connection,

@@ -578,6 +578,7 @@ impl Connection {
     fn drop_peer_regions(&mut self) {
         if let Some(lane) = self.lane.as_mut() {
             lane.mapped.clear();
+            lane.lender.drop_holds();
         }
     }
 
@@ -1495,6 +1496,17 @@ impl Connection {
     /// lane is on.
     pub fn shm_lender(&self) -> Option<&Lender> {
         self.lane.as_ref().map(|l| &l.lender)
+    }
+
+    /// Keeps `keep` until the peer releases the lent range `r` (or the connection ends): call
+    /// it right after `send_*_shm(.., r, ..)` with a `Bytes` view of the bytes lent, so the
+    /// region cannot be written again meanwhile (see [`Lender::hold`]). `Err(keep)` when `r`
+    /// is not lent (the lane is off, or the send failed).
+    pub fn shm_hold(&mut self, r: ShmRange, keep: bytes::Bytes) -> Result<(), bytes::Bytes> {
+        match self.lane.as_mut() {
+            Some(lane) => lane.lender.hold(r, keep),
+            None => Err(keep),
+        }
     }
 
     /// The driver's mapper for the peer's regions: called for each SHM_REGION whose frame

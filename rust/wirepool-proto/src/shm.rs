@@ -346,6 +346,8 @@ pub struct Lender {
     last_region: u32,
     live: LiveRegions,
     lent: LentRanges,
+    /// What keeps the memory of lent ranges alive until their release (see [`hold`](Self::hold)).
+    keeps: BTreeMap<ShmRange, Vec<bytes::Bytes>>,
 }
 
 impl Lender {
@@ -356,6 +358,7 @@ impl Lender {
             last_region: 0,
             live: LiveRegions::default(),
             lent: LentRanges::default(),
+            keeps: BTreeMap::new(),
         }
     }
 
@@ -399,6 +402,7 @@ impl Lender {
     /// A SHM_RELEASE arrived: `SHM_BAD_RELEASE` unless it names a lent range exactly.
     pub fn released(&mut self, r: ShmRange) -> Result<(), ProtocolError> {
         if self.lent.remove(r) {
+            self.drop_keep(r);
             Ok(())
         } else {
             Err(err(
@@ -407,6 +411,38 @@ impl Lender {
                 format!("SHM_RELEASE of {r:?}, which is not lent"),
             ))
         }
+    }
+
+    /// Keeps `keep` (typically a `Bytes` view of the owner's own region holding the lent bytes)
+    /// until `r` is released, or until the lane's bookkeeping is dropped (the peer is gone):
+    /// the driver's way to know the memory of a range stays untouched while the peer may read
+    /// it (20.4), without asking. `Err(keep)` when `r` is not lent.
+    pub fn hold(&mut self, r: ShmRange, keep: bytes::Bytes) -> Result<(), bytes::Bytes> {
+        let lent = self.lent.ranges.get(&r).copied().unwrap_or(0) as usize;
+        let held = self.keeps.entry(r).or_default();
+        if held.len() >= lent {
+            if held.is_empty() {
+                self.keeps.remove(&r);
+            }
+            return Err(keep);
+        }
+        held.push(keep);
+        Ok(())
+    }
+
+    fn drop_keep(&mut self, r: ShmRange) {
+        if let Some(held) = self.keeps.get_mut(&r) {
+            held.pop();
+            if held.is_empty() {
+                self.keeps.remove(&r);
+            }
+        }
+    }
+
+    /// Drops what [`hold`](Self::hold) kept: the peer is gone, so nothing it was lent is read
+    /// any more (20.4, "either side dies").
+    pub fn drop_holds(&mut self) {
+        self.keeps.clear();
     }
 
     /// Withdraws a region (the driver then sends SHM_RETIRE and may drop it); refused

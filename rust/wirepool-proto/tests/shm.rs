@@ -447,3 +447,41 @@ fn the_spec_vectors() {
         assert_eq!(outcome, want(case), "{name}");
     }
 }
+
+#[test]
+fn a_lender_holds_what_keeps_a_lent_range_until_its_release() {
+    use std::sync::Arc;
+    let mut owner = Lender::new(1 << 30);
+    let region = owner.announce(1 << 20).unwrap();
+    let r = ShmRange {
+        region,
+        offset: 0,
+        length: 10,
+    };
+    let keep = Arc::new(());
+    let view = || bytes::Bytes::from_owner(Owner(keep.clone()));
+    // Not lent: handed back.
+    assert!(owner.hold(r, view()).is_err());
+    owner.lend(r).unwrap();
+    owner.lend(r).unwrap();
+    owner.hold(r, view()).unwrap();
+    owner.hold(r, view()).unwrap();
+    assert!(owner.hold(r, view()).is_err(), "one hold per loan");
+    assert_eq!(Arc::strong_count(&keep), 3);
+    owner.released(r).unwrap();
+    assert_eq!(Arc::strong_count(&keep), 2, "a release drops one hold");
+    owner.drop_holds();
+    assert_eq!(
+        Arc::strong_count(&keep),
+        1,
+        "the peer is gone: nothing is held"
+    );
+
+    // Holds its `Arc` only to be counted.
+    struct Owner(#[allow(dead_code)] Arc<()>);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            b"0123456789"
+        }
+    }
+}

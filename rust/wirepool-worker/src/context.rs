@@ -62,6 +62,49 @@ impl Context {
         let data = serde_json::to_string(data).unwrap_or_default();
         self.req.event(topic, data);
     }
+
+    /// A buffer to write a large result (or summary) into, sent without a copy: in a region of
+    /// this worker's shared memory when the parent accepted the lane (PROTOCOL.md 20) and
+    /// `capacity` reaches the worker's `shm_threshold`, an ordinary heap buffer otherwise.
+    /// Write the body, [`freeze`](crate::BodyBuf::freeze) it, and return the `Bytes` from a
+    /// method whose codec is opaque (raw, Arrow IPC, ...) or as an [`Encoded`](crate::Encoded)
+    /// (for a value you encoded into it yourself): the parent reads the very bytes written
+    /// here. Where the lane is off, or the parent's window cannot take the region, the same
+    /// `Bytes` goes over the socket. Dropping the buffer (a handler that fails after
+    /// allocating) gives the region back at once. Linux only.
+    ///
+    /// ```no_run
+    /// use bytes::Bytes;
+    /// use wirepool_worker::{Codec, Context, HandlerError, Worker};
+    ///
+    /// fn main() -> std::io::Result<()> {
+    ///     Worker::new("big")
+    ///         .unary("zeros", |n: u64, ctx: &Context| -> Result<Bytes, HandlerError> {
+    ///             let mut body = ctx.body_buf(n as usize);
+    ///             body.resize(n as usize, 0); // written in place, never copied
+    ///             Ok(body.freeze())
+    ///         })
+    ///         .codecs(&[Codec::Json, Codec::Raw])
+    ///         .run()
+    /// }
+    /// ```
+    #[cfg(target_os = "linux")]
+    pub fn body_buf(&self, capacity: usize) -> crate::BodyBuf {
+        let lane = {
+            let state = self.req.shared.lock();
+            capacity >= state.shm_threshold
+                && state
+                    .conn
+                    .shm()
+                    .is_some_and(|a| a.to_parent_window >= capacity as u64)
+        };
+        if lane {
+            if let Ok(buf) = crate::BodyBuf::shared(capacity) {
+                return buf;
+            }
+        }
+        crate::BodyBuf::heap(capacity)
+    }
 }
 
 impl std::fmt::Debug for Context {

@@ -86,5 +86,9 @@ pub use sink::{BlockingRowSink, RowSink};
 #[cfg(feature = "arrow")]
 pub use wirepool_codec::arrow;
 pub use wirepool_codec::{Codec, Encoded};
+/// A buffer a handler writes a large result into, sent without a copy (see
+/// [`Context::body_buf`]).
+#[cfg(target_os = "linux")]
+pub use wirepool_io::shm::BodyBuf;
 pub use wirepool_proto::ErrorCode;
 pub use worker::{Summary, Worker};

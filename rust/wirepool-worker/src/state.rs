@@ -177,8 +177,10 @@ impl Shared {
     }
 }
 
-/// A result or summary through the shared-memory lane: copied into a free region, then the
-/// first frame and its SHM_BODY; over the socket when no region can take it (window full).
+/// A result or summary through the shared-memory lane: lent where it is when it was built in a
+/// [`BodyBuf`](crate::BodyBuf), else copied into a free region; then the first frame and its
+/// SHM_BODY, the region held until the parent releases the range; over the socket when no
+/// region can take it (window full).
 #[cfg(target_os = "linux")]
 fn send_through_region(
     state: &mut WorkerState,
@@ -188,8 +190,16 @@ fn send_through_region(
 ) -> Result<(), wirepool_proto::ProtocolError> {
     let placed = state.regions.place(&mut state.conn, body, &mut state.out);
     match (placed, terminal) {
-        (Some(range), Terminal::End { .. }) => state.conn.send_end_shm(id, range, &mut state.out),
-        (Some(range), _) => state.conn.send_result_shm(id, range, &mut state.out),
+        (Some(p), Terminal::End { .. }) => {
+            state.conn.send_end_shm(id, p.range, &mut state.out)?;
+            let _ = state.conn.shm_hold(p.range, p.keep);
+            Ok(())
+        }
+        (Some(p), _) => {
+            state.conn.send_result_shm(id, p.range, &mut state.out)?;
+            let _ = state.conn.shm_hold(p.range, p.keep);
+            Ok(())
+        }
         (None, Terminal::End { .. }) => {
             state
                 .conn

@@ -19,6 +19,8 @@ struct Decl {
 
 /// Memory a worker holds on purpose (the RSS recycle test).
 static HELD: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+/// Where the last `fill_raw` wrote, and whether its buffer was shared memory.
+static LAST_FILL: Mutex<(usize, bool)> = Mutex::new((0, false));
 /// Per-worker session state (the lease test).
 static SESSION: Mutex<Option<String>> = Mutex::new(None);
 
@@ -211,7 +213,13 @@ fn main() -> std::io::Result<()> {
         return raw_echo(fd);
     }
     let all_serde = [Codec::Json, Codec::MsgPack, Codec::Cbor];
+    // A worker that does not offer the shm lane (a v1 HELLO): the zero-copy tests' peer that
+    // refused it.
+    let lane = std::env::var_os("WIREPOOL_TEST_NO_SHM")
+        .is_none()
+        .then_some(1 << 20);
     Worker::new("wirepool-test-worker")
+        .shm_threshold(lane)
         .unary("echo", |v: serde_json::Value, _: &Context| Ok(v))
         .codecs(&all_serde)
         .unary("echo_raw", |b: Bytes, _: &Context| Ok(b))
@@ -231,6 +239,48 @@ fn main() -> std::io::Result<()> {
             Ok(Bytes::from(b.len().to_string()))
         })
         .codecs(&[Codec::Raw])
+        // The zero-copy result (Context::body_buf): `[len, seed]` -> `len` bytes of
+        // `pattern(seed)` written in place; `fail` set: fails after writing them (the region
+        // must be given back). The address written is kept for `shm_probe`.
+        .unary(
+            "fill_raw",
+            |(len, seed, fail): (usize, u8, bool), ctx: &Context| {
+                let mut body = ctx.body_buf(len);
+                for (i, b) in body.unfilled(len).iter_mut().enumerate() {
+                    *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
+                }
+                *LAST_FILL.lock().unwrap() = (body.as_ptr() as usize, body.is_shared());
+                if fail {
+                    return Err(HandlerError::new("failed after allocating").with_code(1401));
+                }
+                Ok(wirepool_worker::Encoded(body.freeze()))
+            },
+        )
+        .codecs(&[Codec::Json])
+        // Wrapping sum of the body's bytes (reads every byte of a view of the parent's region).
+        .unary("sum_raw", |b: Bytes, _: &Context| {
+            let sum = b.iter().fold(0u64, |s, &x| s.wrapping_add(x as u64));
+            Ok(Bytes::from(sum.to_string()))
+        })
+        .codecs(&[Codec::Raw])
+        // This worker's own shared regions (its read-write memfd mappings, start and end), and
+        // the last `fill_raw`: where it wrote and whether in shared memory.
+        .unary("shm_probe", |_: (), _: &Context| {
+            let maps = std::fs::read_to_string("/proc/self/maps")?;
+            let own: Vec<(usize, usize)> = maps
+                .lines()
+                .filter(|l| l.contains("/memfd:wirepool-shm") && l.contains(" rw-s "))
+                .filter_map(|l| {
+                    let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+                    Some((
+                        usize::from_str_radix(a, 16).ok()?,
+                        usize::from_str_radix(b, 16).ok()?,
+                    ))
+                })
+                .collect();
+            Ok((own, *LAST_FILL.lock().unwrap()))
+        })
+        .codecs(&[Codec::Json])
         // Served on the worker's I/O thread: no handler-thread hop (the latency benchmarks).
         .unary_inline("echo_raw_inline", |b: Bytes, _: &Context| Ok(b))
         .codecs(&[Codec::Raw])

@@ -55,6 +55,8 @@
 #![warn(missing_docs)]
 
 pub mod blocking;
+#[cfg(target_os = "linux")]
+mod body;
 mod call_options;
 mod config;
 mod error;
@@ -69,6 +71,8 @@ mod spawn;
 mod stream;
 mod worker;
 
+#[cfg(target_os = "linux")]
+pub use body::BodyBuf;
 pub use config::{MethodKind, MethodSpec, RecyclePolicy, RestartPolicy};
 pub use error::{codes, Error, ExitCause, ExitInfo, Result};
 pub use events::{event_channel, EventReceiver, EventSender, WorkerEvent};
