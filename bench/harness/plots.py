@@ -118,6 +118,25 @@ def render(results: dict[str, Any], out_dir: Path) -> list[str]:
         fig.savefig(out_dir / "pool_scaling.png", dpi=110)
         plt.close(fig)
         written.append("pool_scaling.png")
+
+    # W7: one bar per runner (median, min-max whiskers), the floor moving the same bytes first.
+    w7 = _series(results, "W7", "mb_per_s")
+    if w7:
+        names = sorted(w7, key=lambda r: (kinds.get(r) != "floor", r))
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 2), 4.5))
+        for i, r in enumerate(names):
+            _, lo, med, hi = w7[r][0]
+            ax.bar(i, med, color=colors.get(r), yerr=[[med - lo], [hi - med]], capsize=3)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("MB/s of the IPC stream")
+        ax.set_title("W7 Arrow batch (1 M rows), worker to parent")
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out_dir / "arrow_batches.png", dpi=110)
+        plt.close(fig)
+        written.append("arrow_batches.png")
     return written
 
 

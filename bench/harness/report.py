@@ -211,7 +211,7 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
         status = "available" if r["available"] else f"not available: {r['reason']}"
         lines.append(f"| {r['name']} | {r['kind']} | {r['label']} | {status} |")
     lines += ["", "## Where wirepool loses", ""] + _losses(results, runners)
-    for wl in ("W1", "W2", "W3", "W4", "W5"):
+    for wl in ("W1", "W2", "W3", "W4", "W5", "W7"):
         table = _workload_table(results, wl, runners)
         if table:
             lines += ["", f"## {WORKLOAD_TITLES[wl]}", ""]

@@ -21,6 +21,7 @@ WORKLOAD_TITLES = {
     "W4": "W4 streamed rows, decoded into objects in the parent",
     "W5": "W5 pool scaling, CPU-bound tasks",
     "W6": "W6 memory: peak RSS of parent and children",
+    "W7": "W7 Arrow record batches, worker to parent",
 }
 
 
@@ -154,6 +155,17 @@ def build(mode: str, every_scenario: bool = False) -> list[dict[str, Any]]:
             add(id=f"W5.task{task_us}us.w{workers}", workload="W5", kind="pool",
                 task_us=task_us, workers=workers, tasks=tasks, ideal_tasks_per_s=ideal,
                 x=workers)
+
+    # W7 (full mode; quick with --only W7): one Arrow record batch of 1 M rows (i int64, x
+    # float64, name utf8 "decl_%07d": 33,554,928 IPC bytes) per call from the worker, read
+    # zero-copy by the parent; its own runners (each pair through the shm lane and over the
+    # socket) and the floor moving the same bytes one way.
+    w7 = [f"wirepool_arrow_{p}_{w}worker{sfx}" for p in ("rs", "py") for w in ("rs", "py")
+          for sfx in ("", "_socket")]
+    w7_rows = 1 << 20
+    add(id=f"W7.arrow.{count_label(w7_rows)}", workload="W7", kind="arrow", rows=w7_rows,
+        payload=33_554_928, inflight=1, duration_s=window, min_calls=3, warmup_s=0, x=w7_rows,
+        only=["floor_c", *w7])
 
     n_slow = 16384 if full else 4096
     add(id=f"W6.slow_consumer.large_rows.{count_label(n_slow)}", workload="W6",

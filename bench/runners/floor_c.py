@@ -22,9 +22,11 @@ UNITS = {"calls_per_s": ("calls/s", "higher"), "p50_us": ("us", "lower"),
 def argv_for(sc: dict) -> list[str] | None:
     kind = sc["kind"]
     r = str(sc["repeats"])
-    if kind in ("echo", "oneway", "echo_large"):
+    if kind in ("echo", "oneway", "echo_large", "arrow"):
+        # W7 (arrow): the batch's IPC bytes moved one way.
+        one_way = kind in ("oneway", "arrow")
         return ["echo", str(sc["payload"]), str(sc.get("inflight", 1)), str(sc["duration_s"]),
-                str(sc["min_calls"]), str(sc["warmup_s"]), r, "1" if kind == "oneway" else "0",
+                str(sc["min_calls"]), str(sc["warmup_s"]), r, "1" if one_way else "0",
                 "1" if kind == "echo" and sc.get("inflight", 1) == 1 else "0"]
     if kind in ("rows", "slow_rows"):
         pause_us = int(sc.get("pause_ms", 0) * 1000)

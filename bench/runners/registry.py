@@ -80,6 +80,27 @@ RUNNERS: list[Runner] = [
     Runner("wirepool_shm_lane", "wirepool",
            "wirepool shared-memory lane transport, Rust x Rust (the example, not the pool)",
            discover="shm_lane"),
+    # The zero-copy send (issue 13): W3 one-way bodies written once into Pool::body_buf and lent
+    # to the worker on every call, never copied (built by wirepool_rust's --prepare).
+    Runner("wirepool_rust_zerocopy", "wirepool",
+           "wirepool, Rust parent + Rust worker, zero-copy body (Pool::body_buf), W3 one-way",
+           ("bash", "{bench}/runners/wirepool_rust.sh", "--runner", "wirepool_rust_zerocopy",
+            "--zero-copy")),
+    # W7: a 1 M-row Arrow batch per call, worker -> parent, read zero-copy; each pair through the
+    # shm lane and over the socket (the Rust worker writes into Context::body_buf).
+    *[Runner(f"wirepool_arrow_rs_{w}worker{sfx}", "wirepool",
+             f"wirepool W7 Arrow, Rust parent + {lang} worker, "
+             + ("socket" if sfx else "shm lane"),
+             ("bash", "{bench}/runners/wirepool_rust.sh", "--worker", lang.lower(), "--runner",
+              f"wirepool_arrow_rs_{w}worker{sfx}", "--zero-copy", *(("--no-shm",) if sfx else ())),
+             needs=("venv",) if w == "py" else ())
+      for w, lang in (("rs", "Rust"), ("py", "Python")) for sfx in ("", "_socket")],
+    *[Runner(f"wirepool_arrow_py_{w}worker{sfx}", "wirepool",
+             f"wirepool W7 Arrow, Python parent + {lang} worker, "
+             + ("socket" if sfx else "shm lane"),
+             ("{python}", "{bench}/runners/arrow_py.py", "--worker", lang.lower(),
+              *(("--socket",) if sfx else ())), needs=("venv",))
+      for w, lang in (("rs", "Rust"), ("py", "Python")) for sfx in ("", "_socket")],
     # The same with a Python parent (its Rust worker is built by shm_lane's --prepare).
     Runner("wirepool_shm_lane_pyparent", "wirepool",
            "wirepool shared-memory lane transport, Python parent + Rust worker (not yet the pool)",

@@ -5,7 +5,8 @@ Same methods as the Rust bench worker (rust/wirepool-bench/src/bin/wirepool-benc
 ``{"shape", "n"}`` -> the rows of bench/README.md, in the request's codec),
 ``raw_rows`` (raw: ``b"N"`` -> the small rows' JSON text as bytes) and ``spin`` (JSON: burn ``us``
 of thread CPU time), and ``mark`` (raw: calls ``os.getpgrp()``, a phase boundary of the
-instruction-count gate, bench/harness/icount.py). ``echo``, ``oneway`` and ``spin`` run inline on the I/O loop: a worker
+instruction-count gate, bench/harness/icount.py); ``arrow_batch`` (raw, with pyarrow: ``b"N"`` -> the
+W7 Arrow IPC stream of N rows). ``echo``, ``oneway`` and ``spin`` run inline on the I/O loop: a worker
 serves one task at a time (like every baseline's child) with no thread hand-off.
 
 Started by a wirepool parent (it needs ``WIREPOOL_FD``); ``PYTHONPATH`` must reach python/.
@@ -66,6 +67,34 @@ def mark(body: memoryview) -> bytes:
     # valgrind --dump-before=getpgrp writes this process's counts so far: the gate's phases.
     os.getpgrp()
     return b""
+
+
+_BATCHES: dict = {}
+
+
+def _w7_batch(n: int):
+    """The W7 batch of ``n`` rows, as rust/wirepool-bench's ``arrow_batch`` builds it."""
+    import pyarrow as pa
+
+    if n not in _BATCHES:
+        _BATCHES[n] = pa.table({"i": pa.array(range(n), pa.int64()),
+                                "x": pa.array([i / 2 for i in range(n)], pa.float64()),
+                                "name": pa.array([f"decl_{i:07d}" for i in range(n)], pa.string())})
+    return _BATCHES[n]
+
+
+@wirepool.method(codecs=["raw"])
+def arrow_batch(req: memoryview) -> memoryview:
+    """``b"<rows>"`` -> the W7 Arrow IPC stream of that many rows (pyarrow's buffer as it is:
+    the worker copies it once into its shm region, or writes it to the socket). pyarrow is
+    imported on the first call only (the `arrow` extra; start-up stays what the gate counts)."""
+    import pyarrow as pa
+
+    table = _w7_batch(int(bytes(req).split()[0]))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write(table)
+    return memoryview(sink.getvalue()).cast("B")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ def test_full_mode_has_the_specified_grid():
     w5 = [(s["task_us"], s["workers"]) for s in of("full", "W5")]
     assert w5 == [(t, w) for t in (50, 1000, 10000) for w in (1, 2, 4)]
     assert [s["kind"] for s in of("full", "W6")] == ["slow_rows"]
+    assert [(s["kind"], s["rows"]) for s in of("full", "W7")] == [("arrow", 1 << 20)]
 
 def test_full_mode_repeats_five_times_and_three_only_where_one_repeat_takes_seconds():
     for s in scenarios.build("full"):
@@ -105,7 +106,10 @@ def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
         "wirepool_rust", "wirepool_rust_pyworker", "wirepool_python", "wirepool_python_rsworker",
         "wirepool_python_sync",
         "wirepool_shm_lane", "wirepool_shm_lane_pyparent", "wirepool_node", "wirepool_node_rsworker",
-        "wirepool_rust_nodeworker", "wirepool_python_nodeworker", "wirepool_rust_socket"}
+        "wirepool_rust_nodeworker", "wirepool_python_nodeworker", "wirepool_rust_socket",
+        "wirepool_rust_zerocopy",
+        *(f"wirepool_arrow_{p}_{w}worker{sfx}" for p in ("rs", "py") for w in ("rs", "py")
+          for sfx in ("", "_socket"))}
     for s in scenarios.build("full"):
         assert set(s.get("only") or []) <= set(names)
 

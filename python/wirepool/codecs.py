@@ -124,14 +124,18 @@ def _make_arrow() -> Codec | None:
     except ImportError:
         return None
 
-    def encode(obj: Any) -> bytes:
+    def encode(obj: Any) -> memoryview:
+        # The stream pyarrow wrote, as it is (no copy into a bytes object); a large one is then
+        # copied once into the worker's shm region, or written to the socket.
         table = obj if isinstance(obj, (pa.Table, pa.RecordBatch)) else pa.table(obj)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write(table)
-        return sink.getvalue().to_pybytes()
+        return memoryview(sink.getvalue()).cast("B")
 
     def decode(buf: Buffer) -> Any:
+        # Zero-copy: the Table's buffers point into ``buf`` (a view of the worker's shm region
+        # when the body came through the lane, which the Table keeps mapped while it lives).
         return pa.ipc.open_stream(pa.py_buffer(buf)).read_all()
 
     return Codec(CodecId.ARROW, "arrow", encode, decode)

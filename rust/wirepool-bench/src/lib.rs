@@ -72,3 +72,21 @@ pub fn thread_cpu_ns() -> u64 {
 pub fn payload_bytes(size: usize) -> Vec<u8> {
     b"wirepool".iter().copied().cycle().take(size).collect()
 }
+
+/// The W7 record batch of `n` rows, the same in every runner (bench/runners/arrow_py.py
+/// builds it with pyarrow): `i` int64 `0..n`, `x` float64 `i / 2`, `name` utf8 `decl_%07d`
+/// (12 bytes). Its IPC stream is about 32 bytes a row.
+pub fn arrow_batch(n: usize) -> arrow_array::RecordBatch {
+    use arrow_array::{Float64Array, Int64Array, StringArray};
+    use std::sync::Arc;
+    let i = Int64Array::from_iter_values(0..n as i64);
+    let x = Float64Array::from_iter_values((0..n).map(|i| i as f64 / 2.0));
+    let name = StringArray::from_iter_values((0..n).map(|i| format!("decl_{i:07}")));
+    // Nullable fields, as pyarrow makes them.
+    arrow_array::RecordBatch::try_from_iter_with_nullable([
+        ("i", Arc::new(i) as arrow_array::ArrayRef, true),
+        ("x", Arc::new(x) as _, true),
+        ("name", Arc::new(name) as _, true),
+    ])
+    .expect("a valid batch")
+}

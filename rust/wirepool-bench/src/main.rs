@@ -82,6 +82,11 @@ fn frame_size(sc: &Value) -> u32 {
 /// measured beside the lane in the same run (W3 only).
 static SOCKET_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// `--zero-copy`: W3 one-way bodies are written once into `Pool::body_buf` (shared memory) and
+/// that body is sent on every call, lent to the worker without a copy (runner
+/// `wirepool_rust_zerocopy`); W7 asks the worker for the zero-copy result the same way.
+static ZERO_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn start_pool(
     lang: WorkerLang,
     workers: usize,
@@ -216,9 +221,16 @@ async fn run_echo(
     let method = if kind == "oneway" { "oneway" } else { "echo" };
     let latency = kind == "echo" && inflight == 1;
     let pool = start_pool(lang, 1, inflight.max(1) as u32, frame_size(sc)).await?;
+    let body = if ZERO_COPY.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut buf = pool.body_buf(payload);
+        buf.extend_from_slice(&payload_bytes(payload));
+        buf.freeze()
+    } else {
+        Bytes::from(payload_bytes(payload))
+    };
     let load = EchoLoad {
         method,
-        body: Bytes::from(payload_bytes(payload)),
+        body,
         inflight,
         expect: payload,
     };
@@ -254,6 +266,64 @@ async fn run_echo(
             format!("{inflight} tasks each keeping one call outstanding")
         } else {
             "one call at a time".into()
+        }
+    );
+    Ok((figs, children, notes))
+}
+
+/// W7: one Arrow IPC stream of `rows` rows per call from the worker (`arrow_batch`), read
+/// with `decode_batches_shared` (a view of the worker's region when the lane is on: the arrays
+/// point into it). MB/s of the stream's bytes and rows/s, one call at a time.
+async fn run_arrow(
+    sc: &Value,
+    lang: WorkerLang,
+) -> wirepool::Result<(Vec<Value>, Option<u64>, String)> {
+    let rows = sc["rows"].as_u64().unwrap_or(1 << 20) as usize;
+    let window = Duration::from_secs_f64(sc["duration_s"].as_f64().unwrap_or(0.1));
+    let min_calls = sc["min_calls"].as_u64().unwrap_or(1);
+    let repeats = sc["repeats"].as_u64().unwrap_or(3);
+    let zero_copy = ZERO_COPY.load(std::sync::atomic::Ordering::Relaxed);
+    let pool = start_pool(lang, 1, 1, MAX_FRAME).await?;
+    let req = Bytes::from(if zero_copy {
+        format!("{rows} zc")
+    } else {
+        rows.to_string()
+    });
+    let call = || async {
+        let body = pool.call_raw("arrow_batch", req.clone()).await?;
+        let len = body.len();
+        let batches = wirepool_codec::arrow::decode_batches_shared(body)
+            .unwrap_or_else(|e| panic!("the worker's Arrow stream: {e}"));
+        let got: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(got, rows, "rows in the worker's batch");
+        Ok::<usize, wirepool::Error>(len)
+    };
+    let stream_len = call().await?;
+    let (mut mbs, mut rates) = (vec![], vec![]);
+    for _ in 0..repeats {
+        let start = Instant::now();
+        let mut calls = 0u64;
+        while calls < min_calls || start.elapsed() < window {
+            call().await?;
+            calls += 1;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        mbs.push(calls as f64 * stream_len as f64 / secs / 1e6);
+        rates.push(calls as f64 * rows as f64 / secs);
+    }
+    let children = children_peak_kib(&pool);
+    pool.shutdown().await;
+    let figs = vec![
+        figure("mb_per_s", "MB/s", &mbs, "higher"),
+        figure("rows_per_s", "rows/s", &rates, "higher"),
+    ];
+    let notes = format!(
+        "one {rows}-row batch ({stream_len} IPC bytes) per call_raw, decoded with \
+         wirepool_codec::arrow::decode_batches_shared (zero-copy arrays); worker {}",
+        if zero_copy {
+            "writes the stream into Context::body_buf"
+        } else {
+            "writes the stream into a Vec"
         }
     );
     Ok((figs, children, notes))
@@ -449,16 +519,35 @@ fn main() {
     };
     let socket_only = args.iter().any(|a| a == "--no-shm");
     SOCKET_ONLY.store(socket_only, std::sync::atomic::Ordering::Relaxed);
+    let zero_copy = args.iter().any(|a| a == "--zero-copy");
+    ZERO_COPY.store(zero_copy, std::sync::atomic::Ordering::Relaxed);
     let runner = match lang {
         WorkerLang::Rust if socket_only => "wirepool_rust_socket",
         WorkerLang::Rust => "wirepool_rust",
         WorkerLang::Python => "wirepool_rust_pyworker",
         WorkerLang::Node => "wirepool_rust_nodeworker",
     };
+    // `--runner NAME`: the name printed (the zero-copy and W7 entries of the registry).
+    let named = args
+        .iter()
+        .position(|a| a == "--runner")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let runner: &str = named.as_deref().unwrap_or(runner);
     let sc = load_scenario();
     let id = sc["id"].clone();
     let kind = sc["kind"].as_str().unwrap_or("").to_string();
-    if socket_only && !matches!(kind.as_str(), "oneway" | "echo_large") {
+    let w3 = matches!(kind.as_str(), "oneway" | "echo_large");
+    if (zero_copy && !(kind == "oneway" || kind == "arrow")) || (kind == "arrow" && named.is_none())
+    {
+        println!(
+            "{}",
+            json!({"runner": runner, "scenario": id, "status": "unsupported",
+                   "reason": "the zero-copy body: W3 one-way and W7; W7: its own runners"})
+        );
+        return;
+    }
+    if socket_only && !(w3 || kind == "arrow") {
         println!(
             "{}",
             json!({"runner": runner, "scenario": id, "status": "unsupported",
@@ -492,6 +581,7 @@ fn main() {
             "echo" | "oneway" | "echo_large" => run_echo(&sc, lang).await,
             "rows" | "slow_rows" => run_rows(&sc, lang, codec).await,
             "pool" => run_pool(&sc, lang).await,
+            "arrow" => run_arrow(&sc, lang).await,
             other => panic!("unknown scenario kind {other}"),
         }
     });

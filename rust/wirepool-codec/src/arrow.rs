@@ -5,6 +5,11 @@
 //! schema out of band. The protocol carries it opaquely: a handler declares `ArrowIpc` for its
 //! method and sends the bytes made here as a `Bytes` result or row.
 //!
+//! A large batch moves best through the shared-memory lane without a copy: written into a
+//! worker's `Context::body_buf` sized with [`encoded_len_hint`] (the region the parent then
+//! maps), and read on the other side with [`decode_batches_shared`], whose arrays point into
+//! the received body instead of copies of it.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use arrow_array::{Int64Array, RecordBatch};
@@ -12,11 +17,18 @@
 //! let mut body = Vec::new();
 //! wirepool_codec::arrow::encode_batches(&[batch.clone()], &mut body).unwrap();
 //! let back = wirepool_codec::arrow::decode_batches(&body).unwrap();
-//! assert_eq!(back, vec![batch]);
+//! assert_eq!(back, vec![batch.clone()]);
+//!
+//! // Zero-copy decode: the arrays are views of the body.
+//! let body = bytes::Bytes::from(body);
+//! let shared = wirepool_codec::arrow::decode_batches_shared(body.clone()).unwrap();
+//! assert_eq!(shared, vec![batch]);
+//! let values = shared[0].column(0).to_data().buffers()[0].as_ptr() as usize;
+//! assert!((body.as_ptr() as usize..body.as_ptr() as usize + body.len()).contains(&values));
 //! ```
 
-use arrow_array::RecordBatch;
-use bytes::BufMut;
+use arrow_array::{Array, RecordBatch};
+use bytes::{BufMut, Bytes};
 
 use crate::{Codec, CodecError};
 
@@ -46,4 +58,42 @@ pub fn decode_batches(body: &[u8]) -> Result<Vec<RecordBatch>, CodecError> {
     reader
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CodecError::decode(Codec::ArrowIpc, e))
+}
+
+/// Reads every record batch of one Arrow IPC stream held in `body` without copying it: the
+/// arrays' buffers are slices of `body` (which they keep alive), so a body that is a view of a
+/// shared-memory region is read in place. A buffer the stream does not align for its type is
+/// copied (arrow-rs's rule); streams written by arrow-rs or pyarrow are aligned.
+pub fn decode_batches_shared(body: Bytes) -> Result<Vec<RecordBatch>, CodecError> {
+    let mut decoder = arrow_ipc::reader::StreamDecoder::new();
+    let mut buffer = arrow_buffer::Buffer::from(body);
+    let mut out = Vec::new();
+    while !buffer.is_empty() {
+        match decoder
+            .decode(&mut buffer)
+            .map_err(|e| CodecError::decode(Codec::ArrowIpc, e))?
+        {
+            Some(batch) => out.push(batch),
+            None if buffer.is_empty() => break,
+            None => {}
+        }
+    }
+    decoder
+        .finish()
+        .map_err(|e| CodecError::decode(Codec::ArrowIpc, e))?;
+    Ok(out)
+}
+
+/// A capacity for the IPC stream of `batches` that is rarely exceeded (the arrays' memory, at
+/// least the bytes written, plus room for the metadata and the padding of each buffer): what
+/// to ask of a `BodyBuf`, so the stream is written into it without growing it.
+pub fn encoded_len_hint(batches: &[RecordBatch]) -> usize {
+    let mut n = 8 << 10;
+    for batch in batches {
+        n += 1 << 10;
+        for column in batch.columns() {
+            n += column.get_array_memory_size() + 512;
+        }
+    }
+    n
 }

@@ -8,6 +8,7 @@
 //! | `rows` | stream | json, msgpack, cbor | `{"shape": "small_rows"\|"large_rows", "n": N}` -> rows `0..N`, in the request's codec |
 //! | `raw_rows` | stream | raw | `"N"` -> N rows whose bytes are the small row's JSON text |
 //! | `spin` | unary (async) | json | `us` -> burns `us` of this thread's CPU time, returns `us` |
+//! | `arrow_batch` | unary (blocking) | raw | `"<rows>"` or `"<rows> zc"` -> the W7 Arrow IPC stream of that many rows (`wirepool_bench::arrow_batch`); `zc`: written into `Context::body_buf` (no copy into the lane) |
 //! | `mark` | unary (async) | raw | empty -> empty, calling `getpgrp()`: a phase boundary of the instruction-count gate (`bench/harness/icount.py`) |
 //!
 //! `spin` computes on the I/O thread on purpose: a worker then runs one task at a time on one
@@ -87,6 +88,37 @@ async fn raw_rows(req: Bytes, rows: RowSink<ByteBuf>) -> Result<(), HandlerError
     Ok(())
 }
 
+/// The W7 batches built so far, by row count.
+static BATCHES: std::sync::Mutex<Vec<(usize, arrow_array::RecordBatch)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn arrow_result(req: &[u8], ctx: &Context) -> Result<Bytes, HandlerError> {
+    let text = std::str::from_utf8(req)?;
+    let mut words = text.split_whitespace();
+    let n: usize = words.next().unwrap_or("0").parse()?;
+    let zero_copy = words.next() == Some("zc");
+    let batch = {
+        let mut cache = BATCHES.lock().unwrap();
+        match cache.iter().find(|(k, _)| *k == n) {
+            Some((_, b)) => b.clone(),
+            None => {
+                let b = wirepool_bench::arrow_batch(n);
+                cache.push((n, b.clone()));
+                b
+            }
+        }
+    };
+    let batches = [batch];
+    if zero_copy {
+        let mut body = ctx.body_buf(wirepool_codec::arrow::encoded_len_hint(&batches));
+        wirepool_codec::arrow::encode_batches(&batches, &mut body)?;
+        return Ok(body.freeze());
+    }
+    let mut body = Vec::new();
+    wirepool_codec::arrow::encode_batches(&batches, &mut body)?;
+    Ok(Bytes::from(body))
+}
+
 fn main() -> std::io::Result<()> {
     Worker::new("wirepool-bench-worker")
         .unary_async("echo", |body: Bytes, _ctx: Context| async move { Ok(body) })
@@ -113,6 +145,13 @@ fn main() -> std::io::Result<()> {
             Ok(us)
         })
         .codecs(&[Codec::Json])
+        // W7: the Arrow batch of `"<rows>"` rows (built once per size), its IPC stream written
+        // into `Context::body_buf` (in the region the parent maps when the lane is on: no copy
+        // after arrow-rs's own encoding) with `"<rows> zc"`, into a heap buffer otherwise.
+        .unary("arrow_batch", |req: Bytes, ctx: &Context| {
+            arrow_result(&req, ctx)
+        })
+        .codecs(&[Codec::Raw])
         .unary_async("mark", |_: Bytes, _ctx: Context| async move {
             // SAFETY: getpgrp takes nothing and cannot fail.
             std::hint::black_box(unsafe { libc::getpgrp() });
