@@ -86,6 +86,12 @@ RUNNERS: list[Runner] = [
            "wirepool, Rust parent + Rust worker, zero-copy body (Pool::body_buf), W3 one-way",
            ("bash", "{bench}/runners/wirepool_rust.sh", "--runner", "wirepool_rust_zerocopy",
             "--zero-copy")),
+    # The same, each call writing its body anew into a fresh Pool::body_buf (a memset: the least
+    # a producer pays) instead of re-sending one body.
+    Runner("wirepool_rust_zerocopy_fill", "wirepool",
+           "wirepool, Rust parent + Rust worker, zero-copy body written every call, W3 one-way",
+           ("bash", "{bench}/runners/wirepool_rust.sh", "--runner", "wirepool_rust_zerocopy_fill",
+            "--zero-copy", "--fill")),
     # W7: a 1 M-row Arrow batch per call, worker -> parent, read zero-copy; each pair through the
     # shm lane and over the socket (the Rust worker writes into Context::body_buf).
     *[Runner(f"wirepool_arrow_rs_{w}worker{sfx}", "wirepool",

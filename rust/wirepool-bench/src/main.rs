@@ -87,6 +87,11 @@ static SOCKET_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// `wirepool_rust_zerocopy`); W7 asks the worker for the zero-copy result the same way.
 static ZERO_COPY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// `--fill` (with `--zero-copy`): every call writes its body anew into a fresh
+/// `Pool::body_buf` (a memset of the payload, the least a producer pays), instead of sending
+/// one body built once (runner `wirepool_rust_zerocopy_fill`).
+static FILL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn start_pool(
     lang: WorkerLang,
     workers: usize,
@@ -154,9 +159,17 @@ async fn echo_window(
         let mut lat = Vec::new();
         let mut calls = 0u64;
         let mut now = start;
+        let fill = FILL.load(Relaxed);
         while now < deadline || calls < min_calls {
             let t0 = now;
-            let reply = pool.call_raw(method, body.clone()).await?;
+            let body = if fill {
+                let mut b = pool.body_buf(body.len());
+                b.resize(body.len(), 0x77);
+                b.freeze()
+            } else {
+                body.clone()
+            };
+            let reply = pool.call_raw(method, body).await?;
             check_reply(method, &reply, expect)?;
             now = Instant::now();
             if latency {
@@ -521,6 +534,10 @@ fn main() {
     SOCKET_ONLY.store(socket_only, std::sync::atomic::Ordering::Relaxed);
     let zero_copy = args.iter().any(|a| a == "--zero-copy");
     ZERO_COPY.store(zero_copy, std::sync::atomic::Ordering::Relaxed);
+    FILL.store(
+        zero_copy && args.iter().any(|a| a == "--fill"),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let runner = match lang {
         WorkerLang::Rust if socket_only => "wirepool_rust_socket",
         WorkerLang::Rust => "wirepool_rust",
