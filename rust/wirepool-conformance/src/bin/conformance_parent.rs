@@ -3,8 +3,13 @@
 //! scenario: `{"scenario", "ok", "detail", "elapsed"}`.
 //!
 //! ```sh
-//! conformance_parent --scenarios conformance/scenarios.json [--only NAME ...] -- WORKER COMMAND...
+//! conformance_parent --scenarios conformance/scenarios.json [--only NAME ...] [--transport T] -- WORKER COMMAND...
 //! ```
+//!
+//! `--transport` is how the workers are connected: `socketpair` (the default: local children
+//! with an inherited socket, `WIREPOOL_FD`), `tls` (children that join the pool's listener over
+//! TCP + TLS 1.3 with a ticket in `WIREPOOL_TICKET`, the remote path of PROTOCOL.md 21 on
+//! loopback) or `tcp` (the same join over plain loopback TCP).
 //!
 //! Each scenario gets a fresh pool and is bounded by its `timeout_s`. Besides the scenario's own
 //! expectation, every scenario that starts a pool checks that every request ended at the pool
@@ -14,16 +19,28 @@
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_bytes::ByteBuf;
 use serde_json::{json, Map, Value};
+use wirepool::remote::{Launcher, ListenerOptions};
 use wirepool::{
     CallOptions, Codec, Error, MethodKind, Pool, PoolBuilder, RecyclePolicy, RowStream,
     WorkerCommand,
 };
 
 type Check<T = ()> = Result<T, String>;
+
+/// How the runner's pools connect their workers (`--transport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transport {
+    Socketpair,
+    Tls,
+    Tcp,
+}
+
+static TRANSPORT: OnceLock<Transport> = OnceLock::new();
 
 /// The parts of `scenarios.json` every scenario refers to.
 struct Suite {
@@ -41,6 +58,17 @@ fn main() {
         match arg.as_str() {
             "--scenarios" => scenarios_path = args.next(),
             "--only" => only.extend(args.next()),
+            "--transport" => {
+                let t = match args.next().as_deref() {
+                    Some("socketpair") => Transport::Socketpair,
+                    Some("tls") => Transport::Tls,
+                    Some("tcp") => Transport::Tcp,
+                    other => usage(&format!(
+                        "--transport is socketpair, tls or tcp, not {other:?}"
+                    )),
+                };
+                let _ = TRANSPORT.set(t);
+            }
             "--" => worker.extend(args.by_ref()),
             other => usage(&format!("unknown argument {other:?}")),
         }
@@ -103,7 +131,9 @@ fn main() {
 
 fn usage(problem: &str) -> ! {
     eprintln!("conformance_parent: {problem}");
-    eprintln!("usage: conformance_parent --scenarios FILE [--only NAME ...] -- WORKER COMMAND...");
+    eprintln!(
+        "usage: conformance_parent --scenarios FILE [--only NAME ...] [--transport socketpair|tls|tcp] -- WORKER COMMAND..."
+    );
     std::process::exit(2)
 }
 
@@ -298,7 +328,16 @@ fn builder(worker: &[String], cfg: &Map<String, Value>) -> PoolBuilder {
     {
         command = command.env(k, v.as_str().unwrap_or_default());
     }
-    Pool::builder(command)
+    let builder = Pool::builder(command);
+    // Remote workers (PROTOCOL.md 21): children that join over TCP with a ticket.
+    let builder = match TRANSPORT.get().copied().unwrap_or(Transport::Socketpair) {
+        Transport::Socketpair => builder,
+        Transport::Tls => builder.launcher(Launcher::subprocess()),
+        Transport::Tcp => builder
+            .launcher(Launcher::subprocess())
+            .listen(ListenerOptions::default().plain_tcp()),
+    };
+    builder
         .recycle_policy(recycle)
         .drain_grace(Duration::from_secs_f64(number(cfg, "drain_grace_s")))
         .workers(number(cfg, "workers") as usize)
@@ -471,6 +510,17 @@ fn check_error(suite: &Suite, want: &Value, e: &Error) -> Check {
             want["code"], f.code
         ));
     }
+    let remote = TRANSPORT.get().is_some_and(|t| *t != Transport::Socketpair);
+    if remote && code == wirepool::codes::WORKER_EXITED {
+        // PROTOCOL.md 21.6: a remote worker's end is its connection's.
+        let info = e.exit_info();
+        if !info.is_some_and(|x| x.connection_lost && x.host.is_some()) {
+            return Err(format!(
+                "a remote worker's WORKER_EXITED must say its connection was lost, and where \
+                 the worker ran: {info:?} ({e})"
+            ));
+        }
+    }
     if let Some(pc) = want.get("protocol_code") {
         let got = match e {
             Error::ProtocolViolation { code, .. } => Some(*code),
@@ -498,17 +548,18 @@ fn check_error(suite: &Suite, want: &Value, e: &Error) -> Check {
             ));
         }
     }
-    if let Some(signal) = want.get("signal").and_then(Value::as_i64) {
-        if f.signal != Some(signal as i32) {
+    // A number, or null: unknown (a remote worker's death, PROTOCOL.md 21.6).
+    if let Some(signal) = want.get("signal") {
+        if f.signal.map(i64::from) != signal.as_i64() {
             return Err(format!(
                 "expected the worker to die by signal {signal}, got {:?} ({e})",
                 f.signal
             ));
         }
     }
-    if let Some(status) = want.get("exit_status").and_then(Value::as_i64) {
+    if let Some(status) = want.get("exit_status") {
         let got = e.exit_info().and_then(|x| x.code);
-        if got != Some(status as i32) {
+        if got.map(i64::from) != status.as_i64() {
             return Err(format!(
                 "expected the worker to exit with status {status}, got {got:?} ({e})"
             ));
