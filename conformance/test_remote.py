@@ -50,9 +50,7 @@ NOT_REMOTE: dict[str, str] = {
             "only (docs/REMOTE.md); the Node SDK joins as a worker",
 }
 # Parents whose runner does not take --transport tls yet, each with the issue that owes it.
-REMOTE_PENDING: dict[str, str] = {
-    "rust": "issue 14: the Rust parent's listener and conformance_parent --transport tls",
-}
+REMOTE_PENDING: dict[str, str] = {}
 
 REMOTE_SKIPPED: dict[str, str] = {
     "stdout_flood": "a remote worker's stdout is not the pool's: the pool reads no pipe of a "
