@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .analysis import fmt_duration
@@ -178,6 +179,22 @@ def _duration_lines(d: dict[str, Any] | None) -> list[str]:
             f"slowest scenarios (all runners): {top}; per runner: {runners}"]
 
 
+# The remote figures of issue 14 (TLS, W5 on Ray, the listener), recorded apart from the run by
+# bench/remote_figures.py: the report includes the last recording as it stands.
+REMOTE_FIGURES = Path(__file__).resolve().parent.parent / "remote" / "figures.md"
+
+
+def _remote_section() -> list[str]:
+    if not REMOTE_FIGURES.exists():
+        return []
+    body = [line for line in REMOTE_FIGURES.read_text(encoding="utf-8").splitlines()
+            if not line.startswith("# ")]  # its own title
+    return ["", "## Remote workers: TLS, the Ray launcher, the listener", "",
+            "Not measured in this run: the last figures recorded by `bench/remote_figures.py` "
+            "(`bench/remote/figures.md`), each section with its command, date, commit and load.",
+            *body]
+
+
 def render(results: dict[str, Any], plots: list[str]) -> str:
     m = results["machine"]
     runners = results["runners"]
@@ -225,6 +242,7 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
                   "interpreter. The W6 scenario streams 4 KiB rows to a parent that pauses 1 ms "
                   "every 1/256 of the stream: a transport with backpressure keeps both sides "
                   "small; one without it buffers the stream somewhere.", ""] + mem
+    lines += _remote_section()
     problems = [r for r in results["results"] if r["status"] in ("error", "timeout")]
     if problems:
         lines += ["", "## Errors and timeouts", ""]
