@@ -555,12 +555,14 @@ fn main() {
     let id = sc["id"].clone();
     let kind = sc["kind"].as_str().unwrap_or("").to_string();
     let w3 = matches!(kind.as_str(), "oneway" | "echo_large");
-    if (zero_copy && !(kind == "oneway" || kind == "arrow")) || (kind == "arrow" && named.is_none())
-    {
+    let arrow_runner = named
+        .as_deref()
+        .is_some_and(|n| n.starts_with("wirepool_arrow_"));
+    if (zero_copy && !(kind == "oneway" || kind == "arrow")) || (kind == "arrow") != arrow_runner {
         println!(
             "{}",
             json!({"runner": runner, "scenario": id, "status": "unsupported",
-                   "reason": "the zero-copy body: W3 one-way and W7; W7: its own runners"})
+                   "reason": "the zero-copy body: W3 one-way; W7 (Arrow): its own runners only"})
         );
         return;
     }

@@ -34,21 +34,195 @@ use crate::{Codec, CodecError};
 
 /// Appends one Arrow IPC stream holding `batches` (which must share one schema) to `out`.
 /// An empty slice is an error: a stream needs a schema.
+///
+/// The stream is the one arrow-rs's `StreamWriter` writes (default options), byte for byte,
+/// but the buffers of a batch whose columns are flat (numbers, dates and times, booleans,
+/// fixed-size binary, strings and binary; no dictionary) are written into `out` straight from
+/// the arrays, once: arrow-rs first gathers a batch's body into a `Vec` of its own (a second
+/// copy, and fresh pages each time). Into a worker's `Context::body_buf`, that one copy is the
+/// whole cost of handing the batch to the parent. Other batches go through arrow-rs's writer.
 pub fn encode_batches<B: BufMut>(batches: &[RecordBatch], out: &mut B) -> Result<(), CodecError> {
     let first = batches
         .first()
         .ok_or_else(|| CodecError::encode(Codec::ArrowIpc, "no record batch to encode"))?;
-    let mut writer =
-        arrow_ipc::writer::StreamWriter::try_new(out.writer(), first.schema_ref().as_ref())
-            .map_err(|e| CodecError::encode(Codec::ArrowIpc, e))?;
+    let fail = |e: arrow_schema::ArrowError| CodecError::encode(Codec::ArrowIpc, e);
+    let options = arrow_ipc::writer::IpcWriteOptions::default();
+    let generator = arrow_ipc::writer::IpcDataGenerator::default();
+    let mut tracker = arrow_ipc::writer::DictionaryTracker::new(false);
+    let schema = generator.schema_to_bytes_with_dictionary_tracker(
+        first.schema_ref().as_ref(),
+        &mut tracker,
+        &options,
+    );
+    arrow_ipc::writer::write_message(out.writer(), schema, &options).map_err(fail)?;
     for batch in batches {
-        writer
-            .write(batch)
-            .map_err(|e| CodecError::encode(Codec::ArrowIpc, e))?;
+        if batch.schema_ref() != first.schema_ref() {
+            return Err(CodecError::encode(
+                Codec::ArrowIpc,
+                "the batches of one stream must share one schema",
+            ));
+        }
+        if !direct::write_batch(batch, out) {
+            let (dictionaries, message) = generator
+                .encoded_batch(batch, &mut tracker, &options)
+                .map_err(fail)?;
+            for d in dictionaries {
+                arrow_ipc::writer::write_message(out.writer(), d, &options).map_err(fail)?;
+            }
+            arrow_ipc::writer::write_message(out.writer(), message, &options).map_err(fail)?;
+        }
     }
-    writer
-        .finish()
-        .map_err(|e| CodecError::encode(Codec::ArrowIpc, e))
+    // End of stream: the continuation marker and a zero length (IPC format 1.0, metadata V5).
+    out.put_slice(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+    Ok(())
+}
+
+/// A record batch message written without gathering its body first (see [`encode_batches`]).
+mod direct {
+    use arrow_array::RecordBatch;
+    use arrow_buffer::Buffer;
+    use arrow_data::ArrayData;
+    use arrow_schema::DataType;
+    use bytes::BufMut;
+
+    /// Whether this writer lays `data` out itself (flat, not a dictionary).
+    fn flat(data: &ArrayData) -> bool {
+        let t = data.data_type();
+        data.child_data().is_empty()
+            && (matches!(
+                t,
+                DataType::Boolean
+                    | DataType::Utf8
+                    | DataType::Binary
+                    | DataType::LargeUtf8
+                    | DataType::LargeBinary
+                    | DataType::FixedSizeBinary(_)
+            ) || ((t.is_numeric() || t.is_temporal()) && data.buffers().len() == 1))
+    }
+
+    /// Bytes `offset .. offset + len + 1` of an offsets buffer of `O`, re-based to start at 0
+    /// (arrow-rs's rule: as they are when they start at 0, else copied), and the range of the
+    /// values they cover.
+    fn offsets<O: arrow_array::OffsetSizeTrait>(data: &ArrayData) -> (Buffer, usize, usize) {
+        let all: &[O] = data.buffers()[0].typed_data::<O>();
+        let mine = &all[data.offset()..data.offset() + data.len() + 1];
+        let (start, end) = (mine[0].as_usize(), mine[data.len()].as_usize());
+        let rebased = if start == 0 {
+            let size = std::mem::size_of::<O>();
+            data.buffers()[0].slice_with_length(data.offset() * size, (data.len() + 1) * size)
+        } else {
+            mine.iter().map(|x| *x - mine[0]).collect()
+        };
+        (rebased, start, end - start)
+    }
+
+    /// The buffers arrow-rs writes for `data`, in order (its `write_array_data` for the flat
+    /// types).
+    fn buffers_of(data: &ArrayData, out: &mut Vec<Buffer>) {
+        let len = data.len();
+        out.push(match data.nulls() {
+            Some(nulls) => nulls.inner().sliced(),
+            None => {
+                let n = (len + 7) / 8;
+                arrow_buffer::MutableBuffer::new(n)
+                    .with_bitset(n, true)
+                    .into()
+            }
+        });
+        match data.data_type() {
+            DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary
+                if len == 0 =>
+            {
+                out.push(Buffer::from_vec(Vec::<u8>::new()));
+                out.push(Buffer::from_vec(Vec::<u8>::new()));
+            }
+            DataType::Utf8 | DataType::Binary => {
+                let (o, start, n) = offsets::<i32>(data);
+                out.push(o);
+                out.push(data.buffers()[1].slice_with_length(start, n));
+            }
+            DataType::LargeUtf8 | DataType::LargeBinary => {
+                let (o, start, n) = offsets::<i64>(data);
+                out.push(o);
+                out.push(data.buffers()[1].slice_with_length(start, n));
+            }
+            DataType::Boolean => out.push(data.buffers()[0].bit_slice(data.offset(), len)),
+            t => {
+                let width = match t {
+                    DataType::FixedSizeBinary(w) => *w as usize,
+                    t => t.primitive_width().unwrap_or(0),
+                };
+                let buffer = &data.buffers()[0];
+                let from = data.offset() * width;
+                let n = (len * width).min(buffer.len().saturating_sub(from));
+                out.push(buffer.slice_with_length(from, n));
+            }
+        }
+    }
+
+    fn pad(len: usize, alignment: usize) -> usize {
+        (len + alignment - 1) / alignment * alignment - len
+    }
+
+    /// Writes `batch` as one IPC message into `out` when every column is flat; `false` (and
+    /// nothing written) otherwise.
+    /// Laid out as with `IpcWriteOptions::default()`: metadata V5, 64-byte alignment, no
+    /// compression.
+    pub(super) fn write_batch<B: BufMut>(batch: &RecordBatch, out: &mut B) -> bool {
+        let columns: Vec<ArrayData> = batch.columns().iter().map(|c| c.to_data()).collect();
+        if !columns.iter().all(flat) {
+            return false;
+        }
+        let alignment = 64usize;
+        let mut body: Vec<Buffer> = Vec::new();
+        let mut nodes = Vec::with_capacity(columns.len());
+        for data in &columns {
+            nodes.push(arrow_ipc::FieldNode::new(
+                data.len() as i64,
+                data.null_count() as i64,
+            ));
+            buffers_of(data, &mut body);
+        }
+        let mut specs = Vec::with_capacity(body.len());
+        let mut at = 0usize;
+        for b in &body {
+            specs.push(arrow_ipc::Buffer::new(at as i64, b.len() as i64));
+            at += b.len() + pad(b.len(), alignment);
+        }
+        let body_len = at;
+
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let buffers = fbb.create_vector(&specs);
+        let nodes = fbb.create_vector(&nodes);
+        let header = {
+            let mut rb = arrow_ipc::RecordBatchBuilder::new(&mut fbb);
+            rb.add_length(batch.num_rows() as i64);
+            rb.add_nodes(nodes);
+            rb.add_buffers(buffers);
+            rb.finish().as_union_value()
+        };
+        let mut message = arrow_ipc::MessageBuilder::new(&mut fbb);
+        message.add_version(arrow_ipc::MetadataVersion::V5);
+        message.add_header_type(arrow_ipc::MessageHeader::RecordBatch);
+        message.add_bodyLength(body_len as i64);
+        message.add_header(header);
+        let root = message.finish();
+        fbb.finish(root, None);
+        let meta = fbb.finished_data();
+
+        // As arrow-rs's write_message: marker, the padded metadata length, metadata, padding.
+        let aligned = (meta.len() + 8 + alignment - 1) / alignment * alignment;
+        const ZEROS: [u8; 64] = [0; 64];
+        out.put_slice(&[0xff; 4]);
+        out.put_slice(&((aligned - 8) as i32).to_le_bytes());
+        out.put_slice(meta);
+        out.put_slice(&ZEROS[..aligned - 8 - meta.len()]);
+        for b in &body {
+            out.put_slice(b.as_slice());
+            out.put_slice(&ZEROS[..pad(b.len(), alignment)]);
+        }
+        true
+    }
 }
 
 /// Reads every record batch of one Arrow IPC stream.
