@@ -2,14 +2,20 @@
 
     .venv/bin/python bench/remote_tls.py [--repeats 5] [--window 0.5] [--worker python|rust]
 
-Three transports for the same Python parent (``AsyncPool``) and bench worker (the Python one,
+Four transports for the same Python parent (``AsyncPool``) and bench worker (the Python one,
 bench/runners/wirepool_python_worker.py, or with ``--worker rust`` the Rust one,
 rust/target/release/wirepool-bench-worker, built by ``bench/runners/wirepool_rust.sh
 --prepare``; both serve the same methods), 16 MiB frames as in the bench runners:
-``socketpair`` (the local default), ``tls`` (TCP + TLS 1.3 on 127.0.0.1: the remote path of
-PROTOCOL.md 21 through ``launchers.Subprocess``) and ``tcp`` (plain loopback TCP, the same join
-without TLS). Each repeat runs every transport once, in turn (alternated, so drift hits all of
-them alike); the report gives min / median / max and each median's ratio to socketpair's.
+``socketpair`` (the local default: bodies of 1 MiB and more go through the shared-memory lane
+of PROTOCOL.md 20 when the worker offers it, as both bench workers do), ``socket`` (the same
+socketpair with the lane off: every byte through the socket), ``tls`` (TCP + TLS 1.3 on
+127.0.0.1: the remote path of PROTOCOL.md 21 through ``launchers.Subprocess``) and ``tcp``
+(plain loopback TCP, the same join without TLS). Each repeat runs every transport once, in turn
+(alternated, so drift hits all of them alike); the report gives min / median / max, each
+median's ratio to socketpair's and to socket's, and the ratio to socketpair repeat by repeat
+(min / median / max of the per-repeat ratios: each against the socketpair run next to it).
+
+Targets (issue 14): W3 over TLS >= 1 GB/s; W4 rows over TLS >= 0.8x the socketpair path.
 """
 
 from __future__ import annotations
@@ -43,12 +49,15 @@ def payload(size: int) -> bytes:
     return (b"wirepool" * (size // 8 + 1))[:size]
 
 
+TRANSPORTS = ["socketpair", "socket", "tls", "tcp"]
+
+
 def make_pool(transport: str, max_in_flight: int) -> wirepool.AsyncPool:
-    launcher = {"socketpair": None, "tls": launchers.Subprocess(),
+    launcher = {"socketpair": None, "socket": None, "tls": launchers.Subprocess(),
                 "tcp": launchers.Subprocess(tls=False)}[transport]
     return wirepool.AsyncPool(WORKER, workers=1, max_in_flight=max_in_flight,
                               max_frame_size=MAX_FRAME, env=ENV, launcher=launcher,
-                              worker_output="discard")
+                              worker_output="discard", shm_lane=transport != "socket")
 
 
 async def echo_rate(pool: wirepool.AsyncPool, method: str, body: bytes, inflight: int,
@@ -114,7 +123,7 @@ def main() -> None:
     if not os.access(WORKER[0], os.X_OK):
         sys.exit(f"{WORKER[0]} is not built (bench/runners/wirepool_rust.sh --prepare)")
     names = [n for n in SCENARIOS if not args.only or n in args.only.split(",")]
-    transports = ["socketpair", "tls", "tcp"]
+    transports = TRANSPORTS
     results: dict[tuple[str, str], list[float]] = {}
     for name in names:
         for _ in range(args.repeats):
@@ -124,15 +133,20 @@ def main() -> None:
     print(f"# remote transport on loopback vs socketpair ({args.repeats} repeats, "
           f"{args.window:g} s windows, alternated); Python parent, {args.worker} worker")
     print(f"{'scenario':22} {'transport':10} {'unit':8} {'min':>12} {'median':>12} "
-          f"{'max':>12} {'vs socketpair':>14}")
+          f"{'max':>12} {'vs socketpair':>14} {'vs socket':>10} "
+          f"{'per repeat vs socketpair':>26}")
     for name in names:
         unit = SCENARIOS[name][0]
-        base = statistics.median(results[(name, "socketpair")])
+        pair = results[(name, "socketpair")]
+        base = statistics.median(pair)
+        plain = statistics.median(results[(name, "socket")])
         for t in transports:
             v = results[(name, t)]
             med = statistics.median(v)
+            r = [a / b for a, b in zip(v, pair)]
             print(f"{name:22} {t:10} {unit:8} {min(v):12,.0f} {med:12,.0f} {max(v):12,.0f} "
-                  f"{med / base:13.2f}x")
+                  f"{med / base:13.2f}x {med / plain:9.2f}x "
+                  f"{min(r):7.2f} / {statistics.median(r):.2f} / {max(r):.2f}")
 
 
 if __name__ == "__main__":
