@@ -20,8 +20,10 @@ CODEC_NOTE = (
     "into typed structs in Rust, dicts in Python; `raw` rows are the JSON text handed over as "
     "bytes, not decoded). Every baseline uses its own codec whatever the column says: floor_c "
     "JSON bytes it never parses, jsonl_* and node_fork_json JSON, node_fork_advanced V8 "
-    "serialization, mp_* and process_pool_executor pickle, procwire msgpack; on the other "
-    "codecs they show `n/a`.")
+    "serialization, mp_* and process_pool_executor pickle, procwire msgpack, ipc_channel* bincode; on the other "
+    "codecs they show `n/a`, and a codec row's `best incumbent` is the best baseline of the same "
+    "rows in the scenario without the codec suffix (their own codec), which its `[.. best]` "
+    "ratios are against.")
 
 
 def fmt(v: float | None) -> str:
@@ -91,7 +93,8 @@ def _workload_table(results: dict[str, Any], workload: str, runners: list[dict[s
                 res = idx.get((name, c["scenario"]))
                 cells.append(STATUS_CELL.get(res["status"], res["status"]) if res else "-")
         best = c["best_incumbent"]
-        cells.append(f"{best['runner']} {fmt(best['median'])}" if best else "-")
+        borrowed = f" (of {best['scenario']})" if best and best.get("scenario") else ""
+        cells.append(f"{best['runner']} {fmt(best['median'])}{borrowed}" if best else "-")
         lines.append("| " + " | ".join(cells) + " |")
     for sid in scen_ids:
         if sid in covered:

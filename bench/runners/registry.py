@@ -47,6 +47,13 @@ RUNNERS: list[Runner] = [
            ("{python}", "{bench}/runners/mp_py.py", "pipe")),
     Runner("procwire", "incumbent", "procwire 1.5 (npm), Node parent + child",
            ("{node}", "{bench}/incumbents/node/procwire_parent.mjs"), needs=("npm",)),
+    # ipc-channel (Rust, serde + bincode), the incumbent of the Rust x Rust rows (issue 17), W4
+    # only: rows batched by hand 256 per message (its --prepare builds the program), and one row
+    # per message (uses that build).
+    Runner("ipc_channel", "incumbent", "ipc-channel (Rust), rows batched by hand, 256 per message",
+           discover="ipc_channel"),
+    Runner("ipc_channel_unbatched", "incumbent", "ipc-channel (Rust), one row per message",
+           ("{python}", "{bench}/runners/ipc_channel.py", "--batch", "1")),
     Runner("wirepool_rust", "wirepool", "wirepool, Rust parent + Rust worker",
            discover="wirepool_rust"),
     Runner("wirepool_rust_pyworker", "wirepool", "wirepool, Rust parent + Python worker",

@@ -196,8 +196,10 @@ def test_w4_table_names_the_codec_of_every_row_and_shows_n_a_for_baselines():
     w4 = text.split("## W4")[1].split("\n## ")[0]
     assert "| scenario | figure | wirepool codec | floor_c | mp_pipe | wirepool_rust |" in w4
     assert "| W4.small_rows.8K | rows_per_s (rows/s) | json | 9.00M | 1.00M (0.11x) |" in w4
+    # The baselines are n/a in msgpack; the row is compared with their figure on the same rows
+    # in their own codec (the JSON scenario), and says so.
     assert ("| W4.small_rows.8K.msgpack | rows_per_s (rows/s) | msgpack | 9.00M | n/a "
-            "| 4.00M (0.44x) | - |") in w4
+            "| 4.00M (0.44x) [4.00x best] | mp_pipe 1.00M (of W4.small_rows.8K) |") in w4
     assert "mp_* and process_pool_executor pickle" in w4  # the baselines' own codecs are named
 
 
@@ -217,3 +219,32 @@ def test_durations_sum_wall_time_per_scenario_and_runner_and_the_report_states_t
     lines = report._duration_lines(d)
     assert lines[0].startswith("- duration: 2 min 05 s (setup 3 s, measuring 49 s")
     assert "W1.echo.64B 46 s, W5.task50us.w2 2 s" in lines[0]
+
+
+def test_a_codec_row_is_compared_with_the_incumbents_of_its_rows_in_their_own_codec():
+    from harness import analysis
+
+    kinds = {"floor_c": "floor", "ipc_channel": "incumbent", "mp_pipe": "incumbent",
+             "wirepool_rust": "wirepool"}
+    results = []
+    for runner, scenario, rate in (("floor_c", "W4.small_rows.64K", 5e6),
+                                   ("ipc_channel", "W4.small_rows.64K", 4e6),
+                                   ("mp_pipe", "W4.small_rows.64K", 1e6),
+                                   ("wirepool_rust", "W4.small_rows.64K", 3e6),
+                                   ("floor_c", "W4.small_rows.64K.msgpack", 5e6),
+                                   ("wirepool_rust", "W4.small_rows.64K.msgpack", 2e6),
+                                   ("wirepool_rust", "W4.large_rows.4K.weird", 1e5)):
+        res = {"runner": runner, "scenario": scenario, "status": "ok", "figures": [
+            {"name": "rows_per_s", "unit": "rows/s", "better": "higher", "values": [rate]}]}
+        analysis.attach_stats(res)
+        results.append(res)
+    rows = {c["scenario"]: c for c in analysis.compare(results, kinds)}
+    # The JSON row's own best; the msgpack row borrows it and says from where.
+    assert rows["W4.small_rows.64K"]["best_incumbent"] == {"runner": "ipc_channel",
+                                                           "median": 4e6}
+    msgpack = rows["W4.small_rows.64K.msgpack"]
+    assert msgpack["best_incumbent"] == {"runner": "ipc_channel", "median": 4e6,
+                                         "scenario": "W4.small_rows.64K"}
+    assert msgpack["runners"]["wirepool_rust"]["vs_best_incumbent"] == 0.5
+    # Not a codec suffix: nothing borrowed.
+    assert rows["W4.large_rows.4K.weird"]["best_incumbent"] is None

@@ -8,7 +8,9 @@
 //! target/release/ipc-channel-incumbent small 1000000 256 3   # SHAPE N BATCH REPEATS
 //! ```
 //!
-//! Prints one line per repeat (`rows_per_s`), then `min median max`.
+//! Prints one line per repeat (`rows_per_s`), the peak resident sets (`rss_kib parent P child C`),
+//! then `min median max`. `bench/runners/ipc_channel.py` runs it as the harness's `ipc_channel`
+//! (256 rows per message) and `ipc_channel_unbatched` (one row per message) runners.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -149,6 +151,13 @@ fn parent<R: Row>(shape: &str, n: u64, batch: usize, repeats: usize) {
         println!("rows_per_s {rate:.0}");
         rates.push(rate);
     }
+    // Peak resident sets before the child exits (the harness's W6 figures).
+    let child_kib = peak_rss_kib(&format!("/proc/{}/status", child.id()));
+    println!(
+        "rss_kib parent {} child {}",
+        peak_rss_kib("/proc/self/status"),
+        child_kib
+    );
     req.send(0).unwrap();
     child.wait().unwrap();
     rates.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -158,6 +167,18 @@ fn parent<R: Row>(shape: &str, n: u64, batch: usize, repeats: usize) {
         rates[rates.len() / 2],
         rates[rates.len() - 1]
     );
+}
+
+/// VmHWM of a `/proc/<pid>/status` file in KiB (0 when unreadable).
+fn peak_rss_kib(status: &str) -> u64 {
+    std::fs::read_to_string(status)
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn main() {
