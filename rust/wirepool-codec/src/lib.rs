@@ -207,7 +207,13 @@ impl Codec {
                 raw::decode(body).map_err(|e| CodecError::decode(self, e))
             }
             #[cfg(feature = "json")]
-            Codec::Json => serde_json::from_slice(body).map_err(|e| CodecError::decode(self, e)),
+            Codec::Json => {
+                // JSON text is UTF-8 (RFC 8259): checked once for the whole value, then parsed
+                // with serde_json's `str` reader, which skips the check of every string and key
+                // that `from_slice` makes (a call per string: a fifth of a small row's decode).
+                let text = std::str::from_utf8(body).map_err(|e| CodecError::decode(self, e))?;
+                serde_json::from_str(text).map_err(|e| CodecError::decode(self, e))
+            }
             #[cfg(feature = "msgpack")]
             Codec::MsgPack => {
                 // Straight from the slice: strings and byte strings are read in place. (The

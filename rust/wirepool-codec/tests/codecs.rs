@@ -173,6 +173,22 @@ fn garbage_is_a_decode_error_not_a_panic() {
     }
 }
 
+#[test]
+fn json_with_invalid_utf8_is_a_decode_error() {
+    // JSON text is UTF-8: a bad byte in a string (or anywhere) is refused, not read as Latin-1.
+    for body in [
+        &b"{\"i\":1,\"name\":\"d\xff\",\"kind\":\"t\"}"[..],
+        b"{\"i\":1,\"name\":\"d\",\"kind\":\"t\"}\xc3",
+    ] {
+        let e = Codec::Json.decode::<Decl>(body).unwrap_err();
+        assert_eq!(e.kind(), wirepool_codec::CodecErrorKind::Decode, "{e}");
+    }
+    let ok: Decl = Codec::Json
+        .decode("{\"i\":1,\"name\":\"d\\u00e9\u{e9}\",\"kind\":\"t\"}".as_bytes())
+        .unwrap();
+    assert_eq!(ok.name, "d\u{e9}\u{e9}");
+}
+
 proptest! {
     #[test]
     fn typed_codecs_round_trip(i in any::<u64>(), name in ".{0,40}", kind in ".{0,10}") {

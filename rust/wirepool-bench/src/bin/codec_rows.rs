@@ -10,11 +10,13 @@
 //! counts under callgrind, one operation at a time.
 //!
 //! For each shape (small, large) and codec (json, msgpack): rows/s (min / median / max of the
-//! repeats) of
+//! repeats) per wall second and per CPU second of the thread (the one to compare on a loaded
+//! machine, with the CPU time per row of each process of a stream, e.g. from `perf record`) of
 //! - `encode`: `Codec::encode` of the worker's row into one growing buffer, with its length
 //!   prefix (what a worker's sink does per row);
 //! - `decode serde`: `serde_json::from_slice` / `rmp_serde::from_slice` of each row into the
 //!   parent's typed struct, walking the prefixes (the codec crate itself, best path);
+//! - `decode serde str` (JSON): `std::str::from_utf8` of the row, then `serde_json::from_str`;
 //! - `decode Codec`: `wirepool_codec::Codec::decode` of each row (the SDK's codec layer).
 
 use std::fmt::Write as _;
@@ -23,7 +25,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use wirepool::Codec;
-use wirepool_bench::{LargeRow, SmallRow, LARGE_TAIL};
+use wirepool_bench::{thread_cpu_ns, LargeRow, SmallRow, LARGE_TAIL};
 
 /// The bench worker's row (`wirepool-bench-worker`).
 #[derive(Serialize)]
@@ -90,14 +92,18 @@ fn measure(label: &str, n: usize, repeats: usize, mut run: impl FnMut()) {
         return;
     }
     run(); // warm
-    let rates = (0..repeats)
-        .map(|_| {
-            let t = Instant::now();
-            run();
-            n as f64 / t.elapsed().as_secs_f64()
-        })
-        .collect();
-    println!("{label:<28} {}", stats(rates));
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        let (t, c) = (Instant::now(), thread_cpu_ns());
+        run();
+        wall.push(n as f64 / t.elapsed().as_secs_f64());
+        cpu.push(n as f64 * 1e9 / (thread_cpu_ns() - c).max(1) as f64);
+    }
+    println!(
+        "{label:<28} {}   per CPU second: {}",
+        stats(wall),
+        stats(cpu)
+    );
 }
 
 fn shape<T: serde::de::DeserializeOwned>(
@@ -122,6 +128,16 @@ fn shape<T: serde::de::DeserializeOwned>(
                 i += 1;
             });
         });
+        if codec == Codec::Json {
+            measure(&format!("{label} decode serde str"), n, repeats, || {
+                let mut i = 0;
+                each_row(&buf, |r| {
+                    let row: T = serde_json::from_str(std::str::from_utf8(r).unwrap()).unwrap();
+                    assert_eq!(index(&row), i);
+                    i += 1;
+                });
+            });
+        }
         measure(&format!("{label} decode Codec"), n, repeats, || {
             let mut i = 0;
             each_row(&buf, |r| {
