@@ -1,15 +1,17 @@
 """Records the remote figures of issue 14 in bench/remote/figures.md, which the bench report
 includes (bench/harness/report.py, section "Remote workers").
 
-    .venv/bin/python bench/remote_figures.py [--only tls_rust,tls_python,ray_w5,listener]
-                                             [--repeats 5]
+    .venv/bin/python bench/remote_figures.py [--only tls_rust,tls_rust_parent,tls_python,
+                                                     ray_w5,listener] [--repeats 5]
 
 Runs, one after the other, each in its own process, and keeps each one's table as it printed it:
 
 - ``tls_rust``: ``bench/remote_tls.py --worker rust`` (W2, W3, W4 over TLS and plain TCP beside
   the socketpair path, with and without the shared-memory lane; Python parent, the release Rust
   bench worker, built by ``bench/runners/wirepool_rust.sh --prepare``);
-- ``tls_python``: the same with the Python bench worker;
+- ``tls_rust_parent``: ``remote_tls`` of ``wirepool-bench`` (the same table with the Rust
+  parent: ``cargo build --release -p wirepool-bench`` first; ``CARGO_TARGET_DIR`` is honoured);
+- ``tls_python``: ``bench/remote_tls.py`` with the Python bench worker;
 - ``ray_w5``: ``bench/ray_pool.py`` (W5 CPU-bound tasks on a Ray-launched pool, a local pool and
   ``ray.util.multiprocessing.Pool``; needs Ray in the venv: ``make test-ray`` installs it);
 - ``listener``: ``bench/remote_listener.py`` (the listener's bad-input figures).
@@ -37,6 +39,8 @@ FIGURES = BENCH / "remote" / "figures.md"
 SECTIONS: dict[str, tuple[str, list[str]]] = {
     "tls_rust": ("W2, W3, W4 over TLS: Python parent, Rust worker",
                  ["bench/remote_tls.py", "--worker", "rust"]),
+    "tls_rust_parent": ("W2, W3, W4 over TLS: Rust parent, Rust worker",
+                        ["{cargo_target}/release/remote_tls"]),
     "tls_python": ("W2, W3, W4 over TLS: Python parent, Python worker",
                    ["bench/remote_tls.py", "--worker", "python"]),
     "ray_w5": ("W5 on a Ray-launched pool beside a local pool and Ray's own pool",
@@ -44,7 +48,7 @@ SECTIONS: dict[str, tuple[str, list[str]]] = {
     "listener": ("The listener under a hostile crowd (PROTOCOL.md 21.4)",
                  ["bench/remote_listener.py"]),
 }
-REPEATABLE = {"tls_rust", "tls_python", "ray_w5"}
+REPEATABLE = {"tls_rust", "tls_rust_parent", "tls_python", "ray_w5"}
 MARK = "<!-- section: {} -->"
 
 
@@ -64,9 +68,18 @@ def _commit() -> str:
 def measure(key: str, repeats: int) -> str:
     title, argv = SECTIONS[key]
     argv = [*argv, *(["--repeats", str(repeats)] if key in REPEATABLE else [])]
-    command = " ".join([".venv/bin/python", *argv])
+    if argv[0].startswith("{cargo_target}"):  # a binary of the Rust workspace
+        target = os.environ.get("CARGO_TARGET_DIR", str(REPO / "rust" / "target"))
+        full = [argv[0].replace("{cargo_target}", target), *argv[1:]]
+        command = " ".join([argv[0].replace("{cargo_target}", "$CARGO_TARGET_DIR"), *argv[1:]])
+    else:
+        full = [sys.executable, *argv]
+        command = " ".join([".venv/bin/python", *argv])
     started, before = dt.datetime.now(dt.timezone.utc), _load()
-    done = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True)
+    try:
+        done = subprocess.run(full, cwd=REPO, capture_output=True, text=True)
+    except OSError as e:  # not built
+        done = subprocess.CompletedProcess(full, 127, "", str(e))
     after = _load()
     lines = [f"### {title}", "",
              f"`{command}`, {started:%Y-%m-%d %H:%M} UTC, commit {_commit()}, load average "

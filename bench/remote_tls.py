@@ -6,14 +6,15 @@ Four transports for the same Python parent (``AsyncPool``) and bench worker (the
 bench/runners/wirepool_python_worker.py, or with ``--worker rust`` the Rust one,
 rust/target/release/wirepool-bench-worker, built by ``bench/runners/wirepool_rust.sh
 --prepare``; both serve the same methods), 16 MiB frames as in the bench runners:
-``socketpair`` (the local default: bodies of 1 MiB and more go through the shared-memory lane
-of PROTOCOL.md 20 when the worker offers it, as both bench workers do), ``socket`` (the same
-socketpair with the lane off: every byte through the socket), ``tls`` (TCP + TLS 1.3 on
-127.0.0.1: the remote path of PROTOCOL.md 21 through ``launchers.Subprocess``) and ``tcp``
-(plain loopback TCP, the same join without TLS). Each repeat runs every transport once, in turn
+``socketpair`` (the local path with the shared-memory lane off: every byte through the socket,
+the baseline of the ratios), ``socketpair+shm`` (the local default as it is: bodies of 1 MiB and
+more go through the lane of PROTOCOL.md 20, which both bench workers offer), ``tls`` (TCP + TLS
+1.3 on 127.0.0.1: the remote path of PROTOCOL.md 21 through ``launchers.Subprocess``) and
+``tcp`` (plain loopback TCP, the same join without TLS); the same four as the Rust parent's
+``remote_tls`` (rust/wirepool-bench). Each repeat runs every transport once, in turn
 (alternated, so drift hits all of them alike); the report gives min / median / max, each
-median's ratio to socketpair's and to socket's, and the ratio to socketpair repeat by repeat
-(min / median / max of the per-repeat ratios: each against the socketpair run next to it).
+median's ratio to socketpair's, and the ratio repeat by repeat (min / median / max of the
+per-repeat ratios: each against the socketpair run next to it).
 
 Targets (issue 14): W3 over TLS >= 1 GB/s; W4 rows over TLS >= 0.8x the socketpair path.
 """
@@ -49,15 +50,15 @@ def payload(size: int) -> bytes:
     return (b"wirepool" * (size // 8 + 1))[:size]
 
 
-TRANSPORTS = ["socketpair", "socket", "tls", "tcp"]
+TRANSPORTS = ["socketpair", "socketpair+shm", "tls", "tcp"]
 
 
 def make_pool(transport: str, max_in_flight: int) -> wirepool.AsyncPool:
-    launcher = {"socketpair": None, "socket": None, "tls": launchers.Subprocess(),
+    launcher = {"socketpair": None, "socketpair+shm": None, "tls": launchers.Subprocess(),
                 "tcp": launchers.Subprocess(tls=False)}[transport]
     return wirepool.AsyncPool(WORKER, workers=1, max_in_flight=max_in_flight,
                               max_frame_size=MAX_FRAME, env=ENV, launcher=launcher,
-                              worker_output="discard", shm_lane=transport != "socket")
+                              worker_output="discard", shm_lane=transport != "socketpair")
 
 
 async def echo_rate(pool: wirepool.AsyncPool, method: str, body: bytes, inflight: int,
@@ -132,20 +133,18 @@ def main() -> None:
                     asyncio.run(measure(name, t, args.window)))
     print(f"# remote transport on loopback vs socketpair ({args.repeats} repeats, "
           f"{args.window:g} s windows, alternated); Python parent, {args.worker} worker")
-    print(f"{'scenario':22} {'transport':10} {'unit':8} {'min':>12} {'median':>12} "
-          f"{'max':>12} {'vs socketpair':>14} {'vs socket':>10} "
-          f"{'per repeat vs socketpair':>26}")
+    print(f"{'scenario':22} {'transport':14} {'unit':8} {'min':>12} {'median':>12} "
+          f"{'max':>12} {'vs socketpair':>14} {'per repeat vs socketpair':>26}")
     for name in names:
         unit = SCENARIOS[name][0]
         pair = results[(name, "socketpair")]
         base = statistics.median(pair)
-        plain = statistics.median(results[(name, "socket")])
         for t in transports:
             v = results[(name, t)]
             med = statistics.median(v)
             r = [a / b for a, b in zip(v, pair)]
-            print(f"{name:22} {t:10} {unit:8} {min(v):12,.0f} {med:12,.0f} {max(v):12,.0f} "
-                  f"{med / base:13.2f}x {med / plain:9.2f}x "
+            print(f"{name:22} {t:14} {unit:8} {min(v):12,.0f} {med:12,.0f} {max(v):12,.0f} "
+                  f"{med / base:13.2f}x "
                   f"{min(r):7.2f} / {statistics.median(r):.2f} / {max(r):.2f}")
 
 
