@@ -23,11 +23,17 @@ Python process, ``workers`` processes:
 The wirepool pools are driven as bench/runners/wirepool_python.py drives W5: ``2 x workers``
 callers each calling ``spin`` in turn (``max_in_flight`` 2). Each repeat runs every contender
 once, in turn (alternated, so drift hits all alike), on the same tasks: ``tasks-s`` seconds of
-ideal work, at most ``max-tasks`` tasks (Ray's pool takes ~10 ms a task here: 6,000 tasks of
-50 us would take it a minute a repeat). The report gives tasks/s min / median /
+ideal work, at most ``max-tasks`` tasks (Ray's pool spends 3-7 ms of wall time per task here:
+6,000 tasks of 50 us would take it half a minute a repeat). The report gives tasks/s min / median /
 max, the median's share of the ideal (``workers`` cores fully busy, capped by the machine's
 cores) and the ratio of each repeat to Ray's pool of the same repeat (min / median / max).
 Target (issue 14): ``wirepool ray`` >= 5x ``ray pool`` on 1 ms tasks.
+
+On a machine whose cores others are using, compare ``wirepool ray`` with Ray's pools: their
+processes are all started by Ray, in Ray's own sessions. The ``wirepool local`` workers are
+children of this script, in its session, and with the kernel's autogroup scheduling
+(``/proc/sys/kernel/sched_autogroup_enabled``) a session shares the CPU as one group: under
+contention they get less of it than Ray's processes do, whatever the pool's own cost.
 """
 
 from __future__ import annotations
