@@ -224,8 +224,16 @@ impl TlsSocket {
         flush(conn, &self.raw)?;
         let n = conn.writer().write_vectored(slices)?;
         match flush(conn, &self.raw) {
-            Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
-            _ => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Taken, encrypted, not all sent: the writer task sends the rest. A caller that
+                // wrote by itself (a lone request) leaves nothing queued that would wake it.
+                drop(inner);
+                if let Some(wake) = self.on_output.get() {
+                    wake();
+                }
+            }
+            Err(e) => return Err(e),
+            Ok(()) => {}
         }
         Ok(n)
     }
