@@ -769,6 +769,12 @@ impl PoolInner {
         for w in self.live.lock().unwrap().values() {
             w.begin_drain(ExitCause::Shutdown, self.shared.cfg.drain_grace);
         }
+        // Slots waiting for a remote worker to join stop waiting (shutdown does not wait out
+        // an external launcher's join_wait).
+        #[cfg(feature = "remote")]
+        if let Some(listener) = &self.shared.listener {
+            listener.stop_waiting();
+        }
         self.shared.notify_state_changed();
         self.live_changed.notify_waiters();
     }

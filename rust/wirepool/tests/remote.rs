@@ -338,6 +338,32 @@ async fn revoking_with_drop_workers_disconnects_them_and_the_slot_takes_the_next
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_worker_that_never_joins() {
+    bounded(60, async {
+        let listener = Listener::start(ListenerOptions::default()).await.unwrap();
+        let (pool, first) = external_pool(&listener).await;
+        // The worker leaves; its slot now waits (join_wait 20 s) for another that never comes.
+        let e = pool.call::<_, ()>("abort", &()).await.unwrap_err();
+        assert_eq!(e.code(), codes::WORKER_EXITED, "{e}");
+        until(
+            Duration::from_secs(10),
+            "the slot waiting for a join",
+            || pool.metrics().workers[0].pid.is_none(),
+        )
+        .await;
+        let started = Instant::now();
+        pool.shutdown().await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let _ = finished(first).await;
+    })
+    .await;
+}
+
 /// A pool whose subprocess workers join through `proxy` (started on the pool's listener).
 async fn proxied_pool(workers: usize, stop_grace: Duration) -> (Pool, Arc<Proxy>) {
     let listener = Listener::start(ListenerOptions::default()).await.unwrap();

@@ -482,6 +482,12 @@ impl Listener {
         }
     }
 
+    /// Every slot waiting in [`accept`](Self::accept) gives up now (its pool closed).
+    pub(crate) fn stop_waiting(&self) {
+        let waiters = std::mem::take(&mut self.core().lock().waiters);
+        drop(waiters); // each receiver sees its sender go: AcceptError::Closed
+    }
+
     /// A worker that joined with `ticket_id` now serves on `transport` (for revocation).
     pub(crate) fn joined(&self, ticket_id: [u8; 16], transport: &Arc<Transport>) {
         let mut state = self.core().lock();
