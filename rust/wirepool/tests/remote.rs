@@ -349,7 +349,7 @@ async fn shutdown_does_not_wait_for_a_worker_that_never_joins() {
         until(
             Duration::from_secs(10),
             "the slot waiting for a join",
-            || pool.metrics().workers[0].pid.is_none(),
+            || pool.metrics().workers[0].state == wirepool::WorkerState::Starting,
         )
         .await;
         let started = Instant::now();
