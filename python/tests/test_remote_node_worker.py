@@ -87,7 +87,8 @@ def test_a_good_ticket_serves_calls_and_streams_over_tls(node_worker: list[str])
             children = set(launcher.children)
             assert pids <= children and len(children) == 2
             for w in pool.workers:
-                assert w.where.startswith("worker 127.0.0.1 pid ") and w.pid in children
+                where = getattr(w, "where", "")  # set by the launcher for a remote worker
+                assert where.startswith("worker 127.0.0.1 pid ") and w.pid in children
             # Longer than three heartbeats of the worker's own clock: the parent answers its
             # PINGs, so it stays.
             await asyncio.sleep(4 * HEARTBEAT_MS / 1000)
@@ -160,6 +161,7 @@ def test_a_wrong_fingerprint_is_refused_by_the_worker(node_worker: list[str], ca
             status, err = await _worker(node_worker, other)
             assert status == 1, err
             assert "not the ticket's sha256:" + "00" * 32 in err, err
+            assert ticket.fingerprint is not None
             assert "sha256:" + ticket.fingerprint.hex() in err, err  # what it was shown
             # The worker aborted the handshake: no JOIN block, no secret reached the parent.
             for _ in range(500):
