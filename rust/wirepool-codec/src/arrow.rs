@@ -238,6 +238,12 @@ pub fn decode_batches(body: &[u8]) -> Result<Vec<RecordBatch>, CodecError> {
 /// arrays' buffers are slices of `body` (which they keep alive), so a body that is a view of a
 /// shared-memory region is read in place. A buffer the stream does not align for its type is
 /// copied (arrow-rs's rule); streams written by arrow-rs or pyarrow are aligned.
+///
+/// Trust: the checks made here (offsets, UTF-8 of string columns) hold for the bytes as they
+/// are now. A body on the shared-memory lane stays mapped in the worker too, and sealing stops
+/// it from shrinking, not from being written: a worker that writes into a range it has lent
+/// (which PROTOCOL.md 20.4 forbids) could invalidate them after the fact. For a worker you do
+/// not trust, use [`decode_batches`], which copies the batch out first.
 pub fn decode_batches_shared(body: Bytes) -> Result<Vec<RecordBatch>, CodecError> {
     let mut decoder = arrow_ipc::reader::StreamDecoder::new();
     let mut buffer = arrow_buffer::Buffer::from(body);
