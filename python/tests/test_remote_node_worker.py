@@ -44,6 +44,10 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_DIR = REPO / "node"
 BUILD_TIMEOUT_S = 600  # npm ci and two tsc runs on a busy 2-vCPU machine
 HEARTBEAT_MS = 200
+# The serving test's: a 6 MiB JSON echo holds a Node worker's event loop (parse, stringify, TLS)
+# for a while, and on a loaded machine 3 x 200 ms of it passed the parent's frame clock
+# (WORKER_HUNG in one run at load ~20).
+SERVING_HEARTBEAT_MS = 500
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + 120)
 
@@ -73,7 +77,7 @@ def test_a_good_ticket_serves_calls_and_streams_over_tls(node_worker: list[str])
     async def main() -> None:
         launcher = launchers.Subprocess()
         async with wirepool.AsyncPool(node_worker, workers=2, launcher=launcher,
-                                      heartbeat_ms=HEARTBEAT_MS, restart_backoff=0.01,
+                                      heartbeat_ms=SERVING_HEARTBEAT_MS, restart_backoff=0.01,
                                       drain_grace=2.0) as pool:
             assert await pool.call("add", {"a": 2, "b": 3}) == {"sum": 5}
             rows = [r async for r in pool.stream("decls", {"n": 1000})]
@@ -91,7 +95,7 @@ def test_a_good_ticket_serves_calls_and_streams_over_tls(node_worker: list[str])
                 assert where.startswith("worker 127.0.0.1 pid ") and w.pid in children
             # Longer than three heartbeats of the worker's own clock: the parent answers its
             # PINGs, so it stays.
-            await asyncio.sleep(4 * HEARTBEAT_MS / 1000)
+            await asyncio.sleep(4 * SERVING_HEARTBEAT_MS / 1000)
             assert set(launcher.children) == children
             assert await pool.call("add", {"a": 1, "b": 1}) == {"sum": 2}
         # Closed: every worker said GOODBYE and exited with status 0.
