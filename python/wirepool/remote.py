@@ -804,6 +804,11 @@ async def connect(ticket: Ticket, protocol: asyncio.BaseProtocol, *,
     transport.write(ticket.join_block())
     transport.set_protocol(protocol)
     protocol.connection_made(transport)
+    if placeholder.lost.done():
+        # The parent closed the connection after the handshake, before this coroutine resumed:
+        # the loss went to the placeholder. Hand it on, or the worker would wait for a WELCOME
+        # until its welcome timeout.
+        protocol.connection_lost(None)
     return transport  # type: ignore[return-value]
 
 
