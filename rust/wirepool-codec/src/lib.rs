@@ -46,6 +46,8 @@ use bytes::{BufMut, Bytes};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+#[cfg(feature = "msgpack")]
+mod msgpack;
 mod raw;
 
 #[cfg(feature = "arrow")]
@@ -216,6 +218,11 @@ impl Codec {
             }
             #[cfg(feature = "msgpack")]
             Codec::MsgPack => {
+                // The values rows are made of decode in place (the `msgpack` module: the same
+                // visitor calls as rmp_serde); anything else, and every error, is rmp_serde's.
+                if let Some(value) = msgpack::decode(body) {
+                    return Ok(value);
+                }
                 // Straight from the slice: strings and byte strings are read in place. (The
                 // `io::Read` deserializer allocates a scratch buffer per value and copies every
                 // string through `read_to_end`: more than half the time of a small row.)
