@@ -10,6 +10,7 @@
 //! | `decls_blocking` | stream | json, msgpack, cbor | same, from a blocking handler |
 //! | `trickle` | stream (async) | json | `{"n": N, "ms": M}` -> rows `0..N`, sleeping M ms after each (the flush timer sends them) |
 //! | `panic_row` | stream | json | `n` -> rows `0..n`, but serialising row 3 panics (-> `HANDLER_PANIC`, rows 0-2 intact) |
+//! | `shared_rows` | stream (async) | json | `n` -> rows `"h0".."h<n-1>"` from the handler and `"t0".."t<n-1>"` from a thread that sends on the same sink at the same time; rows `"s0".."s<n-1>"` from a task it spawns after, one per await |
 //! | `raw_rows` | stream | raw | `"N SIZE"` (text) -> N rows of SIZE bytes (first 8 = i LE), no summary |
 //! | `sleep` | unary (async) | json | `ms` -> `ms` after sleeping; dropped at cancellation |
 //! | `sleep_blocking` | unary | json | `ms` -> `ms`; polls cancellation every millisecond |
@@ -118,6 +119,56 @@ fn gather(n: u64, ctx: &Context) -> Result<u64, HandlerError> {
     Ok(n)
 }
 
+/// Runs a future on this thread (a thread of the handler's own, off the worker's runtime).
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(out) => return out,
+            std::task::Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+/// `shared_rows`: one sink used by the handler, a thread and a spawned task (the handler's
+/// rows are pushed by the thread polling it without a lock; the others take the lock and wait
+/// for the frame while a poll holds it). Each source's rows must arrive whole and in order.
+async fn shared_rows(n: u64, rows: RowSink<String>) -> Result<(), HandlerError> {
+    let rows = std::sync::Arc::new(rows);
+    let sink = std::sync::Arc::clone(&rows);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let sent = block_on(async {
+            for i in 0..n {
+                sink.send(format!("t{i}")).await?;
+            }
+            Ok::<_, wirepool_worker::StreamClosed>(())
+        });
+        let _ = done_tx.send(sent);
+    });
+    for i in 0..n {
+        rows.send(format!("h{i}")).await?;
+    }
+    done_rx
+        .await
+        .map_err(|_| HandlerError::new("the sending thread died"))??;
+    for i in 0..n {
+        let sink = std::sync::Arc::clone(&rows);
+        tokio::spawn(async move { sink.send(format!("s{i}")).await })
+            .await
+            .map_err(|e| HandlerError::new(e.to_string()))??;
+    }
+    Ok(())
+}
+
 fn main() -> std::io::Result<()> {
     let mut max_concurrency = 64;
     let mut args = std::env::args().skip(1);
@@ -186,6 +237,11 @@ fn main() -> std::io::Result<()> {
                 }
                 Ok(())
             },
+        )
+        .codecs(&[Codec::Json])
+        .stream(
+            "shared_rows",
+            |n: u64, _ctx: Context, rows: RowSink<String>| shared_rows(n, rows),
         )
         .codecs(&[Codec::Json])
         .stream(

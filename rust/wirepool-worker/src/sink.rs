@@ -1,8 +1,20 @@
 //! Row sinks: rows are serialised straight into the ROWS frame being built, frames go out when
 //! full, on a short timer, and at the end, and only while the stream has credit.
+//!
+//! The frame being filled (with the stream's failure and closed flag: a [`Fill`]) lives in the
+//! stream's locked state, except while the async handler is being polled: then the thread that
+//! polls it ([`RowBatcher::poll_handler`]) takes it on its first row and fills it without a lock
+//! or an atomic read-modify-write per row, and puts it back when the poll returns. The flush
+//! timer, a blocking handler's sink and a sink used from another task or thread go through the
+//! lock, and wait for a fill that another thread's poll holds.
 
+use std::cell::{Cell, UnsafeCell};
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 // No poisoning: a row push never panics under the lock, and the std guard's poison check costs a
@@ -23,6 +35,17 @@ pub(crate) struct RowBatcher {
     batch_bytes: usize,
     shared: Arc<Shared>,
     state: Mutex<StreamState>,
+    /// The token ([`thread_token`]) of the thread inside `poll_handler`, 0 when none. Only that
+    /// thread stores its token here, and it clears it before `poll_handler` returns (or unwinds).
+    poller: AtomicUsize,
+    /// The fill checked out to the thread in `poller`. Touched only by that thread, while it is
+    /// in `poll_handler` and `busy` is false (see `with_fill`).
+    local: UnsafeCell<Option<Fill>>,
+    /// A row is being pushed into `local` (a `Serialize` that sends a row must not reach it).
+    /// Touched only by the thread in `poller`.
+    busy: Cell<bool>,
+    /// Senders waiting for a fill that a poll holds (changed under the state lock).
+    fill_waiters: AtomicUsize,
     /// Blocking sinks wait here for credit or cancellation.
     credit_cv: Condvar,
     /// Async sinks and the flush timer wait here for credit or cancellation.
@@ -31,16 +54,38 @@ pub(crate) struct RowBatcher {
     arm: Notify,
 }
 
-struct StreamState {
+// SAFETY: `local` and `busy` are the only fields that are not `Sync`. They are touched only by
+// the thread whose token is in `poller`, between its store of the token and its clear (both in
+// `poll_handler`, on that thread); every other thread reads another token there and takes the
+// locked path. The fill moves between threads only through the state's mutex (`check_in`, and
+// the check-out in `with_fill`), which orders its accesses.
+unsafe impl Sync for RowBatcher {}
+
+/// The frame being filled and the stream's own ending.
+struct Fill {
     /// The next ROWS frame, filled row by row on the handler's thread (serialised straight into
     /// it) and handed to the core whole (`Connection::send_rows`): no second pass over its rows.
     frame: RowsFrame,
-    /// Bumped on every credit grant or cancellation, so a blocking waiter never misses one.
-    epoch: u64,
     /// The stream broke (row too large, row not encodable): the request's terminal.
     failure: Option<StreamClosed>,
     /// The END went out (or is going): the timer stops.
     closed: bool,
+}
+
+struct StreamState {
+    /// `None` while a poll of the handler holds it (`RowBatcher::local`).
+    fill: Option<Fill>,
+    /// Bumped on every credit grant, cancellation and check-in, so a blocking waiter never
+    /// misses one.
+    epoch: u64,
+}
+
+/// Why `with_fill` could not reach the fill.
+enum Unavailable {
+    /// Another thread's poll of the handler holds it; `fill_waiters` counts this caller.
+    Elsewhere,
+    /// A row is being serialised into it on this thread.
+    Reentrant,
 }
 
 /// Where a row went.
@@ -51,12 +96,43 @@ enum Pushed {
     Flush,
     /// Not added: the frame is too full for it. Send the frame, then push the row again.
     Full,
+    /// Not added: another thread's poll of the handler holds the frame. Wait for it
+    /// (`fill_back`), then push the row again.
+    Elsewhere,
 }
 
 enum Submit {
     Sent,
     NoCredit,
     Gone,
+}
+
+/// A token for the calling thread: the address of a thread-local (one `fs`-relative address,
+/// no call), distinct for every live thread and never 0.
+#[inline]
+fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| t as *const u8 as usize)
+}
+
+/// Puts the fill back and clears `poller` when a poll returns or unwinds.
+struct CheckIn<'a>(&'a RowBatcher);
+
+impl Drop for CheckIn<'_> {
+    fn drop(&mut self) {
+        self.0.check_in();
+    }
+}
+
+/// Clears `busy` when a push returns or unwinds.
+struct NotBusy<'a>(&'a Cell<bool>);
+
+impl Drop for NotBusy<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 impl RowBatcher {
@@ -74,11 +150,17 @@ impl RowBatcher {
             batch_bytes: batch_bytes.min(max_frame as usize),
             shared,
             state: Mutex::new(StreamState {
-                frame: RowsFrame::new(id, max_frame),
+                fill: Some(Fill {
+                    frame: RowsFrame::new(id, max_frame),
+                    failure: None,
+                    closed: false,
+                }),
                 epoch: 0,
-                failure: None,
-                closed: false,
             }),
+            poller: AtomicUsize::new(0),
+            local: UnsafeCell::new(None),
+            busy: Cell::new(false),
+            fill_waiters: AtomicUsize::new(0),
             credit_cv: Condvar::new(),
             credit_notify: Notify::new(),
             arm: Notify::new(),
@@ -90,6 +172,78 @@ impl RowBatcher {
         self.state.lock()
     }
 
+    /// Polls the async handler's future: its rows go into a fill this thread holds for the
+    /// length of the poll (no lock per row), put back for the timer and other senders after.
+    pub(crate) fn poll_handler<F: Future>(
+        &self,
+        handler: Pin<&mut F>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<F::Output> {
+        self.poller.store(thread_token(), Ordering::Relaxed);
+        let _check_in = CheckIn(self);
+        handler.poll(cx)
+    }
+
+    /// The end of a poll (on the polling thread): the fill goes back to the state.
+    fn check_in(&self) {
+        // SAFETY: this thread stored its token in `poller` (`poll_handler`) and has not cleared
+        // it; no push is running on it (the poll returned or unwound through `NotBusy`).
+        let fill = unsafe { (*self.local.get()).take() };
+        self.poller.store(0, Ordering::Relaxed);
+        if let Some(fill) = fill {
+            let waiting = {
+                let mut st = self.lock();
+                st.fill = Some(fill);
+                st.epoch += 1;
+                self.fill_waiters.load(Ordering::Relaxed) > 0
+            };
+            if waiting {
+                self.credit_cv.notify_all();
+                self.credit_notify.notify_waiters();
+            }
+        }
+    }
+
+    /// Runs `f` on the fill: without a lock on the thread polling the handler (checking the
+    /// fill out on its first use in the poll), under the lock elsewhere.
+    #[inline]
+    fn with_fill<R>(&self, f: impl FnOnce(&mut Fill) -> R) -> Result<R, Unavailable> {
+        if self.poller.load(Ordering::Relaxed) == thread_token() {
+            if self.busy.get() {
+                return Err(Unavailable::Reentrant);
+            }
+            // SAFETY: this thread is the poller (only it stores its own token, and it clears it
+            // before leaving `poll_handler`) and no push runs on it (`busy`): no other reference
+            // to `local` exists until `busy` is cleared.
+            let local = unsafe { &mut *self.local.get() };
+            if local.is_none() {
+                *local = self.lock().fill.take();
+            }
+            let Some(fill) = local.as_mut() else {
+                // Only a poller checks the fill out, and a poll checks it back in.
+                return Err(self.wait_for_fill());
+            };
+            self.busy.set(true);
+            let _not_busy = NotBusy(&self.busy);
+            return Ok(f(fill));
+        }
+        let mut st = self.lock();
+        match st.fill.as_mut() {
+            Some(fill) => Ok(f(fill)),
+            None => {
+                self.fill_waiters.fetch_add(1, Ordering::Relaxed);
+                Err(Unavailable::Elsewhere)
+            }
+        }
+    }
+
+    #[cold]
+    fn wait_for_fill(&self) -> Unavailable {
+        let _st = self.lock();
+        self.fill_waiters.fetch_add(1, Ordering::Relaxed);
+        Unavailable::Elsewhere
+    }
+
     /// Credit arrived or the request was cancelled: wake whoever waits.
     pub(crate) fn wake(&self) {
         self.lock().epoch += 1;
@@ -98,7 +252,19 @@ impl RowBatcher {
     }
 
     pub(crate) fn failure(&self) -> Option<StreamClosed> {
-        self.lock().failure.clone()
+        match self.with_fill(|fill| fill.failure.clone()) {
+            Ok(failure) => failure,
+            Err(e) => {
+                self.done_waiting(e);
+                None
+            }
+        }
+    }
+
+    fn done_waiting(&self, e: Unavailable) {
+        if let Unavailable::Elsewhere = e {
+            self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Serialise one row into the frame being filled.
@@ -108,8 +274,53 @@ impl RowBatcher {
         req: &RequestShared,
         row: &R,
     ) -> Result<Pushed, StreamClosed> {
-        let mut st = self.lock();
-        if let Some(f) = &st.failure {
+        match self.with_fill(|fill| self.push(fill, req, row)) {
+            Ok(pushed) => pushed,
+            Err(e) => self.unavailable(e),
+        }
+    }
+
+    /// A row that cannot reach the fill now: another thread polls the handler (rare: the sink
+    /// was moved to another task or thread), or a row's `Serialize` sends a row on its own
+    /// stream.
+    #[cold]
+    fn unavailable(&self, e: Unavailable) -> Result<Pushed, StreamClosed> {
+        match e {
+            Unavailable::Elsewhere => {
+                self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
+                Ok(Pushed::Elsewhere)
+            }
+            Unavailable::Reentrant => Err(StreamClosed {
+                code: ErrorCode::HandlerError,
+                message: "a row's Serialize sent a row on its own stream".into(),
+            }),
+        }
+    }
+
+    /// Waits until no other thread's poll holds the fill.
+    async fn fill_back(&self) -> Result<(), StreamClosed> {
+        loop {
+            let notified = self.credit_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.with_fill(|_| ()) {
+                Ok(()) => return Ok(()),
+                Err(Unavailable::Elsewhere) => {}
+                Err(e) => return self.unavailable(e).map(|_| ()),
+            }
+            notified.await;
+            self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn push<R: Serialize + ?Sized>(
+        &self,
+        fill: &mut Fill,
+        req: &RequestShared,
+        row: &R,
+    ) -> Result<Pushed, StreamClosed> {
+        if let Some(f) = &fill.failure {
             return Err(f.clone());
         }
         if let Some(e) = req.cancel_error() {
@@ -118,53 +329,58 @@ impl RowBatcher {
                 message: e.message().to_owned(),
             });
         }
-        if st.closed {
+        if fill.closed {
             return Err(StreamClosed {
                 code: ErrorCode::Protocol,
                 message: "the stream already ended".into(),
             });
         }
-        if st.frame.is_empty() {
-            st.frame.reserve(self.batch_bytes + 256);
+        if fill.frame.is_empty() {
+            fill.frame.reserve(self.batch_bytes + 256);
         }
         let codec = self.codec;
         // A panicking `Serialize` unwinds to the handler's own guard (HANDLER_PANIC), leaving
         // only a torn row behind, which the frame never counts; the lock does not poison.
-        match st.frame.append_with(|buf| codec.encode(row, buf)) {
+        match fill.frame.append_with(|buf| codec.encode(row, buf)) {
             Ok(true) => {}
             Ok(false) => return Ok(Pushed::Full),
             Err(AppendError::Write(e)) => {
-                return Err(self.fail(
-                    &mut st,
+                return Err(fail(
+                    fill,
                     ErrorCode::HandlerError,
                     format!("a row could not be encoded: {e}"),
                 ))
             }
-            Err(AppendError::Refused(e)) => return Err(self.fail(&mut st, e.code, e.message)),
+            Err(AppendError::Refused(e)) => return Err(fail(fill, e.code, e.message)),
         }
-        if st.frame.count() == 1 {
+        if fill.frame.count() == 1 {
             self.arm.notify_one();
         }
-        Ok(if st.frame.payload_len() >= self.batch_bytes {
+        Ok(if fill.frame.payload_len() >= self.batch_bytes {
             Pushed::Flush
         } else {
             Pushed::Added
         })
     }
 
-    fn fail(&self, st: &mut StreamState, code: ErrorCode, message: String) -> StreamClosed {
-        let closed = StreamClosed { code, message };
-        st.failure = Some(closed.clone());
-        closed
+    fn needs_flush(&self, fill: &Fill, everything: bool) -> bool {
+        !fill.frame.is_empty() && (everything || fill.frame.payload_len() >= self.batch_bytes)
     }
 
-    fn needs_flush(&self, st: &StreamState, everything: bool) -> bool {
-        !st.frame.is_empty() && (everything || st.frame.payload_len() >= self.batch_bytes)
+    /// Hand the frame to the core while it needs sending and the stream has credit.
+    fn submit_all(&self, fill: &mut Fill, everything: bool) -> Submit {
+        while self.needs_flush(fill, everything) {
+            match self.try_submit(fill) {
+                Submit::Sent => {}
+                other => return other,
+            }
+        }
+        Submit::Sent
     }
 
     /// Hand the frame to the core if the stream has credit; the core checks and charges it.
-    fn try_submit(&self, st: &mut StreamState) -> Submit {
-        if st.frame.is_empty() {
+    fn try_submit(&self, fill: &mut Fill) -> Submit {
+        if fill.frame.is_empty() {
             return Submit::Sent;
         }
         let mut guard = self.shared.lock();
@@ -176,7 +392,11 @@ impl RowBatcher {
             return Submit::NoCredit;
         }
         let wake = state.writer_needs_wake();
-        if state.conn.send_rows(&mut st.frame, &mut state.out).is_err() {
+        if state
+            .conn
+            .send_rows(&mut fill.frame, &mut state.out)
+            .is_err()
+        {
             return Submit::Gone;
         }
         drop(guard);
@@ -191,45 +411,46 @@ impl RowBatcher {
             let notified = self.credit_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let mut st = self.lock();
-                let mut waiting = false;
-                while !waiting && self.needs_flush(&st, everything) {
-                    match self.try_submit(&mut st) {
-                        Submit::Sent => {}
-                        Submit::Gone => return Err(closed_error(req)),
-                        Submit::NoCredit => waiting = true,
-                    }
-                }
-                if !waiting {
-                    return Ok(());
-                }
-            }
+            let waited_for_fill = match self.with_fill(|fill| self.submit_all(fill, everything)) {
+                Ok(Submit::Sent) => return Ok(()),
+                Ok(Submit::Gone) => return Err(closed_error(req)),
+                Ok(Submit::NoCredit) => false,
+                Err(Unavailable::Elsewhere) => true,
+                Err(e) => return self.unavailable(e).map(|_| ()),
+            };
             if let Some(e) = req.cancel_error() {
+                if waited_for_fill {
+                    self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
+                }
                 return Err(StreamClosed {
                     code: code_of(e.code()),
                     message: e.message().to_owned(),
                 });
             }
             notified.await;
+            if waited_for_fill {
+                self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
     fn flush_blocking(&self, req: &RequestShared, everything: bool) -> Result<(), StreamClosed> {
         let mut st = self.lock();
         loop {
-            let mut waiting = false;
-            while !waiting && self.needs_flush(&st, everything) {
-                match self.try_submit(&mut st) {
-                    Submit::Sent => {}
-                    Submit::Gone => return Err(closed_error(req)),
-                    Submit::NoCredit => waiting = true,
+            let waited_for_fill = match st.fill.as_mut().map(|f| self.submit_all(f, everything)) {
+                Some(Submit::Sent) => return Ok(()),
+                Some(Submit::Gone) => return Err(closed_error(req)),
+                Some(Submit::NoCredit) => false,
+                None => {
+                    // An async poll holds the fill (a blocking sink used next to it).
+                    self.fill_waiters.fetch_add(1, Ordering::Relaxed);
+                    true
                 }
-            }
-            if !waiting {
-                return Ok(());
-            }
+            };
             if let Some(e) = req.cancel_error() {
+                if waited_for_fill {
+                    self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
+                }
                 return Err(StreamClosed {
                     code: code_of(e.code()),
                     message: e.message().to_owned(),
@@ -239,6 +460,30 @@ impl RowBatcher {
             while st.epoch == epoch {
                 self.credit_cv.wait(&mut st);
             }
+            if waited_for_fill {
+                self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A blocking sink's row (under the lock: the flush timer may take the frame at any time).
+    fn push_row_blocking<R: Serialize + ?Sized>(
+        &self,
+        req: &RequestShared,
+        row: &R,
+    ) -> Result<Pushed, StreamClosed> {
+        let mut st = self.lock();
+        loop {
+            if let Some(fill) = st.fill.as_mut() {
+                return self.push(fill, req, row);
+            }
+            // An async poll holds the fill (a blocking sink used next to it): wait for it.
+            self.fill_waiters.fetch_add(1, Ordering::Relaxed);
+            let epoch = st.epoch;
+            while st.epoch == epoch {
+                self.credit_cv.wait(&mut st);
+            }
+            self.fill_waiters.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -256,8 +501,21 @@ impl RowBatcher {
     }
 
     fn close(&self) {
-        self.lock().closed = true;
+        // The handler returned: no poll holds the fill any more.
+        if let Err(e) = self.with_fill(|fill| fill.closed = true) {
+            self.done_waiting(e);
+        }
         self.arm.notify_one();
+    }
+
+    fn is_closed(&self) -> bool {
+        match self.with_fill(|fill| fill.closed) {
+            Ok(closed) => closed,
+            Err(e) => {
+                self.done_waiting(e);
+                false
+            }
+        }
     }
 
     /// Flush a partial batch `interval` after its first row, so slow producers still stream.
@@ -271,18 +529,24 @@ impl RowBatcher {
                 _ = self.arm.notified() => {}
                 _ = req.token.cancelled() => return,
             }
-            if self.lock().closed {
+            if self.is_closed() {
                 return;
             }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 _ = req.token.cancelled() => return,
             }
-            if self.lock().closed || self.flush_async(&req, true).await.is_err() {
+            if self.is_closed() || self.flush_async(&req, true).await.is_err() {
                 return;
             }
         }
     }
+}
+
+fn fail(fill: &mut Fill, code: ErrorCode, message: String) -> StreamClosed {
+    let closed = StreamClosed { code, message };
+    fill.failure = Some(closed.clone());
+    closed
 }
 
 fn code_of(code: u32) -> ErrorCode {
@@ -331,27 +595,29 @@ pub struct RowSink<Row> {
 
 impl<Row: Serialize> RowSink<Row> {
     /// Send one row (waits only when the batch is full and the stream has no credit).
+    ///
+    /// The row is serialised when the future is first polled, like an `async fn`'s body.
     #[inline]
-    pub async fn send(&self, row: Row) -> Result<(), StreamClosed> {
-        self.send_ref(&row).await
+    pub fn send(&self, row: Row) -> impl Future<Output = Result<(), StreamClosed>> + '_ {
+        SendRow {
+            sink: self,
+            row,
+            step: Step::Push,
+            _row: PhantomData,
+        }
     }
 
     /// Send one row by reference.
     #[inline]
-    pub async fn send_ref(&self, row: &Row) -> Result<(), StreamClosed> {
-        loop {
-            match self.stream.push_row(&self.req, row)? {
-                Pushed::Added => return Ok(()),
-                Pushed::Flush => {
-                    self.stream.flush_async(&self.req, false).await?;
-                    // Let the writer put the frame on the socket (and the reader see
-                    // CANCEL/PING) before serialising the next batch on this thread.
-                    tokio::task::yield_now().await;
-                    return Ok(());
-                }
-                // Rare: a big row after smaller ones. It opens the next frame.
-                Pushed::Full => self.stream.flush_async(&self.req, true).await?,
-            }
+    pub fn send_ref<'a>(
+        &'a self,
+        row: &'a Row,
+    ) -> impl Future<Output = Result<(), StreamClosed>> + 'a {
+        SendRow {
+            sink: self,
+            row,
+            step: Step::Push,
+            _row: PhantomData,
         }
     }
 
@@ -405,6 +671,87 @@ impl<Row: Serialize> RowSink<Row> {
     }
 }
 
+/// The future of [`RowSink::send`]: a row that fits the frame is pushed on the first poll with
+/// nothing else to do (no `async fn` state machine: its setup and teardown cost more than the
+/// push of a small row); a full frame is sent in a boxed flush, once per frame.
+struct SendRow<'a, Row, B> {
+    sink: &'a RowSink<Row>,
+    row: B,
+    step: Step<'a>,
+    _row: PhantomData<fn(Row)>,
+}
+
+type Flush<'a> = Pin<Box<dyn Future<Output = Result<(), StreamClosed>> + Send + 'a>>;
+
+enum Step<'a> {
+    Push,
+    /// Sending the frame (or waiting for it); then push the row again or end.
+    Flush {
+        flush: Flush<'a>,
+        push_again: bool,
+    },
+    Done,
+}
+
+// The row is never pinned: `poll` only lends it out by reference.
+impl<Row, B> Unpin for SendRow<'_, Row, B> {}
+
+impl<'a, Row: Serialize, B: std::borrow::Borrow<Row>> Future for SendRow<'a, Row, B> {
+    type Output = Result<(), StreamClosed>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.step {
+                Step::Push => {
+                    let sink: &'a RowSink<Row> = this.sink;
+                    let (stream, req) = (&*sink.stream, &*sink.req);
+                    let (flush, push_again): (Flush<'a>, bool) =
+                        match stream.push_row(req, this.row.borrow()) {
+                            Ok(Pushed::Added) => {
+                                this.step = Step::Done;
+                                return Poll::Ready(Ok(()));
+                            }
+                            Ok(Pushed::Flush) => (
+                                Box::pin(async move {
+                                    stream.flush_async(req, false).await?;
+                                    // Let the writer put the frame on the socket (and the
+                                    // reader see CANCEL/PING) before serialising the next batch
+                                    // on this thread.
+                                    tokio::task::yield_now().await;
+                                    Ok(())
+                                }),
+                                false,
+                            ),
+                            // Rare: a big row after smaller ones. It opens the next frame.
+                            Ok(Pushed::Full) => (Box::pin(stream.flush_async(req, true)), true),
+                            Ok(Pushed::Elsewhere) => (Box::pin(stream.fill_back()), true),
+                            Err(e) => {
+                                this.step = Step::Done;
+                                return Poll::Ready(Err(e));
+                            }
+                        };
+                    this.step = Step::Flush { flush, push_again };
+                }
+                Step::Flush { flush, push_again } => {
+                    let outcome = std::task::ready!(flush.as_mut().poll(cx));
+                    let push_again = *push_again;
+                    this.step = if outcome.is_ok() && push_again {
+                        Step::Push
+                    } else {
+                        Step::Done
+                    };
+                    if !push_again || outcome.is_err() {
+                        return Poll::Ready(outcome);
+                    }
+                }
+                Step::Done => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+}
+
 impl<Row> std::fmt::Debug for RowSink<Row> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RowSink")
@@ -432,11 +779,12 @@ impl<Row: Serialize> BlockingRowSink<Row> {
     #[inline]
     pub fn send_ref(&self, row: &Row) -> Result<(), StreamClosed> {
         loop {
-            match self.stream.push_row(&self.req, row)? {
+            match self.stream.push_row_blocking(&self.req, row)? {
                 Pushed::Added => return Ok(()),
                 Pushed::Flush => return self.stream.flush_blocking(&self.req, false),
                 // Rare: a big row after smaller ones. It opens the next frame.
                 Pushed::Full => self.stream.flush_blocking(&self.req, true)?,
+                Pushed::Elsewhere => unreachable!("push_row_blocking waits for the fill"),
             }
         }
     }

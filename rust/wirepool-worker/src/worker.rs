@@ -238,14 +238,18 @@ impl Worker {
                         stream: Arc::clone(&stream),
                         _row: PhantomData,
                     };
-                    let summary = handler(
+                    let handler = std::pin::pin!(handler(
                         input,
                         Context {
                             req: Arc::clone(&req),
                         },
                         sink,
-                    )
-                    .await?;
+                    ));
+                    // Polled through the stream: its rows are pushed without a lock per row.
+                    let mut handler = handler;
+                    let summary =
+                        std::future::poll_fn(|cx| stream.poll_handler(handler.as_mut(), cx))
+                            .await?;
                     let summary = summary.encode_summary(req.codec).map_err(encode_failed)?;
                     if let Some(failed) = stream.failure() {
                         return Err(HandlerError::protocol(failed.code(), failed.message));

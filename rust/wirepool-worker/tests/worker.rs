@@ -619,6 +619,34 @@ fn stream_rows_and_summary_use_the_request_codec() {
 }
 
 #[test]
+fn a_sink_shared_with_a_thread_and_a_task_keeps_each_senders_rows_in_order() {
+    // The handler pushes without a lock while it is polled; a thread sending at the same time
+    // waits for the frame, a spawned task takes the lock. Nothing is lost, torn or reordered.
+    let mut p = Parent::start();
+    let n = 20_000;
+    let id = p.request("shared_rows", JSON, 0, &json_body(json!(n)));
+    let frames = p.collect_until_terminal(id);
+    assert!(
+        matches!(frames.last().unwrap().body, FrameBody::End { row_count, .. } if row_count == 3 * n),
+        "{:?}",
+        frames.last()
+    );
+    let mut next = [0u64; 3];
+    for row in rows_of(&frames, id) {
+        let text: String = serde_json::from_slice(&row).unwrap();
+        let source = ["h", "t", "s"]
+            .iter()
+            .position(|s| text.starts_with(s))
+            .unwrap();
+        assert_eq!(text[1..].parse::<u64>().unwrap(), next[source], "{text}");
+        next[source] += 1;
+        // The spawned task's rows come after both others'.
+        assert!(source < 2 || next[0] + next[1] == 2 * n);
+    }
+    assert_eq!(next, [n; 3]);
+}
+
+#[test]
 fn a_partial_batch_goes_out_on_the_flush_timer() {
     // One row, then the handler sleeps for a minute: only the flush timer can deliver the row.
     let mut p = Parent::start();
