@@ -2,9 +2,10 @@
 worker's ``remote.connect`` has not resumed yet, ends as after end of file (PROTOCOL.md 21.6),
 at once: not 15 s later at its welcome timeout (21.5).
 
-The race is made certain with a ``sitecustomize`` in the worker that lets the event loop run for
-0.5 s between the handshake's end and ``connect`` resuming (the loss then reaches the
-placeholder protocol ``connect`` uses during the handshake). Found by
+The race is made certain with a ``sitecustomize`` in the worker that holds ``connect`` back
+after the handshake until the TLS layer has lost its connection, and delays the TLS layer's
+queued ``connection_lost`` (a ``call_soon``) by 0.3 s, so that the loss is on its way to the
+placeholder protocol of the handshake when ``connect`` hands the connection over. Found by
 conformance/test_remote.py's parent-kill test on a loaded machine: a worker outlived its
 SIGKILLed parent by 20 s, connectionless, in epoll_wait.
 """
@@ -28,13 +29,31 @@ pytest.importorskip("cryptography")
 WORKER = str(Path(__file__).parent / "workers" / "basic.py")
 PYTHON_DIR = str(Path(__file__).resolve().parents[1])
 DELAY_CONNECT = """
-import asyncio, asyncio.base_events as be
+import asyncio, asyncio.base_events as be, asyncio.sslproto as sp
+
+# The TLS layer queues the app protocol's connection_lost with call_soon: here it is queued for
+# 0.3 s later, so that it is surely still on its way when connect hands the connection over.
+_lost = sp.SSLProtocol.connection_lost
+def connection_lost(self, exc):
+    loop = self._loop
+    soon = loop.call_soon
+    loop.call_soon = lambda cb, *a, **kw: loop.call_later(0.3, cb, *a)
+    try:
+        _lost(self, exc)
+    finally:
+        del loop.call_soon
+sp.SSLProtocol.connection_lost = connection_lost
+
+# connect resumes only once the TLS layer has lost its connection (its private state: a test
+# of a race).
 _create = be.BaseEventLoop.create_connection
 async def create_connection(self, *a, **kw):
-    r = await _create(self, *a, **kw)
+    transport, protocol = await _create(self, *a, **kw)
     if kw.get("ssl") is not None:
-        await asyncio.sleep(0.5)  # the loop handles the parent's close before connect resumes
-    return r
+        deadline = self.time() + 5
+        while transport._ssl_protocol._transport is not None and self.time() < deadline:
+            await asyncio.sleep(0.01)
+    return transport, protocol
 be.BaseEventLoop.create_connection = create_connection
 """
 
@@ -75,5 +94,5 @@ def test_a_close_right_after_the_handshake_ends_the_worker_at_once(tmp_path: Pat
     status, elapsed, err = asyncio.run(main())
     assert status == 0, err
     assert "no WELCOME" not in err, err
-    # Start-up, the handshake, the injected 0.5 s and the exit; the welcome timeout is 15 s.
+    # Start-up, the handshake and the exit; the welcome timeout is 15 s.
     assert elapsed < 10, (elapsed, err)

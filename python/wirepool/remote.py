@@ -752,12 +752,19 @@ class Listener:
 
 
 class _Connecting(asyncio.Protocol):
+    """The protocol during the handshake. A loss the TLS layer sent its way (it queues
+    connection_lost with call_soon, so one can still be on its way when ``connect`` hands the
+    connection over) goes on to the protocol that took the connection over."""
+
     def __init__(self) -> None:
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.then: asyncio.BaseProtocol | None = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.lost.done():
             self.lost.set_result(None)
+            if self.then is not None:
+                self.then.connection_lost(exc)
 
 
 async def connect(ticket: Ticket, protocol: asyncio.BaseProtocol, *,
@@ -804,10 +811,11 @@ async def connect(ticket: Ticket, protocol: asyncio.BaseProtocol, *,
     transport.write(ticket.join_block())
     transport.set_protocol(protocol)
     protocol.connection_made(transport)
+    # The parent may have closed the connection after the handshake, before this coroutine
+    # resumed: the loss went to the placeholder. It is handed on, or the worker would wait for a
+    # WELCOME until its welcome timeout.
+    placeholder.then = protocol
     if placeholder.lost.done():
-        # The parent closed the connection after the handshake, before this coroutine resumed:
-        # the loss went to the placeholder. Hand it on, or the worker would wait for a WELCOME
-        # until its welcome timeout.
         protocol.connection_lost(None)
     return transport  # type: ignore[return-value]
 
