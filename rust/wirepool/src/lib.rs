@@ -79,6 +79,6 @@ pub use events::{event_channel, EventReceiver, EventSender, WorkerEvent};
 pub use metrics::{LatencySnapshot, PoolMetrics, WorkerMetrics, WorkerState};
 pub use pool::{CallOptions, Lease, Pool, PoolBuilder};
 pub use spawn::{peak_rss_bytes, WorkerCommand, WorkerOutput};
-pub use stream::RowStream;
+pub use stream::{RowBatch, RowStream};
 pub use wirepool_codec::Codec;
 pub use wirepool_proto::RowsPayload;

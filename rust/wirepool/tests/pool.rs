@@ -135,6 +135,54 @@ async fn stream_delivers_every_row_then_the_summary() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_batch_hands_out_the_rest_of_a_frame_then_whole_frames() {
+    bounded(60, async {
+        let pool = builder(1)
+            .require_method("decls", MethodKind::Stream)
+            .start()
+            .await
+            .unwrap();
+        let n = 100_000u64;
+        let mut rows = pool.stream::<_, Decl>("decls", &n).await.unwrap();
+        // Three rows one at a time, then batches: the first batch is the rest of that frame.
+        for i in 0..3 {
+            assert_eq!(rows.next().await.unwrap().unwrap().i, i);
+        }
+        let (mut expect, mut batches) = (3u64, 0);
+        while let Some(batch) = rows.next_batch().await {
+            let batch = batch.unwrap();
+            let len = batch.len() as u64;
+            assert!(len > 0);
+            if batches > 0 {
+                assert_eq!(len, u64::from(batch.frame().count()), "a whole frame");
+            }
+            for row in batch {
+                let row = row.unwrap();
+                assert_eq!((row.i, row.name), (expect, format!("decl_{expect}")));
+                expect += 1;
+            }
+            batches += 1;
+        }
+        assert_eq!(expect, n);
+        assert!(batches > 1);
+        assert!(rows.next().await.is_none());
+        assert_eq!(rows.summary::<u64>().unwrap(), Some(n));
+        // A batch dropped half-read skips its rows; the stream carries on with the next frame.
+        let mut rows = pool.stream::<_, Decl>("decls", &n).await.unwrap();
+        let mut first = rows.next_batch().await.unwrap().unwrap();
+        let frame_rows = u64::from(first.frame().count());
+        assert_eq!(first.next().unwrap().unwrap().i, 0);
+        drop(first);
+        assert_eq!(rows.next().await.unwrap().unwrap().i, frame_rows);
+        drop(rows);
+        let pids = pool.worker_pids();
+        pool.shutdown().await;
+        assert_reaped(&pids);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_stream_ends_the_stream_with_one_typed_error_and_the_worker_is_replaced() {
     bounded(30, async {
         let pool = builder(1)
