@@ -146,6 +146,13 @@ def build(mode: str, every_scenario: bool = False) -> list[dict[str, Any]]:
                 not_applicable=NOT_APPLICABLE, x=n,
                 repeats=FULL_REPEATS_HEAVY if n >= 1 << 20 else repeats)
 
+    # Raw 4 KiB rows (issue 17's 1 M rows/s): the large row's JSON text as bytes, undecoded, Rust
+    # parent x Rust worker (the Python and Node bench workers have no large raw rows) beside the
+    # floor moving the same bytes. Full mode (quick with --only), to keep quick mode's time.
+    for n in large if full else ():
+        add(id=f"W4.large_rows.{count_label(n)}.raw", workload="W4", kind="rows",
+            shape="large_rows", n=n, codec="raw", x=n, only=["floor_c", "wirepool_rust"])
+
     # Seconds' worth of ideal work per repeat: 0.3 s is 30 tasks of 10 ms on one worker.
     target = 0.3 if full else 0.08
     for task_us in (50, 1000, 10000) if full else (50, 1000):

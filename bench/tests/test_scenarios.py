@@ -33,8 +33,13 @@ def test_full_mode_has_the_specified_grid():
     w4 = [(s["shape"], s["n"]) for s in of("full", "W4") if s["codec"] == "json"]
     assert w4 == [("small_rows", 8192), ("small_rows", 1 << 20), ("large_rows", 512),
                   ("large_rows", 16384)]
-    codecs = [(s["n"], s["codec"]) for s in of("full", "W4") if s["codec"] != "json"]
+    codecs = [(s["n"], s["codec"]) for s in of("full", "W4")
+              if s["codec"] != "json" and s["shape"] == "small_rows"]
     assert codecs == [(n, c) for n in (8192, 1 << 20) for c in ("msgpack", "cbor", "raw")]
+    # Raw 4 KiB rows: Rust x Rust and the floor only.
+    large_raw = [(s["n"], s["only"]) for s in of("full", "W4")
+                 if s["codec"] == "raw" and s["shape"] == "large_rows"]
+    assert large_raw == [(n, ["floor_c", "wirepool_rust"]) for n in (512, 16384)]
     w5 = [(s["task_us"], s["workers"]) for s in of("full", "W5")]
     assert w5 == [(t, w) for t in (50, 1000, 10000) for w in (1, 2, 4)]
     assert [s["kind"] for s in of("full", "W6")] == ["slow_rows"]
@@ -123,6 +128,9 @@ def test_small_rows_come_in_every_codec_and_baselines_are_not_applicable_there()
         for s in rows:
             if s["codec"] == "json":
                 assert "runner_kinds" not in s  # every runner measures the JSON rows
+                continue
+            if s["shape"] == "large_rows":  # raw 4 KiB rows: Rust x Rust and the floor
+                assert s["codec"] == "raw" and s["only"] and s["id"].endswith(".raw")
                 continue
             assert s["shape"] == "small_rows" and s["kind"] == "rows"
             assert s["id"].endswith("." + s["codec"])

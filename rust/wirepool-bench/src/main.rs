@@ -375,13 +375,18 @@ async fn read_rows<Row: serde::de::DeserializeOwned + 'static>(
     Ok(count)
 }
 
-/// The raw rows of `raw_rows` (the small row's JSON text as bytes), walked a frame at a time.
-async fn read_raw_rows(pool: &Pool, n: u64) -> wirepool::Result<u64> {
+/// The raw rows of `raw_rows` (the small or large row's JSON text as bytes), walked a frame at a
+/// time.
+async fn read_raw_rows(pool: &Pool, n: u64, large: bool) -> wirepool::Result<u64> {
     let opts = CallOptions {
         codec: Some(Codec::Raw),
         ..Default::default()
     };
-    let req = Bytes::from(n.to_string());
+    let req = Bytes::from(if large {
+        format!("{n} large")
+    } else {
+        n.to_string()
+    });
     let mut rows = pool.stream_with::<_, Bytes>("raw_rows", &req, opts).await?;
     let (mut count, mut bytes) = (0u64, 0usize);
     while let Some(frame) = rows.next_frame().await {
@@ -390,7 +395,8 @@ async fn read_raw_rows(pool: &Pool, n: u64) -> wirepool::Result<u64> {
             bytes += row.len();
         }
     }
-    assert!(bytes >= count as usize * 30, "raw rows too short");
+    let least = if large { 4096 + 30 } else { 30 };
+    assert!(bytes >= count as usize * least, "raw rows too short");
     Ok(count)
 }
 
@@ -400,8 +406,8 @@ fn row_codec(sc: &Value) -> Result<Option<Codec>, String> {
         "json" => Ok(Some(Codec::Json)),
         "msgpack" => Ok(Some(Codec::MsgPack)),
         "cbor" => Ok(Some(Codec::Cbor)),
-        "raw" if sc["shape"] == "small_rows" && sc["kind"] == "rows" => Ok(None),
-        "raw" => Err("raw rows exist for small_rows scenarios of kind rows only".into()),
+        "raw" if sc["kind"] == "rows" => Ok(None),
+        "raw" => Err("raw rows exist for scenarios of kind rows only".into()),
         other => Err(format!(
             "codec {other:?} is not one of json, msgpack, cbor, raw"
         )),
@@ -426,8 +432,8 @@ async fn run_rows(
     let mut rates = Vec::new();
     for _ in 0..repeats {
         let t = Instant::now();
-        let got = if let (None, "small_rows") = (codec, shape.as_str()) {
-            read_raw_rows(&pool, n).await?
+        let got = if codec.is_none() {
+            read_raw_rows(&pool, n, shape == "large_rows").await?
         } else if shape == "large_rows" {
             let codec = codec.unwrap_or(Codec::Json);
             read_rows::<LargeRow>(&pool, &req, codec, every, pause, |r| {
@@ -449,9 +455,15 @@ async fn run_rows(
     let figs = vec![figure("rows_per_s", "rows/s", &rates, "higher")];
     let notes =
         match codec {
-            None => "raw codec: the small row's JSON text as bytes, walked a ROWS frame at a time \
-                 (next_frame), not decoded"
-                .to_string(),
+            None => format!(
+                "raw codec: the {} row's JSON text as bytes, walked a ROWS frame at a time \
+                 (next_frame), not decoded",
+                if shape == "large_rows" {
+                    "large"
+                } else {
+                    "small"
+                }
+            ),
             Some(c) => format!(
             "pool.stream_with::<_, {}> ({c:?} codec, serde into typed structs, one row per next())",
             if shape == "large_rows" { "LargeRow" } else { "SmallRow" }

@@ -6,7 +6,7 @@
 //! | `echo` | unary (async, served on the I/O thread) | raw | bytes -> the same bytes (no copy) |
 //! | `oneway` | unary (async) | raw | bytes -> their length, 8 bytes little-endian |
 //! | `rows` | stream | json, msgpack, cbor | `{"shape": "small_rows"\|"large_rows", "n": N}` -> rows `0..N`, in the request's codec |
-//! | `raw_rows` | stream | raw | `"N"` -> N rows whose bytes are the small row's JSON text |
+//! | `raw_rows` | stream | raw | `"N"` -> N rows whose bytes are the small row's JSON text; `"N large"`: the large row's (4,096-byte blob) |
 //! | `spin` | unary (async) | json | `us` -> burns `us` of this thread's CPU time, returns `us` |
 //! | `arrow_batch` | unary (blocking) | raw | `"<rows>"` or `"<rows> zc"` -> the W7 Arrow IPC stream of that many rows (`wirepool_bench::arrow_batch`); `zc`: written into `Context::body_buf` (no copy into the lane) |
 //! | `mark` | unary (async) | raw | empty -> empty, calling `getpgrp()`: a phase boundary of the instruction-count gate (`bench/harness/icount.py`) |
@@ -62,7 +62,12 @@ async fn rows(req: RowsReq, sink: RowSink<Row>) -> Result<(), HandlerError> {
 }
 
 async fn raw_rows(req: Bytes, rows: RowSink<ByteBuf>) -> Result<(), HandlerError> {
-    let n: u64 = std::str::from_utf8(&req)?.trim().parse()?;
+    let text = std::str::from_utf8(&req)?;
+    let mut words = text.split_whitespace();
+    let n: u64 = words.next().unwrap_or("0").parse()?;
+    if words.next() == Some("large") {
+        return raw_large_rows(n, rows).await;
+    }
     // Formatted by hand like the floor's child (fixed pieces copied to fixed places, the digits
     // byte by byte), then handed over as one buffer: the figure is about moving rows.
     const HEAD: &[u8; 5] = b"{\"i\":";
@@ -83,6 +88,35 @@ async fn raw_rows(req: Bytes, rows: RowSink<ByteBuf>) -> Result<(), HandlerError
         text[5 + 2 * d + 14..5 + 2 * d + 33].copy_from_slice(TAIL);
         row.clear();
         row.extend_from_slice(&text[..2 * d + 38]);
+        rows.send_ref(&row).await?;
+    }
+    Ok(())
+}
+
+/// The large row's JSON text per row, built like `raw_rows`' small one: the fixed pieces and
+/// the blob's 4,088 `x` copied, the digits written in place.
+async fn raw_large_rows(n: u64, rows: RowSink<ByteBuf>) -> Result<(), HandlerError> {
+    const HEAD: &[u8] = b"{\"i\":";
+    const NAME: &[u8] = b",\"name\":\"decl_";
+    const MID: &[u8] = b"\",\"kind\":\"theorem\",\"blob\":\"";
+    let tail: Vec<u8> = std::iter::repeat_n(b'x', LARGE_TAIL)
+        .chain(*b"\"}")
+        .collect();
+    let mut row = ByteBuf::with_capacity(LARGE_TAIL + 128);
+    let mut digits = itoa::Buffer::new();
+    for i in 0..n {
+        let i_text = digits.format(i).as_bytes();
+        row.clear();
+        row.extend_from_slice(HEAD);
+        row.extend_from_slice(i_text);
+        row.extend_from_slice(NAME);
+        row.extend_from_slice(i_text);
+        row.extend_from_slice(MID);
+        // The blob's first 8 bytes: i's last 8 digits, zero-padded (as the serde rows).
+        let pad = 8usize.saturating_sub(i_text.len());
+        row.extend_from_slice(&b"00000000"[..pad]);
+        row.extend_from_slice(&i_text[i_text.len() - (8 - pad)..]);
+        row.extend_from_slice(&tail);
         rows.send_ref(&row).await?;
     }
     Ok(())
