@@ -24,7 +24,7 @@ parent-death signal reaches another machine, and the launcher puts each worker i
 its own here).
 
 Time: the pairs' runs go three at a time (``CONCURRENT_RUNS``); the Python and Rust parents'
-six pairs, 453 tests, took 7 min 30 s at load 15-17 on the 2-vCPU machine (one after the other:
+six pairs, 453 tests, took 7.5-8.5 min at load 15-17 on the 2-vCPU machine (one after the other:
 ~15 min; a pool per scenario, as locally).
 """
 
