@@ -1145,9 +1145,9 @@ fn send_request(
     #[cfg(target_os = "linux")]
     if let Some(lane) = c.shm.as_mut().filter(|l| body.len() >= l.threshold) {
         if let Some(placed) = lane.regions.place(&mut c.conn, body, &mut c.out) {
-            let id = c
-                .conn
-                .send_request_shm(method, codec, timeout_us, placed.range, &mut c.out)?;
+            let id =
+                c.conn
+                    .send_request_shm(method, codec, timeout_us, placed.range, &mut c.out)?;
             // The region stays unwritten until the worker releases the range.
             let _ = c.conn.shm_hold(placed.range, placed.keep);
             return Ok(id);
