@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo build --release -p wirepool-bench
 //! target/release/remote_tls [--repeats 5] [--window 0.5] [--only W3.oneway.1MiB,...] [--worker PATH]
-//!     [--transports socketpair,tls]
+//!     [--transports socketpair,tls]   (ratios are to the first transport named)
 //! ```
 //!
 //! One `wirepool::Pool` of one `wirepool-bench-worker` (release, next to this binary unless
@@ -14,8 +14,8 @@
 //! the pool's listener over TCP + TLS 1.3 on 127.0.0.1 with a ticket: `Launcher::subprocess`)
 //! and `tcp` (the same join over plain loopback TCP). Each repeat runs every transport once, in
 //! turn, so drift hits them alike; the report gives min / median / max and the ratio of each
-//! median to socketpair's, the min / median / max of the per-repeat ratios, and the median CPU
-//! time the parent and the worker spent per call, MB or row (user + system, from /proc): on a
+//! median to socketpair's, the min / median / max of the per-repeat ratios, and the min / median
+//! / max CPU time the parent and the worker spent per call, MB or row (user + system, /proc): on a
 //! loaded machine the wall clock follows the CPU share, the CPU time per unit much less.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -247,13 +247,8 @@ fn main() {
             "--window" => window = Duration::from_secs_f64(value().parse().expect("--window S")),
             "--only" => only = value().split(',').map(str::to_owned).collect(),
             "--worker" => worker = value(),
-            "--transports" => {
-                transports = value().split(',').map(str::to_owned).collect();
-                assert_eq!(
-                    transports[0], "socketpair",
-                    "ratios are to socketpair: name it first"
-                );
-            }
+            // Ratios are to the first one named (socketpair by default).
+            "--transports" => transports = value().split(',').map(str::to_owned).collect(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -294,8 +289,13 @@ fn main() {
                 let med = median(&mut v);
                 let r_med = median(&mut ratios);
                 let per = sc.unit.trim_end_matches("/s");
+                // min / median / max in microseconds.
+                let spread = |v: &mut Vec<f64>| {
+                    let med = median(v);
+                    format!("{:.1}/{:.1}/{:.1}", v[0] * 1e6, med * 1e6, v[v.len() - 1] * 1e6)
+                };
                 println!(
-                    "{:22} {:>15} {:>12.0} {:>12.0} {:>12.0} {:>6.2}x {:>6.2}/{:.2}/{:.2}x  {}  cpu/{per}: parent {:.2} us, worker {:.2} us",
+                    "{:22} {:>15} {:>12.0} {:>12.0} {:>12.0} {:>6.2}x {:>6.2}/{:.2}/{:.2}x  {}  cpu/{per} (us, min/median/max): parent {}, worker {}",
                     sc.name,
                     t,
                     v[0],
@@ -306,8 +306,8 @@ fn main() {
                     r_med,
                     ratios[ratios.len() - 1],
                     sc.unit,
-                    median(&mut cpu[i].0) * 1e6,
-                    median(&mut cpu[i].1) * 1e6,
+                    spread(&mut cpu[i].0),
+                    spread(&mut cpu[i].1),
                 );
             }
         }
