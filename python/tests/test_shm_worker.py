@@ -102,7 +102,8 @@ class LaneParent:
         if fd >= 0:
             sent = _shm.send_with_fds(self.sock, [data], [fd])
             data = data[sent:]
-        self.sock.sendall(data)
+        if data:  # (sendall of nothing still fails once the worker has refused and closed)
+            self.sock.sendall(data)
 
     def next(self) -> Any:
         """The next event; EOFError when the worker closed the connection."""
