@@ -22,13 +22,13 @@ from .errors import (BadRequest, Cancelled, CodecUnsupported, DeadlineExceeded, 
                      Overloaded, PoolClosed, ProtocolError, ProtocolViolation, RequestError,
                      RowTooLarge, SpawnFailed, StartupTimeout, UnknownMethod, WirepoolError,
                      WorkerError, WorkerExited, WorkerHung, error_from_code)
-from .pool import AsyncPool, Lease, Pool, PoolMetrics, Stream, SyncStream
+from .pool import AsyncPool, Lease, Pool, PoolMetrics, RetryPolicy, Stream, SyncStream
 from .worker import Context, method, serve, stream
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics",
+    "AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics", "RetryPolicy",
     "method", "stream", "serve", "Context",
     "codecs", "proto",
     "ErrorCode", "WirepoolError", "ProtocolError", "RequestError", "LocalError", "WorkerError",

@@ -30,6 +30,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import itertools
 import json
@@ -42,8 +43,8 @@ import subprocess
 import threading
 import time
 import weakref
-from typing import (Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Protocol,
-                    Sequence)
+from typing import (AbstractSet, Any, AsyncIterator, Callable, Iterable, Iterator, Mapping,
+                    Protocol, Sequence)
 
 from . import _shm
 from . import codecs as _codecs
@@ -55,7 +56,7 @@ from .errors import (BadRequest, DeadlineExceeded, ErrorCode, LeaseLost, PoolClo
                      error_from_code)
 from .proto import FrameType, MethodKind
 
-__all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics"]
+__all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics", "RetryPolicy"]
 
 # The shared-memory lane (PROTOCOL.md 20.2's SDK defaults): each direction's window, the body
 # size from which a request takes the lane, and how long an unused region of ours is kept.
@@ -105,6 +106,91 @@ _HANDSHAKE_CODES = frozenset({ErrorCode.BAD_MAGIC, ErrorCode.VERSION_MISMATCH,
 
 class PoolMetrics(dict):
     """A snapshot: ``workers`` (list of per-worker dicts) and pool-wide counters."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Retries (PROTOCOL.md 21.7)
+# ---------------------------------------------------------------------------------------------
+
+_MAX_ATTEMPTS = 100
+_RETRYABLE = frozenset({ErrorCode.WORKER_EXITED, ErrorCode.WORKER_HUNG})
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """Opt-in retries for methods that are safe to run twice (PROTOCOL.md 21.7); without one
+    (the default) a pool never sends a request again.
+
+    A call or stream of one of ``methods`` (or made with ``idempotent=True``) that ends with
+    :class:`~wirepool.WorkerExited` or :class:`~wirepool.WorkerHung`, and nothing else, is
+    sent again as a new request to another worker, up to ``attempts`` tries in all (the first
+    included), within what is left of its original ``timeout``; a stream only while none of
+    its rows has reached the caller. The caller sees the last attempt's outcome; an error's
+    ``details`` then hold ``"attempts"`` (when they are a JSON object or empty), and the pool's
+    ``metrics()["retries"]`` counts the requests sent again::
+
+        policy = wirepool.RetryPolicy(methods={"add", "lookup"}, attempts=3)
+        with wirepool.Pool([sys.executable, "worker.py"], retry=policy) as pool:
+            pool.call("add", {"a": 1, "b": 2})           # up to 3 tries
+            pool.call("charge", {"cents": 5})            # never retried
+            pool.call("get", {"k": 1}, idempotent=True)  # this call only
+
+    ``idempotent=False`` on a call opts a listed method out. Calls through a lease (one worker)
+    and ``map`` are not retried.
+    """
+
+    methods: AbstractSet[str] = frozenset()
+    attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if isinstance(self.methods, str):
+            raise TypeError("RetryPolicy.methods is a set of method names, not one string")
+        object.__setattr__(self, "methods", frozenset(self.methods))
+        if not isinstance(self.attempts, int) or not 1 <= self.attempts <= _MAX_ATTEMPTS:
+            raise ValueError(f"RetryPolicy.attempts must be 1..{_MAX_ATTEMPTS} (tries in all, "
+                             f"the first included)")
+
+
+class _Attempts:
+    """One retried call or stream: the tries made, the last retryable error, the deadline."""
+
+    __slots__ = ("limit", "made", "timeout", "deadline", "last")
+
+    def __init__(self, limit: int, timeout: float | None) -> None:
+        self.limit = limit
+        self.made = 0
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.last: WirepoolError | None = None
+
+    def budget(self) -> float | None:
+        """Counts one more try; its timeout: what is left of the original one."""
+        self.made += 1
+        if self.deadline is None or self.made == 1:
+            return self.timeout
+        return max(self.deadline - time.monotonic(), 1e-6)
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def again(self, e: BaseException) -> bool:
+        """Whether the try that ended with ``e`` is tried again (remembered as ``last``)."""
+        if (self.made >= self.limit or not isinstance(e, WirepoolError)
+                or e.code not in _RETRYABLE):
+            return False
+        left = self.left()
+        if left is not None and left <= 0:
+            return False
+        self.last = e
+        return True
+
+    def final(self, e: BaseException) -> None:
+        """``e`` is the caller's outcome: its details gain the number of attempts."""
+        if isinstance(e, WirepoolError):
+            if e.details is None:
+                e.details = {"attempts": self.made}
+            elif isinstance(e.details, dict):
+                e.details = {**e.details, "attempts": self.made}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1238,9 +1324,11 @@ class Stream:
     ``row_count`` the number of rows. Leaving early (``break``, ``aclose()``) cancels the request.
     """
 
-    def __init__(self, pool: "AsyncPool", req_factory: Callable[[], Any]) -> None:
+    def __init__(self, pool: "AsyncPool", req_factory: Callable[[], Any],
+                 retry: _Attempts | None = None) -> None:
         self._pool = pool
         self._factory = req_factory
+        self._retry = retry  # the tries of a stream its pool's RetryPolicy covers
         self._req: _Request | None = None
         self._rows: Iterator[Any] = iter(())
         self._decode: Callable[[Any], Any] | None = None
@@ -1308,9 +1396,23 @@ class Stream:
                 req.worker.consumed(req.id, frame.payload_size)
                 return frame
             if req.outcome is not None:
-                if req.error is not None:
+                error = req.error
+                if error is not None:
+                    tries = self._retry
+                    if tries is not None:
+                        # Sent again only while no row has reached the caller (21.7).
+                        if not self.row_count and tries.again(error):
+                            self._req = None
+                            try:
+                                req = await self._ensure()
+                            except WirepoolError as e:  # no worker within the deadline...
+                                self._done = True
+                                tries.final(e)
+                                raise
+                            continue
+                        tries.final(error)
                     self._done = True
-                    raise req.error
+                    raise error
                 end = req.end
                 self._done = True
                 if end is not None and len(end.summary):
@@ -1427,7 +1529,9 @@ class AsyncPool:
     request and result bodies of at least ``shm_threshold`` bytes (1 MiB) then travel through
     sealed memory files instead of the socket, and a ``raw`` result arrives as a read-only
     ``memoryview`` of the worker's region, which holds it until the view is released; False
-    keeps every byte on the socket.
+    keeps every byte on the socket;
+    ``retry`` a :class:`RetryPolicy`: the methods that are safe to send again after their
+    worker died or hung, and how many tries they get (default: none, nothing is sent twice).
 
     ``require`` as a mapping names each method's kind (``"unary"`` / ``"stream"``), its codec
     (any codec name), or both as a pair: ``{"add": "unary", "rows": ("stream", "msgpack")}``.
@@ -1448,7 +1552,7 @@ class AsyncPool:
                  on_event: EventCallback | None = None, worker_output: str = "log",
                  drain_grace: float = 10.0, latency_histograms: bool = False,
                  launcher: Any = None, shm_lane: bool = True,
-                 shm_threshold: int = SHM_THRESHOLD) -> None:
+                 shm_threshold: int = SHM_THRESHOLD, retry: RetryPolicy | None = None) -> None:
         if not argv:
             raise ValueError("argv must name a program")
         if workers is None:  # PROTOCOL.md 17: one worker per CPU this process may use
@@ -1500,6 +1604,9 @@ class AsyncPool:
         if shm_threshold < 1:
             raise ValueError("shm_threshold must be >= 1")
         self.shm_threshold = shm_threshold
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError("retry must be a wirepool.RetryPolicy")
+        self.retry = retry
         # Off by default: ~2,000 instructions a request (a tenth of a small Pool.map call);
         # wirepool.prometheus turns it on when it collects the pool.
         self.latency_histograms = latency_histograms
@@ -1852,18 +1959,67 @@ class AsyncPool:
         self._slot_waiters.append(fut)
 
     async def call(self, method: str, request: Any = None, *, codec: str | None = None,
-                   timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
+                   timeout: float | None = None, on_event: EventCallback | None = None,
+                   idempotent: bool | None = None) -> Any:
         """Call a unary method on the least-loaded worker; returns the decoded result.
 
         ``timeout`` (seconds) is sent to the worker as the request's budget and enforced here
-        too. Cancelling the awaiting task sends CANCEL.
+        too. Cancelling the awaiting task sends CANCEL. ``idempotent`` overrides the pool's
+        :class:`RetryPolicy` for this call (True: retried as a listed method would be).
         """
+        if self.retry is not None or idempotent:
+            attempts = self._attempts_for(method, idempotent)
+            if attempts > 1:
+                return await self._call_retrying(method, request, codec, on_event,
+                                                 _Attempts(attempts, timeout))
         w = None
         if not self._closed and self._gave_up is None and not self._slot_waiters:
             w = self._pick()  # room now: no coroutine for the wait
         if w is None:
             w = await self._acquire()
         return await self._call_on(w, method, request, codec, timeout, on_event)
+
+    def _attempts_for(self, method: str, idempotent: bool | None) -> int:
+        """How many tries a call of ``method`` gets (1: it is never sent again)."""
+        policy = self.retry
+        if policy is None:
+            if idempotent:
+                raise ValueError("idempotent=True needs the pool's retry policy "
+                                 "(retry=wirepool.RetryPolicy(attempts=...))")
+            return 1
+        if idempotent or (idempotent is None and method in policy.methods):
+            return policy.attempts
+        return 1
+
+    async def _acquire_within(self, tries: _Attempts) -> _Worker:
+        """A worker for the next try, waited for no longer than the deadline's rest; past it,
+        the last try's error is the outcome."""
+        left = tries.left()
+        if left is None:
+            return await self._acquire()
+        try:
+            return await asyncio.wait_for(self._acquire(), left)
+        except asyncio.TimeoutError:
+            assert tries.last is not None
+            raise tries.last from None
+
+    async def _call_retrying(self, method: str, request: Any, codec: str | None,
+                             on_event: EventCallback | None, tries: _Attempts) -> Any:
+        """A call its pool's RetryPolicy covers (PROTOCOL.md 21.7): tried again, as a new
+        request, while it ends with WORKER_EXITED or WORKER_HUNG and tries and time are left.
+        The worker that failed it is gone from ``workers`` by then, so another one serves."""
+        while True:
+            try:
+                if tries.last is None:
+                    w = await self._acquire()
+                else:
+                    w = await self._acquire_within(tries)
+                    self._counters["retries"] += 1
+                return await self._call_on(w, method, request, codec, tries.budget(), on_event)
+            except WirepoolError as e:
+                if not tries.again(e):
+                    tries.final(e)
+                    raise
 
     async def _call_on(self, w: _Worker, method: str, request: Any, codec: str | None,
                        timeout: float | None, on_event: EventCallback | None) -> Any:
@@ -1932,12 +2088,33 @@ class AsyncPool:
                 run.stop()
 
     def stream(self, method: str, request: Any = None, *, codec: str | None = None,
-               timeout: float | None = None, on_event: EventCallback | None = None) -> Stream:
-        """Start a streaming method; iterate the returned :class:`Stream` for decoded rows."""
+               timeout: float | None = None, on_event: EventCallback | None = None,
+               idempotent: bool | None = None) -> Stream:
+        """Start a streaming method; iterate the returned :class:`Stream` for decoded rows.
+        ``idempotent`` overrides the pool's :class:`RetryPolicy` for this stream."""
+        if self.retry is not None or idempotent:
+            attempts = self._attempts_for(method, idempotent)
+            if attempts > 1:
+                return self._stream_retrying(method, request, codec, on_event,
+                                             _Attempts(attempts, timeout))
+
         async def factory() -> _Request:
             w = await self._acquire()
             return self._submit_stream(w, method, request, codec, timeout, on_event)
         return Stream(self, factory)
+
+    def _stream_retrying(self, method: str, request: Any, codec: str | None,
+                         on_event: EventCallback | None, tries: _Attempts) -> Stream:
+        """A stream its pool's RetryPolicy covers: :meth:`Stream.next_batch` asks the factory
+        for a new request after a retryable end that came before any row."""
+        async def factory() -> _Request:
+            if tries.last is None:
+                w = await self._acquire()
+            else:
+                w = await self._acquire_within(tries)
+                self._counters["retries"] += 1
+            return self._submit_stream(w, method, request, codec, tries.budget(), on_event)
+        return Stream(self, factory, tries)
 
     def _stream_on(self, w: _Worker, method: str, request: Any, codec: str | None,
                    timeout: float | None, on_event: EventCallback | None) -> Stream:
@@ -2429,6 +2606,7 @@ class Pool:
         self._thread.start()
         self._apool = AsyncPool(argv, **options)
         self._apool.direct_calls = True
+        self._retry = self._apool.retry
         self._codecs: dict[str, _codecs.Codec] = {}  # by name, for direct calls
         try:
             self._run(self._apool.start)
@@ -2450,8 +2628,31 @@ class Pool:
             raise
 
     def call(self, method: str, request: Any = None, *, codec: str | None = None,
-             timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
+             timeout: float | None = None, on_event: EventCallback | None = None,
+             idempotent: bool | None = None) -> Any:
         """Call a unary method and wait for its result (see :meth:`AsyncPool.call`)."""
+        if self._retry is not None or idempotent:
+            attempts = self._apool._attempts_for(method, idempotent)
+            if attempts > 1:
+                return self._call_retrying(method, request, codec, timeout, on_event, attempts)
+        return self._call_once(method, request, codec, timeout, on_event)
+
+    def _call_retrying(self, method: str, request: Any, codec: str | None,
+                       timeout: float | None, on_event: EventCallback | None,
+                       attempts: int) -> Any:
+        """The first try as any call (directly when a worker is parked); the tries after a
+        retryable end on the loop (:meth:`AsyncPool._call_retrying`)."""
+        tries = _Attempts(attempts, timeout)
+        try:
+            return self._call_once(method, request, codec, tries.budget(), on_event)
+        except WirepoolError as e:
+            if not tries.again(e):
+                tries.final(e)
+                raise
+        return self._run(self._apool._call_retrying, method, request, codec, on_event, tries)
+
+    def _call_once(self, method: str, request: Any, codec: str | None, timeout: float | None,
+                   on_event: EventCallback | None) -> Any:
         if on_event is None:
             w = self._direct_worker()
             if w is not None:
@@ -2688,10 +2889,12 @@ class Pool:
             call.req.worker.cancel(call.req)
 
     def submit(self, method: str, request: Any = None, *, codec: str | None = None,
-               timeout: float | None = None) -> concurrent.futures.Future:
+               timeout: float | None = None,
+               idempotent: bool | None = None) -> concurrent.futures.Future:
         """Start a call without waiting; returns a ``concurrent.futures.Future``."""
         return asyncio.run_coroutine_threadsafe(
-            self._apool.call(method, request, codec=codec, timeout=timeout), self._loop)
+            self._apool.call(method, request, codec=codec, timeout=timeout,
+                             idempotent=idempotent), self._loop)
 
     def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
             timeout: float | None = None, window: int | None = None) -> Iterator[Any]:
@@ -2739,10 +2942,11 @@ class Pool:
                     self._loop.call_soon_threadsafe(run.stop)
 
     def stream(self, method: str, request: Any = None, *, codec: str | None = None,
-               timeout: float | None = None, on_event: EventCallback | None = None) -> SyncStream:
+               timeout: float | None = None, on_event: EventCallback | None = None,
+               idempotent: bool | None = None) -> SyncStream:
         """Start a streaming method; iterate the result for decoded rows."""
         return SyncStream(self, self._apool.stream(method, request, codec=codec, timeout=timeout,
-                                                   on_event=on_event))
+                                                   on_event=on_event, idempotent=idempotent))
 
     def metrics(self) -> PoolMetrics:
         return self._run(self._metrics)
