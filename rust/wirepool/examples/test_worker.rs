@@ -202,6 +202,24 @@ fn fast_echo() -> std::io::Result<()> {
     }
 }
 
+/// Creates `path` holding this process's pid; `false` when it existed already (atomically: two
+/// workers racing for it never both create it).
+fn create_marker(path: &str) -> std::io::Result<bool> {
+    use std::io::Write;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(mut f) => {
+            write!(f, "{}", std::process::id())?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn main() -> std::io::Result<()> {
     if std::env::var_os("WIREPOOL_FAST_ECHO").is_some() {
         return fast_echo();
@@ -438,6 +456,46 @@ fn main() -> std::io::Result<()> {
                 eprintln!("crashing mid-stream after {n} rows");
                 std::thread::sleep(Duration::from_millis(20));
                 std::process::abort()
+            },
+        )
+        // The retry tests (PROTOCOL.md 21.7): the first attempt creates the marker file named
+        // in the request (holding its pid), waits `crash_after_ms` and aborts; any later one
+        // (the marker exists) waits `then_ms` (returning early when cancelled) and answers
+        // its pid.
+        .unary(
+            "crash_unless_marked",
+            |(marker, crash_after_ms, then_ms): (String, u64, u64), ctx: &Context| {
+                if create_marker(&marker)? {
+                    std::thread::sleep(Duration::from_millis(crash_after_ms));
+                    eprintln!("crashing: {marker} was not there");
+                    std::process::abort()
+                }
+                let end = Instant::now() + Duration::from_millis(then_ms);
+                while Instant::now() < end {
+                    if ctx.is_cancelled() {
+                        return Err(HandlerError::new("noticed cancellation").with_code(1001));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(std::process::id())
+            },
+        )
+        // A stream that aborts before its first row when the marker did not exist (and creates
+        // it), else sends `n` rows and its pid as the summary.
+        .stream_blocking(
+            "rows_unless_marked",
+            |(marker, n): (String, u64),
+             _: &Context,
+             rows: &BlockingRowSink<u64>|
+             -> Result<Option<u32>, HandlerError> {
+                if create_marker(&marker)? {
+                    eprintln!("crashing before any row: {marker} was not there");
+                    std::process::abort()
+                }
+                for i in 0..n {
+                    rows.send(i)?;
+                }
+                Ok(Some(std::process::id()))
             },
         )
         .max_concurrency(1024)
