@@ -2635,7 +2635,11 @@ class Pool:
             attempts = self._apool._attempts_for(method, idempotent)
             if attempts > 1:
                 return self._call_retrying(method, request, codec, timeout, on_event, attempts)
-        return self._call_once(method, request, codec, timeout, on_event)
+        if on_event is None:
+            w = self._direct_worker()
+            if w is not None:
+                return self._call_direct(w, method, request, codec, timeout)
+        return self._call_looped(method, request, codec, timeout, on_event)
 
     def _call_retrying(self, method: str, request: Any, codec: str | None,
                        timeout: float | None, on_event: EventCallback | None,
@@ -2644,20 +2648,13 @@ class Pool:
         retryable end on the loop (:meth:`AsyncPool._call_retrying`)."""
         tries = _Attempts(attempts, timeout)
         try:
-            return self._call_once(method, request, codec, tries.budget(), on_event)
+            return self.call(method, request, codec=codec, timeout=tries.budget(),
+                             on_event=on_event, idempotent=False)
         except WirepoolError as e:
             if not tries.again(e):
                 tries.final(e)
                 raise
         return self._run(self._apool._call_retrying, method, request, codec, on_event, tries)
-
-    def _call_once(self, method: str, request: Any, codec: str | None, timeout: float | None,
-                   on_event: EventCallback | None) -> Any:
-        if on_event is None:
-            w = self._direct_worker()
-            if w is not None:
-                return self._call_direct(w, method, request, codec, timeout)
-        return self._call_looped(method, request, codec, timeout, on_event)
 
     def _direct_worker(self) -> _Worker | None:
         """A parked (idle) worker this thread may call directly, taken; None when there is
