@@ -60,6 +60,18 @@ def test_an_idempotent_call_whose_worker_died_is_sent_again(tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(60)
+def test_prometheus_counts_the_retries(tmp_path: Path) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from wirepool.prometheus import PoolCollector
+    registry = prometheus_client.CollectorRegistry()
+    with _pool(wirepool.RetryPolicy(methods={"dies_first"}, attempts=2)) as pool:
+        registry.register(PoolCollector(pool))
+        pool.call("dies_first", _req(tmp_path))
+        samples = {s.name: s.value for family in registry.collect() for s in family.samples}
+        assert samples["wirepool_retries_total"] == 1
+
+
+@pytest.mark.timeout(60)
 def test_async_pool_and_submit_retry_too(tmp_path: Path) -> None:
     async def main() -> None:
         policy = wirepool.RetryPolicy(methods={"dies_first"}, attempts=2)

@@ -32,6 +32,7 @@ Series (every one labelled ``pool``, the name given to the collector, "default" 
 | ``wirepool_workers_spawned_total`` | counter | | workers started (first ones and replacements) |
 | ``wirepool_restarts_total`` | counter | | workers replaced after an unexpected death |
 | ``wirepool_recycled_total`` | counter | | workers retired by a recycling limit |
+| ``wirepool_retries_total`` | counter | | requests sent again under the pool's ``RetryPolicy`` |
 
 A ``worker_id`` is one process: a replacement gets a new id, so its counters start a new series
 (the Rust pool labels by slot instead, and its restart counter by slot and cause).
@@ -65,6 +66,7 @@ _POOL_COUNTERS = (
     ("spawned", "wirepool_workers_spawned", "Workers started (first ones and replacements)."),
     ("restarts", "wirepool_restarts", "Workers replaced after an unexpected death."),
     ("recycled", "wirepool_recycled", "Workers retired by a recycling limit."),
+    ("retries", "wirepool_retries", "Requests sent again under the pool's RetryPolicy."),
 )
 _SNAPSHOT_TIMEOUT_S = 5.0
 
