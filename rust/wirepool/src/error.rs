@@ -119,6 +119,10 @@ pub struct ExitInfo {
     /// A remote worker's connection dropped before its GOODBYE: its exit status and signal are
     /// unknown (PROTOCOL.md 21.6).
     pub connection_lost: bool,
+    /// How many times the failed request was sent: 1, or more when the pool's retry policy
+    /// sent it again after its worker died (PROTOCOL.md 21.7); this record is then the last
+    /// attempt's worker. A worker's own record (a lease's, a start failure's) says 1.
+    pub attempts: u32,
 }
 
 impl fmt::Display for ExitInfo {
@@ -134,6 +138,9 @@ impl fmt::Display for ExitInfo {
             (None, None) => write!(f, "ended")?,
         }
         write!(f, " [{}]", self.cause)?;
+        if self.attempts > 1 {
+            write!(f, " after {} attempts", self.attempts)?;
+        }
         if let Some(last) = self.stderr_tail.last() {
             write!(f, "; last stderr line: {last:?}")?;
         }

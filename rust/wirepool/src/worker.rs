@@ -1428,6 +1428,7 @@ fn exit_info(
         stderr_tail: tail.snapshot(),
         host: None,
         connection_lost: false,
+        attempts: 1,
     }
 }
 

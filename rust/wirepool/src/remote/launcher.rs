@@ -315,5 +315,6 @@ fn child_exit(
         stderr_tail: tail.snapshot(),
         host: None,
         connection_lost: false,
+        attempts: 1,
     }
 }
