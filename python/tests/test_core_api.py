@@ -158,6 +158,52 @@ def test_rows_builder_frames_rows_and_the_core_counts_them() -> None:
     assert end == proto.End(1, 4 + 5 + 2, b"s")  # the row count is the core's
 
 
+@pytest.mark.parametrize("more", [[b"four"] * 3, [b"a", b"bb", b"ccc"]])
+def test_rows_builder_extends_a_frame_that_already_has_rows(more: list) -> None:
+    # A builder holding rows takes more, of one size or several, each after its own length
+    # field (rows of one size once got theirs twice).
+    c = worker(proto.Request(1, STREAM, 1))
+    events(c, enc(proto.Credit(1, 1000)))
+    b = c.rows(1)
+    assert b.append(b"xyz")
+    assert b.extend(list(more)) == len(more)
+    assert b.extend(list(more)) == len(more)  # and once more
+    (f,) = frames_of(b.finish())
+    assert [bytes(r) for r in f] == [b"xyz"] + more + more
+    # A frame begun by extend (built with its header) then extended: one header, all rows.
+    b = c.rows(1)
+    assert b.extend(list(more)) == len(more)
+    assert b.extend([b"xyz"]) == 1
+    assert b.append(b"w")
+    (g,) = frames_of(b.finish())
+    assert [bytes(r) for r in g] == more + [b"xyz", b"w"]
+    assert b.count == 0 and b.extend(list(more)) == len(more)  # it starts empty again
+    (h,) = frames_of(b.finish())
+    assert [bytes(r) for r in h] == more
+
+
+def test_rows_builder_pads_rows_with_a_table_of_prefixes() -> None:
+    # What a JSON producer passes: rows of 1 and 2 bytes padded to 3 with leading spaces;
+    # the frame's size counts the padding, and the frame has one row size.
+    c = worker(proto.Request(1, STREAM, 1))
+    events(c, enc(proto.Credit(1, 1000)))
+    table = list(proto.ROW_PREFIXES)
+    table[1] = proto.ROW_PREFIXES[3] + b"  "
+    table[2] = proto.ROW_PREFIXES[3] + b" "
+    b = c.rows(1)
+    assert b.extend([b"1", b"22", b"333", b"4444"], prefixes=table) == 4
+    assert b.size == 4 + 3 * 7 + 8
+    (f,) = frames_of(b.finish())
+    assert [bytes(r) for r in f] == [b"  1", b" 22", b"333", b"4444"]
+    b = c.rows(1)
+    assert b.extend([b"1", b"22", b"333"], prefixes=table) == 3
+    (g,) = frames_of(b.finish())
+    assert g._pieces == [(4, 3, 3)]  # one size: sliced without a loop
+    # Padding that would pass the frame limit is left out.
+    small = proto.RowsBuilder(c, 1, 17, 17)  # padded: 18 bytes
+    assert small.extend([b"1", b"22"], prefixes=table) == 2 and small.size == 4 + 5 + 6
+
+
 def test_a_builder_may_be_filled_elsewhere_and_finished_later() -> None:
     c = worker(proto.Request(1, STREAM, 1))
     built = []

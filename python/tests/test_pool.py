@@ -187,6 +187,36 @@ def test_a_blocked_raw_generator_rows_already_yielded_arrive() -> None:
         assert [bytes(r) for r in it] == [b"released"]
 
 
+def test_a_generator_that_blocks_after_a_burst_has_the_burst_delivered() -> None:
+    # The rows of a burst (a whole pass of the producer and part of the next, which then
+    # waits inside the generator) arrive before the generator yields again.
+    with pool(workers=1) as p:
+        it = iter(p.stream("burst_then_wait", {"n": 300}))
+        assert [next(it) for _ in range(300)] == [{"i": i} for i in range(300)]
+        assert p.call("release", {}) is True
+        assert list(it) == [{"released": True}]
+
+
+def test_a_generator_that_ignores_cancellation_is_stopped() -> None:
+    with pool(initial_credit=65536) as p:
+        s = p.stream("deaf_endless", {})
+        for n, _ in enumerate(s):
+            if n == 50_000:
+                break
+        s.close()
+        assert p.call("add", {"a": 1, "b": 1}) == {"sum": 2}
+        wait_until(lambda: in_flight(p) == 0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 255, 256, 257, 5000])
+def test_a_generator_return_value_is_the_summary_whatever_the_row_count(n: int) -> None:
+    # Row counts around the producer's passes (16 rows, then up to 256).
+    with pool(workers=1) as p:
+        s = p.stream("rows_returning", {"n": n})
+        assert list(s) == list(range(n))
+        assert s.summary == {"rows": n} and s.row_count == n
+
+
 def test_a_blocked_generator_rows_already_yielded_arrive() -> None:
     # The generator waits after its first row: that row must reach the caller anyway (the
     # worker's flush timer), not wait for the next row or the end.

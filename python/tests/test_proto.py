@@ -365,6 +365,36 @@ def test_rows_of_one_size_take_the_fast_path_and_are_still_checked(size: int, co
         assert bytes(g.rows[i - 1]) != rows[i - 1] or bytes(g.rows[i]) != rows[i]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 70), st.integers(1, 40)), min_size=1, max_size=12),
+       st.data())
+def test_rows_in_runs_of_one_size_are_sliced_by_run_and_still_checked(
+        runs: list, data: st.DataObject) -> None:
+    # Runs of one size (found by strided reads) between rows of other sizes (walked): the
+    # same rows as a walk would give, decoded or sliced, and any length field changed is
+    # either refused ROW_BOUNDS or gives the rows its lengths say.
+    rows = [bytes([(i + k) % 251]) * size for k, (size, n) in enumerate(runs) for i in range(n)]
+    payload = struct.pack("<I", len(rows)) + b"".join(struct.pack("<I", len(r)) + r for r in rows)
+    f = proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(payload))
+    assert [bytes(r) for r in f.rows] == rows
+    for copy_rows in (False, True):
+        f = proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(payload))
+        assert f.decode(bytes, copy_rows) == rows
+    i = data.draw(st.integers(0, len(rows) - 1))
+    delta = data.draw(st.sampled_from([1, -1, 3, 256, 1 << 24, -(1 << 31)]))
+    bad = bytearray(payload)
+    off = 4 + sum(4 + len(r) for r in rows[:i])
+    struct.pack_into("<I", bad, off, (len(rows[i]) + delta) % (1 << 32))
+    try:
+        g = proto.parse_payload(proto.FrameType.ROWS, 0, 7, memoryview(bytes(bad)))
+    except ProtocolError as e:
+        assert e.code == ErrorCode.ROW_BOUNDS
+    else:  # the lengths still tile the payload: then the rows are the lengths' rows
+        got = [bytes(r) for r in g.rows]
+        assert len(got) == len(rows) and sum(map(len, got)) + 4 * len(rows) + 4 == len(bad)
+        assert g.decode(bytes, True) == got
+
+
 # -- batched fast paths: the same events, answers and errors as the frame-by-frame path ---------
 
 def _worker_answer(c: proto.Connection, ev: proto.Frame, out: list) -> None:

@@ -210,3 +210,58 @@ def test_a_ping_behind_the_drain_is_not_answered_after_goodbye(parent: FakeParen
         pytest.fail(f"{ev} after GOODBYE")
     assert parent.exit_status() == 0
     assert "Traceback" not in parent.stderr()
+
+
+def _g_plain():
+    yield 1
+
+
+def _g_bare_return(n):
+    for i in range(n):
+        if i > 5:
+            return
+        yield i
+
+
+def _g_none_explicit():
+    yield 1
+    return None
+
+
+def _g_value():
+    yield 1
+    return 2
+
+
+def _g_value_in_finally():
+    try:
+        yield 1
+        return "summary"
+    finally:
+        pass
+
+
+def _g_value_in_with():
+    import contextlib
+    with contextlib.nullcontext():
+        yield 1
+        return "summary"
+
+
+def _g_conditional(x):
+    yield 1
+    if x:
+        return x
+
+
+@pytest.mark.parametrize("gen,none_only", [
+    (_g_plain(), True), (_g_bare_return(9), True), (_g_none_explicit(), True),
+    ((x for x in range(3)), True),
+    (_g_value(), False), (_g_value_in_finally(), False), (_g_value_in_with(), False),
+    (_g_conditional(1), False),
+])
+def test_generators_that_may_return_a_summary_are_told_apart(gen, none_only: bool) -> None:
+    # A generator whose code can only return None is iterated without the wrapper that keeps
+    # its return value; when in doubt the wrapper is kept.
+    from wirepool import worker
+    assert worker._returns_none_only(gen.gi_code) is none_only

@@ -8,13 +8,16 @@ except ``raw`` and ``json`` (orjson when installed, the standard library otherwi
     assert codec.decode(data) == {"a": 1}
 
 ``decode`` accepts any bytes-like object (memoryview slices of a frame included) so rows are
-decoded straight from the received buffer.
+decoded straight from the received buffer. ``encode_each`` encodes the items of an iterable one
+by one as it is consumed (a C iterator for the built-in codecs: no Python frame per item), which
+is how a worker encodes a generator's rows.
 """
 
 from __future__ import annotations
 
 import json as _stdjson
-from typing import Any, Callable, Union
+from itertools import repeat
+from typing import Any, Callable, Iterable, Iterator, Union
 
 from .proto import CodecId
 
@@ -30,14 +33,25 @@ class CodecUnavailable(LookupError):
 class Codec:
     """A codec: ``id`` on the wire, ``name`` for humans, ``encode`` and ``decode`` functions."""
 
-    __slots__ = ("id", "name", "encode", "decode")
+    __slots__ = ("id", "name", "encode", "decode", "_encode_each")
 
     def __init__(self, id: int, name: str, encode: Callable[[Any], Buffer],
-                 decode: Callable[[Buffer], Any]) -> None:
+                 decode: Callable[[Buffer], Any],
+                 encode_each: Callable[[Iterable[Any]], Iterator[Buffer]] | None = None) -> None:
         self.id = id
         self.name = name
         self.encode = encode
         self.decode = decode
+        self._encode_each = encode_each
+
+    def encode_each(self, items: Iterable[Any]) -> Iterator[Buffer]:
+        """``map(encode, items)``: each item is encoded as soon as it is taken from ``items`` (a
+        generator is not resumed before its last item is encoded, so it may reuse that object).
+        The built-in codecs return a C iterator here even where ``encode`` is a Python function
+        (orjson's options), so a row costs no Python frame."""
+        if self._encode_each is not None:
+            return self._encode_each(items)
+        return map(self.encode, items)
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r}, id={self.id})"
@@ -65,8 +79,17 @@ def _make_json() -> Codec:
             # (A def is faster than functools.partial with a keyword: no dict per call.)
             return dumps(obj, option=opt)
 
+        def encode_each(items: Iterable[Any]) -> Iterator[bytes]:
+            # dumps(obj, default, option) with its options as positional arguments: map calls
+            # orjson directly (~430 instructions a row less than through ``encode``).
+            return map(dumps, items, repeat(None), repeat(opt))
+
+        try:
+            positional = dumps(0, None, opt) == b"0"
+        except TypeError:
+            positional = False
         # orjson.loads itself, no Python frame per row: it reads bytes, bytearray, memoryview.
-        return Codec(CodecId.JSON, "json", encode, loads)
+        return Codec(CodecId.JSON, "json", encode, loads, encode_each if positional else None)
     except ImportError:
         encoder = _stdjson.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 

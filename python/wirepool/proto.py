@@ -71,6 +71,7 @@ MAGIC = b"WIREPOOL"
 # reused too (fresh ones cost a zeroing pass and page faults: 3x slower 16 MiB echo).
 _SPARES = 2
 _SPARE_MAX_BYTES = 32 << 20
+_SPARE_GRAIN = 64 << 10  # their sizes are multiples of this
 FLAG_MORE = 0x01
 # Reads land in a reused buffer of this size (read_buffer), or straight in a large frame's own
 # buffer when at least _READ_INTO_FRAME of its payload is still missing.
@@ -86,6 +87,13 @@ _HELLO_FIXED = struct.Struct("<8sHHIII")
 _WELCOME = struct.Struct("<HHIIIIIQ")
 _REQUEST_PREFIX = struct.Struct("<HBBQ")
 _first = operator.itemgetter(0)
+_ROWS_PER_UNPACK = 32
+
+
+@functools.lru_cache(maxsize=256)
+def _row_structs(size: int) -> tuple[struct.Struct, struct.Struct]:
+    """Rows of ``size`` bytes after their length fields, as bytes: one, or _ROWS_PER_UNPACK."""
+    return struct.Struct(f"<4x{size}s"), struct.Struct("<" + f"4x{size}s" * _ROWS_PER_UNPACK)
 _REQUEST_HEAD_pack = struct.Struct("<IBBHQHBBQ").pack  # header + REQUEST prefix
 _ERROR_PREFIX = struct.Struct("<IH")
 _EVENT_PREFIX = struct.Struct("<H")
@@ -371,7 +379,7 @@ class ErrorFrame(Frame):
 class Rows(Frame):
     """ROWS: a batch of rows. ``rows`` are zero-copy memoryview slices of the frame payload."""
 
-    __slots__ = ("_payload", "count", "_rows", "_row_size", "_ends")
+    __slots__ = ("_payload", "count", "_rows", "_pieces")
     TYPE = FrameType.ROWS
     NAME = "ROWS"
 
@@ -381,43 +389,46 @@ class Rows(Frame):
         self._rows: list | None = list(rows)
         self.count = len(self._rows)
         self._payload: Buffer | None = None
-        self._row_size = -1
-        self._ends: list[int] | None = None
+        self._pieces: list[tuple[int, int, Any]] = []
 
     @classmethod
     def _from_payload(cls, id: int, payload: memoryview, count: int,
-                      row_size: int = -1, ends: list[int] | None = None) -> "Rows":
+                      pieces: list[tuple[int, int, Any]]) -> "Rows":
         self = cls.__new__(cls)
         self.id = id
         self.more = False
         self._payload = payload
         self.count = count
         self._rows = None
-        self._row_size = row_size  # >= 0: every row has this size (sliced without a loop)
-        self._ends = ends  # else where each row ends in the payload (found while validating)
+        # The layout found while validating, in order: (offset of a row's length field, the
+        # row size, how many rows of that size follow) for runs of one size, sliced without a
+        # loop; (offset, -1, where each row ends) for rows of other sizes.
+        self._pieces = pieces
         return self
 
     def _slices(self, copy: bool = False) -> Iterator[Any]:
         """The rows as memoryview slices (or, with ``copy``, bytes), from C iterators (no
         bytecode per row)."""
-        if self._row_size >= 0 and not copy:
-            return self._fixed_slices()
-        ends = self._ends
-        assert ends is not None
-        # row i starts 4 bytes (its length field) after row i - 1 ends; row 0 at byte 8
-        starts = map(operator.add, itertools.chain((4,), ends), itertools.repeat(4))
-        # Slicing bytes costs about half of slicing a memoryview: one copy of the frame first.
-        p: Any = bytes(self._payload) if copy else self._payload  # type: ignore[arg-type]
-        return map(p.__getitem__, map(slice, starts, ends))
+        p: Any = self._payload
+        if copy:
+            # Slicing bytes costs about half of slicing a memoryview: one copy of the frame.
+            p = bytes(p)  # type: ignore[arg-type]
+        pieces = self._pieces
+        if len(pieces) == 1:
+            return self._piece_slices(p, *pieces[0])
+        return itertools.chain.from_iterable(itertools.starmap(
+            self._piece_slices, zip(itertools.repeat(p), *zip(*pieces))))
 
-    def _fixed_slices(self) -> Iterator[memoryview]:
-        # All rows the same size: the slices come from C iterators, no bytecode per row.
-        p: memoryview = self._payload  # type: ignore[assignment]
-        size = self._row_size
-        stride = size + 4
-        span = self.count * stride
-        return map(p.__getitem__, map(slice, range(8, 8 + span, stride),  # type: ignore[arg-type]
-                                      range(8 + size, 8 + size + span, stride)))
+    @staticmethod
+    def _piece_slices(p: Any, at: int, size: int, rows: Any) -> Iterator[Any]:
+        if size >= 0:
+            stride = size + 4
+            span = rows * stride
+            return map(p.__getitem__, map(slice, range(at + 4, at + 4 + span, stride),
+                                          range(at + 4 + size, at + 4 + size + span, stride)))
+        # row i starts 4 bytes (its length field) after row i - 1 ends; the first at ``at + 4``
+        starts = map(operator.add, itertools.chain((at,), rows), itertools.repeat(4))
+        return map(p.__getitem__, map(slice, starts, rows))
 
     @property
     def payload_size(self) -> int:
@@ -446,20 +457,35 @@ class Rows(Frame):
         """
         if self._rows is not None:
             return [fn(r) for r in self._rows]
-        if self._row_size >= 0:
-            if copy_rows:
-                # One C call unpacks every row of the frame as bytes.
-                rows = struct.Struct(f"<4x{self._row_size}s").iter_unpack(
-                    self._payload[4:])  # type: ignore[index]
-                try:
-                    return list(map(fn, map(_first, rows)))
-                except BaseException:
-                    # The iterator holds a buffer export on the payload; a traceback keeping
-                    # this frame alive would keep it too, and a garbage cycle holding an
-                    # exported memoryview crashes CPython's collector. Let go of it now.
-                    del rows
-                    raise
-        return list(map(fn, self._slices(copy_rows)))
+        if not copy_rows:
+            return list(map(fn, self._slices()))
+        p: Any = self._payload
+        out: list[Any] = []
+        whole = None
+        for at, size, rows in self._pieces:
+            if size < 0:
+                if whole is None:
+                    whole = bytes(p)  # slicing bytes costs about half of slicing a memoryview
+                out.extend(map(fn, self._piece_slices(whole, at, -1, rows)))
+                continue
+            # C iterators unpack every row of a run as bytes: _ROWS_PER_UNPACK rows per tuple
+            # (a tuple and a call less per row), then the rest one per tuple.
+            one, many = _row_structs(size)
+            stride = size + 4
+            split = at + rows // _ROWS_PER_UNPACK * _ROWS_PER_UNPACK * stride
+            it = many.iter_unpack(p[at:split])
+            try:
+                out.extend(map(fn, itertools.chain.from_iterable(it)))
+                if split < at + rows * stride:
+                    it = one.iter_unpack(p[split:at + rows * stride])
+                    out.extend(map(fn, map(_first, it)))
+            except BaseException:
+                # The iterator holds a buffer export on the payload; a traceback keeping
+                # this frame alive would keep it too, and a garbage cycle holding an
+                # exported memoryview crashes CPython's collector. Let go of it now.
+                del it
+                raise
+        return out
 
     def _fields(self) -> dict:
         return {"id": self.id, "more": self.more, "rows": self.rows}
@@ -734,9 +760,7 @@ def split_message(frame: Frame, max_frame_size: int) -> list[Frame]:
 # instructions per raw row).
 ROW_PREFIXES: list[bytes] = [_u32_pack(n) for n in range(4096)]
 _ROWS_HEAD = struct.Struct("<IBBHQI")  # a ROWS header plus the row count
-_ROWS_HEAD_pack_into = _ROWS_HEAD.pack_into
 _ROWS_HEAD_SIZE = HEADER_SIZE + 4
-_NO_HEAD = bytes(_ROWS_HEAD_SIZE)
 
 
 def framed_row(row: Buffer) -> bytes:
@@ -763,17 +787,19 @@ class RowsBuilder:
     frame limit); a row that cannot fit in any frame raises ``ProtocolError`` ``ROW_TOO_LARGE``.
     """
 
-    __slots__ = ("_conn", "id", "target", "_limit", "_buf", "_frame", "size", "count", "widest")
+    __slots__ = ("_conn", "id", "target", "_limit", "_parts", "_headed", "size", "count",
+                 "widest")
 
     def __init__(self, conn: "Connection", id: int, target: int, limit: int) -> None:
         self._conn = conn
         self.id = id
         self.target = min(target, limit)
         self._limit = limit  # the largest payload: max_frame_size
-        self._buf: bytearray | None = None  # header space, then the rows
-        # A frame filled by one extend() is built whole, header included, as bytes: one join
-        # and nothing to patch (later rows turn it into ``_buf``).
-        self._frame: bytes | None = None
+        # The frame's bytes after its header, in pieces (one per extend: written as they are,
+        # never joined again). A frame filled by one extend() is built whole, header included
+        # (``_headed``): one join and nothing to patch.
+        self._parts: list[Buffer] = []
+        self._headed = False
         self.size = 4  # payload bytes so far (the count field included)
         self.count = 0
         self.widest = 0  # the longest row's length
@@ -792,75 +818,93 @@ class RowsBuilder:
             if not self.count:
                 raise self._too_large(n)
             return False
-        buf = self._buffer()
-        buf += ROW_PREFIXES[n] if n < 4096 else _u32_pack(n)
-        buf += row
+        self._parts.append((ROW_PREFIXES[n] if n < 4096 else _u32_pack(n)) + bytes(row))
         self.size = size
         self.count += 1
         if n > self.widest:
             self.widest = n
         return True
 
-    def extend(self, rows: list, framed: bool = False, full_only: bool = False) -> int:
+    def extend(self, rows: list, framed: bool = False, full_only: bool = False,
+               prefixes: Sequence[bytes] | None = None) -> int:
         """Add rows from the front of ``rows`` (``bytes``; not removed from the list) while
         they fit; returns how many were taken. ``framed``: each already carries its length
         field (:func:`framed_row`). ``full_only``: take nothing unless the rows fill the frame
-        (more of them than fit), so a producer can wait for more."""
+        (more of them than fit), so a producer can wait for more. ``prefixes`` (unframed rows
+        only): what goes before a row, by the row's length, for the lengths it covers: its
+        length field, or for JSON rows a padded row's length field and leading spaces (the
+        same JSON value, one row size for the parent); :data:`ROW_PREFIXES` by default.
+
+        Without bytecode per row: lengths, fields and the frame are built by C iterators and
+        one join."""
         room = self.target - self.size
         k = min(len(rows), room // 4 + 1)
         if k <= 0:
             return 0
         snap = rows[:k]  # a producer may append to ``rows`` meanwhile: the first k stay
         lens = list(map(len, snap))
-        ends = list(itertools.accumulate(
-            lens if framed else map(operator.add, lens, itertools.repeat(4))))
-        if ends[-1] <= room:
+        field = 0 if framed else 4
+        nbytes = sum(lens) + field * k
+        if nbytes <= room:
             if full_only and k == len(rows):
                 return 0
         else:
+            ends = list(itertools.accumulate(
+                lens if framed else map(operator.add, lens, itertools.repeat(4))))
             k = bisect.bisect_right(ends, room)
             if not k:
                 if self.count:
                     return 0
                 k = 1  # one row alone may pass the target, not the frame limit
                 if self.size + ends[0] > self._limit:
-                    raise self._too_large(lens[0] - (4 if framed else 0))
+                    raise self._too_large(lens[0] - field)
             del snap[k:], lens[k:]
-        widest = max(lens) - (4 if framed else 0)
-        nbytes = ends[k - 1]
-        first = lens[0]
+            nbytes = ends[k - 1]
         fresh = self.count == 0
-        head = _ROWS_HEAD.pack(4 + nbytes, FrameType.ROWS, 0, 0, self.id, k) if fresh else b""
         if framed:
+            widest = max(lens) - 4
+            head = _ROWS_HEAD.pack(4 + nbytes, FrameType.ROWS, 0, 0, self.id, k) if fresh else b""
             snap.insert(0, head)
             piece = b"".join(snap)
-        elif nbytes == k * (first + 4) and lens.count(first) == k:
-            # One row size: length, row, length, row, ... as one join (the join puts the first
-            # row's length field right after the header).
-            prefix = ROW_PREFIXES[first] if first < 4096 else _u32_pack(first)
-            snap.insert(0, head)
-            piece = prefix.join(snap)
-            if not fresh:
-                piece = prefix + piece
         else:
-            fields = map(ROW_PREFIXES.__getitem__, lens) if widest < 4096 else map(_u32_pack, lens)
-            piece = b"".join(itertools.chain((head,), itertools.chain.from_iterable(
-                zip(fields, snap))))
+            widest = max(lens)
+            first = lens[0]
+            table = prefixes if prefixes is not None and widest < len(prefixes) else (
+                ROW_PREFIXES if widest < 4096 else None)
+            if lens.count(first) == k:
+                # One row size: length, row, length, row, ... as one join (the join puts the
+                # first row's length field right after the header).
+                prefix = table[first] if table is not None else _u32_pack(first)
+                nbytes = k * (len(prefix) + first)
+                fields: Any = None
+            else:
+                fields = list(map(table.__getitem__, lens) if table is not None
+                              else map(_u32_pack, lens))
+                if table is not ROW_PREFIXES and table is not None:
+                    # Padded: a field's size grows with its row's length up to the padded
+                    # size, so the narrowest and the widest row tell whether all have one.
+                    least = min(lens)
+                    size = len(table[widest]) + widest
+                    nbytes = (k * size if len(table[least]) + least == size
+                              else sum(map(len, fields)) + nbytes - 4 * k)
+            if self.size + nbytes > self._limit:  # padding would pass the frame limit
+                return self.extend(snap, False, False, None)
+            head = _ROWS_HEAD.pack(4 + nbytes, FrameType.ROWS, 0, 0, self.id, k) if fresh else b""
+            if fields is None:
+                snap.insert(0, head)
+                parts: list[Any] = snap
+            else:
+                parts = [head] * (2 * k + 1)
+                parts[1::2] = fields
+                parts[2::2] = snap
+            # With one row size the separator is the field: b"".join's first element is the
+            # header (or nothing), so every row, the first included, follows its field.
+            piece = (prefix if fields is None else b"").join(parts)
+        self._parts.append(piece)
         if fresh:
-            self._frame = piece
-        else:
-            self._buffer().extend(piece)
+            self._headed = True
         self._added(nbytes, k, widest)
         return k
-
-    def _buffer(self) -> bytearray:
-        """The frame as a bytearray that more rows can be added to."""
-        buf = self._buf
-        if buf is None:
-            frame = self._frame
-            buf = self._buf = bytearray(_NO_HEAD if frame is None else frame)
-            self._frame = None
-        return buf
 
     def _added(self, nbytes: int, k: int, widest: int) -> None:
         self.size += nbytes
@@ -876,16 +920,16 @@ class RowsBuilder:
         if not self.count:
             raise _fail(ErrorCode.ROW_BOUNDS, "a ROWS frame needs at least one row", self.id)
         self._conn._rows_sent(self.id, self.size, self.count)
-        frame: Buffer | None = self._frame
-        if frame is None:
-            frame = self._buf
-            assert frame is not None
-            _ROWS_HEAD_pack_into(frame, 0, self.size, FrameType.ROWS, 0, 0, self.id, self.count)
-        # else built whole by one extend(): its header is right already
-        self._frame = self._buf = None  # the builder starts empty again
+        parts = self._parts
+        if not (self._headed and len(parts) == 1):  # else built whole by one extend()
+            if self._headed:
+                parts[0] = memoryview(parts[0])[_ROWS_HEAD_SIZE:]  # its rows, not its header
+            parts.insert(0, _ROWS_HEAD.pack(self.size, FrameType.ROWS, 0, 0, self.id, self.count))
+        self._parts = []  # the builder starts empty again
+        self._headed = False
         self.size = 4
         self.count = self.widest = 0
-        return [frame]
+        return parts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1041,31 +1085,97 @@ def _parse_rows(id: int, more: bool, p: memoryview) -> Rows:
     if count == 0 or count > (length - 4) >> 2:
         raise _fail(ErrorCode.ROW_BOUNDS, f"ROWS count {count} impossible for {length} bytes", id)
     # Rows all of one size (a worker SDK pads JSON rows of a frame to one size for this) are
-    # checked with four strided compares: every length field equals the first.
+    # checked with four strided reads: every length field equals the first.
     size = _u32_unpack_from(p, 4)[0]
     stride = size + 4
     if stride * count == length - 4:
-        first = bytes(p[4:8])
-        if count == 1 or (p[4::stride] == first[0:1] * count and p[5::stride] == first[1:2] * count
-                          and p[6::stride] == first[2:3] * count
-                          and p[7::stride] == first[3:4] * count):
-            return Rows._from_payload(id, p, count, size)
-    # Else walk the lengths once to prove the rows tile the payload, keeping where each row
-    # ends: slicing (lazily) then needs no loop of its own.
+        if count == 1:
+            return Rows._from_payload(id, p, count, [(4, size, count)])
+        b = _strided(p, stride)
+        if _run_of(b, 4, stride, count) == count:
+            return Rows._from_payload(id, p, count, [(4, size, count)])
+    else:
+        b = p  # copied when a run seems likely
+    # Else runs of one size (rows whose size changes now and then) are found by the same
+    # strided reads, and the rows between them are walked one length field at a time, keeping
+    # where each ends; when runs are not found, attempts back off (rows of any size cost the
+    # walk alone).
+    pieces: list[tuple[int, int, Any]] = []
     unpack = _u32_unpack_from
-    ends: list[int] = []
-    append = ends.append
     off = 4
-    last = length - 4
-    for _ in range(count):
-        if off > last:
-            raise _fail(ErrorCode.ROW_BOUNDS, "row length field runs past the payload", id)
-        off += 4 + unpack(p, off)[0]
-        append(off)
+    left = count
+    backoff = _RUN_MIN
+    while left:
+        if left >= _RUN_MIN:
+            if off > length - 4:
+                raise _fail(ErrorCode.ROW_BOUNDS, "row length field runs past the payload", id)
+            size = unpack(b, off)[0]
+            stride = size + 4
+            n = min(left, (length - off) // stride)
+            # Only when the next row has this size too: a failed attempt costs little.
+            if n >= _RUN_MIN and unpack(b, off + stride)[0] == size:
+                if b is p:
+                    b = _strided(p, stride)
+                run = _run_of(b, off, stride, _RUN_MIN)
+                if run == _RUN_MIN:
+                    run = _run_of(b, off, stride, n)
+                    pieces.append((off, size, run))
+                    off += run * stride
+                    left -= run
+                    backoff = _RUN_MIN
+                    continue
+            walk = min(left, backoff)
+            backoff = min(2 * backoff, 1024)
+        else:
+            walk = left
+        ends: list[int] = []
+        append = ends.append
+        start = off
+        last = length - 4
+        for _ in range(walk):
+            if off > last:
+                raise _fail(ErrorCode.ROW_BOUNDS, "row length field runs past the payload", id)
+            off += 4 + unpack(b, off)[0]
+            append(off)
+        if off > length:
+            raise _fail(ErrorCode.ROW_BOUNDS, "a row runs past the payload", id)
+        pieces.append((start, -1, ends))
+        left -= walk
     if off != length:
         raise _fail(ErrorCode.ROW_BOUNDS,
                     "a row runs past the payload" if off > length else "bytes left over after rows", id)
-    return Rows._from_payload(id, p, count, ends=ends)
+    return Rows._from_payload(id, p, count, pieces)
+
+
+_RUN_MIN = 16  # rows of one size taken as a run (fewer are walked)
+
+
+def _strided(p: memoryview, stride: int) -> Buffer:
+    """``p``, or for rows below 256 bytes a copy of it, whose strided slices are a loop of
+    plain byte copies (a strided memoryview's go element by element through struct unpacking,
+    several times slower; with larger rows there are few elements, and the copy would cost
+    more)."""
+    return bytes(p) if stride < 256 else p
+
+
+def _run_of(p: Buffer, at: int, stride: int, n: int) -> int:
+    """How many of the ``n`` rows from offset ``at`` have the first one's length field (the
+    rows after a run of one size are at ``stride`` steps; ``n`` of them fit the payload): each
+    byte of the length fields read by one strided slice of ``p`` (see _strided), compared
+    whole, then halved until the run is found."""
+    end = at + n * stride
+    cols = [p[at + j:end:stride] for j in range(4)]
+    heads = [bytes(c[:1]) * n for c in cols]  # type: ignore[index]
+    if cols == heads:
+        return n
+    good, bad = 1, n  # the first row always has its own field
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if all(c[:mid] == h[:mid] for c, h in zip(cols, heads)):  # type: ignore[index]
+            good = mid
+        else:
+            bad = mid
+    return good
 
 
 def _parse_end(id: int, more: bool, p: memoryview) -> End:
@@ -1215,7 +1325,9 @@ class FrameDecoder:
                 del spares[i]
                 spares.append(spare)  # most recently used last
                 return spare
-        big = bytearray(length)
+        # Rounded up: the frames of a stream differ by a few bytes, and a spare a little too
+        # small for the next one would make every frame a new buffer.
+        big = bytearray(min(-(-length // _SPARE_GRAIN) * _SPARE_GRAIN, self.max_frame_size))
         if length * 2 <= _SPARE_MAX_BYTES:
             while spares and (len(spares) >= _SPARES
                               or sum(map(len, spares)) + length > _SPARE_MAX_BYTES):
@@ -1271,7 +1383,34 @@ class FrameDecoder:
         if self._into_frame:
             self._big_fill += n
         elif n:
-            self.receive(bytes(self._read_view[:n]))  # type: ignore[index]
+            view = self._read_view[:n]  # type: ignore[index]
+            if not (n > HEADER_SIZE and self._pos == len(self._buf) and not self._hdr
+                    and self._big is None and self._error is None and self._gather(view)):
+                self.receive(bytes(view))
+
+    def _gather(self, view: memoryview) -> bool:
+        """A read that begins with a frame it does not hold whole (a large frame): its payload
+        goes straight into the frame's buffer (one copy, not a copy of the read and then one of
+        the frame). False (nothing done) for any other read, or a header to refuse (the
+        general path refuses it)."""
+        n = len(view)
+        length, ftype, flags, reserved, id = _hdr_unpack_from(view, 0)
+        if length <= n - HEADER_SIZE:
+            return False
+        rule = _ID_RULE.get(ftype)
+        if (length > self.max_frame_size or flags or reserved or rule is None
+                or (rule == 0 and id) or (rule == 1 and not id)):
+            try:
+                _check_header(length, ftype, flags, reserved, id, self.max_frame_size, self.shm)
+            except ProtocolError:
+                return False
+        big = self._gather_buffer(length)
+        big[:n - HEADER_SIZE] = view[HEADER_SIZE:]
+        self._big = big
+        self._big_len = length
+        self._big_fill = n - HEADER_SIZE
+        self._big_hdr = (ftype, flags, id)
+        return True
 
     def front(self) -> tuple[memoryview, int] | None:
         """The received bytes and the offset of the next frame in them, when the decoder is

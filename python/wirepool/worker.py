@@ -29,9 +29,11 @@ import asyncio
 import collections
 import concurrent.futures
 import ctypes
+import dis
 import functools
 import inspect
 import json
+import operator
 import os
 import signal
 import socket
@@ -39,7 +41,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
 from . import _shm
 from . import codecs as _codecs
@@ -61,6 +63,9 @@ SDK_VERSION = "0.1.0"
 ROWS_FLUSH_BYTES = 256 * 1024  # a ROWS frame is sent once this full (or max_frame_size)
 ROWS_FLUSH_INTERVAL = 0.005  # ... or, from a slow generator, within about this interval
 MAX_BUILT_FRAMES = 2  # frames built and waiting for credit before a stream's producer waits
+# A sync generator's rows are taken and encoded by C iterators, at most this many per pass
+# (fewer for larger rows: a pass holds about half a frame), so a row costs no bytecode of ours.
+ROWS_PER_PASS = 256
 EVENT_INTERVAL = 0.010  # progress events are coalesced to at most one per topic per 10 ms
 # Requests in flight per connection: a pipeline deep enough that small calls travel in bursts
 # (64 per read and write; 16 cost ~30% of the small-call throughput). Threads for plain handlers
@@ -216,7 +221,7 @@ class _Call:
     __slots__ = ("id", "method", "ctx", "task", "credit_changed", "rows", "pad", "timer",
                  "deadline_handle", "event_handle", "last_event", "frames",
                  "pack_lock", "space", "packs", "packs_seen", "pump_scheduled", "prefixes",
-                 "slot", "bare")
+                 "slot", "bare", "stop", "building", "passes", "passes_seen")
 
     def __init__(self, id: int, method: _Method, ctx: Context) -> None:
         self.id = id
@@ -225,16 +230,21 @@ class _Call:
         self.task: asyncio.Task | None = None
         self.credit_changed: asyncio.Event | None = None  # streams only
         # Streams: encoded rows not yet in a frame (a list: the producer only appends, the
-        # packer, under pack_lock, deletes from the front), then ROWS frames filled by the
-        # core's builder and waiting for credit to be finished and sent (at most
-        # MAX_BUILT_FRAMES before the producer waits on ``space``). Each queued encoded row
-        # carries its length field (proto.framed_row's form, and for JSON any padding), so a
-        # frame is one join; raw rows are queued bare: see _produce_sync.
+        # packer, under pack_lock, deletes from the front), the frame being filled (the core's
+        # builder: it adds the rows' length fields, and JSON padding, as it takes them), then
+        # full ROWS frames waiting for credit to be finished and sent (at most
+        # MAX_BUILT_FRAMES before the producer waits on ``space``).
         self.rows: list[bytes] | None = None
+        self.building: proto.RowsBuilder | None = None
+        # A sync producer's pass limit (see _produce_sync): a list of Nones, one taken per row;
+        # emptied to end a pass at the next row (a cancellation, the flush timer).
+        self.stop: list[None] | None = None
+        self.passes = 0  # a sync producer's passes so far (the flush timer ends a long one)
+        self.passes_seen = 0
         self.frames: collections.deque[proto.RowsBuilder] | None = None
         self.pack_lock: threading.Lock | None = None
         self.space: threading.Event | None = None
-        self.packs = 0  # frames built so far (the flush timer leaves an active producer alone)
+        self.packs = 0  # frames filled so far (the flush timer leaves an active producer alone)
         self.packs_seen = 0
         self.pump_scheduled = False
         self.pad = ctx.codec.id == proto.CodecId.JSON  # rows may be padded with spaces
@@ -654,6 +664,8 @@ class _Runtime(LaneProtocol):
         if call.ctx._cancel_code is not None:
             return
         call.ctx._cancel_code = code
+        if call.stop is not None:
+            call.stop.clear()  # a producer's pass ends before the generator's next row
         if call.credit_changed is not None:
             call.credit_changed.set()
         if call.space is not None:
@@ -950,6 +962,7 @@ class _Runtime(LaneProtocol):
         args = (arg, ctx) if m.wants_ctx else (arg,)
         call.credit_changed = asyncio.Event()
         call.rows = []
+        call.stop = []  # filled by a sync producer's first pass
         call.frames = collections.deque()
         call.pack_lock = threading.Lock()
         call.space = threading.Event()
@@ -965,7 +978,6 @@ class _Runtime(LaneProtocol):
                 encode = _row_encoder(ctx.codec)
                 raw = call.bare
                 append = call.rows.append
-                prefixes = call.prefixes
                 frames = call.frames
                 flush = self.flush_bytes
                 nbytes = 0
@@ -973,19 +985,13 @@ class _Runtime(LaneProtocol):
                     if ctx._cancel_code is not None:
                         break
                     row = item if raw and type(item) is bytes else encode(item)
-                    n = len(row)
-                    if raw:
-                        append(row)  # as in _produce_sync
-                    else:
-                        try:
-                            append(prefixes[n] + row)
-                        except IndexError:
-                            append(_u32_pack(n) + row)
-                    nbytes += n + 4
+                    append(row)
+                    nbytes += len(row) + 4
                     if nbytes >= flush:
                         # A row too large for a frame always gets here (flush_bytes is below
                         # the largest row): the core's builder refuses it ROW_TOO_LARGE.
-                        nbytes = self._pack(call, full_only=True)
+                        self._pack(call, full_only=True)
+                        nbytes = 0
                         self._pump(call)
                         while len(frames) >= MAX_BUILT_FRAMES:
                             if not await self._wait_credit(call):
@@ -1015,31 +1021,33 @@ class _Runtime(LaneProtocol):
         """Runs in a handler thread: iterate the generator, encode its rows and build them into
         ROWS frames; the loop only writes the frames (as credit permits).
 
-        This loop is the worker's row throughput, so it does the least per row: each encoded
-        row is queued as one new bytes object holding its length field, any padding and the row.
-        That copy frees the encoder's output at once: orjson over-allocates and shrinks its
-        buffer, and holding a frame's worth of those (~3,600 rows) fragmented the heap into page
-        faults at a third of the speed. Raw rows are queued as they are (bytes; a bytearray or
-        memoryview is copied, as the generator may reuse it) and get their length fields when
-        framed. Rows are built into frames in the thread that encoded them (handing
-        single rows to the loop thread cost another ~40%). Each row is published by one
-        ``list.append`` (atomic), so the loop's flush timer can take what a slow generator has
-        queued. With MAX_BUILT_FRAMES frames built and unsent (no credit), the thread waits:
-        this is where a fast generator waits for a slow parent.
+        This loop is the worker's row throughput, so no bytecode of ours runs per row: each
+        pass takes up to ``len(call.stop)`` rows from the generator and encodes them with C
+        iterators straight onto the stream's queue (``list.extend`` publishes each row as it
+        is encoded, so the loop's flush timer sends what a slow generator has queued; the
+        generator is resumed only after its last row is encoded, so it may reuse the object;
+        an exception keeps the rows before it). Between passes: the cancellation flag, the
+        bytes queued, and frames built by the core's builder in this thread (handing rows to
+        the loop thread cost ~40% more). A pass is cut short at the next row by emptying
+        ``call.stop``: a cancellation, or the flush timer when a pass runs longer than its
+        interval (a generator that slows down, rows that grow), so the rows a pass holds stay
+        bounded. With MAX_BUILT_FRAMES frames built and unsent (no credit), the thread waits:
+        this is where a fast generator waits for a slow parent. Raw rows run a plain loop (a
+        bytearray or memoryview is copied as it is yielded; other types are refused).
         """
         ctx = call.ctx
         it: Iterable[Any] = fn(*args) if args else fn
-        encode = _row_encoder(ctx.codec)
-        raw = call.bare
         flush = self.flush_bytes
-        append = call.rows.append  # type: ignore[union-attr]
-        prefixes = call.prefixes
-        nbytes = 0
         box: list[Any] = []
-        iterator = _returning(it, box) if inspect.isgenerator(it) else iter(it)
+        if inspect.isgenerator(it) and not _returns_none_only(it.gi_code):
+            iterator: Iterator[Any] = _returning(it, box)
+        else:
+            iterator = iter(it)
         try:
-            # Two copies of one loop: the branch on the codec would cost every row.
-            if raw:
+            if call.bare:
+                encode = _row_encoder(ctx.codec)
+                append = call.rows.append  # type: ignore[union-attr]
+                nbytes = 0
                 for row in iterator:
                     if ctx._cancel_code is not None:
                         break
@@ -1048,20 +1056,10 @@ class _Runtime(LaneProtocol):
                     append(row)  # the caller's own bytes: exact size, no copy needed
                     nbytes += len(row) + 4
                     if nbytes >= flush:
-                        nbytes = self._frame_produced(call)
+                        self._frame_produced(call)
+                        nbytes = 0
             else:
-                for item in iterator:
-                    if ctx._cancel_code is not None:
-                        break
-                    row = encode(item)
-                    n = len(row)
-                    try:
-                        append(prefixes[n] + row)
-                    except IndexError:
-                        append(_u32_pack(n) + row)
-                    nbytes += n + 4
-                    if nbytes >= flush:
-                        nbytes = self._frame_produced(call)
+                self._produce_passes(call, iterator)
         except RuntimeError:
             if not self.loop.is_closed():
                 raise
@@ -1073,12 +1071,48 @@ class _Runtime(LaneProtocol):
                     close()
         return box[0] if box else None
 
-    def _frame_produced(self, call: _Call) -> int:
-        """In the producer's thread, once a frame's worth of rows is queued: build the full
-        frames, have the loop send them, and wait while MAX_BUILT_FRAMES wait for credit.
-        Returns the bytes still queued. A row too large for any frame always gets here
-        (flush_bytes is below the largest row): the core's builder raises ROW_TOO_LARGE."""
-        nbytes = self._pack(call, full_only=True)
+    def _produce_passes(self, call: _Call, iterator: Iterator[Any]) -> None:
+        """_produce_sync's passes over an encoded codec's rows."""
+        ctx = call.ctx
+        q = call.rows
+        stop = call.stop
+        assert q is not None and stop is not None
+        each = ctx.codec.encode_each
+        half = self.flush_bytes // 2
+        want = 16  # the first pass, until a row size is known
+        while True:
+            if len(stop) != want:
+                stop[:] = _NONES[:want]
+                if ctx._cancel_code is not None:
+                    return  # (a cancellation emptied the old list just before)
+            taken = iter(stop)
+            # The list first: the generator is resumed only while the pass has room.
+            q.extend(each(map(_pick, taken, iterator)))  # type: ignore[arg-type]
+            call.passes += 1
+            if ctx._cancel_code is not None:
+                return
+            # Taken up to here only if the generator ended (a full or cut pass takes them all).
+            ended = operator.length_hint(taken) > 0
+            if q:
+                # Into the frame being filled; a row too large for a frame is refused
+                # ROW_TOO_LARGE by the core's builder.
+                size = self._frame_produced(call, full_only=True)
+                # (At least 2: a pass that took its only None cannot tell whether the
+                # generator ended; with 2, the next pass takes one and finds out.)
+                want = min(ROWS_PER_PASS, max(2, half // size)) if size else ROWS_PER_PASS
+            if ended:
+                return
+
+    def _frame_produced(self, call: _Call, full_only: bool = True) -> int:
+        """In the producer's thread: the queued rows into frames (full ones only, with
+        ``full_only``); once one is full, have the loop send it, and wait while
+        MAX_BUILT_FRAMES wait for credit. Returns the average size of the rows in the frame
+        being filled (length fields included; 0 when it is empty). A row too large for any
+        frame raises ROW_TOO_LARGE here (the core's builder)."""
+        packs = call.packs
+        size = self._pack(call, full_only)
+        if call.packs == packs:
+            return size
         if not call.pump_scheduled:
             call.pump_scheduled = True
             self.loop.call_soon_threadsafe(self._pump, call)
@@ -1090,7 +1124,7 @@ class _Runtime(LaneProtocol):
                 # woken by the loop once a frame is sent, or by a cancellation; the timeout
                 # only guards against a loop that has gone away
                 space.wait(1.0)
-        return nbytes
+        return size
 
     async def _wait_credit(self, call: _Call) -> bool:
         """Wait for the parent's next CREDIT (or a cancellation); False if the stream is over."""
@@ -1104,13 +1138,16 @@ class _Runtime(LaneProtocol):
         return False
 
     def _pack(self, call: _Call, full_only: bool, blocking: bool = True) -> int:
-        """Fill queued rows into ROWS frames (the core's builders) on ``call.frames`` (any
-        thread); returns the bytes of the rows left queued.
+        """Move queued rows into the frame being filled (the core's builder, which adds their
+        length fields and JSON padding), and filled frames onto ``call.frames`` (any thread;
+        ``call.packs`` counts them). ``full_only`` keeps a frame that is not full for more
+        rows; else it goes too (the flush timer, the end of the stream). Returns the average
+        row size of the frame kept (0: none).
 
-        ``full_only`` leaves the rows that do not fill a frame for later. JSON rows padded to
-        one size let a parent validate and slice the whole frame without a loop per row. A row
-        too large for any frame raises ROW_TOO_LARGE in the producer (``blocking``); the
-        loop's flush (not blocking) leaves it queued for the producer to find.
+        JSON rows padded to one size let a parent validate and slice the whole frame without a
+        loop per row. A row too large for any frame raises ROW_TOO_LARGE in the producer
+        (``blocking``); the loop's flush (not blocking) leaves it queued for the producer to
+        find.
         """
         lock = call.pack_lock
         assert lock is not None
@@ -1120,26 +1157,31 @@ class _Runtime(LaneProtocol):
             q = call.rows
             frames = call.frames
             assert q is not None and frames is not None
-            framed = not call.bare  # raw rows are queued without their length fields
-            rows = self.conn.rows
-            while q:
-                b = rows(call.id, self.flush_bytes)
-                try:
-                    # The producer only appends at the end: q[:k] stays the first k rows.
-                    k = b.extend(q, framed, full_only)
-                except ProtocolError:
-                    if blocking:
-                        raise
-                    return 0
-                if not k:
-                    return sum(map(len, q)) + (0 if framed else 4 * len(q))
+            b = call.building
+            if b is None:
+                b = call.building = self.conn.rows(call.id, self.flush_bytes)
+            target = b.target
+            while True:
+                if q:
+                    try:
+                        # The producer only appends at the end: q[:k] stays the first k rows.
+                        k = b.extend(q, False, False, call.prefixes if call.pad else None)
+                    except ProtocolError:
+                        if blocking:
+                            raise
+                        return 0
+                    del q[:k]
+                if not b.count or (not q and b.size < target and full_only):
+                    break
                 if call.pad and b.widest != call.slot:
                     self._set_slot(call, b.widest)
                 frames.append(b)
-                del q[:k]
-            return 0
+                call.packs += 1
+                b = call.building = self.conn.rows(call.id, self.flush_bytes)
+                if not q:
+                    break
+            return b.size // b.count if b.count else 0
         finally:
-            call.packs += 1
             lock.release()
 
     @staticmethod
@@ -1181,9 +1223,13 @@ class _Runtime(LaneProtocol):
         (a generator that filled a frame since the last tick is left to build its own)."""
         if call.id not in self.calls:
             return
-        if call.rows and call.ctx._cancel_code is None and call.packs == call.packs_seen:
+        if ((call.rows or (call.building is not None and call.building.count))
+                and call.ctx._cancel_code is None and call.packs == call.packs_seen):
             self._pack(call, full_only=False, blocking=False)
         call.packs_seen = call.packs
+        if call.passes == call.passes_seen and call.stop:
+            call.stop.clear()  # a pass longer than the interval ends at its next row
+        call.passes_seen = call.passes
         if call.frames:
             self._pump(call)
         call.timer = self.loop.call_later(ROWS_FLUSH_INTERVAL, self._tick, call)
@@ -1255,6 +1301,35 @@ def _cancel_message(code: int | None) -> str:
 def _returning(gen: Any, box: list[Any]) -> Any:
     """Iterate ``gen`` and keep its ``return`` value (a stream's summary) in ``box``."""
     box.append((yield from gen))
+
+
+_pick: Callable[[Any, Any], Any] = {}.get  # _pick(None, row) is row: map(_pick, pass_limit, rows) checks the limit first
+_NONES: list[None] = [None] * ROWS_PER_PASS
+_RETURNS_NONE_ONLY: dict[Any, bool] = {}
+
+
+def _returns_none_only(code: Any) -> bool:
+    """Whether a generator of ``code`` can only return None (so its return value, a stream's
+    summary, need not be caught through _returning, a frame more per row): every RETURN_VALUE
+    follows a LOAD_CONST None and is no jump target, every RETURN_CONST returns None. When in
+    doubt, False."""
+    known = _RETURNS_NONE_ONLY.get(code)
+    if known is None:
+        known = True
+        prev = None
+        for ins in dis.get_instructions(code):
+            if ins.opname == "RETURN_VALUE":
+                if (ins.is_jump_target or prev is None or prev.opname != "LOAD_CONST"
+                        or prev.argval is not None):
+                    known = False
+                    break
+            elif ins.opname == "RETURN_CONST" and ins.argval is not None:
+                known = False
+                break
+            prev = ins
+        if len(_RETURNS_NONE_ONLY) < 4096:
+            _RETURNS_NONE_ONLY[code] = known
+    return known
 
 
 def _call_and_encode(fn: Callable[..., Any], args: tuple, encode: Callable[[Any], Any]) -> Any:

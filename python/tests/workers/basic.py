@@ -211,6 +211,38 @@ def trickle(req, ctx: wirepool.Context):
     yield {"released": _released.is_set()}
 
 
+@wirepool.stream
+def burst_then_wait(req):
+    """``n`` rows at once, then waits (up to 10 s) until ``release``, then one more row."""
+    _released.clear()
+    for i in range(req["n"]):
+        yield {"i": i}
+    _released.wait(10)
+    yield {"released": _released.is_set()}
+
+
+@wirepool.stream
+def deaf_endless(req):
+    """Yields forever, never looking at the cancellation flag: the worker must stop it."""
+    i = 0
+    while True:
+        yield {"i": i}
+        i += 1
+
+
+@wirepool.stream
+def rows_returning(req):
+    """``n`` rows, then returns the summary from inside a try/finally (a return value the
+    worker must not miss)."""
+    try:
+        for i in range(req["n"]):
+            yield i
+        total = req["n"]
+        return {"rows": total}
+    finally:
+        pass
+
+
 @wirepool.method
 def release(req):
     _released.set()
