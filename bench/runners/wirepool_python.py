@@ -14,7 +14,8 @@ orjson, ormsgpack or cbor2 into dicts; raw rows stay memoryview slices) for rows
 ``workers`` with two tasks in flight each for W5. ``--sync`` (runner ``wirepool_python_sync``)
 measures the blocking ``Pool.call`` instead, one call at a time (W1 only): the call a user moving
 from ``multiprocessing`` writes first. ``WIREPOOL_BENCH_PY_SDK`` names another folder holding a
-``wirepool`` package for the parent (an old copy, to alternate old and new in one session).
+``wirepool`` package for the parent and a Python worker (an old copy, to alternate old and new
+in one session).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from common import (echo_figures, figure, load_scenario, ok, payload_bytes, peak
                     unsupported)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.environ.get("WIREPOOL_BENCH_PY_SDK") or os.path.join(REPO, "python"))
+# The SDK of the parent and of a Python worker alike.
+SDK = os.environ.get("WIREPOOL_BENCH_PY_SDK") or os.path.join(REPO, "python")
+sys.path.insert(0, SDK)
 
 import wirepool  # noqa: E402
 
@@ -56,7 +59,7 @@ def worker_argv() -> list[str]:
 
 def pool_options(workers: int, max_in_flight: int, max_frame: int) -> dict:
     return dict(workers=workers, max_in_flight=max_in_flight, max_frame_size=max_frame,
-                startup_timeout=20.0, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+                startup_timeout=20.0, env=dict(os.environ, PYTHONPATH=SDK))
 
 
 def make_pool(workers: int, max_in_flight: int, max_frame: int = MAX_FRAME) -> wirepool.AsyncPool:

@@ -34,7 +34,17 @@ def oneway(body: memoryview) -> bytes:
 
 # Only the codecs whose library is installed: a missing one is then refused by the parent
 # with a typed error naming it, instead of failing the worker's start.
-ROW_CODECS = [c for c in ("json", "msgpack", "cbor") if c in wirepool.codecs.available()]
+def _installed(name: str) -> bool:
+    # codecs.get loads that codec's library only (available() would import pyarrow, and with
+    # it numpy and its BLAS threads, into every bench worker).
+    try:
+        wirepool.codecs.get(name)
+    except wirepool.codecs.CodecUnavailable:
+        return False
+    return True
+
+
+ROW_CODECS = [c for c in ("json", "msgpack", "cbor") if _installed(c)]
 
 
 @wirepool.stream(codecs=ROW_CODECS)
