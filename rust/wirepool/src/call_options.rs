@@ -38,6 +38,25 @@ impl CallOptions {
     pub fn codec(codec: Codec) -> Self {
         CallOptions::default().with_codec(codec)
     }
+    /// Options that mark this call idempotent (`true`: it may be sent again when its worker
+    /// dies, under the pool's [`RetryPolicy`](crate::RetryPolicy)'s attempts, even if the
+    /// policy does not name its method) or not (`false`: never sent again).
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: wirepool::Pool) -> wirepool::Result<()> {
+    /// use wirepool::CallOptions;
+    /// // Reading a key twice is harmless, whatever the method's other uses are.
+    /// let v: Option<String> = pool.call_with("kv", &("get", "k"), CallOptions::idempotent(true)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn idempotent(idempotent: bool) -> Self {
+        CallOptions::default().with_idempotent(idempotent)
+    }
+    /// The same options, marked idempotent or not (see [`idempotent`](Self::idempotent)).
+    pub fn with_idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = Some(idempotent);
+        self
+    }
     /// The same options with a time budget (see [`CallOptions::timeout`](Self#structfield.timeout)).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);

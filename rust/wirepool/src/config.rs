@@ -65,6 +65,86 @@ pub struct RecyclePolicy {
     pub max_idle: Option<Duration>,
 }
 
+/// Which calls the pool may send again after their worker died (PROTOCOL.md 21.7). None by
+/// default: a request whose worker dies ends with that death, because it may have run, partly
+/// or fully, and only its caller knows whether running it twice is harmless.
+///
+/// A request of a method marked **idempotent** (here, or per call with
+/// [`CallOptions::idempotent`](crate::CallOptions::idempotent)) that ends with `WORKER_EXITED`
+/// or `WORKER_HUNG` (no other code: a handler's error, a deadline, a cancel or a protocol
+/// violation is the answer) is sent again as a new request, to another worker when one is
+/// free (else to the replacement), at most `attempts` times in all, within what is left of its
+/// original deadline. A stream is sent again only if none of its rows had reached the caller.
+/// The caller sees one outcome: the last attempt's; a worker's death then says how many
+/// attempts there were ([`ExitInfo::attempts`](crate::ExitInfo::attempts)), and a worker's
+/// error carries `"attempts"` in its JSON `details`. Calls on a [`Lease`](crate::Lease) are
+/// never sent again (their worker is the point). [`WorkerMetrics::retries`](crate::WorkerMetrics::retries)
+/// counts the requests each slot's workers failed and the pool sent again.
+///
+/// ```no_run
+/// # async fn demo() -> wirepool::Result<()> {
+/// use wirepool::{Pool, RetryPolicy, WorkerCommand};
+///
+/// let pool = Pool::builder(WorkerCommand::new("./my_worker"))
+///     .retry(RetryPolicy::idempotent(["add", "get"]).attempts(3)) // 3 tries in all
+///     .start()
+///     .await?;
+/// // A worker that dies while serving this call: it is sent again, up to twice more.
+/// let sum: i64 = pool.call("add", &(2, 3)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    methods: Vec<String>,
+    attempts: u32,
+}
+
+impl RetryPolicy {
+    /// Tries in all (the first included) when [`attempts`](Self::attempts) is not given.
+    pub const DEFAULT_ATTEMPTS: u32 = 2;
+
+    /// The methods whose requests may be sent again, with
+    /// [`DEFAULT_ATTEMPTS`](Self::DEFAULT_ATTEMPTS) tries in all.
+    pub fn idempotent<I, S>(methods: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RetryPolicy {
+            methods: methods.into_iter().map(Into::into).collect(),
+            attempts: Self::DEFAULT_ATTEMPTS,
+        }
+    }
+
+    /// At most `n` tries in all, the first included (at least 1: 1 never sends again).
+    pub fn attempts(mut self, n: u32) -> Self {
+        self.attempts = n.max(1);
+        self
+    }
+
+    /// Whether the policy marks `method` idempotent.
+    pub fn is_idempotent(&self, method: &str) -> bool {
+        self.methods.iter().any(|m| m == method)
+    }
+
+    /// Tries in all for a call of `method` (1: never sent again); `idempotent` is the call's
+    /// own mark ([`CallOptions::idempotent`](crate::CallOptions::idempotent)), which wins.
+    pub(crate) fn limit(&self, method: &str, idempotent: Option<bool>) -> u32 {
+        match idempotent.unwrap_or_else(|| self.is_idempotent(method)) {
+            true => self.attempts,
+            false => 1,
+        }
+    }
+}
+
+impl Default for RetryPolicy {
+    /// No method marked; [`DEFAULT_ATTEMPTS`](Self::DEFAULT_ATTEMPTS) tries for calls marked
+    /// idempotent on their own.
+    fn default() -> Self {
+        RetryPolicy::idempotent(std::iter::empty::<String>())
+    }
+}
+
 /// Everything a pool needs to start; built with [`PoolBuilder`](crate::PoolBuilder).
 #[derive(Clone, Debug)]
 pub(crate) struct PoolConfig {
@@ -80,6 +160,7 @@ pub(crate) struct PoolConfig {
     pub drain_grace: Duration,
     pub restart: RestartPolicy,
     pub recycle: RecyclePolicy,
+    pub retry: RetryPolicy,
     pub max_frame_size: u32,
     pub initial_credit: u32,
     pub max_message_size: u64,
@@ -130,6 +211,7 @@ impl PoolConfig {
             drain_grace: Duration::from_secs(10),
             restart: RestartPolicy::default(),
             recycle: RecyclePolicy::default(),
+            retry: RetryPolicy::default(),
             max_frame_size: wirepool_proto::DEFAULT_MAX_FRAME_SIZE,
             initial_credit: wirepool_proto::DEFAULT_INITIAL_CREDIT,
             max_message_size: wirepool_proto::DEFAULT_MAX_MESSAGE_SIZE,

@@ -248,6 +248,52 @@ impl Error {
         }
     }
 
+    /// A worker's death that a retry policy may send again after (PROTOCOL.md 21.7).
+    pub(crate) fn is_worker_death(&self) -> bool {
+        matches!(self, Error::WorkerExited(_) | Error::WorkerHung(_))
+    }
+
+    /// The outcome of the last of `attempts` tries (PROTOCOL.md 21.7: the number of attempts in
+    /// its details): a worker's death says it in its [`ExitInfo::attempts`], a worker's error
+    /// as `"attempts"` in its JSON details (an object, or none before). Unchanged for one try.
+    pub(crate) fn with_attempts(self, attempts: u32) -> Self {
+        if attempts <= 1 {
+            return self;
+        }
+        let counted = |info: Arc<ExitInfo>| {
+            let mut info = Arc::unwrap_or_clone(info);
+            info.attempts = attempts;
+            Arc::new(info)
+        };
+        match self {
+            Error::WorkerExited(info) => Error::WorkerExited(counted(info)),
+            Error::WorkerHung(info) => Error::WorkerHung(counted(info)),
+            Error::Remote {
+                code,
+                message,
+                details,
+            } => {
+                let details = match serde_json::from_str::<serde_json::Value>(&details) {
+                    _ if details.trim().is_empty() => {
+                        serde_json::json!({ "attempts": attempts }).to_string()
+                    }
+                    Ok(serde_json::Value::Object(mut map)) => {
+                        map.insert("attempts".into(), attempts.into());
+                        serde_json::Value::Object(map).to_string()
+                    }
+                    // Not an object: the worker's details stay as they were.
+                    _ => details,
+                };
+                Error::Remote {
+                    code,
+                    message,
+                    details,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// How the worker ended, for errors caused by a worker's death.
     pub fn exit_info(&self) -> Option<&ExitInfo> {
         match self {

@@ -181,6 +181,7 @@ pub(crate) struct SlotCounters {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub restarts: AtomicU64,
+    pub retries: AtomicU64,
 }
 
 /// A snapshot of one worker slot.
@@ -212,6 +213,9 @@ pub struct WorkerMetrics {
     pub restarts: u64,
     /// Replacements by cause.
     pub restart_causes: BTreeMap<String, u64>,
+    /// Requests the slot's workers failed by dying (`WORKER_EXITED`, `WORKER_HUNG`) that the
+    /// pool's retry policy sent again (PROTOCOL.md 21.7; [`RetryPolicy`](crate::RetryPolicy)).
+    pub retries: u64,
     /// Resident set size of the current process, in bytes (read now from /proc; for a remote
     /// worker only when it is a child of this process).
     pub rss_bytes: Option<u64>,
@@ -230,6 +234,10 @@ impl PoolMetrics {
     /// Total replacements over all slots.
     pub fn total_restarts(&self) -> u64 {
         self.workers.iter().map(|w| w.restarts).sum()
+    }
+    /// Total requests sent again after their worker died, over all slots.
+    pub fn total_retries(&self) -> u64 {
+        self.workers.iter().map(|w| w.retries).sum()
     }
     /// Total rows received over all slots.
     pub fn total_rows(&self) -> u64 {

@@ -12,13 +12,15 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use wirepool_codec::Codec;
 
-use crate::config::{MethodKind, MethodSpec, PoolConfig, RecyclePolicy, RestartPolicy};
+use crate::config::{
+    MethodKind, MethodSpec, PoolConfig, RecyclePolicy, RestartPolicy, RetryPolicy,
+};
 use crate::error::{codes, Error, ExitCause, Result};
 use crate::events::EventSender;
 use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
 use crate::spawn::{self, WorkerCommand, WorkerOutput};
-use crate::stream::{RowQueue, RowStream};
-use crate::worker::{self, Awaiting, Incarnation, NotSent, PoolShared, Worker};
+use crate::stream::{Resend, RowQueue, RowStream, StreamRetry};
+use crate::worker::{self, Awaiting, Incarnation, NotSent, PoolShared, Worker, WorkerRequest};
 
 /// Options of one call or stream.
 #[derive(Clone, Debug, Default)]
@@ -32,6 +34,10 @@ pub struct CallOptions {
     /// default: the pool's mailbox ([`PoolBuilder::events`]), else they are only logged
     /// (`tracing` target `wirepool::event`, debug level).
     pub events: Option<EventSender>,
+    /// Whether this call may be sent again when its worker dies (PROTOCOL.md 21.7):
+    /// `Some(true)` marks it idempotent, `Some(false)` never sends it again; default: what the
+    /// pool's [`RetryPolicy`] says of its method.
+    pub idempotent: Option<bool>,
 }
 
 impl CallOptions {
@@ -145,6 +151,25 @@ impl PoolBuilder {
     /// Recycling policy.
     pub fn recycle_policy(mut self, p: RecyclePolicy) -> Self {
         self.cfg.recycle = p;
+        self
+    }
+    /// Which calls may be sent again after their worker died (default: none; PROTOCOL.md
+    /// 21.7): requests of the methods the policy marks idempotent that end with
+    /// `WORKER_EXITED` or `WORKER_HUNG`, at most `attempts` tries in all, within their
+    /// deadline, preferably on another worker. See [`RetryPolicy`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> wirepool::Result<()> {
+    /// use wirepool::{Pool, RetryPolicy, WorkerCommand};
+    /// let pool = Pool::builder(WorkerCommand::new("./my_worker"))
+    ///     .workers(2)
+    ///     .retry(RetryPolicy::idempotent(["add", "get"]).attempts(3))
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.cfg.retry = policy;
         self
     }
     /// Largest frame payload (default 4 MiB, so a 1 MiB payload fits one frame; 64 KiB - 16 MiB).
@@ -449,6 +474,7 @@ impl Pool {
                 opts.timeout,
                 body,
                 opts.events.as_ref(),
+                opts.idempotent,
             )
             .await?;
         decode_result(codec, result)
@@ -458,7 +484,7 @@ impl Pool {
     pub async fn call_raw(&self, method: &str, body: Bytes) -> Result<Bytes> {
         let (method_no, _) = self.inner.resolve(method, Some(Codec::Raw))?;
         self.inner
-            .unary(None, method_no, Codec::Raw, None, body, None)
+            .unary(None, method_no, Codec::Raw, None, body, None, None)
             .await
     }
 
@@ -491,6 +517,7 @@ impl Pool {
                 opts.timeout,
                 body,
                 opts.events.as_ref(),
+                opts.idempotent,
             )
             .await
     }
@@ -653,6 +680,7 @@ impl Lease {
                 opts.timeout,
                 body,
                 opts.events.as_ref(),
+                opts.idempotent,
             )
             .await?;
         decode_result(codec, result)
@@ -667,7 +695,7 @@ impl Lease {
         let body = encode(codec, req)?;
         self.pool
             .inner
-            .open_stream(Some(&self.worker), method_no, codec, None, body, None)
+            .open_stream(Some(&self.worker), method_no, codec, None, body, None, None)
             .await
     }
 }
@@ -706,6 +734,20 @@ fn record_sent(span: &tracing::Span, worker: &Worker, request_id: u64) {
 fn record_outcome<T>(span: &tracing::Span, outcome: &Result<T>) {
     if let (Err(e), false) = (outcome, span.is_disabled()) {
         span.record("error_code", e.code());
+    }
+}
+
+/// `f`'s outcome, or an error once `deadline` passes first (a retry's wait for a worker,
+/// bounded by what is left of the call's deadline; PROTOCOL.md 21.7).
+async fn before<T>(
+    deadline: Option<Instant>,
+    f: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match deadline {
+        None => f.await,
+        Some(d) => tokio::time::timeout_at(d.into(), f)
+            .await
+            .unwrap_or(Err(Error::DeadlineExceeded(Duration::ZERO))),
     }
 }
 
@@ -899,6 +941,18 @@ impl PoolInner {
         )
     }
 
+    /// Tries in all for a call of `method_no` (1: never sent again, PROTOCOL.md 21.7).
+    fn retry_limit(&self, method_no: usize, idempotent: Option<bool>) -> u32 {
+        let name = self
+            .shared
+            .methods
+            .get()
+            .and_then(|t| t.names.get(method_no))
+            .map_or("", String::as_str);
+        self.shared.cfg.retry.limit(name, idempotent)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn unary(
         &self,
         leased: Option<&Arc<Worker>>,
@@ -907,13 +961,33 @@ impl PoolInner {
         timeout: Option<Duration>,
         body: Bytes,
         events: Option<&EventSender>,
+        idempotent: Option<bool>,
     ) -> Result<Bytes> {
         // A worker that started draining between dispatch and receipt answers DRAINING without
         // running the request: that is safe to send elsewhere.
         let mut attempts = 0;
+        // The retry policy's count (PROTOCOL.md 21.7): requests that may have run, this one
+        // included; the call's deadline, from its first request's start; the error of the
+        // attempt before this one.
+        let mut tries = 1u32;
+        let mut timeout = timeout;
+        let mut deadline: Option<Instant> = None;
+        let mut last: Option<Error> = None;
         loop {
             attempts += 1;
-            let worker = self.acquire(leased).await?;
+            let acquired = match &last {
+                None => self.acquire(leased).await,
+                Some(_) => before(deadline, self.acquire(leased)).await,
+            };
+            let worker = match (acquired, last.take()) {
+                (Ok(w), last_error) => {
+                    last = last_error;
+                    w
+                }
+                // No worker for the retry (in time): the caller gets the last attempt's outcome.
+                (Err(_), Some(e)) => return Err(e.with_attempts(tries - 1)),
+                (Err(e), None) => return Err(e),
+            };
             // The caller's waker travels with the request, so the reader can wake it without
             // a first poll registering it.
             let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
@@ -924,8 +998,14 @@ impl PoolInner {
                 Err(NotSent::WorkerGone(_)) if leased.is_some() => {
                     return Err(Error::LeaseLost(worker.exit_info()))
                 }
-                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
+                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => {
+                    return Err(last.map_or(e, |e| e.with_attempts(tries - 1)))
+                }
             };
+            last = None;
+            if tries == 1 {
+                deadline = timeout.zip(req.started).map(|(t, at)| at + t);
+            }
             // One span per request sent, from here to its outcome. Made only now and not entered
             // on each poll (no `Instrument`), it does not grow the call's future: held from the
             // start it did, and callers then moved the future by memcpy (+3.6% instructions per
@@ -939,63 +1019,122 @@ impl PoolInner {
                 done: false,
             }
             .await;
+            record_outcome(&span, &outcome);
             match outcome {
                 Err(Error::Remote {
                     code: codes::DRAINING,
                     ..
-                }) if leased.is_none() && attempts < 4 => {
-                    record_outcome(&span, &outcome);
-                    continue;
+                }) if leased.is_none() && attempts < 4 => continue,
+                // Its worker died: sent again if the call is idempotent, tries are left and so
+                // is time (PROTOCOL.md 21.7). On a lease, WORKER_EXITED / WORKER_HUNG are the
+                // call's own outcome.
+                Err(e)
+                    if e.is_worker_death()
+                        && leased.is_none()
+                        && tries < self.retry_limit(method_no, idempotent) =>
+                {
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        return Err(e.with_attempts(tries));
+                    }
+                    timeout = deadline.map(|d| d - now);
+                    worker.counters.retries.fetch_add(1, Relaxed);
+                    tracing::debug!(
+                        target: "wirepool::call",
+                        worker = worker.id,
+                        attempt = tries + 1,
+                        error = %e,
+                        "sending an idempotent request again"
+                    );
+                    tries += 1;
+                    attempts = 0;
+                    last = Some(e);
                 }
-                // On a lease, WORKER_EXITED / WORKER_HUNG are the call's own outcome too.
-                other => {
-                    record_outcome(&span, &other);
-                    return other;
-                }
+                other => return other.map_err(|e| e.with_attempts(tries)),
             }
         }
     }
 
-    async fn open_stream<Row>(
+    /// Sends a stream's request on the least-loaded worker (or the leased one); a worker that
+    /// began draining after it was picked refuses locally: another is picked.
+    async fn submit_stream(
         &self,
+        leased: Option<&Arc<Worker>>,
+        method_no: usize,
+        codec: Codec,
+        timeout: Option<Duration>,
+        body: &Bytes,
+        events: Option<&EventSender>,
+    ) -> Result<(WorkerRequest, Arc<RowQueue>)> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let worker = self.acquire(leased).await?;
+            let queue = RowQueue::new();
+            match worker.submit(
+                method_no,
+                codec,
+                timeout,
+                body,
+                Awaiting::Stream(queue.clone()),
+                events,
+            ) {
+                Ok(req) => return Ok((req, queue)),
+                Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
+                Err(NotSent::WorkerGone(_)) if leased.is_some() => {
+                    return Err(Error::LeaseLost(worker.exit_info()))
+                }
+                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn open_stream<Row>(
+        self: &Arc<Self>,
         leased: Option<&Arc<Worker>>,
         method_no: usize,
         codec: Codec,
         timeout: Option<Duration>,
         body: Bytes,
         events: Option<&EventSender>,
+        idempotent: Option<bool>,
     ) -> Result<RowStream<Row>> {
         // The span covers the start (waiting for a slot, sending); the rows are read later,
-        // outside it (a span over the whole stream would live in `RowStream`).
+        // outside it (a span over the whole stream would live in `RowStream`). A stream sent
+        // again (PROTOCOL.md 21.7) is sent by its `RowStream`, outside it too.
         let span = self.call_span("stream", method_no);
-        // A worker that began draining after it was picked refuses locally: pick another.
-        let mut attempts = 0;
-        let outcome = loop {
-            attempts += 1;
-            let worker = match self.acquire(leased).await {
-                Ok(w) => w,
-                Err(e) => break Err(e),
+        let sent = self
+            .submit_stream(leased, method_no, codec, timeout, &body, events)
+            .await;
+        let outcome = sent.map(|(req, queue)| {
+            record_sent(&span, &req.worker, req.id);
+            let limit = match leased {
+                None => self.retry_limit(method_no, idempotent),
+                Some(_) => 1,
             };
-            let queue = RowQueue::new();
-            match worker.submit(
-                method_no,
-                codec,
-                timeout,
-                &body,
-                Awaiting::Stream(queue.clone()),
-                events,
-            ) {
-                Ok(req) => {
-                    record_sent(&span, &worker, req.id);
-                    break Ok(RowStream::new(req, queue, codec));
-                }
-                Err(NotSent::WorkerGone(_)) if leased.is_none() && attempts < 8 => continue,
-                Err(NotSent::WorkerGone(_)) if leased.is_some() => {
-                    break Err(Error::LeaseLost(worker.exit_info()))
-                }
-                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => break Err(e),
-            }
-        };
+            let retry = (limit > 1).then(|| {
+                let deadline = timeout.zip(req.started).map(|(t, at)| at + t);
+                let inner = self.clone();
+                let events = events.cloned();
+                let resend: Resend = Box::new(move |timeout| {
+                    let (inner, body, events) = (inner.clone(), body.clone(), events.clone());
+                    Box::pin(async move {
+                        let sent = inner.submit_stream(
+                            None,
+                            method_no,
+                            codec,
+                            timeout,
+                            &body,
+                            events.as_ref(),
+                        );
+                        before(deadline, sent).await
+                    })
+                });
+                Box::new(StreamRetry::new(limit, deadline, resend))
+            });
+            RowStream::new(req, queue, codec, retry)
+        });
         record_outcome(&span, &outcome);
         outcome
     }
@@ -1113,6 +1252,7 @@ impl PoolInner {
                     bytes_out: s.counters.bytes_out.load(Relaxed),
                     restarts: s.counters.restarts.load(Relaxed),
                     restart_causes: s.causes.lock().unwrap().clone(),
+                    retries: s.counters.retries.load(Relaxed),
                     rss_bytes: cur
                         .as_ref()
                         .filter(|w| w.local_pid > 0)

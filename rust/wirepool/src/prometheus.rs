@@ -25,6 +25,7 @@
 //! | `wirepool_worker_received_bytes_total` | counter | slot | bytes received from the worker |
 //! | `wirepool_worker_sent_bytes_total` | counter | slot | bytes sent to the worker |
 //! | `wirepool_worker_restarts_total` | counter | slot, cause | replacements, by [`ExitCause`](crate::ExitCause) name |
+//! | `wirepool_worker_retries_total` | counter | slot | requests the slot's workers failed by dying that the retry policy sent again ([`RetryPolicy`](crate::RetryPolicy)) |
 //! | `wirepool_worker_rss_bytes` | gauge | slot | resident set size of the current process |
 //! | `wirepool_method_duration_seconds` | histogram | method | latency of completed calls and streams ([`LatencySnapshot`](crate::LatencySnapshot)) |
 
@@ -95,7 +96,7 @@ pub fn encode(pools: &[(&str, &PoolMetrics)]) -> String {
         }
     }
 
-    let per_slot: [PerSlot; 7] = [
+    let per_slot: [PerSlot; 8] = [
         (
             "wirepool_worker_pid",
             "gauge",
@@ -131,6 +132,12 @@ pub fn encode(pools: &[(&str, &PoolMetrics)]) -> String {
             "counter",
             "Bytes sent to the slot's workers.",
             |w| Some(w.bytes_out),
+        ),
+        (
+            "wirepool_worker_retries_total",
+            "counter",
+            "Requests the slot's workers failed by dying that the retry policy sent again.",
+            |w| Some(w.retries),
         ),
         (
             "wirepool_worker_rss_bytes",
@@ -241,6 +248,7 @@ mod tests {
             bytes_out: 512,
             restarts: 1,
             restart_causes: BTreeMap::from([("crashed".to_string(), 1)]),
+            retries: 3,
             rss_bytes: None,
         }
     }
@@ -282,6 +290,7 @@ mod tests {
         assert!(text.contains("wirepool_worker_state{pool=\"b\",slot=\"0\",state=\"leased\"} 1\n"));
         assert!(text.contains("wirepool_worker_pid{pool=\"a\",slot=\"1\"} 1001\n"));
         assert!(text.contains("wirepool_worker_rows_total{pool=\"b\",slot=\"0\"} 300\n"));
+        assert!(text.contains("wirepool_worker_retries_total{pool=\"a\",slot=\"1\"} 3\n"));
         assert!(
             !text.contains("wirepool_worker_rss_bytes{"),
             "no RSS, no sample"

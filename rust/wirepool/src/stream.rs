@@ -2,11 +2,13 @@
 //! lazily from the frame bytes, credit granted as the consumer reads.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -109,6 +111,40 @@ impl RowQueue {
     }
 }
 
+/// A stream's request being sent again: the new request and its queue, or an error when no
+/// worker took it in time.
+pub(crate) type Resending =
+    Pin<Box<dyn Future<Output = Result<(WorkerRequest, Arc<RowQueue>)>> + Send>>;
+
+/// Sends a stream's request again with what is left of its deadline.
+pub(crate) type Resend = Box<dyn Fn(Option<Duration>) -> Resending + Send + Sync>;
+
+/// A stream the pool's retry policy may send again (PROTOCOL.md 21.7): if its worker dies
+/// before any of its rows reached the caller, tries are left and so is time.
+pub(crate) struct StreamRetry {
+    /// Tries in all, and requests sent so far.
+    limit: u32,
+    tries: u32,
+    /// The first request's start plus its timeout.
+    deadline: Option<Instant>,
+    resend: Resend,
+    /// The request being sent again (in a `Mutex` only so the stream stays `Sync`: it is
+    /// reached through `&mut`, never locked), and the error of the attempt before it.
+    pending: Option<(Mutex<Resending>, Error)>,
+}
+
+impl StreamRetry {
+    pub fn new(limit: u32, deadline: Option<Instant>, resend: Resend) -> Self {
+        StreamRetry {
+            limit,
+            tries: 1,
+            deadline,
+            resend,
+            pending: None,
+        }
+    }
+}
+
 /// A stream of typed rows from one worker, ending with an optional summary.
 ///
 /// Implements [`futures_core::Stream`]; [`next`](RowStream::next) is the same without a
@@ -140,11 +176,18 @@ pub struct RowStream<T> {
     done: bool,
     started: Instant,
     method_no: usize,
+    /// Set when the stream may be sent again after its worker's death.
+    retry: Option<Box<StreamRetry>>,
     _row: PhantomData<fn() -> T>,
 }
 
 impl<T> RowStream<T> {
-    pub(crate) fn new(req: WorkerRequest, queue: Arc<RowQueue>, codec: Codec) -> Self {
+    pub(crate) fn new(
+        req: WorkerRequest,
+        queue: Arc<RowQueue>,
+        codec: Codec,
+        retry: Option<Box<StreamRetry>>,
+    ) -> Self {
         RowStream {
             worker: req.worker,
             id: req.id,
@@ -156,6 +199,7 @@ impl<T> RowStream<T> {
             done: false,
             started: req.started.unwrap_or_else(Instant::now),
             method_no: req.method_no,
+            retry,
             _row: PhantomData,
         }
     }
@@ -197,30 +241,103 @@ impl<T> RowStream<T> {
     }
 
     fn poll_next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<RowsPayload>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        match self.queue.poll_frame(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(frame)) => {
-                self.rows += frame.count() as u64;
-                // The core applies the grant policy (a CREDIT once half the window is read).
-                self.worker.consumed(self.id, frame.payload().len());
-                Poll::Ready(Some(Ok(frame)))
+        loop {
+            if self.done {
+                return Poll::Ready(None);
             }
-            Poll::Ready(Err(outcome)) => {
-                self.done = true;
-                self.worker
-                    .record_latency(self.method_no, self.started.elapsed());
-                match outcome {
-                    Ok(summary) => {
-                        self.summary = Some(summary);
-                        Poll::Ready(None)
+            if let Some(Poll::Pending) = self.poll_resend(cx) {
+                return Poll::Pending;
+            }
+            match self.queue.poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(frame)) => {
+                    self.rows += frame.count() as u64;
+                    // The core applies the grant policy (a CREDIT once half the window is read).
+                    self.worker.consumed(self.id, frame.payload().len());
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Poll::Ready(Err(Err(e))) if self.may_resend(&e) => {
+                    let r = self.retry.as_deref_mut().expect("checked by may_resend");
+                    let left = r
+                        .deadline
+                        .map(|d| d.saturating_duration_since(Instant::now()));
+                    self.worker.counters.retries.fetch_add(1, Relaxed);
+                    tracing::debug!(
+                        target: "wirepool::call",
+                        worker = self.worker.id,
+                        attempt = r.tries + 1,
+                        error = %e,
+                        "sending an idempotent stream again"
+                    );
+                    r.pending = Some((Mutex::new((r.resend)(left)), e));
+                }
+                Poll::Ready(Err(outcome)) => {
+                    self.done = true;
+                    self.worker
+                        .record_latency(self.method_no, self.started.elapsed());
+                    match outcome {
+                        Ok(summary) => {
+                            self.summary = Some(summary);
+                            return Poll::Ready(None);
+                        }
+                        Err(e) => {
+                            let tries = self.retry.as_ref().map_or(1, |r| r.tries);
+                            return Poll::Ready(Some(Err(e.with_attempts(tries))));
+                        }
                     }
-                    Err(e) => Poll::Ready(Some(Err(e))),
                 }
             }
         }
+    }
+
+    /// Whether the stream's end with `e` sends it again (PROTOCOL.md 21.7): its worker died,
+    /// none of its rows reached the caller, and tries and time are left.
+    fn may_resend(&self, e: &Error) -> bool {
+        self.retry.as_ref().is_some_and(|r| {
+            self.rows == 0
+                && e.is_worker_death()
+                && r.tries < r.limit
+                && r.deadline.is_none_or(|d| Instant::now() < d)
+        })
+    }
+
+    /// Drives a request being sent again: `Pending` while it waits for a worker; once sent,
+    /// the stream follows the new request; if it could not be, the stream ends with the last
+    /// attempt's outcome. `None` when nothing is being sent again.
+    fn poll_resend(&mut self, cx: &mut Context<'_>) -> Option<Poll<()>> {
+        let r = self.retry.as_deref_mut()?;
+        let (pending, _) = r.pending.as_mut()?;
+        // The blocking facade first polls outside the runtime, where the wait's timer cannot
+        // be made: it then waits in `block_on`, which polls again inside.
+        if tokio::runtime::Handle::try_current().is_err() {
+            cx.waker().wake_by_ref();
+            return Some(Poll::Pending);
+        }
+        let sent = match pending
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_mut()
+            .poll(cx)
+        {
+            Poll::Pending => return Some(Poll::Pending),
+            Poll::Ready(sent) => sent,
+        };
+        let (_, last) = r.pending.take().expect("polled above");
+        match sent {
+            Ok((req, queue)) => {
+                r.tries += 1;
+                self.worker = req.worker;
+                self.id = req.id;
+                self.queue = queue;
+            }
+            Err(_) => {
+                // No worker took it in time (or the pool closed): the last attempt's outcome
+                // ends the stream, through its (emptied) queue, without another try.
+                r.limit = r.tries;
+                self.queue.finish(Err(last));
+            }
+        }
+        Some(Poll::Ready(()))
     }
 }
 
