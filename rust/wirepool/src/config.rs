@@ -101,7 +101,7 @@ pub struct RetryPolicy {
 
 impl RetryPolicy {
     /// Tries in all (the first included) when [`attempts`](Self::attempts) is not given.
-    pub const DEFAULT_ATTEMPTS: u32 = 2;
+    pub const DEFAULT_ATTEMPTS: u32 = 3;
 
     /// The methods whose requests may be sent again, with
     /// [`DEFAULT_ATTEMPTS`](Self::DEFAULT_ATTEMPTS) tries in all.
