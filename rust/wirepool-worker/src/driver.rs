@@ -489,7 +489,9 @@ impl Driver {
                 let mut guard = self.shared.lock();
                 let state = &mut *guard;
                 let wake = state.writer_needs_wake();
-                if !state.closed && state.conn.send_pong(nonce, state.out.tail()).is_ok() && wake {
+                // Ahead of what is queued, at the writer's next frame boundary (8.5).
+                if !state.closed && state.conn.send_pong(nonce, state.out.urgent()).is_ok() && wake
+                {
                     drop(guard);
                     self.shared.wake_writer.notify_one();
                 }
@@ -710,8 +712,15 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Transport>) -> io::Result<(
             if state.conn.has_shm_releases() && !state.closed {
                 state.conn.send_shm_releases(&mut state.out);
             }
+            // The reader waits while more than OUT_HIGH_WATER waits in the outbox: taken, it
+            // reads on at once (PINGs among its frames must be answered, 8.5), not only when
+            // all of it was written.
+            let reader_waits = state.out.len() > OUT_HIGH_WATER;
             state.out.take_into(&mut queue);
             state.writer_busy = !queue.is_empty();
+            if reader_waits {
+                shared.out_drained.notify_waiters();
+            }
             state.closed
         };
         if queue.is_empty() {
@@ -744,6 +753,7 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Transport>) -> io::Result<(
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     socket.writable().await?;
+                    take_between_writes(&shared, &mut queue);
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -752,7 +762,29 @@ async fn write_loop(shared: Arc<Shared>, socket: Arc<Transport>) -> io::Result<(
                 return Err(io::ErrorKind::WriteZero.into());
             }
             queue.advance_fds(written, fds_sent);
+            // A long output (a large RESULT, or a full socket): a PONG or PING queued since
+            // goes at its next frame boundary, not after all of it (PROTOCOL.md 8.5). The
+            // usual write takes everything and skips this.
+            if !queue.is_empty() {
+                take_between_writes(&shared, &mut queue);
+            }
         }
+    }
+}
+
+/// Between two writes of a long output: urgent frames go to its next frame boundary, and an
+/// outbox above OUT_HIGH_WATER (another large message, queued meanwhile) joins the queue, so
+/// that the reader, which waits for that, reads on and answers PINGs instead of waiting for all
+/// of the output ahead to be written. What the outbox holds is mostly handlers' bodies queued
+/// by reference: taking it costs no memory; the queue stays bounded by the requests in flight.
+fn take_between_writes(shared: &Shared, queue: &mut WriteQueue) {
+    let mut state = shared.lock();
+    if state.out.len() > OUT_HIGH_WATER {
+        state.out.take_into(queue);
+        drop(state);
+        shared.out_drained.notify_waiters();
+    } else {
+        state.out.take_urgent_into(queue);
     }
 }
 

@@ -461,7 +461,7 @@ impl ParentWatch {
         let wake = state.writer_needs_wake();
         if state
             .conn
-            .send_ping(nonce.to_le_bytes(), state.out.tail())
+            .send_ping(nonce.to_le_bytes(), state.out.urgent())
             .is_err()
         {
             return false;

@@ -1623,7 +1623,8 @@ fn handle_read(
                 }
             }
             Event::Ping { nonce } => {
-                let _ = c.conn.send_pong(nonce, &mut c.out);
+                // Ahead of what is queued, at the writer's next frame boundary (8.5).
+                let _ = c.conn.send_pong(nonce, c.out.urgent());
                 pass.wake_writer = true;
             }
             Event::Pong { nonce } => {
@@ -1742,6 +1743,17 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Transport>) {
                     }
                 }
                 Err(_) => return,
+            }
+            // A long output (a large message, or a full socket): a PING or PONG queued since
+            // goes at its next frame boundary, not after all of it (PROTOCOL.md 8.5). The
+            // usual write takes everything and skips this.
+            if !queue.is_empty() {
+                worker
+                    .driver
+                    .lock()
+                    .unwrap()
+                    .out
+                    .take_urgent_into(&mut queue);
             }
         }
     }
@@ -1972,7 +1984,9 @@ impl Watch {
             worker.last_ping.store(nonce, Release);
             let mut driver = worker.driver.lock().unwrap();
             let c = &mut *driver;
-            let _ = c.conn.send_ping(nonce.to_le_bytes(), &mut c.out);
+            // Ahead of what is queued, at the writer's next frame boundary: a large REQUEST
+            // being written delays it by one frame at most (PROTOCOL.md 8.5).
+            let _ = c.conn.send_ping(nonce.to_le_bytes(), c.out.urgent());
             drop(driver);
             worker.writer_wake.notify_one();
         }
