@@ -26,18 +26,51 @@ _REGION_GRAIN = 1 << 20
 # Frames below this size are joined into one buffer before the write; larger ones go as they are.
 _JOIN_BELOW = 65536
 
+# An output larger than this (a large message) is handed to the transport a frame at a time, as
+# its buffer drains below this, so that a PING or PONG written meanwhile goes at the next frame
+# boundary instead of behind the whole message (PROTOCOL.md 8.5).
+_FEED_LIMIT = 4 << 20
+
+
+def _frame_left_after(part: Any, left: int) -> int:
+    """Bytes of the frame under way after ``part``, given ``left`` of it before (0: ``part``
+    starts a frame). Headers are never split between parts."""
+    n = len(part)
+    pos = 0
+    while left < n - pos:
+        pos += left
+        left = 16 + int.from_bytes(part[pos:pos + 4], "little")
+    return left - (n - pos)
+
+
+def _is_ping_or_pong(parts: list[Any]) -> bool:
+    return len(parts) == 1 and len(parts[0]) == 24 and parts[0][4] in (0x31, 0x32)
+
 
 class FrameProtocol(asyncio.BufferedProtocol):
+    # Whether a large output is fed a frame at a time (see _FEED_LIMIT). Its walk of frame
+    # headers needs every output to start at a frame boundary; the pool's direct calls hand the
+    # loop the unsent end of a request (mid-frame), so the pool turns it off.
+    _feed_large = True
+
     def __init__(self, conn: proto.Connection, loop: asyncio.AbstractEventLoop) -> None:
         self.conn = conn
         self.transport: asyncio.Transport | None = None
         self._loop = loop
         self._out: list[Any] = []
         self._out_scheduled = False
+        # A large output not yet handed to the transport (see _FEED_LIMIT), and the bytes of
+        # the frame under way at the end of what was handed (0: at a frame boundary).
+        self._backlog: collections.deque[Any] = collections.deque()
+        self._frame_left = 0
         self.bytes_sent = 0  # for metrics
         self.bytes_received = 0
 
     def _write(self, parts: list[Any]) -> None:
+        if self._backlog and _is_ping_or_pong(parts):
+            # Ahead of the large output being fed: the transport holds whole frames only.
+            self._send(parts)
+            return
         self._out.extend(parts)
         if not self._out_scheduled:
             self._out_scheduled = True
@@ -63,22 +96,62 @@ class FrameProtocol(asyncio.BufferedProtocol):
         t = self.transport
         if t is None or t.is_closing():
             return
+        if self._backlog and not _is_ping_or_pong(out):
+            self._backlog.extend(out)  # behind the large output being fed, in order
+            return
         if len(out) == 1 and type(out[0]) is bytes:  # one frame: no joining copy
             self.bytes_sent += len(out[0])
             t.write(out[0])
             return
         small = bytearray()
-        for p in out:
-            self.bytes_sent += len(p)
-            if len(p) < _JOIN_BELOW:
+        handed = 0
+        for i, p in enumerate(out):
+            n = len(p)
+            if n < _JOIN_BELOW:
+                self.bytes_sent += n
                 small += p
             else:
                 if small:
                     t.write(small)
                     small = bytearray()
+                handed += n
+                if handed > _FEED_LIMIT and self._feed_large:
+                    # A large message: the rest goes a frame at a time as the transport drains.
+                    left = 0
+                    for q in out[:i]:
+                        left = _frame_left_after(q, left)
+                    self._frame_left = left
+                    self._backlog.extend(out[i:])
+                    t.set_write_buffer_limits(high=_FEED_LIMIT, low=_FEED_LIMIT // 4)
+                    self._feed()
+                    return
+                self.bytes_sent += n
                 t.write(p)
         if small:
             t.write(small)
+
+    def _feed(self) -> None:
+        """Hands the backlog to the transport while its buffer is at most _FEED_LIMIT, and
+        always to a frame boundary; ``resume_writing`` calls it again."""
+        t = self.transport
+        backlog = self._backlog
+        if t is None or t.is_closing():
+            backlog.clear()
+            return
+        left = self._frame_left
+        while backlog and (left or t.get_write_buffer_size() <= _FEED_LIMIT):
+            p = backlog.popleft()
+            left = _frame_left_after(p, left)
+            self.bytes_sent += len(p)
+            t.write(p)
+        self._frame_left = left
+
+    def pause_writing(self) -> None:
+        pass  # the backlog waits for resume_writing
+
+    def resume_writing(self) -> None:
+        if self._backlog:
+            self._feed()
 
     # Receiving: into the core's read buffer (a reused one instead of a fresh 256 KiB bytes
     # object per read, whose mmap/munmap churn cost more than the copy; a large payload straight
@@ -194,6 +267,10 @@ class LaneTransport(asyncio.Transport):
         # [bytes left to write, descriptor to attach to their first byte or -1]
         self._queue: collections.deque[list[Any]] = collections.deque()
         self._queued = 0
+        # Flow control as asyncio's transports: pause_writing above high, resume at low.
+        self._high = 65536
+        self._low = 16384
+        self._writing_paused = False
         self._closing = False
         self._lost = False
         self._reading = True
@@ -282,6 +359,9 @@ class LaneTransport(asyncio.Transport):
             self._loop.add_writer(self._fd, self._writable)
         self._queue.append([view, fd])
         self._queued += len(view)
+        if self._queued > self._high and not self._writing_paused:
+            self._writing_paused = True
+            self._protocol.pause_writing()
 
     def _send_now(self, view: memoryview, fd: int) -> int:
         if fd < 0:
@@ -308,12 +388,23 @@ class LaneTransport(asyncio.Transport):
                 entry[0] = view[n:]
                 return
             queue.popleft()
+            if self._writing_paused and self._queued <= self._low:
+                self._writing_paused = False
+                self._protocol.resume_writing()
+                if not queue:
+                    break
+        if queue:
+            return  # resume_writing queued more: still watching for write space
         self._loop.remove_writer(self._fd)
         if self._closing:
             self._connection_lost(None)
 
     def get_write_buffer_size(self) -> int:
         return self._queued
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._high = 65536 if high is None else high
+        self._low = self._high // 4 if low is None else low
 
     def can_write_eof(self) -> bool:
         return False

@@ -341,6 +341,9 @@ class _Request:
 
 class _Worker(LaneProtocol):
     _ids = itertools.count(1)
+    # Large requests go to the transport whole: the unsent end of a direct call's request
+    # starts mid-frame (_transport._feed_large), so PINGs still wait behind them here.
+    _feed_large = False
 
     def __init__(self, pool: "AsyncPool") -> None:
         super().__init__(proto.Connection("parent"), pool.loop)

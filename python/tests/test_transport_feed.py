@@ -1,0 +1,82 @@
+"""A PING or PONG written while a large message is on its way goes at the next frame boundary,
+not behind the whole message (PROTOCOL.md 8.5): the transport is handed a large output a frame
+at a time as it drains (``_transport._FEED_LIMIT``), and the PONG goes between two frames."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any, cast
+
+from wirepool import _transport, proto
+
+FRAME = 1 << 20
+TOTAL = 64 << 20
+
+
+class _Writer(_transport.FrameProtocol):
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+
+def _message(id: int) -> list[Any]:
+    body = memoryview(bytearray(TOTAL))
+    parts: list[Any] = []
+    for at in range(0, TOTAL, FRAME):
+        ty = 0x12 if at == 0 else 0x7F
+        more = 1 if at + FRAME < TOTAL else 0
+        parts.append(struct.pack("<IBBHQ", FRAME, ty, more, 0, id))
+        parts.append(body[at:at + FRAME])
+    return parts
+
+
+def _frames(wire: bytes) -> list[tuple[int, int]]:
+    """(type, first byte) of each frame."""
+    out = []
+    at = 0
+    while at < len(wire):
+        length, ty = struct.unpack_from("<IB", wire, at)
+        out.append((ty, at))
+        at += 16 + length
+    assert at == len(wire)
+    return out
+
+
+async def _run() -> None:
+    loop = asyncio.get_running_loop()
+    mine, peer = socket.socketpair()
+    peer.setblocking(False)
+    writer = _Writer(cast(proto.Connection, None), loop)
+    await loop.connect_accepted_socket(lambda: writer, mine)
+    pong = bytes(struct.pack("<IBBHQ", 8, 0x32, 0, 0, 0)) + b"nonce-01"
+    writer._write(_message(3))
+    writer._flush_out()
+    wire = bytearray()
+    while len(wire) < 8 << 20:
+        wire += await loop.sock_recv(peer, 1 << 20)
+    queued_at = len(wire)
+    writer._write([pong])
+    while len(wire) < TOTAL + TOTAL // FRAME * 16 + len(pong):
+        wire += await asyncio.wait_for(loop.sock_recv(peer, 1 << 20), 30)
+    frames = _frames(bytes(wire))
+    pongs = [at for ty, at in frames if ty == 0x32]
+    assert len(pongs) == 1
+    # Ahead of it: what the transport and the socket already held, at most the feed's limit,
+    # the frame under way and the socket's buffers; never the rest of the 64 MiB.
+    sndbuf = mine.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    rcvbuf = peer.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    ahead = pongs[0] - queued_at
+    assert ahead <= _transport._FEED_LIMIT + 2 * (FRAME + 16) + sndbuf + rcvbuf, ahead
+    # The message's frames are whole and in order around it.
+    ids = [ty for ty, _ in frames if ty != 0x32]
+    assert ids == [0x12] + [0x7F] * (TOTAL // FRAME - 1)
+    writer.transport.close()  # type: ignore[union-attr]
+    peer.close()
+
+
+def test_a_pong_written_during_a_large_message_goes_at_the_next_frame_boundary() -> None:
+    asyncio.run(asyncio.wait_for(_run(), 60))
