@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::decode::{Decoded, FrameDecoder};
 use crate::encode::{
@@ -11,8 +11,8 @@ use crate::encode::{
 };
 use crate::error::{err, ErrorCode, ProtocolError};
 use crate::frame::{
-    Direction, Frame, FrameBody, FrameType, RowsPayload, HANDSHAKE_MAX_FRAME_SIZE, MAX_CREDIT,
-    PROTOCOL_VERSION,
+    Direction, Frame, FrameBody, FrameType, Header, RowsPayload, HANDSHAKE_MAX_FRAME_SIZE,
+    MAX_CREDIT, PROTOCOL_VERSION,
 };
 // Maps keyed by request id. Ids only enter the core when increasing (a worker refuses a
 // repeated or lower id) and their number is bounded by `max_in_flight`, so a multiplicative
@@ -313,7 +313,7 @@ pub struct Connection {
     /// wire does not announce a continued message's total size).
     last_message_len: usize,
     /// The message buffer the decoder filled with the frame it just returned (see
-    /// [`lend_to_continuation`](Connection::lend_to_continuation)).
+    /// [`lend_to_message`](Connection::lend_to_message)).
     lent_back: Option<BytesMut>,
     /// Worker: rejected requests whose ERROR the driver has not sent yet. It holds only what
     /// the driver owes, so it stays as small as the driver's backlog.
@@ -521,7 +521,7 @@ impl Connection {
                     Err(e) => return Err(self.fail(e)),
                 },
                 Ok(None) => {
-                    if self.lend_to_continuation() {
+                    if self.lend_to_message() {
                         continue;
                     }
                     return Ok(None);
@@ -529,7 +529,10 @@ impl Connection {
                 Err(e) => return Err(self.fail(e)),
             };
             self.lent_back = self.decoder.take_returned();
-            match self.on_frame(frame) {
+            let handled = self.on_frame(frame);
+            // Not taken (the frame was late, or failed): its buffer is not held any longer.
+            self.lent_back = None;
+            match handled {
                 Ok(Some(event)) => return Ok(Some(event)),
                 Ok(None) => continue,
                 Err(e) => return Err(self.fail(e)),
@@ -582,14 +585,23 @@ impl Connection {
         }
     }
 
+    /// A large first frame with MORE is arriving: see [`lend_to_first`](Self::lend_to_first).
     /// A large CONTINUATION of a message in progress is arriving: lend the decoder the rest of
     /// the message's own buffer, so the payload is read straight into its final place instead
     /// of being copied there afterwards. Only when the frame will pass the size checks (else it
     /// takes the ordinary way and fails there), and within the connection's bound.
-    fn lend_to_continuation(&mut self) -> bool {
+    fn lend_to_message(&mut self) -> bool {
         let Some(h) = self.decoder.pending_large() else {
             return false;
         };
+        if h.more
+            && matches!(
+                h.frame_type,
+                FrameType::Request | FrameType::Result | FrameType::End
+            )
+        {
+            return self.lend_to_first(h);
+        }
         if h.frame_type != FrameType::Continuation {
             return false;
         }
@@ -609,6 +621,45 @@ impl Connection {
         let mut tail = partial.body.split_off(partial.body.len());
         drop(tail.split_off(h.length as usize));
         self.decoder.lend(tail);
+        true
+    }
+
+    /// The large first frame of a continued message is arriving: read it straight into the
+    /// buffer the message will be reassembled in, so it is not copied there afterwards (issue
+    /// 13). The buffer is the spare one when the reader has dropped the last message and it is
+    /// large enough for a message as large as the last one, else a new one of that size (or
+    /// twice this frame), within what the connection may still hold (`receive_budget`). Only on
+    /// an open connection, for a type this side receives, and when the frame will pass the
+    /// size checks of 11.2 step 6 (else it takes the ordinary way and fails there, in order):
+    /// the wire does not announce a continued message's total, so nothing is reserved from a
+    /// peer's claim, only from checked lengths.
+    fn lend_to_first(&mut self, h: Header) -> bool {
+        let Some(welcome) = self.welcome else {
+            return false;
+        };
+        if !self.role.receives(h.frame_type) || self.failed.is_some() {
+            return false;
+        }
+        let limit = welcome.max_message_size;
+        let len = u64::from(h.length);
+        if len > limit || self.partial_bytes + len > limit {
+            return false;
+        }
+        let len = h.length as usize;
+        let prefix = crate::decode::prefix_len(h.frame_type);
+        let want = (self.last_message_len + prefix)
+            .max(len.saturating_mul(2))
+            .min(self.receive_budget())
+            .max(len);
+        let mut body = std::mem::take(&mut self.spare);
+        if !body.try_reclaim(want) {
+            body = BytesMut::with_capacity(want);
+        }
+        // The payload's view is the start of the buffer cut to exactly its length (a read
+        // cannot run past the frame); the rest stays as `spare` until `start_partial` takes it
+        // back (contiguous: `unsplit` copies nothing).
+        self.spare = body.split_off(len);
+        self.decoder.lend(body);
         true
     }
 
@@ -824,9 +875,27 @@ impl Connection {
     }
 
     fn start_partial(&mut self, mut first: Frame, size: u64) -> Result<(), ProtocolError> {
+        // A large first frame read into a lent buffer (`lend_to_first`): the frame holds only
+        // its prefix, the buffer the whole payload.
+        let lent = self.lent_back.take();
+        let size = lent.as_ref().map_or(size, |b| b.len() as u64);
         self.check_message_size(first.id, size)?;
         self.check_partial_bytes(first.id, self.partial_bytes + size)?;
         self.partial_bytes += size;
+        if let Some(mut body) = lent {
+            body.unsplit(std::mem::take(&mut self.spare));
+            body.advance(crate::decode::prefix_len(first.frame_type()));
+            self.partials.insert(
+                first.id,
+                Partial {
+                    first,
+                    body,
+                    size,
+                    continued: false,
+                },
+            );
+            return Ok(());
+        }
         let chunk = match &mut first.body {
             FrameBody::Request { body, .. }
             | FrameBody::Result { body }
@@ -2509,6 +2578,103 @@ mod tests {
         let e = worker.next_event().unwrap_err();
         assert_eq!(e.code, ErrorCode::MessageTooLarge);
         assert_eq!(reserved(&worker), before);
+    }
+
+    /// Feeds `wire` as a driver reading a socket would: into `read_buffer`, never past its
+    /// spare capacity (a lent buffer's is exactly the rest of its frame), collecting events.
+    fn feed(conn: &mut Connection, mut wire: &[u8], events: &mut Vec<Event>) {
+        while !wire.is_empty() {
+            let rb = conn.read_buffer();
+            let n = (rb.capacity() - rb.len()).min(wire.len()).min(1 << 20);
+            rb.extend_from_slice(&wire[..n]);
+            wire = &wire[n..];
+            conn.next_events(events).unwrap();
+        }
+    }
+
+    /// Where the next payload byte read through `read_buffer` lands.
+    fn read_at(conn: &mut Connection) -> usize {
+        let rb = conn.read_buffer();
+        rb.as_ptr() as usize + rb.len()
+    }
+
+    #[test]
+    fn a_large_first_frame_is_read_into_the_message_buffer_and_that_buffer_is_reused() {
+        const FIRST: usize = 3 << 20; // above the decoder's OWN_BUFFER_MIN
+        let mut worker = open_worker(4 << 20, 64 << 20);
+        let mut start = 0;
+        for (id, fill) in [(1, 1u8), (2, 2)] {
+            let first = request(id, true, vec![fill; FIRST]);
+            let mut events = Vec::new();
+            // Header and prefix, then one byte of the body: the frame is pending, lent.
+            feed(&mut worker, &first[..16 + 12 + 1], &mut events);
+            let at = read_at(&mut worker) - 12 - 1;
+            feed(&mut worker, &first[16 + 12 + 1..], &mut events);
+            feed(
+                &mut worker,
+                &continuation(id, false, vec![9; 1024]),
+                &mut events,
+            );
+            let [Event::Request { id: got, body, .. }] = &events[..] else {
+                panic!("{events:?}")
+            };
+            assert_eq!(*got, id);
+            assert_eq!(body.len(), FIRST + 1024);
+            assert!(body[..FIRST].iter().all(|&b| b == fill));
+            assert!(body[FIRST..].iter().all(|&b| b == 9));
+            // The body starts where the first frame's bytes were read, after its prefix: not
+            // copied into a reassembly buffer.
+            assert_eq!(body.as_ptr() as usize, at + 12);
+            if id == 1 {
+                start = at;
+            } else {
+                // The reader dropped the first message: its buffer took the second one.
+                assert_eq!(at, start);
+            }
+            assert_eq!(worker.partial_bytes, 0);
+            worker.send_result(id, b"", &mut Vec::new()).unwrap();
+        }
+        assert!(reserved(&worker) <= 64 << 20);
+    }
+
+    #[test]
+    fn a_large_first_frame_past_the_limits_fails_in_order_without_a_lent_buffer() {
+        // One frame above max_message_size itself: MESSAGE_TOO_LARGE, as without the lending.
+        let mut worker = open_worker(4 << 20, 4 << 20);
+        let mut events = Vec::new();
+        worker.receive(&request(1, true, vec![1; 3 << 20]));
+        worker.next_events(&mut events).unwrap();
+        worker.receive(&request(2, true, vec![1; (3 << 20) - 16]));
+        assert_eq!(
+            worker.next_events(&mut events).unwrap_err().code,
+            ErrorCode::MessageTooLarge
+        );
+        assert!(events.is_empty());
+        // A duplicate id comes before the size: DUPLICATE_ID, lent or not.
+        let mut worker = open_worker(4 << 20, 64 << 20);
+        worker.receive(&request(5, false, vec![1; 10]));
+        assert_eq!(worker.next_events(&mut events).unwrap(), 1);
+        let dup = request(5, true, vec![1; 3 << 20]);
+        feed_err(&mut worker, &dup, ErrorCode::DuplicateId);
+    }
+
+    fn feed_err(conn: &mut Connection, mut wire: &[u8], code: ErrorCode) {
+        while !wire.is_empty() {
+            let rb = conn.read_buffer();
+            let n = (rb.capacity() - rb.len()).min(wire.len());
+            rb.extend_from_slice(&wire[..n]);
+            wire = &wire[n..];
+            match conn.next_event() {
+                Ok(None) => {}
+                Ok(Some(e)) => panic!("{e:?}"),
+                Err(e) => {
+                    assert_eq!(e.code, code);
+                    assert!(wire.is_empty());
+                    return;
+                }
+            }
+        }
+        panic!("no error");
     }
 
     #[test]

@@ -153,7 +153,9 @@ impl FrameDecoder {
     /// Receive the pending large frame's payload into `target` (empty, with a capacity of
     /// exactly the payload's length) instead of the decoder's own buffer; what has arrived
     /// already moves there (at most a read's worth). [`take_returned`](Self::take_returned)
-    /// gives it back, full, with the frame.
+    /// gives it back, full, with the frame, which carries only its fixed prefix (a copy of the
+    /// buffer's first bytes, see [`prefix_len`]): a CONTINUATION's chunk, or a first frame's
+    /// body, is empty.
     pub(crate) fn lend(&mut self, mut target: BytesMut) {
         if let Some(own) = self.large.take() {
             target.extend_from_slice(&own);
@@ -323,8 +325,14 @@ impl FrameDecoder {
             self.pending = None;
             let large = self.large.take().unwrap_or_default();
             if std::mem::take(&mut self.lent) {
+                // The frame comes out with only its fixed prefix (a CONTINUATION has none, a
+                // first frame with MORE at most 12 bytes, copied); the payload, prefix
+                // included, stays in the lent buffer.
+                let prefix = Bytes::copy_from_slice(
+                    &large[..prefix_len(header.frame_type).min(large.len())],
+                );
                 self.returned = Some(large);
-                Bytes::new()
+                prefix
             } else {
                 large.freeze()
             }
@@ -364,6 +372,16 @@ impl FrameDecoder {
                 ),
             ))
         }
+    }
+}
+
+/// The fixed prefix of a type that may start a continued message (section 5): what the
+/// decoder parses itself when the payload was read into a lent buffer.
+pub(crate) fn prefix_len(ty: FrameType) -> usize {
+    match ty {
+        FrameType::Request => 12,
+        FrameType::End => 8,
+        _ => 0,
     }
 }
 
