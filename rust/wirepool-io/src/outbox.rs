@@ -102,7 +102,8 @@ impl Outbox {
 
     /// Only small frames wait (no chunk queued by reference): the tail holds everything, and a
     /// caller may write it directly (urgent frames are moved to its end: nothing large is
-    /// ahead of them).
+    /// ahead of them). Call it only while the writer is idle: urgent frames moved to the tail
+    /// no longer jump the queue of a writer at work.
     /// A descriptor waiting to go with the bytes makes it `None`: only the writer attaches it.
     pub fn tail_only(&mut self) -> Option<&mut BytesMut> {
         if !(self.chunks.is_empty() && self.fds.is_empty()) {

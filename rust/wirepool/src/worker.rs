@@ -586,7 +586,12 @@ impl Worker {
     /// small frames is written here; a large body queued by reference goes to the writer
     /// task's vectored writes.
     fn write_alone(&self, c: &mut DriverState) {
-        if let (false, Some(tail), Some(sock)) = (c.writer_busy, c.out.tail_only(), &c.socket_out) {
+        // (writer_busy first: tail_only moves urgent frames into the tail, which must not
+        // happen while the writer splices them into a long output.)
+        if c.writer_busy {
+            return;
+        }
+        if let (Some(tail), Some(sock)) = (c.out.tail_only(), &c.socket_out) {
             // WouldBlock (or a broken socket) leaves the bytes for the writer task.
             if let Ok(n) = sock.try_write(tail) {
                 self.counters.bytes_out.fetch_add(n as u64, Relaxed);

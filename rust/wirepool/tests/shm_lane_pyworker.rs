@@ -59,6 +59,10 @@ async fn start(lane: bool) -> Pool {
         .workers(1)
         .max_frame_size(16 << 20)
         .startup_timeout(Duration::from_secs(20))
+        // A 256 MiB echo over the socket (the lane-off pool) ended WORKER_HUNG here in CI at
+        // load ~15: the worker's PONG waited behind its whole RESULT. PING and PONG now go at
+        // the next frame boundary on both sides (PROTOCOL.md 8.5: the pool's outbox, the Python
+        // worker's _transport feed), so 2 s (6 s without a PONG) holds for any body size.
         .heartbeat(Duration::from_secs(2))
         .shm_lane(Some(1 << 20))
         .start()
