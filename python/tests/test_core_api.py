@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wirepool import proto
 from wirepool.errors import ErrorCode, ProtocolError
@@ -230,6 +232,60 @@ def test_send_results_is_send_result_for_each() -> None:
     assert wire(fast.send_results([(1, b"a"), (2, big)])) == \
         wire(slow.send_result(1, b"a") + slow.send_result(2, big))
     assert fast.in_flight_ids() == slow.in_flight_ids() == []
+
+
+WIDE = proto.Hello(pid=42, max_concurrency=16, methods=HELLO.methods)
+
+
+def _wide_worker(kinds: list[int]) -> proto.Connection:
+    c = proto.Connection("worker")
+    c.send_hello(WIDE)
+    welcome = proto.Welcome(worker_id=1, max_frame_size=65536, initial_credit=100,
+                            max_in_flight=16, max_message_size=200_000)
+    reqs = [proto.Request(i + 1, k, 1, b"1") for i, k in enumerate(kinds)]
+    events(c, enc(welcome, *reqs))
+    return c
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from([UNARY, UNARY, UNARY, STREAM]), max_size=8),
+       results=st.lists(st.tuples(st.integers(1, 10),
+                                  st.sampled_from([0, 3, 4095, 4096, 70_000, 200_001])),
+                        max_size=8),
+       two_lists=st.booleans())
+def test_send_results_is_send_result_for_each_or_refuses_as_it(
+        kinds: list[int], results: list[tuple[int, int]], two_lists: bool) -> None:
+    # Ids drawn past the requests sent are unknown, ids drawn twice a second terminal, stream
+    # ids a kind mismatch, 70,000 bytes two frames, 200,001 above max_message_size.
+    pairs = [(id, bytes([65 + id]) * size) for id, size in results]
+    slow = _wide_worker(kinds)
+    wired: list = []
+    code = None
+    for id, body in pairs:
+        try:
+            wired += slow.send_result(id, body)
+        except ProtocolError as e:
+            code = e.code
+            break
+    fast = _wide_worker(kinds)
+    before = snapshot(fast)
+    ids, bodies = [id for id, _ in pairs], [body for _, body in pairs]
+    if code is None:
+        sent = fast.send_results(ids, bodies) if two_lists else fast.send_results(pairs)
+        assert wire(sent) == wire(wired)
+        assert fast.in_flight_ids() == slow.in_flight_ids()
+    else:
+        with pytest.raises(ProtocolError) as e:
+            fast.send_results(ids, bodies) if two_lists else fast.send_results(pairs)
+        assert e.value.code == code
+        assert snapshot(fast) == before  # a refusal sends none and changes nothing
+
+
+def test_send_results_wants_as_many_ids_as_bodies() -> None:
+    c = worker(proto.Request(1, UNARY, 1))
+    with pytest.raises(ValueError):
+        c.send_results([1], [])
+    assert c.send_results([], []) == c.send_results([]) == [] and c.in_flight_ids() == [1]
 
 
 def test_a_large_request_goes_one_frame_at_a_time_with_others_between() -> None:

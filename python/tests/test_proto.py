@@ -536,6 +536,37 @@ def test_take_results_and_send_requests_match_the_general_path(
     assert fast == _run_parent(n, data, fast=False)
 
 
+@pytest.mark.parametrize("value", [0x01, 0x80])
+@pytest.mark.parametrize("at", [4, 5, 6, 7, 19])  # type, flags, reserved, the prefix's zero byte
+def test_take_requests_leaves_a_frame_with_a_flag_or_a_reserved_bit_to_the_general_path(
+        at: int, value: int) -> None:
+    # take_requests reads type, flags and reserved field as one number: any bit set in one of
+    # them stops the batch there, and next_event decides (a continued request, a violation).
+    data = bytearray(enc(*[proto.Request(i, 0, 1, b"%d" % i) for i in (1, 2, 3)]))
+    data[29 + at] ^= value  # the second request (29 bytes each)
+    c = open_worker()
+    c.receive(bytes(data))
+    taken: list = []
+    assert not c.take_requests(taken) and [t[0] for t in taken] == [1]
+    assert _run_worker(bytes(data), True) == _run_worker(bytes(data), False)
+
+
+@pytest.mark.parametrize("value", [0x01, 0x80])
+@pytest.mark.parametrize("at", [4, 5, 6, 7])
+def test_take_results_leaves_a_frame_with_a_flag_or_a_reserved_bit_to_the_general_path(
+        at: int, value: int) -> None:
+    data = bytearray(enc(*[proto.Result(i, b"%d" % i) for i in (1, 2, 3)]))
+    data[17 + at] ^= value  # the second result (17 bytes each)
+    assert _run_parent(3, bytes(data), True) == _run_parent(3, bytes(data), False)
+    c = proto.Connection("parent")
+    events(c, enc(WIDE_HELLO))
+    c.send_welcome(proto.Welcome(max_frame_size=65536, initial_credit=100, max_in_flight=16))
+    c.send_requests(0, 1, [b"a", b"b", b"c"])
+    c.receive(bytes(data))
+    taken: list = []
+    assert not c.take_results(taken) and taken[::2] == [1]
+
+
 def test_fast_paths_leave_a_partial_frame_to_the_decoder() -> None:
     c = open_worker()
     data = enc(proto.Request(1, 0, 1, b"7"), proto.Request(2, 0, 1, b"8"))

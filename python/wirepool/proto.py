@@ -1576,8 +1576,17 @@ class _Assembly:
 
 _START, _HELLO_DONE, _OPEN = 0, 1, 2
 _RESULT = FrameType.RESULT
+# Endless arguments of send_results' map calls.
+_NONES = itertools.repeat(None)
+_ZEROS = itertools.repeat(0)
+_RESULTS = itertools.repeat(int(FrameType.RESULT))
 _NO_PARTS: list[Buffer] = []
-_REQUEST_PREFIX_unpack_from = _REQUEST_PREFIX.unpack_from
+# take_requests' view of a header and a REQUEST prefix: length, then type | flags << 8 |
+# reserved << 16 as one number, id, method, codec, the zero byte, timeout_us.
+_REQUEST_HEAD_unpack_from = struct.Struct("<IIQHBBQ").unpack_from
+_REQUEST_TFR = int(FrameType.REQUEST)
+_HEAD_unpack_from = struct.Struct("<IIQ").unpack_from  # the same for take_results
+_RESULT_TFR = int(FrameType.RESULT)
 _UNARY, _STREAM = MethodKind.UNARY, MethodKind.STREAM
 
 
@@ -2273,18 +2282,20 @@ class Connection:
         in_flight = self._requests
         unary = self._unary
         append = out.append
-        while end - pos >= HEADER_SIZE:
-            length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
-            if (ftype != FrameType.RESULT or flags or reserved or length > limit or not 0 < id <= last
-                    or end - pos - HEADER_SIZE < length):
+        last_start = end - HEADER_SIZE
+        while pos <= last_start:
+            # Type, flags and reserved field as one number: a RESULT with no flag is _RESULT_TFR.
+            length, tfr, id = _HEAD_unpack_from(buf, pos)
+            start = pos + HEADER_SIZE
+            stop = start + length
+            if (tfr != _RESULT_TFR or length > limit or not 0 < id <= last or stop > end):
                 break
             if in_flight.get(id) is not unary:  # late, or a stream (KIND_MISMATCH)
                 break
             del in_flight[id]
-            start = pos + HEADER_SIZE
-            pos = start + length
+            pos = stop
             append(id)
-            append(buf[start:pos])
+            append(buf[start:stop])
         self._decoder.skip_to(pos)
         return pos == end
 
@@ -2314,16 +2325,16 @@ class Connection:
         in_flight = self._requests
         room = 0 if self._draining else self._max_in_flight
         append = out.append
-        prefix = _REQUEST_PREFIX_unpack_from
-        while end - pos >= 28:
-            length, ftype, flags, reserved, id = _hdr_unpack_from(buf, pos)
-            if (ftype != FrameType.REQUEST or flags or reserved or length > limit
-                    or length < 12 or id <= last or end - pos - HEADER_SIZE < length):
-                break
-            method, codec, zero, timeout = prefix(buf, pos + HEADER_SIZE)
-            if zero:
-                break
+        head = _REQUEST_HEAD_unpack_from
+        last_start = end - 28  # a header and a REQUEST prefix from here on
+        while pos <= last_start:
+            # The header with its type, flags and reserved field read as one number (a REQUEST
+            # with no flag and a zero reserved field is _REQUEST_TFR), then the prefix.
+            length, tfr, id, method, codec, zero, timeout = head(buf, pos)
             stop = pos + HEADER_SIZE + length
+            if (tfr != _REQUEST_TFR or zero or length > limit or length < 12 or id <= last
+                    or stop > end):
+                break
             if method < n_methods and len(in_flight) < room and codec in accepts[method]:
                 in_flight[id] = unary if kinds[method] == _UNARY else \
                     _Stream(_STREAM, self._initial_credit)
@@ -2372,45 +2383,66 @@ class Connection:
         return first, [b"".join([pack(12 + len(b), FrameType.REQUEST, 0, 0, id, method, codec, 0, 0)
                                  + b for id, b in zip(ids, bodies)])]
 
-    def send_results(self, pairs: Sequence[tuple[int, Buffer]]) -> list[Buffer]:
+    def send_results(self, pairs: Sequence[Any],
+                     bodies: Sequence[Buffer] | None = None) -> list[Buffer]:
         """Worker: one RESULT per ``(id, body)``; the same checks as :meth:`send_result` for
-        each, all made before any is sent (a refusal sends none)."""
+        each, all made before any is sent (a refusal sends none). ``send_results(ids, bodies)``
+        is the same with the ids and the bodies in two sequences of one length (no pair built
+        per result)."""
+        ids: Sequence[Any]
+        if bodies is None:
+            if not pairs:
+                return []
+            ids, bodies = zip(*pairs)
+        else:
+            ids = pairs
+            if len(ids) != len(bodies):
+                raise ValueError("send_results: as many ids as bodies")
+            if not ids:
+                return []
         requests = self._requests
-        out: list[Buffer] = []
         if not (self._is_parent or self._goodbye or self._fatal_sent or self._outgoing):
-            # The common case: unary requests in flight (an id given twice is no longer in
-            # flight the second time), one frame each.
+            # The common case: unary requests in flight, one frame each. Each id is taken out
+            # of the requests in flight in one pass (an id given twice is no longer in flight
+            # the second time); when any was not a unary request in flight, they are put back
+            # and the general path below refuses.
             unary = self._unary
-            limit = self._mfs
-            # Small results are joined into one buffer here (the driver writes it as it is:
-            # no loop over the results of a read in the driver's write).
-            pieces: list[Buffer] = []
-            add = pieces.append
-            done = 0
-            for id, body in pairs:
-                n = len(body)
-                if requests.get(id) is not unary or n > limit:
-                    break
-                del requests[id]
-                done += 1
-                if n < 4096:
-                    add(_hdr_pack(n, _RESULT, 0, 0, id))
-                    add(body)
-                else:
-                    if pieces:
-                        out.append(b"".join(pieces))
-                        pieces.clear()
-                    out.append(_hdr_pack(n, _RESULT, 0, 0, id))
-                    out.append(body)
-            else:
-                if pieces:
-                    out.append(b"".join(pieces))
+            n = len(ids)
+            popped = list(map(requests.pop, ids, _NONES))
+            sizes = list(map(len, bodies))
+            widest = max(sizes)
+            if popped.count(unary) == n and widest <= self._mfs:
+                if widest < 4096:
+                    # Small results are joined into one buffer here (the driver writes it as
+                    # it is: no loop over the results of a read in the driver's write).
+                    pieces: list[Any] = [None] * (n + n)  # header, body, header, body, ...
+                    pieces[::2] = map(_hdr_pack, sizes, _RESULTS, _ZEROS, _ZEROS, ids)
+                    pieces[1::2] = bodies
+                    return [b"".join(pieces)]
+                out: list[Buffer] = []
+                small: list[Buffer] = []
+                add = small.append
+                for id, body, size in zip(ids, bodies, sizes):
+                    if size < 4096:
+                        add(_hdr_pack(size, _RESULT, 0, 0, id))
+                        add(body)
+                    else:  # written as it is, not copied into a join
+                        if small:
+                            out.append(b"".join(small))
+                            small.clear()
+                        out.append(_hdr_pack(size, _RESULT, 0, 0, id))
+                        out.append(body)
+                if small:
+                    out.append(b"".join(small))
                 return out
-            if done:  # undo, and take the general path below (ids in flight stay in order)
-                for id, _ in pairs[:done]:
-                    requests[id] = unary
+            # Undo (ids in flight stay in order), and take the general path.
+            if popped.count(None) != len(popped):
+                for id, req in zip(ids, popped):
+                    if req is not None:
+                        requests[id] = req
                 self._requests = requests = dict(sorted(requests.items()))
-                out = []
+        pairs = list(zip(ids, bodies))
+        out = []
         seen = set()
         for id, body in pairs:
             if id in seen:

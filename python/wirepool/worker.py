@@ -681,9 +681,8 @@ class _Runtime(LaneProtocol):
         body)``) and its REJECTs, in order. Inline handlers without a Context run here, at once,
         and their results leave as one batch (send_results); the others start as usual."""
         inline = self._inline
-        pairs: list[tuple[int, Any]] = []
-        add = pairs.append
-        threshold = self.shm_threshold
+        done: list[Any] = []  # id, result, id, result, ...
+        add = done.append
         for item in taken:
             if item.__class__ is not tuple:
                 self._reject(item)
@@ -704,19 +703,36 @@ class _Runtime(LaneProtocol):
             except BaseException as e:  # noqa: B036 - it becomes this request's terminal
                 self._inline_failed(id, index, codec_id, e)
                 continue
+            add(id)
+            add(result)
+        if not done:
+            return
+        threshold = self.shm_threshold
+        if len(done) == 2:  # one request per read (a lone caller): less to set up
+            id, result = done
             if len(result) >= threshold:
                 self._inline_result(id, result)
-            else:
-                add((id, result))
-        if pairs:
+                return
             try:
-                if len(pairs) == 1:  # one request per read (a lone caller): less to set up
-                    self._out += self.conn.send_result(*pairs[0])
-                else:
-                    self._out += self.conn.send_results(pairs)
-            except ProtocolError:  # e.g. a result above max_message_size: one at a time
-                for id, result in pairs:
-                    self._inline_result(id, result)
+                self._out += self.conn.send_result(id, result)
+            except ProtocolError:  # e.g. a result above max_message_size
+                self._inline_result(id, result)
+            return
+        ids, results = done[::2], done[1::2]
+        if threshold != _NO_LANE and max(map(len, results)) >= threshold:
+            # Results for the lane go one at a time (through a region), the others as a batch.
+            lane = [i for i, r in enumerate(results) if len(r) >= threshold]
+            for i in lane:
+                self._inline_result(ids[i], results[i])
+            for i in reversed(lane):
+                del ids[i], results[i]
+            if not ids:
+                return
+        try:
+            self._out += self.conn.send_results(ids, results)
+        except ProtocolError:  # e.g. a result above max_message_size: one at a time
+            for id, result in zip(ids, results):
+                self._inline_result(id, result)
 
     def _inline_call(self, id: int, index: int, codec_id: int) -> _Call:
         m = self.methods[index]
