@@ -215,6 +215,15 @@ class _Cancelled(Exception):
     pass
 
 
+def _held(call: "_Call") -> int:
+    """The row bytes (length fields included) in the stream's frame being filled: a producer
+    counts them with the rows it queues next, so the frame being filled and the queue together
+    stay within one frame's worth (the flow-control bound of the conformance slow_consumer
+    scenario: two frames held by the worker SDK)."""
+    b = call.building
+    return b.size - 4 if b is not None else 0
+
+
 class _Call:
     """One running request at the worker."""
 
@@ -1007,7 +1016,7 @@ class _Runtime(LaneProtocol):
                         # A row too large for a frame always gets here (flush_bytes is below
                         # the largest row): the core's builder refuses it ROW_TOO_LARGE.
                         self._pack(call, full_only=True)
-                        nbytes = 0
+                        nbytes = _held(call)
                         self._pump(call)
                         while len(frames) >= MAX_BUILT_FRAMES:
                             if not await self._wait_credit(call):
@@ -1073,7 +1082,7 @@ class _Runtime(LaneProtocol):
                     nbytes += len(row) + 4
                     if nbytes >= flush:
                         self._frame_produced(call)
-                        nbytes = 0
+                        nbytes = _held(call)
             else:
                 self._produce_passes(call, iterator)
         except RuntimeError:
