@@ -77,6 +77,16 @@ macro_rules! tracked {
     }};
 }
 
+/// The scalar `deserialize_*` methods: one marker byte, then the number (or bool) it starts.
+macro_rules! numbers {
+    ($($name:ident)*) => {$(
+        #[inline]
+        fn $name<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
+        }
+    )*};
+}
+
 // Marker bytes (MessagePack spec).
 const NIL: u8 = 0xc0;
 const FALSE: u8 = 0xc2;
@@ -410,104 +420,15 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         tracked!(self, self.any(visitor, false))
     }
 
-    #[inline]
-    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
+    // These read whatever value is there (rmp_serde's reading of them), as deserialize_any.
+    serde::forward_to_deserialize_any! {
+        bytes byte_buf unit map identifier str string char ignored_any
     }
 
-    #[inline]
-    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.any(visitor, true))
-    }
-
-    #[inline]
-    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
-    }
-
-    #[inline]
-    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        tracked!(self, self.byte().and_then(|m| self.number(m, visitor)))
+    numbers! {
+        deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_f32
+        deserialize_f64
     }
 }
 
