@@ -885,15 +885,7 @@ impl Connection {
         if let Some(mut body) = lent {
             body.unsplit(std::mem::take(&mut self.spare));
             body.advance(crate::decode::prefix_len(first.frame_type()));
-            self.partials.insert(
-                first.id,
-                Partial {
-                    first,
-                    body,
-                    size,
-                    continued: false,
-                },
-            );
+            self.insert_partial(first, body, size);
             return Ok(());
         }
         let chunk = match &mut first.body {
@@ -908,15 +900,7 @@ impl Connection {
         if chunk.is_empty() && self.lane.is_some() {
             // Likely a body in shared memory (a first frame of only its prefix, 20.3): reserve
             // nothing; a CONTINUATION that follows instead grows the buffer as it arrives.
-            self.partials.insert(
-                first.id,
-                Partial {
-                    first,
-                    body: BytesMut::new(),
-                    size,
-                    continued: false,
-                },
-            );
+            self.insert_partial(first, BytesMut::new(), size);
             return Ok(());
         }
         let mut body = std::mem::take(&mut self.spare);
@@ -925,16 +909,19 @@ impl Connection {
             body = BytesMut::with_capacity(guess.min(budget).max(chunk.len()));
         }
         body.extend_from_slice(&chunk);
-        self.partials.insert(
-            first.id,
-            Partial {
-                first,
-                body,
-                size,
-                continued: false,
-            },
-        );
+        self.insert_partial(first, body, size);
         Ok(())
+    }
+
+    /// A message in progress from its first frame (already checked and counted).
+    fn insert_partial(&mut self, first: Frame, body: BytesMut, size: u64) {
+        let partial = Partial {
+            first,
+            body,
+            size,
+            continued: false,
+        };
+        self.partials.insert(partial.first.id, partial);
     }
 
     /// The most a buffer of a message in progress may reserve: `max_message_size` less what
