@@ -136,6 +136,11 @@ def count_env(python: str, plant: str | None = None, snapshot: Path = SNAPSHOT
     env["GLIBC_TUNABLES"] = ":".join(filter(None, [
         env.get("GLIBC_TUNABLES", ""), "glibc.cpu.x86_rep_movsb_threshold=1073741824",
         "glibc.cpu.x86_non_temporal_threshold=1073741824"]))
+    # Busy polling (a caller or idle worker watching its socket before it sleeps) counts the
+    # turns of a wait, not work: one CPU runs parent and worker in turns here, so each poll
+    # would spin its whole budget. The Python pool and worker sleep at once with 0 (the Rust
+    # worker's 30 us watch before parking is counted as it always was).
+    env["WIREPOOL_BUSY_POLL_US"] = "0"
     env.update(PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=str(PYCACHE), WIREPOOL_REPO=str(REPO),
                WIREPOOL_BENCH_PYTHON=python, WIREPOOL_PYTHON_SRC=str(snapshot))
     if plant:

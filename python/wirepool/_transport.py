@@ -14,7 +14,7 @@ import collections
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import _shm, proto
 from ._shm_proto import ShmRange
@@ -30,6 +30,55 @@ _JOIN_BELOW = 65536
 # its buffer drains below this, so that a PING or PONG written meanwhile goes at the next frame
 # boundary instead of behind the whole message (PROTOCOL.md 8.5).
 _FEED_LIMIT = 4 << 20
+
+
+class BusyPoll:
+    """Watching a socket for input for up to ``budget`` seconds before sleeping (issue 17): a
+    peer that answers within microseconds is then read without the wake-up of a sleeping
+    thread, which costs more here. It learns from its waits: after one whose input came later
+    than the budget (a slow handler, a sparse caller, or a loaded machine, where the poll only
+    takes CPU from the peer), the next 1, 2, 4 ... 64 waits sleep at once; a wait it caught
+    ends the back-off."""
+
+    __slots__ = ("budget", "_skip", "_backoff")
+
+    def __init__(self, budget: float) -> None:
+        self.budget = budget
+        self._skip = 0
+        self._backoff = 0
+
+    def deadline(self, limit: float | None = None) -> float:
+        """When this wait stops polling (``time.perf_counter``), at most ``limit`` seconds from
+        now; 0.0 when it should sleep at once (backing off)."""
+        if self._skip:
+            self._skip -= 1
+            return 0.0
+        budget = self.budget if limit is None or limit > self.budget else limit
+        return time.perf_counter() + budget
+
+    def wait(self, poll: Callable[[int], list[Any]], limit: float | None = None) -> None:
+        """Call ``poll(0)`` (a ``select.poll`` of the socket) until input is ready or the
+        deadline passes (then the caller sleeps as usual)."""
+        end = self.deadline(limit)
+        if not end:
+            return
+        clock = time.perf_counter
+        while not poll(0):
+            if clock() >= end:
+                self.missed()
+                return
+        self.caught(end)
+
+    def caught(self, end: float) -> None:
+        """Input came while polling: the next wait polls too (unless it came past ``end``)."""
+        if time.perf_counter() > end:
+            self.missed()  # e.g. this thread was preempted meanwhile
+        else:
+            self._backoff = 0
+
+    def missed(self) -> None:
+        self._backoff = min(self._backoff * 2 or 1, 64)
+        self._skip = self._backoff
 
 
 def _frame_left_after(part: Any, left: int) -> int:
@@ -302,6 +351,13 @@ class LaneTransport(asyncio.Transport):
                 self.close()
             return
         protocol.buffer_updated(n)
+
+    def read_now(self) -> None:
+        """Read what the socket holds now, as the loop does when it is readable: for a task on
+        the loop's thread waiting for an answer (AsyncPool's busy poll). Nothing while reading
+        is paused or the transport closes."""
+        if self._reading and not self._closing:
+            self._read()
 
     def pause_reading(self) -> None:
         if self._reading and not self._closing:

@@ -50,7 +50,7 @@ from . import _shm
 from . import codecs as _codecs
 from . import proto
 from ._shm_proto import ShmAccept, ShmOffer, TAG_SHM, parse_extensions
-from ._transport import LaneProtocol, LaneTransport, OwnRegion
+from ._transport import BusyPoll, LaneProtocol, LaneTransport, OwnRegion
 from .errors import (BadRequest, DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
                      SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
                      error_from_code)
@@ -86,6 +86,10 @@ class RequestHooks(Protocol):
 # CONTINUATION frames reassembled into one reused buffer: a 16 MiB echo ran at 0.87x of its
 # rate with 16 MiB frames (1,865 vs 2,151 MiB/s medians, alternated), no longer a cliff.
 DEFAULT_MAX_FRAME_SIZE = proto.DEFAULT_MAX_FRAME_SIZE
+# How long a lone caller polls the worker's socket for its answer before it sleeps (see
+# AsyncPool's ``busy_poll_us``): about one round trip to an idle Python worker here. Waking a
+# sleeping thread costs more than that wait on a 2-vCPU VM (issue 17).
+DEFAULT_BUSY_POLL_US = 100
 # Socket buffers that hold a whole 1 MiB message (the kernel caps them at net.core.wmem_max).
 _SOCKET_BUFFER = 4 << 20
 _STDERR_TAIL_LINES = 20
@@ -370,6 +374,11 @@ class _Worker(LaneProtocol):
         self.direct_lock = threading.Lock()
         self.direct_fd = -1
         self.direct_poll: Any = None
+        # The loop's own poll of the socket, for a lone AsyncPool.call (busy_poll_us); None
+        # when the transport is asyncio's (no lane, a remote worker): only ours reads on demand.
+        self.loop_poll: Callable[[int], list[Any]] | None = None
+        self.loop_busy_poll = BusyPoll(pool.busy_poll)
+        self.direct_busy_poll = BusyPoll(pool.busy_poll)  # the blocking caller's, on direct_fd
         self.direct_calls = 0  # calls a blocking caller sent itself (counted in the metrics)
         self.direct_completed = 0  # ... and ended itself (the others ended on the loop)
         self.direct_errors = 0
@@ -556,6 +565,40 @@ class _Worker(LaneProtocol):
                 self.direct_sock = socket.socket(fileno=self.direct_fd)
             self.direct_poll = select.poll()
             self.direct_poll.register(self.direct_fd, select.POLLIN)
+        if self.pool.busy_poll and self.proc is not None and isinstance(transport, LaneTransport):
+            poll = select.poll()
+            poll.register(transport.get_extra_info("socket").fileno(), select.POLLIN)
+            self.loop_poll = poll.poll
+
+    def busy_poll(self, req: _Request) -> None:
+        """Wait a while (:class:`BusyPoll`) for a lone request's answer polling the socket, and read
+        it here in the caller's task (the transport's own read: every frame is handled as on
+        any read): no sleep and wake-up of the loop's thread and no loop pass before the caller
+        resumes. The loop is held that long at most; the pool calls this only while this is the
+        one request in flight."""
+        poll = self.loop_poll
+        transport = self.transport
+        # asyncio's queue of callbacks ready to run (CPython's loops): while it holds any, other
+        # tasks have work and the loop is not held. Without it (another loop), no busy poll.
+        ready = getattr(self.pool.loop, "_ready", None)
+        if poll is None or not isinstance(transport, LaneTransport) or ready is None:
+            return
+        watch = self.loop_busy_poll
+        end = watch.deadline()
+        if not end:
+            return  # backing off
+        clock = time.perf_counter
+        while not ready:
+            if poll(0):
+                transport.read_now()
+                if req.outcome is not None:
+                    watch.caught(end)
+                    return
+                if not transport.is_reading():
+                    return  # end of input, or closing: the loop ends the request
+            if clock() >= end:
+                watch.missed()
+                return
 
     # -- direct calls (see ``direct``) -----------------------------------------------------
 
@@ -1534,7 +1577,13 @@ class AsyncPool:
     ``memoryview`` of the worker's region, which holds it until the view is released; False
     keeps every byte on the socket;
     ``retry`` a :class:`RetryPolicy`: the methods that are safe to send again after their
-    worker died or hung, and how many tries they get (default: none, nothing is sent twice).
+    worker died or hung, and how many tries they get (default: none, nothing is sent twice);
+    ``busy_poll_us`` how long a call that is alone in flight polls its local worker's socket
+    for the answer before sleeping (default ``WIREPOOL_BUSY_POLL_US`` from the environment,
+    else 100; 0 sleeps at once): one call at a time then
+    pays no wake-up of a sleeping thread, at the price of that much CPU per call. An
+    ``AsyncPool`` holds its event loop for that long at most, only while no other call of the
+    pool is in flight.
 
     ``require`` as a mapping names each method's kind (``"unary"`` / ``"stream"``), its codec
     (any codec name), or both as a pair: ``{"add": "unary", "rows": ("stream", "msgpack")}``.
@@ -1555,7 +1604,8 @@ class AsyncPool:
                  on_event: EventCallback | None = None, worker_output: str = "log",
                  drain_grace: float = 10.0, latency_histograms: bool = False,
                  launcher: Any = None, shm_lane: bool = True,
-                 shm_threshold: int = SHM_THRESHOLD, retry: RetryPolicy | None = None) -> None:
+                 shm_threshold: int = SHM_THRESHOLD, retry: RetryPolicy | None = None,
+                 busy_poll_us: int | None = None) -> None:
         if not argv:
             raise ValueError("argv must name a program")
         if workers is None:  # PROTOCOL.md 17: one worker per CPU this process may use
@@ -1610,6 +1660,11 @@ class AsyncPool:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError("retry must be a wirepool.RetryPolicy")
         self.retry = retry
+        if busy_poll_us is None:
+            busy_poll_us = int(os.environ.get("WIREPOOL_BUSY_POLL_US", DEFAULT_BUSY_POLL_US))
+        if busy_poll_us < 0:
+            raise ValueError("busy_poll_us must be >= 0")
+        self.busy_poll = busy_poll_us / 1e6
         # Off by default: ~2,000 instructions a request (a tenth of a small Pool.map call);
         # wirepool.prometheus turns it on when it collects the pool.
         self.latency_histograms = latency_histograms
@@ -1777,6 +1832,13 @@ class AsyncPool:
             for fut in idle:
                 if not fut.done():
                     fut.set_result(None)
+
+    def _alone(self, w: _Worker) -> bool:
+        """No worker but ``w`` has a request in flight."""
+        for x in self.workers:
+            if x.requests and x is not w:
+                return False
+        return True
 
     def _pick(self) -> _Worker | None:
         best = None
@@ -2033,7 +2095,10 @@ class AsyncPool:
             raise _encode_failed(c, e) from None
         req = w.submit(method, body, c, timeout, on_event, MethodKind.UNARY)
         self._counters["calls"] += 1
-        if req.outcome is not None:  # ended at once (an unknown method, a dead worker)
+        if (self.busy_poll and w.loop_poll is not None and req.outcome is None
+                and len(w.requests) == 1 and self._alone(w)):
+            w.busy_poll(req)
+        if req.outcome is not None:  # ended at once (an unknown method, a dead worker), or read
             if req.outcome[0]:
                 return req.outcome[1]
             if isinstance(req.outcome[1], WirepoolError):
@@ -2703,6 +2768,7 @@ class Pool:
         trace = None if hooks is None else (hooks, hooks.started(method, MethodKind.UNARY, id, w))
         started = time.monotonic()
         fd = w.direct_fd
+        busy_poll = w.direct_busy_poll
         lane_sock = w.direct_sock if w.shm_threshold != _NO_LANE else None
         conn = w.conn
         results: list[Any] = []
@@ -2731,6 +2797,8 @@ class Pool:
                     if unsent:
                         raise _WriteStalled(unsent)
                 poll = w.direct_poll.poll
+                if busy_poll.budget:
+                    busy_poll.wait(poll)  # watch for the answer before sleeping
                 while True:
                     if not poll(_DIRECT_WAIT_MS):
                         break  # slow: the loop takes over (heartbeats, deadline, cancel grace)

@@ -35,6 +35,8 @@ import inspect
 import json
 import operator
 import os
+import select
+import selectors
 import signal
 import socket
 import sys
@@ -47,7 +49,7 @@ from . import _shm
 from . import codecs as _codecs
 from . import proto
 from ._shm_proto import ShmOffer
-from ._transport import LaneProtocol, LaneTransport, OwnRegion
+from ._transport import BusyPoll, LaneProtocol, LaneTransport, OwnRegion
 from .errors import ErrorCode, ProtocolError, WorkerError
 from .proto import FrameType, MethodKind
 
@@ -74,6 +76,10 @@ DEFAULT_MAX_CONCURRENCY = 64
 # The shared-memory lane (PROTOCOL.md 20.2's SDK defaults): the window offered for the parent's
 # regions, and the result size from which a result travels through a region of this worker.
 SHM_WINDOW = proto.DEFAULT_MAX_MESSAGE_SIZE
+# How long an idle worker's loop polls its socket for the next request before it sleeps (see
+# serve's ``busy_poll_us``): a parent making one call at a time sends the next within tens of
+# microseconds, less than waking a sleeping process costs here (issue 17).
+DEFAULT_BUSY_POLL_US = 50
 SHM_THRESHOLD = 1 << 20
 _NO_LANE = 1 << 62  # the threshold while the lane is off
 
@@ -419,6 +425,10 @@ class _Runtime(LaneProtocol):
             if m.inline and not m.wants_ctx else None for m in methods]
         self._taken: list[Any] = []  # Connection.take_requests' output, reused
         self.closed = False  # end of input, or a fatal error: nothing more is sent
+
+    def idle(self) -> bool:
+        """No request in flight and the connection open (the loop may watch for the next)."""
+        return not self.calls and not self.closed
 
     # -- transport ------------------------------------------------------------------------
 
@@ -1422,8 +1432,43 @@ async def _join(ticket: _remote.Ticket, runtime: _Runtime) -> bool:
     return True
 
 
+class _BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The loop's selector, which first watches the parent's socket (:class:`BusyPoll`) before
+    the loop sleeps, while ``idle()`` (no request in flight): the next request of a parent
+    calling one at a time is then read without a wake-up. The loop's timers are never late:
+    the watch ends by the time the loop would have woken for them."""
+
+    def __init__(self, fd: int, budget: float) -> None:
+        super().__init__()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        self.poll = poller.poll
+        self.busy_poll = BusyPoll(budget)
+        self.idle: Callable[[], bool] = lambda: False
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        if (timeout is None or timeout > 0) and self.idle():
+            self.busy_poll.wait(self.poll, timeout)
+        return super().select(timeout)
+
+
+def _run_loop(main: Any, selector: selectors.BaseSelector | None) -> int:
+    """``asyncio.run(main)``, on a loop with ``selector`` when one is given."""
+    if selector is None:
+        return asyncio.run(main)
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selector)) as runner:
+            return runner.run(main)
+    loop = asyncio.SelectorEventLoop(selector)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.close()
+
+
 def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-          max_frame_size: int = proto.MAX_FRAME_SIZE_LIMIT, shm_lane: bool = True) -> None:
+          max_frame_size: int = proto.MAX_FRAME_SIZE_LIMIT, shm_lane: bool = True,
+          busy_poll_us: int | None = None) -> None:
     """Serve the registered methods on the connection in ``WIREPOOL_FD`` until the parent drains,
     closes, or dies; then exit the process. Without ``WIREPOOL_FD``, join the remote parent
     named by the ticket in ``WIREPOOL_TICKET`` (or the file in ``WIREPOOL_TICKET_FILE``) over
@@ -1441,9 +1486,18 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     ``memoryview`` of the parent's memory (zero-copy; holding it holds that memory, so copy
     what you keep), and a result of 1 MiB or more leaves through a region of this worker
     instead of the socket. ``WIREPOOL_SHM=0`` in the environment turns it off too.
+
+    ``busy_poll_us``: while no request is in flight, the worker polls its socket this long for
+    the next one before it sleeps (a local worker; 0 sleeps at once; default
+    ``WIREPOOL_BUSY_POLL_US`` from the environment, else 50). A parent making one call at a
+    time then reaches a worker that is awake, for that much CPU per call.
     """
+    if busy_poll_us is None:
+        busy_poll_us = int(os.environ.get("WIREPOOL_BUSY_POLL_US", DEFAULT_BUSY_POLL_US))
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be >= 1")
+    if busy_poll_us < 0:
+        raise ValueError("busy_poll_us must be >= 0")
     ticket = None
     if "WIREPOOL_FD" not in os.environ:  # a remote worker joins with a ticket (PROTOCOL.md 21.2)
         from . import remote as _remote
@@ -1461,8 +1515,9 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     methods = list(_registry.values())
     lane = (shm_lane and ticket is None and _shm.AVAILABLE
             and os.environ.get("WIREPOOL_SHM", "1") not in ("0", "off", "false"))
-    status = asyncio.run(_serve_async(fd, methods, max_concurrency, max_frame_size, ticket,
-                                      SHM_WINDOW if lane else None))
+    selector = _BusyPollSelector(fd, busy_poll_us / 1e6) if busy_poll_us and fd >= 0 else None
+    status = _run_loop(_serve_async(fd, methods, max_concurrency, max_frame_size, ticket,
+                                    SHM_WINDOW if lane else None, selector), selector)
     sys.stdout.flush()
     sys.stderr.flush()
     # Handler threads cannot be interrupted; do not let a stuck one keep the process alive.
@@ -1471,11 +1526,14 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
 
 async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
                        max_frame_size: int, ticket: _remote.Ticket | None = None,
-                       shm_window: int | None = None) -> int:
+                       shm_window: int | None = None,
+                       selector: _BusyPollSelector | None = None) -> int:
     loop = asyncio.get_running_loop()
     if hasattr(asyncio, "eager_task_factory"):  # 3.12+: a handler starts in the same loop pass
         loop.set_task_factory(asyncio.eager_task_factory)
     runtime = _Runtime(methods, max_concurrency, max_frame_size, loop, shm_window)
+    if selector is not None:
+        selector.idle = runtime.idle
     if ticket is not None:
         if not await _join(ticket, runtime):
             return 1
