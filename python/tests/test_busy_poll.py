@@ -5,6 +5,7 @@ ends the call exactly once."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import select
 import socket
@@ -200,3 +201,37 @@ def test_busy_poll_backs_off_after_misses_and_resets_when_it_catches(pair) -> No
     assert skipped_waits() == 0
     watch.caught(0.0)  # input that came past the deadline counts as a miss
     assert skipped_waits() == 1
+
+
+def test_selector_answers_while_idle_and_returns_when_the_loop_has_work(pair) -> None:
+    a, b = pair
+    sel = _BusyPollSelector(b.fileno(), 30.0)
+    sel.register(b.fileno(), 1)
+    ready: collections.deque = collections.deque()
+    reads: list[bytes] = []
+    in_flight = [False]
+
+    def read_now() -> None:  # stands in for the transport's read
+        data = b.recv(100)
+        reads.append(data)
+        if data == b"later":
+            ready.append("a callback the answer scheduled")
+        elif data == b"thread":
+            in_flight[0] = True  # a request handed to a handler thread: not idle any more
+
+    sel.read_now, sel.ready = read_now, ready
+    sel.idle = lambda: not in_flight[0]
+    a.send(b"later")
+    t0 = time.monotonic()
+    assert sel.select(None) == []  # read here; a callback is ready: back to the loop at once
+    assert reads == [b"later"] and time.monotonic() - t0 < 10
+    ready.clear()
+    a.send(b"thread")
+    assert sel.select(None) == []
+    assert reads == [b"later", b"thread"]  # the worker is busy now: the loop takes over
+    in_flight[0] = False
+    sel.busy_poll.caught(float("inf"))
+    t0 = time.monotonic()
+    assert sel.select(0.05) == []  # nothing comes: returns by the loop's next timer
+    assert time.monotonic() - t0 < 10 and reads == [b"later", b"thread"]
+    sel.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -534,6 +535,56 @@ def test_take_results_and_send_requests_match_the_general_path(
     data = enc(*frames)
     fast = _run_parent(n, data, fast=True)
     assert fast == _run_parent(n, data, fast=False)
+
+
+def _run_parent_reads(n: int, data: bytes, cuts: list[int], fused: bool) -> tuple[list, Any]:
+    """A parent with ``n`` unary requests and a stream in flight reading ``data`` in reads that
+    end at ``cuts``, through read_buffer: received_results, or received then take_results."""
+    c = proto.Connection("parent")
+    events(c, enc(WIDE_HELLO))
+    c.send_welcome(proto.Welcome(max_frame_size=65536, initial_credit=100, max_in_flight=16))
+    c.send_requests(0, 1, [b"%d" % i for i in range(n)])
+    c.send_request(1, 1, 0, b"{}")
+    got: list = []
+    start = 0
+    try:
+        for stop in sorted(set(cuts)) + [len(data)]:
+            if stop <= start:
+                continue
+            chunk = data[start:stop]
+            start = stop
+            buf = c.read_buffer()
+            buf[:len(chunk)] = chunk
+            results: list = []
+            if fused:
+                took = c.received_results(len(chunk), results)
+            else:
+                c.received(len(chunk))
+                took = c.take_results(results)
+            it = iter(results)
+            got += [("RESULT", id, bytes(body)) for id, body in zip(it, it)]
+            got.append(("took", took, c.incomplete_frame_len()))
+            while (ev := c.next_event()) is not None:
+                got.append((ev.NAME, ev.id, bytes(getattr(ev, "body", b""))))
+    except ProtocolError as e:
+        return got, e.code
+    return got, sorted(c.in_flight_ids())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10), st.lists(_to_parent, max_size=12),
+       st.lists(st.integers(0, 300), max_size=6))
+def test_received_results_matches_received_then_take_results(
+        n: int, frames: list[proto.Frame], cuts: list[int]) -> None:
+    data = enc(*frames)
+    assert (_run_parent_reads(n, data, cuts, fused=True)
+            == _run_parent_reads(n, data, cuts, fused=False))
+
+
+def test_received_results_takes_one_whole_result_of_one_read() -> None:
+    one = enc(proto.Result(1, b"42"))
+    got, in_flight = _run_parent_reads(2, one, [], fused=True)
+    assert got == [("RESULT", 1, b"42"), ("took", True, 0)] and in_flight == [2, 3]
 
 
 @pytest.mark.parametrize("value", [0x01, 0x80])

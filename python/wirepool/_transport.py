@@ -56,18 +56,19 @@ class BusyPoll:
         budget = self.budget if limit is None or limit > self.budget else limit
         return time.perf_counter() + budget
 
-    def wait(self, poll: Callable[[int], list[Any]], limit: float | None = None) -> None:
-        """Call ``poll(0)`` (a ``select.poll`` of the socket) until input is ready or the
-        deadline passes (then the caller sleeps as usual)."""
+    def wait(self, poll: Callable[[int], list[Any]], limit: float | None = None) -> bool:
+        """Call ``poll(0)`` (a ``select.poll`` of the socket) until input is ready (True) or
+        the deadline passes (False: the caller sleeps as usual)."""
         end = self.deadline(limit)
         if not end:
-            return
+            return False
         clock = time.perf_counter
         while not poll(0):
             if clock() >= end:
                 self.missed()
-                return
+                return False
         self.caught(end)
+        return True
 
     def caught(self, end: float) -> None:
         """Input came while polling: the next wait polls too (unless it came past ``end``)."""

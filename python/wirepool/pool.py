@@ -2812,8 +2812,7 @@ class Pool:
                     if not n:
                         break  # end of file: the loop sees it and ends the call WORKER_EXITED
                     w.bytes_received += n
-                    conn.received(n)
-                    conn.take_results(results)
+                    conn.received_results(n, results)
                     if results or conn.incomplete_frame_len():
                         break  # our answer, or a frame the loop must see (ERROR, EVENT...)
             except OSError:

@@ -43,7 +43,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar, overload
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Sized, TypeVar,
+                    overload)
 
 from . import _shm
 from . import codecs as _codecs
@@ -1435,8 +1436,12 @@ async def _join(ticket: _remote.Ticket, runtime: _Runtime) -> bool:
 class _BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     """The loop's selector, which first watches the parent's socket (:class:`BusyPoll`) before
     the loop sleeps, while ``idle()`` (no request in flight): the next request of a parent
-    calling one at a time is then read without a wake-up. The loop's timers are never late:
-    the watch ends by the time the loop would have woken for them."""
+    calling one at a time is then read without a wake-up. With ``read_now`` (the transport's
+    read) and ``ready`` (the loop's queue of ready callbacks) set, it also answers here the
+    requests that leave the worker idle again (inline handlers) while nothing else is ready:
+    a loop pass per request (timers, the event list, the callback's handle) costs more than a
+    small handler. The loop's timers are never late: the watch ends by the time the loop
+    would have woken for them."""
 
     def __init__(self, fd: int, budget: float) -> None:
         super().__init__()
@@ -1445,11 +1450,36 @@ class _BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-t
         self.poll = poller.poll
         self.busy_poll = BusyPoll(budget)
         self.idle: Callable[[], bool] = lambda: False
+        self.read_now: Callable[[], None] | None = None
+        self.ready: Sized | None = None
 
     def select(self, timeout: float | None = None) -> list[Any]:
-        if (timeout is None or timeout > 0) and self.idle():
-            self.busy_poll.wait(self.poll, timeout)
+        if (timeout is None or timeout > 0) and self.idle() and self._serve_while_idle(timeout):
+            timeout = 0  # answered requests: back to the loop for whatever they scheduled
         return super().select(timeout)
+
+    def _serve_while_idle(self, timeout: float | None) -> bool:
+        """Watch the socket; read and answer what comes while the worker stays idle, nothing
+        is ready on the loop and ``timeout`` has not passed. True when it read anything."""
+        read, ready, idle, poll = self.read_now, self.ready, self.idle, self.poll
+        clock = time.perf_counter
+        # The loop's other descriptors (its self-pipe: threads, signals) are looked at again
+        # within _SERVE_AT_MOST at the latest, however fast requests keep coming.
+        end = clock() + (_SERVE_AT_MOST if timeout is None else min(timeout, _SERVE_AT_MOST))
+        served = False
+        while True:
+            left = end - clock()
+            if left <= 0:
+                return served
+            if not self.busy_poll.wait(poll, left) or read is None or ready is None:
+                return served
+            read()
+            served = True
+            if ready or not idle():
+                return True
+
+
+_SERVE_AT_MOST = 0.01  # seconds
 
 
 def _run_loop(main: Any, selector: selectors.BaseSelector | None) -> int:
@@ -1534,6 +1564,7 @@ async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
     runtime = _Runtime(methods, max_concurrency, max_frame_size, loop, shm_window)
     if selector is not None:
         selector.idle = runtime.idle
+        selector.ready = getattr(loop, "_ready", None)  # CPython's loops; else no serving there
     if ticket is not None:
         if not await _join(ticket, runtime):
             return 1
@@ -1541,7 +1572,9 @@ async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         if shm_window is not None and sock.family == socket.AF_UNIX:
-            LaneTransport(loop, sock, runtime)  # recvmsg from the HELLO on (20.5)
+            transport = LaneTransport(loop, sock, runtime)  # recvmsg from the HELLO on (20.5)
+            if selector is not None:
+                selector.read_now = transport.read_now
         else:
             if shm_window is not None:  # not a Unix socket: no descriptors, no lane
                 runtime.hello.extensions = b""
