@@ -2797,10 +2797,12 @@ class Pool:
                     if unsent:
                         raise _WriteStalled(unsent)
                 poll = w.direct_poll.poll
-                if busy_poll.budget:
-                    busy_poll.wait(poll)  # watch for the answer before sleeping
+                # Watch for the answer before sleeping; caught: it is there, read it.
+                caught = bool(busy_poll.budget) and busy_poll.wait(poll)
                 while True:
-                    if not poll(_DIRECT_WAIT_MS):
+                    if caught:
+                        caught = False
+                    elif not poll(_DIRECT_WAIT_MS):
                         break  # slow: the loop takes over (heartbeats, deadline, cancel grace)
                     # Into the core's read buffer (no 256 KiB bytes object per read).
                     if lane_sock is None:
