@@ -59,4 +59,18 @@ w.method("print", (req: { n: number }) => {
   return req.n;
 }, { codecs: ["json"] });
 
+// A large result from a small request (test/heartbeat-large.test.ts): `n` bytes, byte i = i * 31 + 7.
+w.method("fill", (req: Buffer) => {
+  const n = Number(req.toString());
+  const b = Buffer.allocUnsafe(n);
+  for (let i = 0; i < n; i++) b[i] = (i * 31 + 7) & 0xff;
+  return b;
+}, { codecs: ["raw"] });
+// The length and a checksum of a (large) request body.
+w.method("measure", (body: Buffer) => {
+  let sum = 0;
+  for (let i = 0; i < body.length; i += 4093) sum = (sum + body[i]) >>> 0;
+  return Buffer.from(JSON.stringify({ n: body.length, sum }));
+}, { codecs: ["raw"] });
+
 await w.serve();

@@ -85,6 +85,12 @@ export type WorkerState = "starting" | "ready" | "closing" | "dead";
 const SIGNALS: Record<string, number> = osConstants.signals as Record<string, number>;
 const TAIL_LINE_MAX = 4096;
 const EXIT_OUTPUT_WAIT_MS = 200;
+/**
+ * An output larger than this (a large request) is handed to the socket a few frames at a time,
+ * as it drains below this, so that a PING goes at the next frame boundary instead of behind the
+ * whole message (PROTOCOL.md 8.5); smaller ones go in one write.
+ */
+const FEED_LIMIT = 4 << 20;
 
 /** A worker process and its connection. */
 export class WorkerProcess {
@@ -115,6 +121,9 @@ export class WorkerProcess {
   private readonly routes = new Map<number, Route>();
   private flushScheduled = false;
   private readonly flushBound = () => this.flush();
+  /** A large output is being handed to the socket as it drains (see feed). */
+  private feeding = false;
+  private readonly feedBound = () => this.feed();
   private startResolve: (() => void) | null = null;
   private startReject: ((e: WirepoolError) => void) | null = null;
   private startTimer: NodeJS.Timeout | null = null;
@@ -306,9 +315,36 @@ export class WorkerProcess {
   private flush(): void {
     this.flushScheduled = false;
     const sock = this.socket;
-    if (this.conn.outputLength() === 0) return;
+    const queued = this.conn.outputLength();
+    if (queued === 0) return;
+    if (this.feeding || queued > FEED_LIMIT) {
+      if (sock === null || sock.destroyed || this.writeFailed) {
+        this.conn.takeOutput();
+        return;
+      }
+      // A large output (8.5): a frame at a time as the socket drains; PINGs go now.
+      if (this.feeding) this.write(sock, this.conn.takeOutput(0));
+      else this.feed();
+      return;
+    }
+    this.flushAll();
+  }
+
+  /** Writes everything queued now (the last frames before a close: a fatal ERROR after a large output). */
+  private flushAll(): void {
+    const sock = this.socket;
     const bufs = this.conn.takeOutput();
     if (sock === null || sock.destroyed || this.writeFailed) return;
+    if (bufs.length === 1) {
+      sock.write(bufs[0]);
+      return;
+    }
+    this.write(sock, bufs);
+  }
+
+  /** Writes pieces: small ones joined, large bodies as they are (corked: one writev). */
+  private write(sock: Socket, bufs: Buffer[]): void {
+    if (bufs.length === 0) return;
     if (bufs.length === 1) {
       sock.write(bufs[0]);
       return;
@@ -318,10 +354,33 @@ export class WorkerProcess {
     if (total <= 256 * 1024) {
       sock.write(Buffer.concat(bufs, total));
     } else {
-      // Large bodies go as they are (no copy): corked, they leave in one writev.
       sock.cork();
       for (const b of bufs) sock.write(b);
       sock.uncork();
+    }
+  }
+
+  /**
+   * Hands the socket whole frames while it holds less than FEED_LIMIT bytes, and the rest on
+   * 'drain' (PROTOCOL.md 8.5): the socket then only ever holds whole frames, so a PING sent
+   * meanwhile is written at once behind at most FEED_LIMIT bytes and one frame, not behind the
+   * rest of a large request. (While feeding, frames written later wait in the core, in order.)
+   */
+  private feed(): void {
+    this.feeding = false;
+    const sock = this.socket;
+    if (sock === null || sock.destroyed || this.writeFailed || this.state === "dead") {
+      this.conn.takeOutput();
+      return;
+    }
+    const limit = Math.max(FEED_LIMIT, sock.writableHighWaterMark);
+    while (this.conn.outputLength() > 0 && sock.writableLength < limit) {
+      this.write(sock, this.conn.takeOutput(limit - sock.writableLength));
+    }
+    if (this.conn.outputLength() > 0) {
+      // writableLength >= limit >= the high-water mark: a write returned false, so 'drain' comes.
+      this.feeding = true;
+      sock.once("drain", this.feedBound);
     }
   }
 
@@ -560,7 +619,7 @@ export class WorkerProcess {
       } catch {
         // nothing can be sent (already closed): the close says enough
       }
-      this.flush();
+      this.flushAll();
     }
     this.breakWith(this.violationError(code, `protocol violation ${code} ${errorName(code)}: ${message}`), "protocol", false);
   }

@@ -193,7 +193,10 @@ function cutUtf8(bytes: Buffer, max: number): Buffer {
  *
  * Sending: every `send*` operation checks, records the state change and appends the encoded
  * frames to the output; `takeOutput()` hands them over for one write. A refused send throws a
- * ProtocolError, writes nothing and changes nothing (section 14.3).
+ * ProtocolError, writes nothing and changes nothing (section 14.3). PING and PONG jump the queue
+ * (8.5): they are taken ahead of the frames already waiting; a driver hands a large output over
+ * a few whole frames at a time with `takeOutput(max)`, so a PING or PONG is never behind a whole
+ * message.
  *
  * @example A parent's read loop and a call:
  * ```ts
@@ -217,6 +220,9 @@ export class Connection {
   private readonly _role: Role;
   private readonly decoder = new FrameDecoder(Limits.handshakeMaxFrameSize);
   private readonly out = new FrameWriter();
+  /** PING and PONG, ahead of everything in `out` (PROTOCOL.md 8.5); made on first use. */
+  private urgent: FrameWriter | null = null;
+  private urgentBytes = 0;
   private _hello: HelloFrame | null = null;
   private _welcome: WelcomeFrame | null = null;
   private open = false;
@@ -525,14 +531,28 @@ export class Connection {
   // ---------------------------------------------------------------------------------------------
   // Sending (section 14.3)
 
-  /** Everything the sends wrote since the last call, in order: one write's worth of pieces. */
-  takeOutput(): Buffer[] {
-    return this.out.take();
+  /**
+   * The output for one write: whole frames, in order, except that PING and PONG jump the queue
+   * (PROTOCOL.md 8.5): they come first, ahead of every other frame not yet taken, in the order
+   * they were sent. The output always starts at a frame boundary, so that is never inside one.
+   *
+   * Without `max`: everything. With `max` (a large output handed over as the transport drains):
+   * the PINGs and PONGs waiting, then whole frames while fewer than `max` bytes of them are taken
+   * (the frame that reaches `max` is taken whole; none when `max` <= 0, so `takeOutput(0)` takes
+   * only the PINGs and PONGs). A driver that writes only what this returns holds whole frames,
+   * so what it takes later may be written at once, behind them.
+   */
+  takeOutput(max?: number): Buffer[] {
+    if (this.urgentBytes === 0) return max === undefined ? this.out.take() : this.out.takeFrames(max);
+    const parts = this.urgent!.take();
+    this.urgentBytes = 0;
+    for (const p of max === undefined ? this.out.take() : this.out.takeFrames(max)) parts.push(p);
+    return parts;
   }
 
   /** Bytes written by sends and not yet taken. */
   outputLength(): number {
-    return this.out.length;
+    return this.out.length + this.urgentBytes;
   }
 
   /** The largest payload this side may send now: 65,536 until the handshake, then the negotiated size. */
@@ -967,8 +987,15 @@ export class Connection {
   private sendNonce(t: number, nonce: Uint8Array): void {
     this.checkSend(t, 0);
     if (nonce.length !== Limits.nonceBytes) refuse("BAD_PAYLOAD", `a nonce of ${nonce.length} bytes (must be 8)`);
-    this.out.header(t, 0, 0, 8);
-    this.out.bytes(nonce);
+    const u = this.urgentOut();
+    u.header(t, 0, 0, 8);
+    u.bytes(nonce);
+    this.urgentBytes += HEADER_SIZE + 8;
+  }
+
+  /** Where PING and PONG are written: ahead of the rest of the output (see takeOutput). */
+  private urgentOut(): FrameWriter {
+    return (this.urgent ??= new FrameWriter(256));
   }
 
   /**
@@ -1104,7 +1131,12 @@ export class Connection {
         break; // PING, PONG
     }
     commit();
-    this.out.bytes(bytes);
+    if (t === FrameType.PING || t === FrameType.PONG) {
+      this.urgentOut().bytes(bytes);
+      this.urgentBytes += bytes.length;
+    } else {
+      this.out.bytes(bytes);
+    }
   }
 
   /** `send` of a HELLO/WELCOME with a wrong id or MORE: the decoder's own code for it. */

@@ -400,6 +400,44 @@ export class FrameWriter {
     return out;
   }
 
+  /**
+   * Takes whole frames from the front, in order: while fewer than `max` bytes are taken, the
+   * next frame is taken whole (so at least one frame when `max` > 0, and at most one frame past
+   * `max`); never part of a frame. What is left starts at a frame boundary. Nothing when `max`
+   * <= 0. The writer must hold whole frames only, headers written with {@link FrameWriter.header}
+   * or inside whole frames given to {@link FrameWriter.bytes} (a header is never split between
+   * pieces, so its length field can be read where the frame starts).
+   */
+  takeFrames(max: number): Buffer[] {
+    if (max <= 0) return [];
+    this.cut();
+    const pieces = this.pieces;
+    let taken = 0; // bytes of the pieces before pieces[i]
+    let left = 0; // bytes of the frame under way at the start of pieces[i] (0: a frame starts there)
+    for (let i = 0; i < pieces.length; i++) {
+      const p = pieces[i];
+      const n = p.length;
+      let at = left; // the first frame boundary in p, if below n
+      while (at < n) {
+        if (taken + at >= max) {
+          // Cut here: the frames before this boundary go, the rest stays (no copy: a split piece
+          // shares its buffer).
+          const out = pieces.splice(0, i);
+          if (at > 0) {
+            out.push(p.subarray(0, at));
+            pieces[0] = p.subarray(at);
+          }
+          this.piecesBytes -= taken + at;
+          return out;
+        }
+        at += HEADER_SIZE + p.readUInt32LE(at);
+      }
+      left = at - n;
+      taken += n;
+    }
+    return this.take();
+  }
+
   /** Takes everything written so far as one Buffer (copies only when there are several pieces). */
   takeOne(): Buffer {
     const parts = this.take();

@@ -49,6 +49,13 @@ function sentBytes(s: Duplex): number {
   return -s.writableLength;
 }
 
+/**
+ * An output larger than this (a large result) is handed to the socket a few frames at a time, as
+ * it drains below this, so that a PONG goes at the next frame boundary instead of behind the
+ * whole message (PROTOCOL.md 8.5); smaller ones go in one write.
+ */
+const FEED_LIMIT = 4 << 20;
+
 /** setTimeout's largest delay; a longer deadline re-arms (a u64 budget is valid, section 2). */
 const MAX_TIMER_MS = 2_147_483_647;
 
@@ -422,6 +429,9 @@ class Runtime {
     this.flushQueued = false;
     this.flush();
   };
+  /** A large output is being handed to the socket as it drains (see feed). */
+  private feeding = false;
+  private readonly feedBound = (): void => this.feed();
 
   constructor(
     private readonly conn: Connection,
@@ -531,7 +541,14 @@ class Runtime {
 
   /** Writes what the core has queued: few pieces (the core packs small frames together), one writev. */
   private flush(): void {
-    if (this.conn.outputLength() === 0) return;
+    const queued = this.conn.outputLength();
+    if (queued === 0) return;
+    if (this.feeding || queued > FEED_LIMIT) return this.flushLarge();
+    this.flushAll();
+  }
+
+  /** Writes everything queued now (also the last frames, when stopping). */
+  private flushAll(): void {
     const parts = this.conn.takeOutput();
     const s = this.socket;
     if (s.destroyed || !s.writable) return;
@@ -539,9 +556,50 @@ class Runtime {
       s.write(parts[0]);
       return;
     }
+    this.write(parts);
+  }
+
+  private write(parts: Buffer[]): void {
+    if (parts.length === 0) return;
+    const s = this.socket;
     s.cork();
     for (const p of parts) s.write(p);
     s.uncork();
+  }
+
+  /** A large output (8.5): fed a frame at a time as the socket drains; PONGs go now. */
+  private flushLarge(): void {
+    const s = this.socket;
+    if (s.destroyed || !s.writable) {
+      this.conn.takeOutput();
+      return;
+    }
+    if (this.feeding) this.write(this.conn.takeOutput(0));
+    else this.feed();
+  }
+
+  /**
+   * Hands the socket whole frames while it holds less than FEED_LIMIT bytes, and the rest on
+   * 'drain' (PROTOCOL.md 8.5): the socket then only ever holds whole frames, so a PONG answered
+   * meanwhile is written at once behind at most FEED_LIMIT bytes and one frame, not behind the
+   * rest of a large result. (While feeding, frames written later wait in the core, in order.)
+   */
+  private feed(): void {
+    this.feeding = false;
+    const s = this.socket;
+    if (s.destroyed || !s.writable) {
+      this.conn.takeOutput();
+      return;
+    }
+    const limit = Math.max(FEED_LIMIT, s.writableHighWaterMark);
+    while (this.conn.outputLength() > 0 && s.writableLength < limit) {
+      this.write(this.conn.takeOutput(limit - s.writableLength));
+    }
+    if (this.conn.outputLength() > 0) {
+      // writableLength >= limit >= the high-water mark: a write returned false, so 'drain' comes.
+      this.feeding = true;
+      s.once("drain", this.feedBound);
+    }
   }
 
   /** Writes at the end of this turn: results finished together leave together. */
@@ -575,7 +633,9 @@ class Runtime {
     if (this.drainTimer !== null) clearTimeout(this.drainTimer);
     if (this.parentTimer !== null) clearInterval(this.parentTimer);
     this.watch?.close();
-    this.flush();
+    // Everything left goes now, a large output's rest included (the socket holds whole frames).
+    this.feeding = false;
+    this.flushAll();
     const s = this.socket;
     let sent = sentBytes(s);
     const watch = (): void => {
