@@ -80,3 +80,14 @@ async def _run() -> None:
 
 def test_a_pong_written_during_a_large_message_goes_at_the_next_frame_boundary() -> None:
     asyncio.run(asyncio.wait_for(_run(), 60))
+
+
+def test_frame_end_and_split_frames_walk_whole_frames() -> None:
+    parts = _message(7)[:8]  # four 1 MiB frames of a message, header and body apart
+    data = b"".join(bytes(p) for p in parts)
+    size = 16 + FRAME
+    assert [_transport.frame_end(data, pos) for pos in (0, 15, 16, size - 1, size, 3 * size + 5)] \
+        == [size, size, size, size, 2 * size, 4 * size]
+    frames = _transport.split_frames(memoryview(data)[size:])
+    assert [len(f) for f in frames] == [size] * 3
+    assert [bytes(f[:16]) for f in frames] == [bytes(parts[k]) for k in (2, 4, 6)]

@@ -93,15 +93,35 @@ def _frame_left_after(part: Any, left: int) -> int:
     return left - (n - pos)
 
 
+def frame_end(data: Any, pos: int) -> int:
+    """The offset at which the frame holding byte ``pos`` of ``data`` ends (``data`` holds whole
+    frames from its first byte, e.g. one message's frames)."""
+    at = 0
+    while at <= pos:
+        at += 16 + int.from_bytes(data[at:at + 4], "little")
+    return at
+
+
+def split_frames(data: memoryview) -> list[memoryview]:
+    """``data`` (whole frames from its first byte) as one view per frame, for a feed that hands
+    the transport a frame at a time."""
+    out = []
+    at = 0
+    while at < len(data):
+        end = at + 16 + int.from_bytes(data[at:at + 4], "little")
+        out.append(data[at:end])
+        at = end
+    return out
+
+
 def _is_ping_or_pong(parts: list[Any]) -> bool:
     return len(parts) == 1 and len(parts[0]) == 24 and parts[0][4] in (0x31, 0x32)
 
 
 class FrameProtocol(asyncio.BufferedProtocol):
-    # Whether a large output is fed a frame at a time (see _FEED_LIMIT). Its walk of frame
-    # headers needs every output to start at a frame boundary; the pool's direct calls hand the
-    # loop the unsent end of a request (mid-frame), so the pool turns it off.
-    _feed_large = True
+    """Writes frames to its transport: small ones of one loop pass together, a large output a
+    frame at a time (``_FEED_LIMIT``), a PING or PONG at the next frame boundary. Every output
+    handed to ``_send`` starts at a frame boundary (its walk of frame headers needs it)."""
 
     def __init__(self, conn: proto.Connection, loop: asyncio.AbstractEventLoop) -> None:
         self.conn = conn
@@ -165,7 +185,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
                     t.write(small)
                     small = bytearray()
                 handed += n
-                if handed > _FEED_LIMIT and self._feed_large:
+                if handed > _FEED_LIMIT:
                     # A large message: the rest goes a frame at a time as the transport drains.
                     left = 0
                     for q in out[:i]:

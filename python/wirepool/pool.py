@@ -44,13 +44,14 @@ import threading
 import time
 import weakref
 from typing import (AbstractSet, Any, AsyncIterator, Callable, Iterable, Iterator, Mapping,
-                    Protocol, Sequence)
+                    Protocol, Sequence, cast)
 
 from . import _shm
 from . import codecs as _codecs
 from . import proto
 from ._shm_proto import ShmAccept, ShmOffer, TAG_SHM, parse_extensions
-from ._transport import BusyPoll, LaneProtocol, LaneTransport, OwnRegion
+from ._transport import (BusyPoll, LaneProtocol, LaneTransport, OwnRegion, frame_end,
+                         split_frames)
 from .errors import (BadRequest, DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
                      SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
                      error_from_code)
@@ -345,9 +346,6 @@ class _Request:
 
 class _Worker(LaneProtocol):
     _ids = itertools.count(1)
-    # Large requests go to the transport whole: the unsent end of a direct call's request
-    # starts mid-frame (_transport._feed_large), so PINGs still wait behind them here.
-    _feed_large = False
 
     def __init__(self, pool: "AsyncPool") -> None:
         super().__init__(proto.Connection("parent"), pool.loop)
@@ -676,6 +674,13 @@ class _Worker(LaneProtocol):
             pool.loop.call_soon_threadsafe(self._resume_after_caller, results or [], recheck)
         except RuntimeError:  # the loop is closed: nobody reads again
             pass
+
+    def _send_rest(self, rest_of_frame: bytes, frames: memoryview) -> None:
+        """On the loop: the end of a request a direct caller could not write (see
+        ``_hand_back``)."""
+        self._send([rest_of_frame])
+        if frames:
+            self._send(split_frames(frames))  # parts of a frame each: fed a frame at a time
 
     def _resume_after_caller(self, results: list[Any], recheck: bool) -> None:
         """On the loop: reading is ours again after a caller: finish what it handed over, run
@@ -2878,10 +2883,15 @@ class Pool:
         req.sink = functools.partial(self._call_finished, call=call)
         w.requests[id] = req
         if unsent:
-            # Queued ahead of anything the loop writes once it has the connection back (the
-            # loop leaves ``_out`` alone while a caller holds it), and flushed first thing.
-            w._out.append(bytes(unsent))
-            w.after_caller.insert(0, w._flush_out)
+            # Written first thing once the loop has the connection back (the loop leaves the
+            # connection alone while a caller holds it): the rest of the frame under way, then
+            # the request's whole frames, fed like any large output so that a PING goes at a
+            # frame boundary (PROTOCOL.md 8.5), not behind the whole request.
+            whole = cast(bytes, unsent.obj)
+            end = frame_end(whole, len(whole) - len(unsent)) - (len(whole) - len(unsent))
+            w.bytes_sent -= len(unsent)  # counted again as the loop writes it
+            w.after_caller.insert(0, functools.partial(
+                w._send_rest, bytes(unsent[:end]), unsent[end:]))
         if timeout is not None:
             w.after_caller.append(functools.partial(
                 w.arm_deadline, req, timeout, started + timeout + self._apool.deadline_grace))
