@@ -102,6 +102,7 @@ _LOOP, _PARKED, _CALLER, _DEAD = 0, 1, 2, 3
 # A blocking caller that read its own answer waits this long for it before handing the reading
 # back to the loop (which then runs heartbeats, deadlines and the rest as usual).
 _DIRECT_WAIT_MS = 50
+_UNARY = MethodKind.UNARY  # a module global: one lookup less per direct call
 _GOODBYE_GRACE = 1.0  # seconds a worker has to exit after GOODBYE or a fatal ERROR (spec 8.4)
 # Start-up refusals raised with their own code; any other violation before HELLO is a
 # PROTOCOL_VIOLATION like one after it.
@@ -654,12 +655,14 @@ class _Worker(LaneProtocol):
                 return True
             return False
 
-    def release_from_caller(self, results: list[Any] | None = None, recheck: bool = False) -> None:
+    def release_from_caller(self, results: list[Any] | None = None, recheck: bool = False,
+                            all_read: bool = False) -> None:
         """In the caller's thread: give the connection back, parked if it is still idle and
         nothing waits for it, else to the loop (with any ``results`` for it to finish;
-        ``recheck``: it must look at this worker's requests, e.g. recycling by count)."""
+        ``recheck``: it must look at this worker's requests, e.g. recycling by count;
+        ``all_read``: the core holds no byte the loop must see, known to the caller)."""
         pool = self.pool
-        back = (bool(results) or recheck or self.conn.incomplete_frame_len() > 0
+        back = (bool(results) or recheck or (not all_read and self.conn.incomplete_frame_len() > 0)
                 or bool(self.requests) or bool(self.after_caller))
         with self.direct_lock:
             if self.direct == _DEAD:  # the connection went while we held it: we close it
@@ -2751,7 +2754,7 @@ class Pool:
         try:
             c = ap.codec if codec is None else (self._codecs.get(codec) or self._codec(codec))
             info = w.methods.get(method)
-            if info is not None and info[1] == MethodKind.UNARY:
+            if info is not None and info[1] == _UNARY:
                 try:
                     body = c.encode(request)
                 except Exception as e:
@@ -2777,6 +2780,7 @@ class Pool:
         lane_sock = w.direct_sock if w.shm_threshold != _NO_LANE else None
         conn = w.conn
         results: list[Any] = []
+        all_read = False  # the core took every byte read (take_results' answer)
         try:
             try:
                 # One write (writev: no join) unless the socket is full.
@@ -2819,8 +2823,8 @@ class Pool:
                     if not n:
                         break  # end of file: the loop sees it and ends the call WORKER_EXITED
                     w.bytes_received += n
-                    conn.received_results(n, results)
-                    if results or conn.incomplete_frame_len():
+                    all_read = conn.received_results(n, results)
+                    if results or not all_read:
                         break  # our answer, or a frame the loop must see (ERROR, EVENT...)
             except OSError:
                 pass  # the connection broke (reset, a dying worker): the loop ends the call
@@ -2837,7 +2841,7 @@ class Pool:
                 return self._wait_call(call)
             self._loop.call_soon_threadsafe(self._abandon_call, call)
             raise
-        if len(results) == 2 and results[0] == id and not conn.incomplete_frame_len():
+        if len(results) == 2 and results[0] == id and all_read:
             body = results[1]
             w.direct_completed += 1
             w.served += 1
@@ -2845,7 +2849,8 @@ class Pool:
             if ap.latency_histograms:
                 w.observe(method, now - started)
             w.release_from_caller(
-                recheck=ap.max_requests is not None and w.served >= ap.max_requests)
+                recheck=ap.max_requests is not None and w.served >= ap.max_requests,
+                all_read=True)
             try:
                 value = c.decode(body)
             except Exception as e:
