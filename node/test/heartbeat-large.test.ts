@@ -1,7 +1,7 @@
 // Heartbeats beside a large message (PROTOCOL.md 8.5): PING and PONG go at the next frame
 // boundary of their peer's output, ahead of the rest of a message already queued, so a message
 // of any size over a slow link never makes a healthy worker look hung. The link is a relay
-// (test/slow-relay.py) between the pool and the fixture worker passing one direction at 25 MB/s:
+// (conformance/tools/slow_relay.py) between the pool and the fixture worker passing one direction at 25 MB/s:
 // 32 MiB take over 1.3 s, the heartbeat is 200 ms (a worker is hung after 600 ms without a
 // PONG) and frames are 1 MiB (40 ms each). Before the fix the worker's PONG (a large RESULT) or
 // the parent's PING (a large REQUEST) waited behind the rest of the message and the call ended
@@ -14,7 +14,7 @@ import { afterEach, test } from "node:test";
 import { Pool } from "../src/index.js";
 
 const FIXTURE = new URL("./parent-fixture.js", import.meta.url).pathname;
-const RELAY = fileURLToPath(new URL("../../test/slow-relay.py", import.meta.url));
+const RELAY = fileURLToPath(new URL("../../../conformance/tools/slow_relay.py", import.meta.url));
 const RATE = 25_000_000;
 const SIZE = 32 << 20;
 const T = { timeout: 120_000 };

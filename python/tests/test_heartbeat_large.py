@@ -19,7 +19,8 @@ import wirepool
 from wirepool.pool import _PARKED, _Worker
 
 HERE = os.path.dirname(__file__)
-RELAY = os.path.join(HERE, "workers", "slow_relay.py")
+# The relay every SDK's heartbeat test uses: DOWN_RATE UP_RATE worker-command...
+RELAY = os.path.join(HERE, "..", "..", "conformance", "tools", "slow_relay.py")
 BASIC = os.path.join(HERE, "workers", "basic.py")
 RATE = 40_000_000
 
@@ -34,7 +35,7 @@ def test_a_large_request_over_a_slow_link_keeps_its_worker_alive_with_a_short_he
         real(self, rest_of_frame, frames)
 
     monkeypatch.setattr(_Worker, "_send_rest", send_rest)
-    argv = [sys.executable, RELAY, sys.executable, BASIC, str(RATE)]
+    argv = [sys.executable, RELAY, "0", str(RATE), sys.executable, BASIC]
     # Over the socket (the relay passes no descriptors), as over a remote link; the blocking
     # pool, so that the call starts on the caller's direct path and its unsent end is handed to
     # the loop (the case that begins mid-frame).
@@ -65,7 +66,7 @@ def test_the_same_from_the_loop() -> None:
     import asyncio
 
     async def main() -> None:
-        argv = [sys.executable, RELAY, sys.executable, BASIC, str(RATE)]
+        argv = [sys.executable, RELAY, "0", str(RATE), sys.executable, BASIC]
         async with wirepool.AsyncPool(argv, workers=1, heartbeat_ms=200, shm_lane=False,
                                       max_frame_size=1 << 20, startup_timeout=20) as pool:
             body = bytes(range(256)) * (48 << 12)

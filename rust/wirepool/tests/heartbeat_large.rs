@@ -18,49 +18,27 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bounded, python, test_worker};
-use wirepool::Pool;
+use common::{bounded, test_worker};
+use wirepool::{Pool, WorkerCommand};
 use wirepool_worker::Encoded;
 
-/// Relays the pool's socket to a test worker it starts on a socket pair of its own, the
-/// worker's output at `argv[2]` bytes a second (a token bucket: after an idle spell one read
-/// goes at once), the pool's as fast as it comes.
-/// The worker asks for a parent-death signal, so it goes with the relay when the pool kills it.
-const RELAY: &str = r#"
-import os, socket, subprocess, sys, threading, time
-up = socket.socket(fileno=int(os.environ.pop("WIREPOOL_FD")))
-mine, theirs = socket.socketpair()
-child = subprocess.Popen([sys.argv[1]], env=dict(os.environ, WIREPOOL_FD=str(theirs.fileno())),
-                         pass_fds=[theirs.fileno()])
-theirs.close()
-rate = float(sys.argv[2])
-def relay(src, dst, rate):
-    due = time.monotonic()
-    while True:
-        data = src.recv(65536)
-        if not data:
-            break
-        dst.sendall(data)
-        if rate:
-            now = time.monotonic()
-            due = max(due, now) + len(data) / rate
-            if due > now:
-                time.sleep(due - now)
-    try:
-        dst.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-for src, dst, r in ((up, mine, 0), (mine, up, rate)):
-    threading.Thread(target=relay, args=(src, dst, r), daemon=True).start()
-sys.exit(child.wait())
-"#;
+/// The slow link every SDK's heartbeat test uses: `slow_relay.py DOWN_RATE UP_RATE worker...`
+/// relays the pool's socket to a worker it starts on a socket pair of its own, the worker's
+/// output at DOWN_RATE bytes a second. The worker asks for a parent-death signal, so it goes with
+/// the relay when the pool kills it.
+const RELAY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../conformance/tools/slow_relay.py"
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_result_over_a_slow_link_keeps_its_worker_alive_with_a_short_heartbeat() {
     bounded(120, async {
-        let relay = python(RELAY)
-            .arg(test_worker())
-            .arg((25_000_000u64).to_string());
+        let relay = WorkerCommand::new("python3")
+            .arg(RELAY)
+            .arg((25_000_000u64).to_string())
+            .arg("0")
+            .arg(test_worker());
         let pool = Pool::builder(relay)
             .workers(1)
             .startup_timeout(Duration::from_secs(20))

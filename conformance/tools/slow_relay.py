@@ -1,8 +1,13 @@
-"""A slow link for test/heartbeat-large.test.ts: relays the pool's socket (WIREPOOL_FD) to a
-worker it starts on a socketpair of its own, the worker's output at argv[1] bytes a second and the
-pool's at argv[2] (0: as fast as it comes; a token bucket: after an idle spell one read goes at
-once). argv[3:] is the worker's command. Exits with the worker's status; when the pool kills the
-relay, the worker sees end of file on its socket and exits too."""
+"""A slow link between a pool and a worker, for the heartbeat tests of every SDK
+(rust/wirepool/tests/heartbeat_large.rs, python/tests/test_heartbeat_large.py,
+node/test/heartbeat-large.test.ts): started by the pool in the worker's place, it relays the
+pool's socket (WIREPOOL_FD) to a worker it starts on a socketpair of its own, the worker's output
+at argv[1] bytes a second and the pool's at argv[2] (0: as fast as it comes; a token bucket:
+after an idle spell one read goes at once). argv[3:] is the worker's command. Exits with the
+worker's status; when the pool kills the relay, the worker sees end of file and exits too.
+
+    python3 slow_relay.py DOWN_RATE UP_RATE worker-command...
+"""
 import os
 import socket
 import subprocess
