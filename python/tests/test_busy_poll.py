@@ -114,10 +114,10 @@ def test_negative_budgets_are_refused() -> None:
 
 def test_the_environment_sets_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WIREPOOL_BUSY_POLL_US", "0")
-    assert apool().busy_poll == 0
+    assert apool().busy_poll_s == 0
     monkeypatch.setenv("WIREPOOL_BUSY_POLL_US", "250")
-    assert apool().busy_poll == pytest.approx(250e-6)
-    assert apool(busy_poll_us=7).busy_poll == pytest.approx(7e-6)
+    assert apool().busy_poll_s == pytest.approx(250e-6)
+    assert apool(busy_poll_us=7).busy_poll_s == pytest.approx(7e-6)
 
 
 # -- the worker's selector ---------------------------------------------------------------------

@@ -376,8 +376,8 @@ class _Worker(LaneProtocol):
         # The loop's own poll of the socket, for a lone AsyncPool.call (busy_poll_us); None
         # when the transport is asyncio's (no lane, a remote worker): only ours reads on demand.
         self.loop_poll: Callable[[int], list[Any]] | None = None
-        self.loop_busy_poll = BusyPoll(pool.busy_poll)
-        self.direct_busy_poll = BusyPoll(pool.busy_poll)  # the blocking caller's, on direct_fd
+        self.loop_busy_poll = BusyPoll(pool.busy_poll_s)
+        self.direct_busy_poll = BusyPoll(pool.busy_poll_s)  # the blocking caller's, on direct_fd
         self.direct_calls = 0  # calls a blocking caller sent itself (counted in the metrics)
         self.direct_completed = 0  # ... and ended itself (the others ended on the loop)
         self.direct_errors = 0
@@ -564,12 +564,12 @@ class _Worker(LaneProtocol):
                 self.direct_sock = socket.socket(fileno=self.direct_fd)
             self.direct_poll = select.poll()
             self.direct_poll.register(self.direct_fd, select.POLLIN)
-        if self.pool.busy_poll and self.proc is not None and isinstance(transport, LaneTransport):
+        if self.pool.busy_poll_s and self.proc is not None and isinstance(transport, LaneTransport):
             poll = select.poll()
             poll.register(transport.get_extra_info("socket").fileno(), select.POLLIN)
             self.loop_poll = poll.poll
 
-    def busy_poll(self, req: _Request) -> None:
+    def read_lone_answer(self, req: _Request) -> None:
         """Wait a while (:class:`BusyPoll`) for a lone request's answer polling the socket, and read
         it here in the caller's task (the transport's own read: every frame is handled as on
         any read): no sleep and wake-up of the loop's thread and no loop pass before the caller
@@ -1672,7 +1672,7 @@ class AsyncPool:
             busy_poll_us = int(os.environ.get("WIREPOOL_BUSY_POLL_US", DEFAULT_BUSY_POLL_US))
         if busy_poll_us < 0:
             raise ValueError("busy_poll_us must be >= 0")
-        self.busy_poll = busy_poll_us / 1e6
+        self.busy_poll_s = busy_poll_us / 1e6
         # Off by default: ~2,000 instructions a request (a tenth of a small Pool.map call);
         # wirepool.prometheus turns it on when it collects the pool.
         self.latency_histograms = latency_histograms
@@ -2103,9 +2103,9 @@ class AsyncPool:
             raise _encode_failed(c, e) from None
         req = w.submit(method, body, c, timeout, on_event, MethodKind.UNARY)
         self._counters["calls"] += 1
-        if (self.busy_poll and w.loop_poll is not None and req.outcome is None
+        if (self.busy_poll_s and w.loop_poll is not None and req.outcome is None
                 and len(w.requests) == 1 and self._alone(w)):
-            w.busy_poll(req)
+            w.read_lone_answer(req)
         if req.outcome is not None:  # ended at once (an unknown method, a dead worker), or read
             if req.outcome[0]:
                 return req.outcome[1]
