@@ -49,7 +49,9 @@ class BusyPoll:
 
     def deadline(self, limit: float | None = None) -> float:
         """When this wait stops polling (``time.perf_counter``), at most ``limit`` seconds from
-        now; 0.0 when it should sleep at once (backing off)."""
+        now; 0.0 when it should sleep at once (no budget, or backing off)."""
+        if not self.budget:
+            return 0.0
         if self._skip:
             self._skip -= 1
             return 0.0

@@ -2103,8 +2103,8 @@ class AsyncPool:
             raise _encode_failed(c, e) from None
         req = w.submit(method, body, c, timeout, on_event, MethodKind.UNARY)
         self._counters["calls"] += 1
-        if (self.busy_poll_s and w.loop_poll is not None and req.outcome is None
-                and len(w.requests) == 1 and self._alone(w)):
+        if (w.loop_poll is not None and req.outcome is None and len(w.requests) == 1
+                and self._alone(w)):
             w.read_lone_answer(req)
         if req.outcome is not None:  # ended at once (an unknown method, a dead worker), or read
             if req.outcome[0]:
@@ -2807,7 +2807,7 @@ class Pool:
                         raise _WriteStalled(unsent)
                 poll = w.direct_poll.poll
                 # Watch for the answer before sleeping; caught: it is there, read it.
-                caught = bool(busy_poll.budget) and busy_poll.wait(poll)
+                caught = busy_poll.wait(poll)
                 while True:
                     if caught:
                         caught = False
