@@ -15,6 +15,7 @@ import { Connection, EventType, type ConnectionEvent } from "../proto/connection
 import { ErrorCode, FrameType, MethodKind } from "../proto/constants.js";
 import { errorName, ProtocolError } from "../proto/errors.js";
 import type { HelloFrame, RowsFrame } from "../proto/frames.js";
+import { FEED_LIMIT, feedOutput } from "../feed.js";
 import { parseDetails, wirepoolError, type WirepoolError } from "./errors.js";
 
 /** A method the pool requires every worker to offer (checked at HELLO: CODEC_MISMATCH). */
@@ -85,12 +86,6 @@ export type WorkerState = "starting" | "ready" | "closing" | "dead";
 const SIGNALS: Record<string, number> = osConstants.signals as Record<string, number>;
 const TAIL_LINE_MAX = 4096;
 const EXIT_OUTPUT_WAIT_MS = 200;
-/**
- * An output larger than this (a large request) is handed to the socket a few frames at a time,
- * as it drains below this, so that a PING goes at the next frame boundary instead of behind the
- * whole message (PROTOCOL.md 8.5); smaller ones go in one write.
- */
-const FEED_LIMIT = 4 << 20;
 
 /** A worker process and its connection. */
 export class WorkerProcess {
@@ -360,12 +355,7 @@ export class WorkerProcess {
     }
   }
 
-  /**
-   * Hands the socket whole frames while it holds less than FEED_LIMIT bytes, and the rest on
-   * 'drain' (PROTOCOL.md 8.5): the socket then only ever holds whole frames, so a PING sent
-   * meanwhile is written at once behind at most FEED_LIMIT bytes and one frame, not behind the
-   * rest of a large request. (While feeding, frames written later wait in the core, in order.)
-   */
+  /** A large output (8.5): fed as the socket drains (feedOutput), the rest on 'drain'. */
   private feed(): void {
     this.feeding = false;
     const sock = this.socket;
@@ -373,12 +363,7 @@ export class WorkerProcess {
       this.conn.takeOutput();
       return;
     }
-    const limit = Math.max(FEED_LIMIT, sock.writableHighWaterMark);
-    while (this.conn.outputLength() > 0 && sock.writableLength < limit) {
-      this.write(sock, this.conn.takeOutput(limit - sock.writableLength));
-    }
-    if (this.conn.outputLength() > 0) {
-      // writableLength >= limit >= the high-water mark: a write returned false, so 'drain' comes.
+    if (feedOutput(this.conn, sock, (bufs) => this.write(sock, bufs))) {
       this.feeding = true;
       sock.once("drain", this.feedBound);
     }

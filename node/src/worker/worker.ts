@@ -10,6 +10,7 @@ import type { Duplex } from "node:stream";
 import { codec as codecOf, type Codec, type CodecName, stringifyJson } from "../codecs/index.js";
 import { ErrorCode, FrameType, GoodbyeReason, Limits, MethodKind, PROTOCOL_VERSION, WORKER_DEFAULTS } from "../proto/constants.js";
 import { Connection, EventType, type ConnectionEvent, type RowsBuilder } from "../proto/connection.js";
+import { FEED_LIMIT, feedOutput } from "../feed.js";
 import { ProtocolError } from "../proto/errors.js";
 import type { MethodInfo, RequestFrame } from "../proto/frames.js";
 import { type Context, RequestCancelled, WorkerError } from "./context.js";
@@ -48,13 +49,6 @@ function sentBytes(s: Duplex): number {
   if (typeof handle?.bytesWritten === "number" && typeof handle.writeQueueSize === "number") return handle.bytesWritten - handle.writeQueueSize;
   return -s.writableLength;
 }
-
-/**
- * An output larger than this (a large result) is handed to the socket a few frames at a time, as
- * it drains below this, so that a PONG goes at the next frame boundary instead of behind the
- * whole message (PROTOCOL.md 8.5); smaller ones go in one write.
- */
-const FEED_LIMIT = 4 << 20;
 
 /** setTimeout's largest delay; a longer deadline re-arms (a u64 budget is valid, section 2). */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -432,6 +426,7 @@ class Runtime {
   /** A large output is being handed to the socket as it drains (see feed). */
   private feeding = false;
   private readonly feedBound = (): void => this.feed();
+  private readonly writeBound = (parts: Buffer[]): void => this.write(parts);
 
   constructor(
     private readonly conn: Connection,
@@ -578,12 +573,7 @@ class Runtime {
     else this.feed();
   }
 
-  /**
-   * Hands the socket whole frames while it holds less than FEED_LIMIT bytes, and the rest on
-   * 'drain' (PROTOCOL.md 8.5): the socket then only ever holds whole frames, so a PONG answered
-   * meanwhile is written at once behind at most FEED_LIMIT bytes and one frame, not behind the
-   * rest of a large result. (While feeding, frames written later wait in the core, in order.)
-   */
+  /** Feeds a large output as the socket drains (feedOutput), the rest on 'drain'. */
   private feed(): void {
     this.feeding = false;
     const s = this.socket;
@@ -591,12 +581,7 @@ class Runtime {
       this.conn.takeOutput();
       return;
     }
-    const limit = Math.max(FEED_LIMIT, s.writableHighWaterMark);
-    while (this.conn.outputLength() > 0 && s.writableLength < limit) {
-      this.write(this.conn.takeOutput(limit - s.writableLength));
-    }
-    if (this.conn.outputLength() > 0) {
-      // writableLength >= limit >= the high-water mark: a write returned false, so 'drain' comes.
+    if (feedOutput(this.conn, s, this.writeBound)) {
       this.feeding = true;
       s.once("drain", this.feedBound);
     }
