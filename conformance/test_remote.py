@@ -30,7 +30,9 @@ six pairs, 453 tests, took 7.5-8.5 min at load 15-17 on the 2-vCPU machine (one 
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import dataclasses
 import copy
 import json
 import os
@@ -312,3 +314,56 @@ def test_remote_lists_are_consistent() -> None:
     assert PARENTS, "no parent runs the matrix over TLS"
     for name, why in {**NOT_REMOTE, **REMOTE_PENDING}.items():
         print(f"NOTICE: the {name} parent does not run the matrix over TLS ({why})")
+
+
+# A refused join, as each worker reports it (21.3): exit status 1 and one line for people, never
+# a language's debug dump of an error value (issue 24 found `Error: Custom { kind: ... }`).
+REFUSALS = ["wrong_secret", "expired", "not_a_ticket"]
+DEBUG_DUMPS = ("Custom {", "kind:", "Traceback (most recent call last)", "    at ")
+
+
+async def _run_with_ticket(worker: str, ticket: str) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WIREPOOL_FD", "WIREPOOL_TICKET", "WIREPOOL_TICKET_FILE")}
+    env["WIREPOOL_TICKET"] = ticket
+    proc = await asyncio.create_subprocess_exec(
+        *matrix.expand(matrix.BY_NAME[worker]["worker"]), env=env, cwd=matrix.REPO,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("worker,how", [(w, h) for w in matrix.WORKERS for h in REFUSALS],
+                         ids=[f"{w}_worker-{h}" for w in matrix.WORKERS for h in REFUSALS])
+def test_a_refused_join_exits_1_saying_why(worker: str, how: str) -> None:
+    pytest.importorskip("cryptography")
+    from wirepool import remote
+
+    assert matrix.build(worker) is None, matrix.build(worker)
+
+    async def main() -> tuple[int, str, dict]:
+        async with remote.Listener() as listener:
+            ticket = listener.issue()
+            if how == "wrong_secret":
+                text = dataclasses.replace(ticket, secret=os.urandom(32)).encode()
+            elif how == "expired":
+                text = dataclasses.replace(ticket, expires=int(time.time()) - 60).encode()
+            else:
+                text = "not a ticket"
+            status, err = await _run_with_ticket(worker, text)
+            return status, err, dict(listener.counters)
+
+    status, err, counters = asyncio.run(asyncio.wait_for(main(), 60))
+    assert status == 1, f"{worker} worker exited {status} on a refused join ({how}):\n{err}"
+    assert err.strip(), f"{worker} worker said nothing about the refused join ({how})"
+    assert not any(d in err for d in DEBUG_DUMPS), f"a debug dump, not a message:\n{err}"
+    assert len(err) < 2000, err
+    words = {"wrong_secret": "refused", "expired": "expired", "not_a_ticket": "ticket"}[how]
+    assert words in err.lower(), err
+    assert counters.get("joined", 0) == 0, counters
