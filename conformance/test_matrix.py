@@ -29,7 +29,31 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SCENARIOS_PATH = HERE / "scenarios.json"
 SCENARIOS = json.loads(SCENARIOS_PATH.read_text(encoding="utf-8"))
-LANGUAGES = json.loads((HERE / "languages.json").read_text(encoding="utf-8"))["languages"]
+# Extra languages, from outside the repository: files of the same form as languages.json, named
+# by WIREPOOL_LANGUAGES (os.pathsep between several). "{here}" in an extra file's commands is
+# that file's own folder, so an SDK kept elsewhere points at its own build.
+LANGUAGES_ENV = "WIREPOOL_LANGUAGES"
+
+
+def load_languages(extra: str | None = None) -> list[dict]:
+    """languages.json's rows, then every extra file's; a name may appear once."""
+    rows = json.loads((HERE / "languages.json").read_text(encoding="utf-8"))["languages"]
+    for path in filter(None, (extra or "").split(os.pathsep)):
+        file = Path(path).resolve()
+        added = json.loads(file.read_text(encoding="utf-8"))["languages"]
+        rows += [json.loads(json.dumps(lang).replace("{here}", str(file.parent)))
+                 for lang in added]
+    names = [lang["name"] for lang in rows]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"languages named twice (languages.json and {LANGUAGES_ENV}): {dup}")
+    for lang in rows:
+        if not ("worker" in lang or "parent" in lang):
+            raise ValueError(f"language {lang['name']!r} has neither a worker nor a parent")
+    return rows
+
+
+LANGUAGES = load_languages(os.environ.get(LANGUAGES_ENV))
 BY_NAME = {lang["name"]: lang for lang in LANGUAGES}
 NAMES = [sc["name"] for sc in SCENARIOS["scenarios"]]
 
