@@ -39,6 +39,7 @@ test: test-spec test-rust test-python test-ray test-node test-conformance test-b
 
 test-spec: $(VPY)
 	$(VPY) spec/vectors/generate.py --check
+	$(VPY) spec/generate_constants.py --check
 	$(VPY) -m pytest -q spec/tests
 
 # Plain `cargo test` builds the examples as real binaries, which the integration tests spawn as
