@@ -1715,11 +1715,14 @@ def main() -> int:
         PROTOCOL_MD.write_text(text, encoding="utf-8")
         print("refreshed the hex examples of PROTOCOL.md")
         return 0
+    import policy_cases  # the core's policies (section 14.5), from this folder
     import shm_cases  # the shared-memory extension's cases (section 20), from this folder
 
     shm = shm_cases.build()
     outputs = {HERE / "frames.json": dump(FRAME_CASES), HERE / "sessions.json": dump(SESSION_CASES),
-               HERE / "shm.json": dump(shm)}
+               HERE / "shm.json": dump(shm),
+               HERE / "policies.json": json.dumps(policy_cases.build(), indent=1,
+                                                  ensure_ascii=False) + "\n"}
     if not args.check:
         for path, text in outputs.items():
             path.write_text(text, encoding="utf-8")
