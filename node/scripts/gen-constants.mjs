@@ -156,6 +156,12 @@ export function generate(json) {
   out("} as const;");
   out();
 
+  out("/** Section 22's bounds on what a parent SDK accepts from its caller (durations in ms). */");
+  out("export const CallerInput = {");
+  for (const [k, v] of Object.entries(c.caller_input)) if (k !== "about") out(`  ${camel(k)}: ${num(v)},`);
+  out("} as const;");
+  out();
+
   // SDK defaults: rows for every language and Node's own; a null value (`workers`: cpus) is
   // decided at run time by the driver.
   for (const side of ["parent", "worker"]) {

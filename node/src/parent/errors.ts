@@ -106,6 +106,12 @@ export class ProtocolViolationError extends LocalError {
     this.protocolCode = init.protocolCode;
   }
 }
+/**
+ * A caller's option or argument is out of its range, of the wrong type, NaN or infinite (308,
+ * PROTOCOL.md 22.2): raised at once, by `Pool.start` before any worker is spawned or by the call
+ * before anything is sent. The message names the option and its range.
+ */
+export class InvalidArgumentError extends LocalError {}
 /** The worker refused the start: it lacks a method or codec this pool requires (120). */
 export class CodecMismatchError extends WirepoolError {}
 
@@ -120,6 +126,7 @@ const LOCAL: Record<number, new (code: number, message: string, init?: WirepoolE
   [ErrorCode.CANCELLED]: CancelledError,
   [ErrorCode.DEADLINE_EXCEEDED]: DeadlineExceededError,
   [ErrorCode.CODEC_MISMATCH]: CodecMismatchError,
+  [ErrorCode.INVALID_ARGUMENT]: InvalidArgumentError,
 };
 
 /** The error of `code`, as the subclass that names it. */

@@ -115,6 +115,7 @@ export const ErrorCode = {
   LEASE_LOST: 305,
   DECODE_FAILED: 306,
   PROTOCOL_VIOLATION: 307,
+  INVALID_ARGUMENT: 308,
 } as const;
 /** A known error code. */
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -210,6 +211,15 @@ export const ProtocolDefaults = {
   heartbeatMs: 1000,
   maxMessageSize: 1_073_741_824,
   workerMaxFrameSize: 16_777_216,
+} as const;
+
+/** Section 22's bounds on what a parent SDK accepts from its caller (durations in ms). */
+export const CallerInput = {
+  maxTimeoutMs: 2_147_483_647,
+  maxWorkers: 4096,
+  maxCount: 4_294_967_295,
+  maxSize: 9_007_199_254_740_991,
+  quotedMaxChars: 200,
 } as const;
 
 /** The parent SDK defaults of PROTOCOL.md section 17 (language "all" or "node"; null: decided at run time, unit in the comment). */
