@@ -23,18 +23,24 @@
  */
 
 import { EventEmitter } from "node:events";
-import { availableParallelism } from "node:os";
-import { codec as resolveCodec, type Codec, type CodecName } from "../codecs/index.js";
-import { ErrorCode, MethodKind, PARENT_DEFAULTS } from "../proto/constants.js";
+import type { Codec, CodecName } from "../codecs/index.js";
+import { ErrorCode, MethodKind } from "../proto/constants.js";
 import { ProtocolError } from "../proto/errors.js";
 import type { RowsFrame } from "../proto/frames.js";
-import { wirepoolError, type WirepoolError } from "./errors.js";
-import { WorkerProcess, type Death, type RequiredMethod, type Route, type WorkerSettings } from "./worker.js";
+import { encodeRequest } from "./encode.js";
+import { WirepoolError, wirepoolError } from "./errors.js";
+import { callSettings, closeGrace, methodName, poolSettings, type Settings } from "./options.js";
+import { quote } from "./quote.js";
+import { WorkerProcess, type Death, type Route } from "./worker.js";
 
 /** A codec by name (`"raw"`, `"json"`, `"msgpack"`, `"cbor"`) or a {@link Codec} object. */
 export type CodecLike = CodecName | Codec;
 
-/** A pool's settings. Every duration is in milliseconds; defaults follow PROTOCOL.md section 17. */
+/**
+ * A pool's settings. Every duration is in milliseconds; defaults follow PROTOCOL.md section 17.
+ * Each is checked by `Pool.start` before any worker is spawned (ranges in PROTOCOL.md 22.2): a
+ * value out of range, of the wrong type, NaN or infinite rejects with InvalidArgumentError (308).
+ */
 export interface PoolOptions {
   /** The worker program and its arguments, run without a shell. */
   readonly command: readonly string[];
@@ -85,7 +91,12 @@ export interface PoolOptions {
 export interface CallOptions {
   /** Aborting it cancels the call: it rejects with CancelledError and the worker gets CANCEL. */
   readonly signal?: AbortSignal;
-  /** The call's time budget: sent on the wire, and enforced here plus `deadlineGraceMs`. */
+  /**
+   * The call's time budget, 0 to 2,147,483,647 ms (undefined: no deadline): sent on the wire
+   * (rounded up to whole microseconds), and enforced here plus `deadlineGraceMs`. 0 has already
+   * expired (DeadlineExceededError, nothing sent); negative, NaN, infinite or larger is
+   * InvalidArgumentError (PROTOCOL.md 22.3).
+   */
   readonly timeoutMs?: number;
   /** The codec of the request and its answer (default: the pool's). */
   readonly codec?: CodecLike;
@@ -128,20 +139,9 @@ export interface PoolMetrics {
   readonly failuresByCode: Readonly<Record<string, number>>;
 }
 
-interface Settings extends WorkerSettings {
-  readonly workers: number;
-  readonly codec: Codec;
-  readonly cancelGraceMs: number;
-  readonly deadlineGraceMs: number;
-  readonly drainGraceMs: number;
-  readonly restartBackoffMs: number;
-  readonly restartBackoffMaxMs: number;
-  readonly maxRestarts: number;
-  readonly restartWindowMs: number;
-  readonly maxRequests: number;
-  readonly maxRssBytes: number;
-  readonly maxIdleMs: number;
-}
+
+/** The longest delay a timer holds (larger ones fire at once, with a warning). */
+const MAX_TIMER_MS = 0x7fffffff;
 
 /** What every request at the pool shares: where it went, its timers, its one outcome. */
 abstract class Pending implements Route {
@@ -169,19 +169,19 @@ abstract class Pending implements Route {
       this.onAbort = () => this.abort();
       signal.addEventListener("abort", this.onAbort, { once: true });
     }
-    // A budget beyond a timer's range (~24.8 days) means no deadline in practice (section 2).
-    if (timeoutMs > 0 && timeoutMs + pool.settings.deadlineGraceMs <= 0x7fffffff) {
+    // timeoutMs is at most a timer's range (22.2); with the grace the backstop stays within it.
+    if (timeoutMs > 0) {
       this.deadline = setTimeout(() => {
         this.deadline = null;
         this.stop(wirepoolError(ErrorCode.DEADLINE_EXCEEDED, `no answer within the ${timeoutMs} ms deadline (+ ${pool.settings.deadlineGraceMs} ms grace)`, { requestId: this.id }));
-      }, timeoutMs + pool.settings.deadlineGraceMs);
+      }, Math.min(timeoutMs + pool.settings.deadlineGraceMs, MAX_TIMER_MS));
     }
   }
 
   /** The wire budget at dispatch: what is left of the caller's deadline. */
   remainingMs(): number {
     if (this.timeoutMs <= 0) return 0;
-    return Math.max(1, this.timeoutMs - (performance.now() - this.started));
+    return Math.max(0.001, this.timeoutMs - (performance.now() - this.started)); // at least 1 us (22.3)
   }
 
   private abort(): void {
@@ -565,12 +565,12 @@ export class Lease {
   }
 
   /** A unary call on the leased worker. */
-  call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
+  call<T = unknown>(method: string, request: unknown, opts?: CallOptions): Promise<T> {
     return this.pool.submitCall<T>(method, request, opts, this);
   }
 
   /** A stream on the leased worker. */
-  stream<T = unknown>(method: string, request?: unknown, opts?: CallOptions): RowStream<T> {
+  stream<T = unknown>(method: string, request: unknown, opts?: CallOptions): RowStream<T> {
     return this.pool.submitStream<T>(method, request, opts, this);
   }
 
@@ -615,37 +615,8 @@ export class Pool extends EventEmitter {
 
   private constructor(opts: PoolOptions) {
     super();
-    if (!Array.isArray(opts.command) || opts.command.length === 0) throw new TypeError("Pool: command must be a non-empty array [program, ...args]");
-    const d = PARENT_DEFAULTS;
-    const codec = resolveCodec(opts.codec ?? "json");
+    this.settings = poolSettings(opts);
     this.logger = opts.logger;
-    this.settings = {
-      command: [...opts.command],
-      env: opts.env ?? process.env,
-      cwd: opts.cwd,
-      workers: opts.workers ?? availableParallelism(),
-      maxInFlight: opts.maxInFlight ?? d.maxInFlight,
-      codec,
-      require: (opts.require ?? []).map((r): RequiredMethod => ({ method: r.method, kind: r.kind, codecs: [resolveCodec(r.codec ?? codec).id] })),
-      startupTimeoutMs: opts.startupTimeoutMs ?? d.startupTimeoutMs,
-      heartbeatMs: opts.heartbeatMs ?? d.heartbeatMs,
-      cancelGraceMs: opts.cancelGraceMs ?? d.cancelGraceMs,
-      deadlineGraceMs: opts.deadlineGraceMs ?? d.deadlineGraceMs,
-      drainGraceMs: opts.drainGraceMs ?? d.drainGraceMs,
-      goodbyeGraceMs: opts.goodbyeGraceMs ?? d.goodbyeGraceMs,
-      restartBackoffMs: opts.restartBackoffMs ?? d.restartBackoffMs,
-      restartBackoffMaxMs: opts.restartBackoffMaxMs ?? d.restartBackoffMaxMs,
-      maxRestarts: opts.maxRestarts ?? d.maxRestarts,
-      restartWindowMs: opts.restartWindowMs ?? d.restartWindowMs,
-      maxFrameSize: opts.maxFrameSize ?? d.maxFrameSize,
-      initialCredit: opts.initialCredit ?? d.initialCredit,
-      maxMessageSize: opts.maxMessageSize ?? d.maxMessageSize,
-      stderrTailLines: opts.stderrTailLines ?? d.stderrTailLines,
-      maxRequests: opts.maxRequests ?? 0,
-      maxRssBytes: opts.maxRssBytes ?? 0,
-      maxIdleMs: opts.maxIdleMs ?? 0,
-    };
-    if (!(this.settings.workers >= 1)) throw new RangeError(`Pool: workers must be at least 1, not ${this.settings.workers}`);
     if (this.settings.maxRssBytes > 0 || this.settings.maxIdleMs > 0) {
       const every = this.settings.maxIdleMs > 0 ? Math.min(1000, Math.max(10, this.settings.maxIdleMs / 2)) : 1000;
       this.recycleTimer = setInterval(() => this.checkRecycling(), every);
@@ -654,7 +625,8 @@ export class Pool extends EventEmitter {
 
   /**
    * Starts `workers` processes and resolves once every one has completed its handshake.
-   * @throws WirepoolError SPAWN_FAILED, STARTUP_TIMEOUT, WORKER_EXITED (with its status),
+   * @throws InvalidArgumentError (308) for an option out of its range (PROTOCOL.md 22.2), before
+   * any worker is spawned; SPAWN_FAILED, STARTUP_TIMEOUT, WORKER_EXITED (with its status),
    * PROTOCOL_VIOLATION or CODEC_MISMATCH when a worker cannot start; the pool is then closed.
    */
   static async start(opts: PoolOptions): Promise<Pool> {
@@ -678,12 +650,12 @@ export class Pool extends EventEmitter {
    * @throws WirepoolError: the worker's error (RequestError, code and details), or a local one
    * (CancelledError, DeadlineExceededError, WorkerExitedError, WorkerHungError, ...).
    */
-  call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
+  call<T = unknown>(method: string, request: unknown, opts?: CallOptions): Promise<T> {
     return this.submitCall<T>(method, request, opts, null);
   }
 
   /** Streams `method`'s rows: `for await (const row of pool.stream(...))`. */
-  stream<T = unknown>(method: string, request?: unknown, opts?: CallOptions): RowStream<T> {
+  stream<T = unknown>(method: string, request: unknown, opts?: CallOptions): RowStream<T> {
     return this.submitStream<T>(method, request, opts, null);
   }
 
@@ -708,36 +680,61 @@ export class Pool extends EventEmitter {
     return new Promise((resolve, reject) => this.leaseWaiters.push({ resolve, reject }));
   }
 
+  /** The request's codec, budget and body, checked (22.2-22.4). @throws WirepoolError 308, 202. */
+  private prepare(method: unknown, request: unknown, opts: CallOptions | undefined): { method: string; codec: Codec; timeoutMs: number | null; body: Uint8Array } {
+    const name = methodName(method);
+    const { codec, timeoutMs } = callSettings(opts, this.settings.codec);
+    return { method: name, codec, timeoutMs, body: encodeRequest(codec, request) };
+  }
+
+  /** Why a checked request ends before it is sent, or null: cancelled, or a 0 budget (22.3). */
+  private endsAtOnce(opts: CallOptions | undefined, timeoutMs: number | null): WirepoolError | null {
+    if (opts?.signal?.aborted) return wirepoolError(ErrorCode.CANCELLED, "cancelled by the caller before it started");
+    if (timeoutMs === 0) return wirepoolError(ErrorCode.DEADLINE_EXCEEDED, "a timeout of 0 ms has already expired (nothing was sent)");
+    return null;
+  }
+
   /** @internal */
   submitCall<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null): Promise<T> {
-    let codec: Codec;
-    let body: Uint8Array;
+    let r: ReturnType<Pool["prepare"]>;
     try {
-      codec = opts?.codec === undefined ? this.settings.codec : resolveCodec(opts.codec);
-      body = codec.encode(request);
+      r = this.prepare(method, request, opts);
     } catch (e) {
-      return Promise.reject(e);
+      const err = this.refused(e);
+      this.stats.calls++;
+      this.counted(err);
+      return Promise.reject(err);
     }
     return new Promise<T>((resolve, reject) => {
-      const p = new UnaryCall<T>(this, method, codec, body, opts?.timeoutMs ?? 0, lease, opts, resolve, reject);
+      const p = new UnaryCall<T>(this, r.method, r.codec, r.body, r.timeoutMs ?? 0, lease, opts, resolve, reject);
       this.stats.calls++;
-      if (opts?.signal?.aborted) {
-        p.stop(wirepoolError(ErrorCode.CANCELLED, "cancelled by the caller before it started"));
-        return;
-      }
-      this.route(p);
+      const early = this.endsAtOnce(opts, r.timeoutMs);
+      if (early !== null) p.stop(early);
+      else this.route(p);
     });
   }
 
   /** @internal */
   submitStream<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null): RowStream<T> {
-    const codec = opts?.codec === undefined ? this.settings.codec : resolveCodec(opts.codec);
-    const body = codec.encode(request);
-    const s = new RowStream<T>(this, method, codec, body, opts?.timeoutMs ?? 0, lease, opts);
+    let r: ReturnType<Pool["prepare"]>;
+    let refusal: WirepoolError | null = null;
+    try {
+      r = this.prepare(method, request, opts);
+    } catch (e) {
+      refusal = this.refused(e);
+      r = { method: String(method), codec: this.settings.codec, timeoutMs: null, body: new Uint8Array(0) };
+    }
+    const s = new RowStream<T>(this, r.method, r.codec, r.body, r.timeoutMs ?? 0, lease, refusal === null ? opts : undefined);
     this.stats.calls++;
-    if (opts?.signal?.aborted) s.stop(wirepoolError(ErrorCode.CANCELLED, "cancelled by the caller before it started"));
+    const early = refusal ?? this.endsAtOnce(opts, r.timeoutMs);
+    if (early !== null) s.stop(early);
     else this.route(s);
     return s;
+  }
+
+  /** A refusal before sending as a WirepoolError (prepare throws only those; anything else is typed too). */
+  private refused(e: unknown): WirepoolError {
+    return e instanceof WirepoolError ? e : wirepoolError(ErrorCode.BAD_REQUEST, `the request was refused: ${String((e as Error)?.message ?? e)}`, { cause: e });
   }
 
   private route(p: Pending): void {
@@ -775,12 +772,12 @@ export class Pool extends EventEmitter {
   private sendOn(w: WorkerProcess, p: Pending): void {
     const m = w.methods.get(p.method);
     if (m === undefined) {
-      p.deliverError(wirepoolError(ErrorCode.UNKNOWN_METHOD, `the worker offers no method ${JSON.stringify(p.method)}`, { pid: w.pid }));
+      p.deliverError(wirepoolError(ErrorCode.UNKNOWN_METHOD, `the worker offers no method ${quote(p.method)}`, { pid: w.pid }));
       return;
     }
     if (m.kind !== p.kind) {
       const want = p.kind === MethodKind.STREAM ? "stream" : "unary";
-      p.deliverError(wirepoolError(ErrorCode.UNKNOWN_METHOD, `${JSON.stringify(p.method)} is not a ${want} method (use ${want === "stream" ? "call" : "stream"}())`, { pid: w.pid }));
+      p.deliverError(wirepoolError(ErrorCode.UNKNOWN_METHOD, `${quote(p.method)} is not a ${want} method (use ${want === "stream" ? "call" : "stream"}())`, { pid: w.pid }));
       return;
     }
     try {
@@ -982,12 +979,17 @@ export class Pool extends EventEmitter {
    * worker that does not is killed. Resolves when every worker process is gone.
    */
   close(opts?: { graceMs?: number }): Promise<void> {
+    let grace: number;
+    try {
+      grace = closeGrace(opts?.graceMs, this.settings.drainGraceMs);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     if (this.closing !== null) {
-      if (opts?.graceMs !== undefined) for (const w of this.workers) w.drain(opts.graceMs);
+      if (opts?.graceMs !== undefined) for (const w of this.workers) w.drain(grace);
       return this.closing;
     }
     this.closed = true;
-    const grace = opts?.graceMs ?? this.settings.drainGraceMs;
     for (const t of this.restartTimers) clearTimeout(t);
     this.restartTimers.clear();
     if (this.recycleTimer !== null) clearInterval(this.recycleTimer);

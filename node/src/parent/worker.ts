@@ -17,6 +17,7 @@ import { errorName, ProtocolError } from "../proto/errors.js";
 import type { HelloFrame, RowsFrame } from "../proto/frames.js";
 import { FEED_LIMIT, feedOutput } from "../feed.js";
 import { parseDetails, wirepoolError, type WirepoolError } from "./errors.js";
+import { cut, quote } from "./quote.js";
 
 /** A method the pool requires every worker to offer (checked at HELLO: CODEC_MISMATCH). */
 export interface RequiredMethod {
@@ -249,7 +250,7 @@ export class WorkerProcess {
 
   private spawnFailed(e: unknown): void {
     if (this.state === "dead") return;
-    const err = wirepoolError(ErrorCode.SPAWN_FAILED, `cannot start ${JSON.stringify(this.settings.command[0])}: ${(e as Error)?.message ?? e}`, { cause: e });
+    const err = wirepoolError(ErrorCode.SPAWN_FAILED, `cannot start ${quote(this.settings.command[0])}: ${cut(String((e as Error)?.message ?? e))}`, { cause: e });
     this.brokenBy = err;
     this.why = "spawn_failed";
     this.exited = true;
@@ -269,7 +270,8 @@ export class WorkerProcess {
    * refuses (nothing was sent).
    */
   send(route: Route, method: number, codec: number, timeoutMs: number, body: Uint8Array): number {
-    const id = this.conn.sendRequest(method, codec, timeoutMs > 0 ? Math.min(Math.round(timeoutMs * 1000), Number.MAX_SAFE_INTEGER) : 0, body);
+    // Rounded up: no positive budget reaches the wire as 0, which means no deadline (22.3).
+    const id = this.conn.sendRequest(method, codec, timeoutMs > 0 ? Math.ceil(timeoutMs * 1000) : 0, body);
     this.routes.set(id, route);
     this.requests++;
     this.scheduleFlush();
@@ -508,11 +510,11 @@ export class WorkerProcess {
       const m = this.methods.get(r.method);
       const kind = r.kind === "stream" ? MethodKind.STREAM : MethodKind.UNARY;
       let why: string | null = null;
-      if (m === undefined) why = `the worker has no method ${JSON.stringify(r.method)}`;
-      else if (m.kind !== kind) why = `the worker's ${JSON.stringify(r.method)} is not a ${r.kind} method`;
+      if (m === undefined) why = `the worker has no method ${quote(r.method)}`;
+      else if (m.kind !== kind) why = `the worker's ${quote(r.method)} is not a ${r.kind} method`;
       else {
         const missing = r.codecs.filter((c) => !m.codecs.includes(c));
-        if (missing.length > 0) why = `the worker's ${JSON.stringify(r.method)} does not accept codec ${missing.join(", ")}`;
+        if (missing.length > 0) why = `the worker's ${quote(r.method)} does not accept codec ${missing.join(", ")}`;
       }
       if (why !== null) {
         this.conn.refuse(ErrorCode.CODEC_MISMATCH, why);
@@ -535,10 +537,8 @@ export class WorkerProcess {
         maxMessageSize: Math.max(s.maxMessageSize, maxFrameSize),
       });
     } catch (e) {
-      if (!(e instanceof ProtocolError)) throw e;
-      this.conn.refuse(e.code, e.message);
-      this.flush();
-      this.breakWith(this.violationError(e.code, `the worker's HELLO cannot be answered: ${e.message}`), "protocol", false);
+      // Never thrown from this handler (22.1): a WELCOME the core cannot write fails the start.
+      this.welcomeFailed(e);
       return;
     }
     this.flush();
@@ -550,6 +550,20 @@ export class WorkerProcess {
     const resolve = this.startResolve;
     this.startResolve = this.startReject = null;
     resolve?.();
+  }
+
+  /** The WELCOME could not be written: the worker is refused and its start fails, typed. */
+  private welcomeFailed(e: unknown): void {
+    const code = e instanceof ProtocolError ? e.code : ErrorCode.PROTOCOL_VIOLATION;
+    const why = cut(String((e as Error)?.message ?? e));
+    try {
+      this.conn.refuse(code, why);
+      this.flush();
+    } catch {
+      // the refusal is a courtesy; the start fails either way
+    }
+    if (e instanceof ProtocolError) this.breakWith(this.violationError(code, `the worker's HELLO cannot be answered: ${why}`), "protocol", false);
+    else this.breakWith(wirepoolError(ErrorCode.INVALID_ARGUMENT, `the WELCOME cannot be written from these settings: ${why}`, { pid: this.pid, cause: e }), "protocol", false);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -695,6 +709,7 @@ export class WorkerProcess {
   /** Kills the process in `ms` unless it exits first; an earlier kill already armed stands. */
   private armKill(ms: number): void {
     if (this.exited) return;
+    ms = Math.min(ms, 0x7fffffff); // a timer's range: longer ones fire at once
     const at = performance.now() + ms;
     if (this.killTimer !== null) {
       if (this.killAt <= at) return;
