@@ -160,8 +160,12 @@ impl Codec {
                 raw::encode(value, out).map_err(|e| CodecError::encode(self, e))
             }
             #[cfg(feature = "json")]
-            Codec::Json => serde_json::to_writer(SmallWrites(out), value)
-                .map_err(|e| CodecError::encode(self, e)),
+            Codec::Json => {
+                let mut ser = serde_json::Serializer::with_formatter(SmallWrites(out), NoBigInts);
+                value
+                    .serialize(&mut ser)
+                    .map_err(|e| CodecError::encode(self, e))
+            }
             #[cfg(feature = "msgpack")]
             Codec::MsgPack => rmp_serde::encode::write_named(&mut SmallWrites(out), value)
                 .map_err(|e| CodecError::encode(self, e)),
@@ -294,6 +298,44 @@ impl Codec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct Encoded(pub Bytes);
+
+/// serde_json's compact format, except that an integer outside the 64-bit range (a `u128` or
+/// `i128` value above `u64::MAX` or below `i64::MIN`) is an error: the other SDKs' JSON cannot
+/// hold it (PROTOCOL.md 22.4, `BAD_REQUEST`), so it is refused, never sent.
+#[cfg(feature = "json")]
+struct NoBigInts;
+
+#[cfg(feature = "json")]
+impl serde_json::ser::Formatter for NoBigInts {
+    fn write_i128<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        v: i128,
+    ) -> std::io::Result<()> {
+        match i64::try_from(v) {
+            Ok(v) => self.write_i64(w, v),
+            Err(_) => Err(too_big(v)),
+        }
+    }
+    fn write_u128<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        v: u128,
+    ) -> std::io::Result<()> {
+        match u64::try_from(v) {
+            Ok(v) => self.write_u64(w, v),
+            Err(_) => Err(too_big(v)),
+        }
+    }
+}
+
+#[cfg(feature = "json")]
+fn too_big(v: impl fmt::Display) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("the integer {v} is outside the 64-bit range JSON carries between SDKs"),
+    )
+}
 
 /// An `io::Write` over a `BufMut` for encoders that write many tiny pieces (serde_json writes
 /// quotes, commas and colons one byte at a time; MessagePack and CBOR write one-byte markers): single bytes are pushed inline instead of

@@ -144,6 +144,9 @@ error_codes! {
     DecodeFailed = 306 => "DECODE_FAILED",
     /// The connection broke with a 1xx code (carried in details).
     ProtocolViolation = 307 => "PROTOCOL_VIOLATION",
+    /// A caller's option or argument is out of range, of the wrong type, NaN or infinite;
+    /// raised at once, nothing sent (PROTOCOL.md 22.2).
+    InvalidArgument = 308 => "INVALID_ARGUMENT",
 }
 
 impl ErrorCode {

@@ -388,10 +388,16 @@ impl Worker {
     /// (`Ok`, a line on stderr saying why) once three heartbeats go unanswered. The same binary
     /// runs locally or remotely. TLS needs the cargo feature `remote` (on by default); without
     /// it only a plain ticket for a loopback parent is usable.
+    ///
+    /// A worker that cannot join (an unusable or expired ticket, no connection, a refusal by
+    /// the parent) or whose remote session fails says why in one line on stderr and exits with
+    /// status 1: a program started as a remote worker has no caller to return an error to.
     pub fn run(self) -> io::Result<()> {
         if std::env::var_os(crate::driver::FD_ENV).is_none() {
-            if let Some(ticket) = crate::remote::ticket_from_env()? {
-                return self.join(ticket);
+            match crate::remote::ticket_from_env() {
+                Ok(Some(ticket)) => return self.join(ticket).or_else(|e| leave(&e)),
+                Ok(None) => {}
+                Err(e) => leave(&e),
             }
         }
         let socket = crate::driver::take_inherited_socket()?;
@@ -422,6 +428,18 @@ impl Worker {
             crate::driver::serve(self, transport, Some(watch)).await
         })
     }
+}
+
+/// Ends a remote worker that could not join or serve: one line for people, status 1.
+fn leave(e: &io::Error) -> ! {
+    let text = e.to_string();
+    let prefix = if text.starts_with("wirepool worker:") {
+        ""
+    } else {
+        "wirepool worker: "
+    };
+    eprintln!("{prefix}{text}");
+    std::process::exit(1)
 }
 
 /// The worker's runtime: one I/O thread that watches the socket `fd` (once known) briefly

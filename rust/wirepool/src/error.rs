@@ -49,6 +49,27 @@ pub mod codes {
     pub const DECODE_FAILED: u32 = ErrorCode::DecodeFailed.code();
     /// The connection broke with a 1xx code.
     pub const PROTOCOL_VIOLATION: u32 = ErrorCode::ProtocolViolation.code();
+    /// A message above `max_message_size` (a request refused locally, PROTOCOL.md 22.4).
+    pub const MESSAGE_TOO_LARGE: u32 = ErrorCode::MessageTooLarge.code();
+    /// A caller's option or argument is out of range (PROTOCOL.md 22.2); nothing was sent.
+    pub const INVALID_ARGUMENT: u32 = ErrorCode::InvalidArgument.code();
+}
+
+/// A caller's string as error messages quote it (PROTOCOL.md 22.4): at most
+/// `quoted_max_chars` (200) characters, and the original length when it was cut.
+pub(crate) fn quote(s: &str) -> String {
+    match s.char_indices().nth(crate::validate::QUOTED_MAX_CHARS) {
+        None => format!("{s:?}"),
+        Some((end, _)) => format!("{:?}... ({} bytes)", &s[..end], s.len()),
+    }
+}
+
+/// A message that may carry a caller's value (a codec's error), cut as [`quote`] cuts.
+pub(crate) fn cut(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(crate::validate::QUOTED_MAX_CHARS) {
+        None => s.into(),
+        Some((end, _)) => format!("{}... ({} bytes)", &s[..end], s.len()).into(),
+    }
 }
 
 /// Why a worker process ended, as seen by the parent.
@@ -218,14 +239,28 @@ pub enum Error {
         exit: Option<Arc<ExitInfo>>,
     },
     /// The worker lacks a method or codec the pool is configured to call (code 120, at start-up).
-    #[error("codec mismatch: {0}")]
+    #[error("codec mismatch: {}", cut(.0))]
     CodecMismatch(String),
     /// The called method is not offered by the workers, or has the other kind (code 200).
-    #[error("unknown method {0:?}")]
+    #[error("unknown method {}", quote(.0))]
     UnknownMethod(String),
     /// The request could not be encoded with the chosen codec (code 202).
-    #[error("cannot encode request: {0}")]
+    #[error("cannot encode request: {}", cut(.0))]
     Encode(String),
+    /// A request above the pool's `max_message_size`, refused locally before anything was sent
+    /// (code 115, PROTOCOL.md 22.4): the connection and the worker live on.
+    #[error("request too large: {0}")]
+    MessageTooLarge(String),
+    /// A caller's option or argument is out of its range (code 308, PROTOCOL.md 22.2): raised
+    /// by [`PoolBuilder::start`](crate::PoolBuilder::start) before any worker is spawned, or by
+    /// the call before anything is sent.
+    #[error("invalid argument {option}: {message}")]
+    InvalidArgument {
+        /// The option or argument, by its name in PROTOCOL.md 22.2.
+        option: &'static str,
+        /// Its range, and the value given (quoted as in 22.4).
+        message: String,
+    },
 }
 
 impl Error {
@@ -245,6 +280,8 @@ impl Error {
             Error::CodecMismatch(_) => codes::CODEC_MISMATCH,
             Error::UnknownMethod(_) => codes::UNKNOWN_METHOD,
             Error::Encode(_) => codes::BAD_REQUEST,
+            Error::InvalidArgument { .. } => codes::INVALID_ARGUMENT,
+            Error::MessageTooLarge(_) => codes::MESSAGE_TOO_LARGE,
         }
     }
 

@@ -7,6 +7,7 @@
 //! [`EventReceiver::dropped`]. The reader task that delivers events never waits for the
 //! consumer, so a slow consumer slows neither results nor rows.
 
+use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
@@ -115,7 +116,7 @@ impl EventSender {
     /// the same request and topic, else the oldest queued event is dropped.
     pub(crate) fn deliver(&self, event: WorkerEvent) {
         let waker = {
-            let mut s = self.mailbox.state.lock().unwrap();
+            let mut s = self.mailbox.state.locked();
             if !s.receiver {
                 return;
             }
@@ -145,7 +146,7 @@ impl EventSender {
 
 impl Clone for EventSender {
     fn clone(&self) -> Self {
-        self.mailbox.state.lock().unwrap().senders += 1;
+        self.mailbox.state.locked().senders += 1;
         EventSender {
             mailbox: self.mailbox.clone(),
         }
@@ -155,7 +156,7 @@ impl Clone for EventSender {
 impl Drop for EventSender {
     fn drop(&mut self) {
         let waker = {
-            let mut s = self.mailbox.state.lock().unwrap();
+            let mut s = self.mailbox.state.locked();
             s.senders -= 1;
             if s.senders > 0 {
                 return;
@@ -186,7 +187,7 @@ impl EventReceiver {
     /// `CallOptions` or builder holding it dropped, and every call that used it ended).
     pub async fn recv(&mut self) -> Option<WorkerEvent> {
         std::future::poll_fn(|cx| {
-            let mut s = self.mailbox.state.lock().unwrap();
+            let mut s = self.mailbox.state.locked();
             if let Some(e) = s.queue.pop_front() {
                 return Poll::Ready(Some(e));
             }
@@ -204,19 +205,19 @@ impl EventReceiver {
 
     /// The next event if one is waiting.
     pub fn try_recv(&mut self) -> Option<WorkerEvent> {
-        self.mailbox.state.lock().unwrap().queue.pop_front()
+        self.mailbox.state.locked().queue.pop_front()
     }
 
     /// Events discarded so far because the mailbox was full (replaced by a newer event of the
     /// same request and topic, or pushed out as the oldest).
     pub fn dropped(&self) -> u64 {
-        self.mailbox.state.lock().unwrap().dropped
+        self.mailbox.state.locked().dropped
     }
 }
 
 impl Drop for EventReceiver {
     fn drop(&mut self) {
-        let mut s = self.mailbox.state.lock().unwrap();
+        let mut s = self.mailbox.state.locked();
         s.receiver = false;
         s.queue.clear();
     }
@@ -281,7 +282,7 @@ mod tests {
         for i in 0..10 {
             tx.deliver(ev(i, "progress", ""));
         }
-        assert!(tx.mailbox.state.lock().unwrap().queue.is_empty());
+        assert!(tx.mailbox.state.locked().queue.is_empty());
         assert_eq!(ev(1, "t", "").decode::<Option<u8>>().unwrap(), None);
         assert!(ev(1, "t", "{").decode::<u8>().is_err());
     }

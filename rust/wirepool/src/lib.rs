@@ -62,6 +62,7 @@ mod config;
 mod error;
 mod events;
 mod liveness;
+mod lock;
 mod metrics;
 mod pending;
 mod pool;
@@ -69,6 +70,7 @@ pub mod prometheus;
 pub mod remote;
 mod spawn;
 mod stream;
+mod validate;
 mod worker;
 
 #[cfg(target_os = "linux")]

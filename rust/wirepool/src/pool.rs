@@ -1,6 +1,7 @@
 //! The pool: builder, least-loaded dispatch, unary calls, streams, leases, supervision of the
 //! worker slots (restart with backoff and intensity limit, recycling), shutdown, metrics.
 
+use crate::lock::{Locked, RwLocked};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -74,19 +75,22 @@ pub struct PoolBuilder {
 }
 
 impl PoolBuilder {
-    /// Number of worker processes (default: the number of CPUs).
+    /// Number of worker processes (default: the number of CPUs; 1 - 4,096 with the added
+    /// ones, else `start` fails with `INVALID_ARGUMENT`).
     pub fn workers(mut self, n: usize) -> Self {
-        self.cfg.workers = n.max(1);
+        self.cfg.workers = n;
         self
     }
     /// Most requests in flight on one worker (default 64, the worker SDKs' default offer). A
     /// worker whose HELLO offers fewer (`max_concurrency`) gets its offer, and the pool logs the
     /// clamp once (PROTOCOL.md 4.2).
+    ///
+    /// At least 1, else `start` fails with `INVALID_ARGUMENT`.
     pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.cfg.max_in_flight = n.max(1);
+        self.cfg.max_in_flight = n;
         self
     }
-    /// How long a worker may take to say HELLO (default 10 s).
+    /// How long a worker may take to say HELLO (default 10 s; 1 ms - `max_timeout_ms`).
     pub fn startup_timeout(mut self, d: Duration) -> Self {
         self.cfg.startup_timeout = d;
         self
@@ -172,9 +176,17 @@ impl PoolBuilder {
         self.cfg.retry = policy;
         self
     }
-    /// Largest frame payload (default 4 MiB, so a 1 MiB payload fits one frame; 64 KiB - 16 MiB).
+    /// Largest frame payload (default 4 MiB, so a 1 MiB payload fits one frame; 64 KiB - 16
+    /// MiB, else `start` fails with `INVALID_ARGUMENT`).
     pub fn max_frame_size(mut self, bytes: u32) -> Self {
-        self.cfg.max_frame_size = bytes.clamp(65_536, 16_777_216);
+        self.cfg.max_frame_size = bytes;
+        self
+    }
+    /// Largest message (a request, result or stream summary) in bytes, across its frames
+    /// (default 1 GiB; `max_frame_size` - 2^53 - 1). A request above it is refused locally with
+    /// `MESSAGE_TOO_LARGE`, before anything is sent.
+    pub fn max_message_size(mut self, bytes: u64) -> Self {
+        self.cfg.max_message_size = bytes;
         self
     }
     /// The shared-memory lane (PROTOCOL.md 20, Linux; default `Some(1 MiB)`, `None` turns it
@@ -197,9 +209,10 @@ impl PoolBuilder {
             .map(|t| t.max(1));
         self
     }
-    /// Credit window of each stream in bytes (default 1 MiB): bounds the rows buffered per stream.
+    /// Credit window of each stream in bytes (default 1 MiB; 1 - 2^31 - 1): bounds the rows
+    /// buffered per stream.
     pub fn stream_window(mut self, bytes: u32) -> Self {
-        self.cfg.initial_credit = bytes.clamp(1, (1 << 31) - 1);
+        self.cfg.initial_credit = bytes;
         self
     }
     /// The pool-wide mailbox for progress events: events of calls that have no mailbox of
@@ -307,7 +320,9 @@ impl PoolBuilder {
         self
     }
 
-    /// Spawns every worker and completes their handshakes. Fails, with every spawned process
+    /// Checks every option (PROTOCOL.md 22.2: a value out of its range is `INVALID_ARGUMENT`,
+    /// before anything is spawned), then spawns every worker and completes their handshakes.
+    /// Fails, with every spawned process
     /// killed and reaped, if any worker cannot start (`SPAWN_FAILED`, `STARTUP_TIMEOUT`,
     /// `CODEC_MISMATCH`, `WORKER_EXITED`, `PROTOCOL_VIOLATION`).
     ///
@@ -332,7 +347,7 @@ impl Drop for DropGuard {
     fn drop(&mut self) {
         self.0.closed.store(true, SeqCst);
         self.0.shared.notify_state_changed();
-        for w in self.0.live.lock().unwrap().values() {
+        for w in self.0.live.locked().values() {
             w.kill_now();
         }
     }
@@ -371,6 +386,7 @@ impl Pool {
     }
 
     async fn start(cfg: PoolConfig) -> Result<Pool> {
+        crate::validate::pool_options(&cfg)?;
         #[cfg(feature = "remote")]
         let (cfg, listener) = open_remote(cfg).await?;
         let n = cfg.workers;
@@ -463,6 +479,7 @@ impl Pool {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + 'static,
     {
+        let timeout = crate::validate::call_timeout(opts.timeout)?;
         let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
         let result = self
@@ -471,7 +488,7 @@ impl Pool {
                 None,
                 method_no,
                 codec,
-                opts.timeout,
+                timeout,
                 body,
                 opts.events.as_ref(),
                 opts.idempotent,
@@ -507,6 +524,7 @@ impl Pool {
     where
         Req: Serialize + ?Sized,
     {
+        let timeout = crate::validate::call_timeout(opts.timeout)?;
         let (method_no, codec) = self.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
         self.inner
@@ -514,7 +532,7 @@ impl Pool {
                 None,
                 method_no,
                 codec,
-                opts.timeout,
+                timeout,
                 body,
                 opts.events.as_ref(),
                 opts.idempotent,
@@ -531,7 +549,7 @@ impl Pool {
             tokio::pin!(notified);
             notified.as_mut().enable();
             self.inner.check_open()?;
-            let ready = self.inner.ready.read().unwrap().clone();
+            let ready = self.inner.ready.read_locked().clone();
             let mut best: Option<&Arc<Worker>> = None;
             for w in ready.iter() {
                 if w.state() == WorkerState::Ready
@@ -564,11 +582,11 @@ impl Pool {
             let notified = self.inner.live_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.inner.live.lock().unwrap().is_empty() && self.inner.starting.load(SeqCst) == 0 {
+            if self.inner.live.locked().is_empty() && self.inner.starting.load(SeqCst) == 0 {
                 break;
             }
             if Instant::now() >= deadline {
-                for w in self.inner.live.lock().unwrap().values() {
+                for w in self.inner.live.locked().values() {
                     w.kill(ExitCause::Shutdown);
                 }
             }
@@ -602,7 +620,8 @@ impl Pool {
     /// Waits until every slot has a ready worker (e.g. after a crash), up to `timeout`.
     /// Returns whether they all are.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        // Duration::MAX and the like: no deadline the clock can hold, so none.
+        let deadline = Instant::now().checked_add(timeout);
         loop {
             let notified = self.inner.shared.state_changed.notified();
             tokio::pin!(notified);
@@ -618,7 +637,9 @@ impl Pool {
             if up == self.inner.slots.len() {
                 return true;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if left.is_zero() || self.inner.closed.load(Acquire) {
                 return false;
             }
@@ -668,6 +689,7 @@ impl Lease {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + 'static,
     {
+        let timeout = crate::validate::call_timeout(opts.timeout)?;
         let (method_no, codec) = self.pool.inner.resolve(method, opts.codec)?;
         let body = encode(codec, req)?;
         let result = self
@@ -677,7 +699,7 @@ impl Lease {
                 Some(&self.worker),
                 method_no,
                 codec,
-                opts.timeout,
+                timeout,
                 body,
                 opts.events.as_ref(),
                 opts.idempotent,
@@ -807,8 +829,8 @@ impl PoolInner {
     fn close(&self, reason: &'static str) {
         let _ = self.close_reason.set(reason);
         self.closed.store(true, SeqCst);
-        *self.ready.write().unwrap() = Arc::new(Vec::new());
-        for w in self.live.lock().unwrap().values() {
+        *self.ready.write_locked() = Arc::new(Vec::new());
+        for w in self.live.locked().values() {
             w.begin_drain(ExitCause::Shutdown, self.shared.cfg.drain_grace);
         }
         // Slots waiting for a remote worker to join stop waiting (shutdown does not wait out
@@ -884,7 +906,7 @@ impl PoolInner {
     fn pick(&self) -> Option<Arc<Worker>> {
         // Scanned under the read lock (nothing here waits), not cloned: one call's worth of
         // reference counting less.
-        let ready = self.ready.read().unwrap();
+        let ready = self.ready.read_locked();
         let n = ready.len();
         if n == 0 {
             return None;
@@ -1140,7 +1162,7 @@ impl PoolInner {
     }
 
     async fn start_incarnation(self: &Arc<Self>, slot: usize) -> Result<Incarnation> {
-        *self.slots[slot].state.lock().unwrap() = WorkerState::Starting;
+        *self.slots[slot].state.locked() = WorkerState::Starting;
         let id = self.next_worker_id.fetch_add(1, Relaxed);
         // Counted from before the spawn until the worker is in `live` (or has failed and been
         // reaped), so `shutdown` never returns while a process is half started.
@@ -1148,7 +1170,7 @@ impl PoolInner {
         let started =
             worker::start(&self.shared, slot, id, self.slots[slot].counters.clone()).await;
         if let Ok(inc) = &started {
-            self.live.lock().unwrap().insert(id, inc.worker.clone());
+            self.live.locked().insert(id, inc.worker.clone());
         }
         self.starting.fetch_sub(1, SeqCst);
         self.live_changed.notify_waiters();
@@ -1157,13 +1179,13 @@ impl PoolInner {
 
     fn publish(&self, slot: usize, worker: Option<Arc<Worker>>) {
         let s = &self.slots[slot];
-        let old = std::mem::replace(&mut *s.current.lock().unwrap(), worker.clone());
-        *s.state.lock().unwrap() = if worker.is_some() {
+        let old = std::mem::replace(&mut *s.current.locked(), worker.clone());
+        *s.state.locked() = if worker.is_some() {
             WorkerState::Ready
         } else {
             WorkerState::Dead
         };
-        let mut ready = self.ready.write().unwrap();
+        let mut ready = self.ready.write_locked();
         let mut list: Vec<Arc<Worker>> = ready
             .iter()
             .filter(|w| !old.as_ref().is_some_and(|o| Arc::ptr_eq(o, w)))
@@ -1180,7 +1202,7 @@ impl PoolInner {
     }
 
     fn forget(&self, worker: &Worker) {
-        self.live.lock().unwrap().remove(&worker.id);
+        self.live.locked().remove(&worker.id);
         self.live_changed.notify_waiters();
     }
 
@@ -1200,7 +1222,7 @@ impl PoolInner {
     /// the user guessing).
     fn close_restart_intensity(&self, slot: usize) {
         let p = &self.shared.cfg.restart;
-        let deaths = self.crash_times.lock().unwrap().len();
+        let deaths = self.crash_times.locked().len();
         let reason = format!(
             "restart intensity exceeded: {deaths} worker deaths within {:?} (max_restarts {}); \
              the pool closed",
@@ -1215,7 +1237,7 @@ impl PoolInner {
     fn allow_crash_restart(&self) -> bool {
         let p = &self.shared.cfg.restart;
         let now = Instant::now();
-        let mut times = self.crash_times.lock().unwrap();
+        let mut times = self.crash_times.locked();
         while times
             .front()
             .is_some_and(|t| now.duration_since(*t) > p.within)
@@ -1232,10 +1254,10 @@ impl PoolInner {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let cur = s.current.lock().unwrap().clone();
+                let cur = s.current.locked().clone();
                 let state = match &cur {
                     Some(w) => w.state(),
-                    None => *s.state.lock().unwrap(),
+                    None => *s.state.locked(),
                 };
                 WorkerMetrics {
                     slot: i,
@@ -1251,7 +1273,7 @@ impl PoolInner {
                     bytes_in: s.counters.bytes_in.load(Relaxed),
                     bytes_out: s.counters.bytes_out.load(Relaxed),
                     restarts: s.counters.restarts.load(Relaxed),
-                    restart_causes: s.causes.lock().unwrap().clone(),
+                    restart_causes: s.causes.locked().clone(),
                     retries: s.counters.retries.load(Relaxed),
                     rss_bytes: cur
                         .as_ref()

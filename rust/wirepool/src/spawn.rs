@@ -2,6 +2,7 @@
 //! group, no shell.
 //! Also the continuous capture of its stdout and stderr ([`WorkerOutput`]), and RSS reading.
 
+use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
@@ -322,14 +323,14 @@ impl StderrTail {
         if self.cap == 0 {
             return;
         }
-        let mut lines = self.lines.lock().unwrap();
+        let mut lines = self.lines.locked();
         if lines.len() == self.cap {
             lines.pop_front();
         }
         lines.push_back(line);
     }
     pub fn snapshot(&self) -> Vec<String> {
-        self.lines.lock().unwrap().iter().cloned().collect()
+        self.lines.locked().iter().cloned().collect()
     }
 }
 

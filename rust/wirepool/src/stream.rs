@@ -1,6 +1,7 @@
 //! Streams of rows: whole ROWS frames handed from the reader task to the consumer, rows decoded
 //! lazily from the frame bytes, credit granted as the consumer reads.
 
+use crate::lock::Locked;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -53,7 +54,7 @@ impl RowQueue {
     /// is gone or the stream already ended) comes back: the reader reports it consumed.
     pub fn push_rows(&self, rows: RowsPayload) -> std::result::Result<(), RowsPayload> {
         let waker = {
-            let mut s = self.state.lock().unwrap();
+            let mut s = self.state.locked();
             if s.abandoned || s.terminal.is_some() {
                 return Err(rows);
             }
@@ -69,7 +70,7 @@ impl RowQueue {
     /// Called exactly once per stream, with the summary or the error that ended it.
     pub fn finish(&self, outcome: Result<Bytes>) {
         let waker = {
-            let mut s = self.state.lock().unwrap();
+            let mut s = self.state.locked();
             if s.terminal.is_some() {
                 return;
             }
@@ -84,7 +85,7 @@ impl RowQueue {
     /// The consumer is gone: drops the frames it will never read and returns their payload
     /// bytes, which count as consumed (PROTOCOL.md 14.3).
     fn abandon(&self) -> usize {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.locked();
         s.abandoned = true;
         s.frames.drain(..).map(|f| f.payload().len()).sum()
     }
@@ -94,7 +95,7 @@ impl RowQueue {
         &self,
         cx: &mut Context<'_>,
     ) -> Poll<std::result::Result<RowsPayload, Result<Bytes>>> {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.locked();
         if let Some(f) = s.frames.pop_front() {
             return Poll::Ready(Ok(f));
         }

@@ -1,6 +1,7 @@
 //! One worker incarnation: start-up and handshake, the reader and writer tasks, and the
 //! lifecycle task that owns the process (heartbeats, deadlines, cancel grace, recycling, exit).
 
+use crate::lock::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -238,7 +239,7 @@ impl DriverState {
             let read = sock.poll_read_buf_fds(cx, self.conn.read_buffer(), &mut fds);
             if !fds.is_empty() {
                 self.conn.shm_descriptors_received(fds.len());
-                lane.fds.lock().unwrap().extend(fds);
+                lane.fds.locked().extend(fds);
             }
             if let Poll::Ready(Err(e)) = &read {
                 // More than 8 descriptors in one read (MSG_CTRUNC): a protocol violation, not
@@ -493,7 +494,7 @@ impl Worker {
         if wire.kind != want_kind {
             return Err(NotSent::Final(Error::UnknownMethod(format!(
                 "{} (is {:?}, called as {:?})",
-                name(),
+                crate::error::cut(&name()),
                 wire.kind,
                 want_kind
             ))));
@@ -528,12 +529,16 @@ impl Worker {
             Awaiting::Unary(w) if alone => Some(w.clone()),
             _ => None,
         };
+        let deadline = match timeout.zip(now) {
+            None => None,
+            Some((t, now)) => Some((self.deadline_of(now, t)?, t)),
+        };
         let sink = match awaiting {
             Awaiting::Stream(s) => Sink::Stream(s),
             Awaiting::Unary(w) => Sink::Unary(UnaryCell::Waiting(Some(w))),
         };
         let (id, wake_writer) = {
-            let mut driver = self.driver.lock().unwrap();
+            let mut driver = self.driver.locked();
             let c = &mut *driver;
             if let Some(e) = &c.closed {
                 return Err(NotSent::WorkerGone(e.clone()));
@@ -545,9 +550,6 @@ impl Worker {
                         _ => NotSent::Final(refusal(e, self.id)),
                     }
                 })?;
-            let deadline = timeout
-                .zip(now)
-                .map(|(t, now)| (now + t + self.pool.cfg.deadline_grace, t));
             c.routes.insert(
                 id,
                 Route {
@@ -580,6 +582,19 @@ impl Worker {
         Ok((id, now))
     }
 
+    /// When the parent gives up on a request sent at `now` with timeout `t`: checked, before
+    /// any lock is taken (PROTOCOL.md 22.1; the call checked `t` against `max_timeout_ms`).
+    fn deadline_of(&self, now: Instant, t: Duration) -> Result<Instant, NotSent> {
+        now.checked_add(t)
+            .and_then(|d| d.checked_add(self.pool.cfg.deadline_grace))
+            .ok_or_else(|| {
+                NotSent::Final(Error::InvalidArgument {
+                    option: "timeout",
+                    message: format!("{t:?} from now is beyond the clock"),
+                })
+            })
+    }
+
     /// Latency fast path: when this is the only request and the writer is idle, write now
     /// instead of waking the writer task (a task switch, or a cross-thread wake-up). Under load
     /// requests keep queueing for the writer, so they still share a write. Only a request of
@@ -608,7 +623,7 @@ impl Worker {
     /// The outcome of unary request `id`, once the reader (or the deadline, or the worker's
     /// exit) delivered it; until then `cx`'s waker is kept in the route.
     pub fn poll_unary(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<Bytes>> {
-        let mut driver = self.driver.lock().unwrap();
+        let mut driver = self.driver.locked();
         let mut others = Vec::new();
         let mut pass = ReadPass::default();
         if driver.direct_reader == Some(id) {
@@ -735,7 +750,7 @@ impl Worker {
     /// Asks the worker to stop a request. The request stays in flight until its terminal
     /// arrives; if that takes longer than the cancel grace, the worker is killed.
     pub fn cancel(&self, id: u64) {
-        let mut driver = self.driver.lock().unwrap();
+        let mut driver = self.driver.locked();
         let c = &mut *driver;
         if c.direct_reader == Some(id) {
             c.hand_back_reading();
@@ -762,7 +777,7 @@ impl Worker {
     /// The consumer of stream `id` has read `bytes` of ROWS payload; the core decides when
     /// that is worth a CREDIT (half the window).
     pub fn consumed(&self, id: u64, bytes: usize) {
-        let mut driver = self.driver.lock().unwrap();
+        let mut driver = self.driver.locked();
         if driver.closed.is_some() {
             return;
         }
@@ -789,10 +804,9 @@ impl Worker {
             }
             return;
         }
-        *self.drain_deadline.lock().unwrap() =
-            Some(Instant::now() + grace + Duration::from_secs(1));
+        *self.drain_deadline.locked() = Some(Instant::now() + grace + Duration::from_secs(1));
         {
-            let mut driver = self.driver.lock().unwrap();
+            let mut driver = self.driver.locked();
             if driver.closed.is_none() {
                 let c = &mut *driver;
                 let _ = c
@@ -801,7 +815,7 @@ impl Worker {
             }
         }
         self.writer_wake.notify_one();
-        if let Some(tx) = self.retire.lock().unwrap().take() {
+        if let Some(tx) = self.retire.locked().take() {
             let _ = tx.send(cause);
         }
         tracing::debug!(worker = self.id, slot = self.slot, pid = self.pid, %cause, "draining worker");
@@ -817,7 +831,7 @@ impl Worker {
         let _ = self
             .state
             .compare_exchange(STATE_LEASED, STATE_DRAINING, AcqRel, Relaxed);
-        if let Some(tx) = self.retire.lock().unwrap().take() {
+        if let Some(tx) = self.retire.locked().take() {
             let _ = tx.send(ExitCause::LeftByItself);
         }
         self.pool.notify_state_changed();
@@ -850,7 +864,7 @@ impl Worker {
             spawn::signal_group(self.local_pid, libc::SIGKILL);
             return;
         }
-        let transport = self.driver.lock().unwrap().socket_out.clone();
+        let transport = self.driver.locked().socket_out.clone();
         if let Some(t) = transport {
             t.shut_down();
         }
@@ -877,6 +891,9 @@ fn read_own_answer(c: &mut DriverState, id: u64, waker: &Waker) {
 /// Maps a send the core refused to the caller's error: request-level refusals (DRAINING,
 /// OVERLOADED, CODEC_UNSUPPORTED, ...) keep their code, anything else is a protocol failure.
 fn refusal(e: ProtocolError, worker_id: u32) -> Error {
+    if e.code == ErrorCode::MessageTooLarge {
+        return Error::MessageTooLarge(e.message);
+    }
     match ErrorClass::of(e.code.code()) {
         ErrorClass::Request => Error::Remote {
             code: e.code.code(),
@@ -1173,7 +1190,7 @@ fn send_request(
 fn set_up_lane(worker: &Arc<Worker>, threshold: usize) {
     let fds: FdQueue = Arc::default();
     let weak = Arc::downgrade(worker);
-    let mut driver = worker.driver.lock().unwrap();
+    let mut driver = worker.driver.locked();
     driver
         .conn
         .set_shm_mapper(wirepool_io::shm::descriptor_mapper(fds.clone()));
@@ -1193,7 +1210,7 @@ fn set_up_lane(worker: &Arc<Worker>, threshold: usize) {
 /// an idle connection gives its shared memory back on both sides.
 #[cfg(target_os = "linux")]
 fn retire_idle_regions(worker: &Worker, now: Instant) {
-    let mut driver = worker.driver.lock().unwrap();
+    let mut driver = worker.driver.locked();
     let c = &mut *driver;
     if c.closed.is_some() {
         return;
@@ -1312,7 +1329,7 @@ fn welcome_for(
     let mut w = Welcome::for_hello(hello, worker_id)?;
     w.max_frame_size = cfg.max_frame_size.min(hello.max_frame_size);
     w.initial_credit = cfg.initial_credit;
-    w.heartbeat_ms = heartbeat(cfg, remote).as_millis().min(u32::MAX as u128) as u32;
+    w.heartbeat_ms = crate::validate::ceil_ms(heartbeat(cfg, remote));
     w.max_in_flight = cfg.max_in_flight.min(hello.max_concurrency).max(1);
     if w.max_in_flight < cfg.max_in_flight && !cfg.clamp_logged.swap(true, Relaxed) {
         tracing::warn!(
@@ -1457,7 +1474,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Transport>) -> ReaderEnd {
         // core's buffer; a short read clears readiness, so there is no extra EAGAIN read per
         // wake-up.
         let read = std::future::poll_fn(|cx| {
-            let mut driver = worker.driver.lock().unwrap();
+            let mut driver = worker.driver.locked();
             if let Some(end) = driver.reader_end.take() {
                 return Poll::Ready(Err(end));
             }
@@ -1475,7 +1492,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Transport>) -> ReaderEnd {
             Err(end) => return end,
             Ok(Ok(0) | Err(_)) => {
                 // A read that was a protocol violation (see `DriverState::poll_read`).
-                let violation = worker.driver.lock().unwrap().reader_end.take();
+                let violation = worker.driver.locked().reader_end.take();
                 if let Some(end) = violation {
                     worker.writer_wake.notify_one();
                     return end;
@@ -1485,7 +1502,7 @@ async fn reader_loop(worker: Arc<Worker>, socket: Arc<Transport>) -> ReaderEnd {
             Ok(Ok(n)) => n,
         };
         let pass = {
-            let mut driver = worker.driver.lock().unwrap();
+            let mut driver = worker.driver.locked();
             handle_read(&worker, &mut driver, n, &mut wakers)
         };
         for w in wakers.drain(..) {
@@ -1678,7 +1695,7 @@ fn end_route(
 /// End of file. Stopping inside a frame (`TRUNCATED`) is what a crash looks like, so it is
 /// reported as the worker's exit (with its status), not as a protocol violation.
 fn reader_eof(worker: &Worker) -> ReaderEnd {
-    if let Err(e) = worker.driver.lock().unwrap().conn.end_of_input() {
+    if let Err(e) = worker.driver.locked().conn.end_of_input() {
         tracing::debug!(worker = worker.id, error = %e, "connection ended inside a frame");
     }
     ReaderEnd::Eof
@@ -1691,7 +1708,7 @@ async fn writer_loop(worker: Arc<Worker>, socket_out: Arc<Transport>) {
     let mut queue = WriteQueue::default();
     loop {
         {
-            let mut driver = worker.driver.lock().unwrap();
+            let mut driver = worker.driver.locked();
             let c = &mut *driver;
             // Views of results the callers dropped: their ranges go back to the worker.
             if c.conn.has_shm_releases() && c.closed.is_none() {
@@ -1828,7 +1845,7 @@ async fn lifecycle(
     // when this function returns, whoever still holds the `Worker`.
     writer.abort();
     let _ = writer.await;
-    worker.driver.lock().unwrap().socket_out = None;
+    worker.driver.locked().socket_out = None;
     let _ = tokio::time::timeout(Duration::from_millis(200), logs_done).await;
     let (info, error) = watch.exit(status);
     let _ = worker.exit.set(info.clone());
@@ -1921,7 +1938,7 @@ impl Watch {
                 self.kill(ExitCause::Crashed);
             }
         }
-        let drain_deadline = *self.worker.drain_deadline.lock().unwrap();
+        let drain_deadline = *self.worker.drain_deadline.locked();
         if let Some(at) = drain_deadline {
             if now >= at {
                 self.kill(ExitCause::Shutdown);
@@ -1950,7 +1967,7 @@ impl Watch {
     fn goodbye_seen(&mut self, now: Instant) {
         self.goodbye_seen = true;
         self.liveness = None;
-        if self.worker.drain_deadline.lock().unwrap().is_none() {
+        if self.worker.drain_deadline.locked().is_none() {
             self.cause.get_or_insert(ExitCause::LeftByItself);
         }
         self.kill_at = Some(
@@ -1966,7 +1983,7 @@ impl Watch {
             return;
         };
         let seen = {
-            let driver = worker.driver.lock().unwrap();
+            let driver = worker.driver.locked();
             Seen {
                 answered: worker.last_pong.load(Acquire),
                 incomplete_frame: driver.conn.incomplete_frame_len(),
@@ -1987,7 +2004,7 @@ impl Watch {
             // Published before the PING leaves, so its PONG is never taken for an unsolicited
             // one.
             worker.last_ping.store(nonce, Release);
-            let mut driver = worker.driver.lock().unwrap();
+            let mut driver = worker.driver.locked();
             let c = &mut *driver;
             // Ahead of what is queued, at the writer's next frame boundary: a large REQUEST
             // being written delays it by one frame at most (PROTOCOL.md 8.5).
@@ -2022,7 +2039,7 @@ impl Watch {
     /// The reaped process's exit record, and the error its requests still in flight end with.
     fn exit(self, status: Option<std::process::ExitStatus>) -> (Arc<ExitInfo>, Error) {
         let worker = &self.worker;
-        let drained = worker.drain_deadline.lock().unwrap().is_some();
+        let drained = worker.drain_deadline.locked().is_some();
         let said_goodbye = worker.goodbye.load(Relaxed) != 0;
         let cause = self.cause.unwrap_or(if drained {
             ExitCause::Shutdown
@@ -2060,7 +2077,7 @@ fn fail_in_flight(worker: &Worker, error: Error) {
     let mut freed = 0;
     let mut now = ReadClock::unread();
     {
-        let mut driver = worker.driver.lock().unwrap();
+        let mut driver = worker.driver.locked();
         driver.closed = Some(error.clone());
         driver.routes.retain(|_, r| {
             if r.on_wire {
@@ -2079,7 +2096,7 @@ fn fail_in_flight(worker: &Worker, error: Error) {
 
 /// Marks the connection closed so no new request is accepted while the process is reaped.
 fn close_connection(worker: &Worker) {
-    let mut driver = worker.driver.lock().unwrap();
+    let mut driver = worker.driver.locked();
     if driver.closed.is_none() {
         driver.closed = Some(Error::PoolClosed("worker connection closed"));
     }
@@ -2111,7 +2128,7 @@ fn close_connection(worker: &Worker) {
 fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
     let cancel_grace = worker.pool.cfg.cancel_grace;
     let (overdue, expired) = {
-        let mut driver = worker.driver.lock().unwrap();
+        let mut driver = worker.driver.locked();
         if driver.closed.is_some() {
             return None;
         }
@@ -2137,7 +2154,7 @@ fn housekeep_routes(worker: &Worker, now: Instant) -> Option<ExitCause> {
     };
     if expired {
         worker.begin_drain(ExitCause::CancelTimeout, cancel_grace);
-        let mut driver = worker.driver.lock().unwrap();
+        let mut driver = worker.driver.locked();
         let c = &mut *driver;
         let mut cancelled = false;
         let mut wakers = Vec::new();

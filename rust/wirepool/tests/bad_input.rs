@@ -93,7 +93,10 @@ fn int<T: TryFrom<u64>>(v: &Value) -> Result<T, String> {
 /// A method name: a string, or `{"$": "repeat", "s", "n"}`.
 fn text(v: &Value) -> String {
     match v["$"].as_str() {
-        Some("repeat") => v["s"].as_str().unwrap().repeat(v["n"].as_u64().unwrap() as usize),
+        Some("repeat") => v["s"]
+            .as_str()
+            .unwrap()
+            .repeat(v["n"].as_u64().unwrap() as usize),
         _ => v.as_str().expect("a string").to_string(),
     }
 }
@@ -110,7 +113,7 @@ fn apply(b: PoolBuilder, name: &str, v: &Value) -> Result<PoolBuilder, String> {
         "drain_grace_ms" => b.drain_grace(ms(v)?),
         "max_frame_size" => b.max_frame_size(int(v)?),
         "initial_credit" => b.stream_window(int(v)?),
-        "max_message_size" => return Err(format!("no builder method for {name} {}", int::<u64>(v)?)), // BEFORE
+        "max_message_size" => b.max_message_size(int(v)?),
         "stderr_tail_lines" => b.stderr_tail_lines(int(v)?),
         "max_requests" => b.recycle_policy(RecyclePolicy {
             max_requests: Some(int(v)?),
@@ -125,7 +128,12 @@ fn apply(b: PoolBuilder, name: &str, v: &Value) -> Result<PoolBuilder, String> {
             ..Default::default()
         }),
         "command" => {
-            let argv: Vec<&str> = v.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+            let argv: Vec<&str> = v
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap())
+                .collect();
             let cmd = match argv.split_first() {
                 Some((program, args)) => WorkerCommand::new(program).args(args.iter().copied()),
                 None => WorkerCommand::new(""),
@@ -169,7 +177,11 @@ fn pool_builder(base: PoolBuilder, option: &str, v: &Value) -> Result<PoolBuilde
         }
         touched = true;
     }
-    Ok(if touched { b.restart_policy(restart) } else { b })
+    Ok(if touched {
+        b.restart_policy(restart)
+    } else {
+        b
+    })
 }
 
 /// A serde value that refuses to be encoded (an "object of no codec type").
@@ -246,9 +258,16 @@ fn call_options(row: &Value) -> Result<CallOptions, String> {
 }
 
 /// A call (or a stream) of the row's method and request on `pool`.
-async fn call(pool: &Pool, row: &Value, method: &str, opts: CallOptions) -> wirepool::Result<Value> {
+async fn call(
+    pool: &Pool,
+    row: &Value,
+    method: &str,
+    opts: CallOptions,
+) -> wirepool::Result<Value> {
     if row["stream"] == true {
-        let mut rows = pool.stream_with::<_, Value>(method, &row["request"], opts).await?;
+        let mut rows = pool
+            .stream_with::<_, Value>(method, &row["request"], opts)
+            .await?;
         return Ok(Value::Array(rows.collect_rows().await?));
     }
     pool.call_with(method, &row["request"], opts).await
@@ -268,7 +287,10 @@ async fn call_option_row(pool: Pool, row: Value) -> Outcome {
 
 async fn method_row(pool: Pool, row: Value) -> Outcome {
     let method = text(&row["method"]);
-    expect_code(&row, call(&pool, &row, &method, CallOptions::default()).await)
+    expect_code(
+        &row,
+        call(&pool, &row, &method, CallOptions::default()).await,
+    )
 }
 
 async fn request_row(pool: Pool, row: Value) -> Outcome {
@@ -337,10 +359,15 @@ async fn lifecycle_row(pool: Pool, row: Value) -> Outcome {
     let own = builder().start().await.map_err(|e| format!("start: {e}"))?;
     own.shutdown().await;
     match action {
-        "call_after_close" => expect_code(&row, own.call::<_, Value>("add", &json!({"a": 1, "b": 2})).await),
+        "call_after_close" => expect_code(
+            &row,
+            own.call::<_, Value>("add", &json!({"a": 1, "b": 2})).await,
+        ),
         "stream_after_close" => expect_code(
             &row,
-            own.stream::<_, Value>("decls", &json!({"n": 1})).await.map(|_| ()),
+            own.stream::<_, Value>("decls", &json!({"n": 1}))
+                .await
+                .map(|_| ()),
         ),
         "lease_after_close" => expect_code(&row, own.lease().await.map(|_| ())),
         "close_twice" => {
@@ -365,7 +392,10 @@ async fn run_row(pool: &Pool, row: &Value) -> Outcome {
             other => Err(format!("unknown kind {other}")),
         }
     });
-    match tokio::time::timeout(ROW_TIMEOUT, task).await {
+    let abort = task.abort_handle();
+    let outcome = tokio::time::timeout(ROW_TIMEOUT, task).await;
+    abort.abort();
+    match outcome {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(e)) if e.is_panic() => Err(format!("panicked: {e}")),
         Ok(Err(e)) => Err(format!("task failed: {e}")),
@@ -379,7 +409,9 @@ async fn every_row_of_bad_input_json() {
     let rows = t["rows"].as_array().expect("rows");
     assert!(rows.len() >= 100, "only {} rows", rows.len());
     // One pool takes every call-time row in turn; `pool.survives` then calls it once more.
-    let pool = common::bounded(30, builder().start()).await.expect("the shared pool starts");
+    let pool = common::bounded(30, builder().start())
+        .await
+        .expect("the shared pool starts");
     let (mut passed, mut skipped, mut failed) = (0, 0, Vec::new());
     for row in rows {
         let id = row["id"].as_str().expect("id");
@@ -394,6 +426,9 @@ async fn every_row_of_bad_input_json() {
         }
     }
     common::bounded(30, pool.shutdown()).await;
-    println!("{passed} passed, {skipped} skipped, {} failed", failed.len());
+    println!(
+        "{passed} passed, {skipped} skipped, {} failed",
+        failed.len()
+    );
     assert!(failed.is_empty(), "rows failed:\n{}", failed.join("\n"));
 }
