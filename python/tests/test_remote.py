@@ -321,3 +321,38 @@ def test_constants_match_the_spec() -> None:
     assert remote.DEFAULT_REFUSAL_LOG_PER_SECOND == d["refusal_log_per_second"]
     assert remote.DEFAULT_REMOTE_HEARTBEAT_MS == d["remote_heartbeat_ms"]
     assert remote.DEFAULT_POOL_TICKET_TTL == d["pool_ticket_ttl_s"]
+
+
+# -- a real worker refused ----------------------------------------------------------------------
+
+
+def test_a_python_worker_refused_for_a_forged_secret_exits_1_saying_why() -> None:
+    """issue 24: the worker printed "119 join refused" and exited 0 (closing the TLS transport
+    called eof_received at once, whose _stop(0) came before the refusal's status 1)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).resolve().parents[1] / "conformance" / "worker.py"
+
+    async def main() -> tuple[int, str]:
+        async with remote.Listener() as listener:
+            forged = dataclasses.replace(listener.issue(), secret=os.urandom(32))
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("WIREPOOL_FD", "WIREPOOL_TICKET", "WIREPOOL_TICKET_FILE")}
+            env["WIREPOOL_TICKET"] = forged.encode()
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, str(worker), env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                _, err = await asyncio.wait_for(proc.communicate(), 15)
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+            assert listener.counters.get("joined", 0) == 0
+            return proc.returncode or 0, err.decode(errors="replace")
+
+    status, err = run(main())
+    assert status == 1, err
+    assert "join refused" in err and "Traceback" not in err and len(err) < 2000, err

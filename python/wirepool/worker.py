@@ -502,6 +502,10 @@ class _Runtime(LaneProtocol):
         self._stop(1)
 
     def _stop(self, status: int) -> None:
+        # The status first: closing a TLS transport below may call eof_received (and so
+        # _stop(0)) at once, which lost the 1 of a refused join (issue 24).
+        if not self.done.done():
+            self.done.set_result(status)
         if self.watchdog is not None:
             self.watchdog.close()
         while self.shm_fds:  # received, never taken by a SHM_REGION
@@ -514,8 +518,6 @@ class _Runtime(LaneProtocol):
         if self.transport is not None:
             self._flush_out()
             self.transport.close()
-        if not self.done.done():
-            self.done.set_result(status)
 
     # -- the shared-memory lane (PROTOCOL.md 20) -----------------------------------------
 
