@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
+import fc from "fast-check";
 import {
   ErrorCode,
   InvalidArgumentError,
@@ -15,6 +16,8 @@ import {
   type PoolOptions,
   WirepoolError,
 } from "../src/index.js";
+import { poolSettings } from "../src/parent/options.js";
+import { WorkerProcess } from "../src/parent/worker.js";
 
 const ROOT = new URL("../../", import.meta.url); // node/ (from build/test/)
 const TABLE = JSON.parse(readFileSync(new URL("../conformance/bad_input.json", ROOT), "utf8")) as { rows: Row[] };
@@ -329,4 +332,103 @@ describe("bad_input.json", () => {
       }
     });
   }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Beyond the table: the WELCOME path, and the numeric option space
+
+describe("caller input beyond the table", () => {
+  test("a WELCOME the settings cannot carry fails the start, typed, instead of throwing from a handler", T, async () => {
+    // Validation refuses these up front; here they reach the handshake anyway (22.1's backstop).
+    for (const bad of [{ heartbeatMs: -5 }, { initialCredit: -1 }]) {
+      const settings = { ...poolSettings({ command: COMMAND, workers: 1 }), ...bad };
+      const w = new WorkerProcess(1, settings, { freed() {}, exited() {}, wantsLines: () => false });
+      const e = await rejection(w.start(), JSON.stringify(bad));
+      assert.equal(e.code, ErrorCode.INVALID_ARGUMENT, e.message);
+      w.kill();
+      await w.gone;
+    }
+  });
+
+  // PROTOCOL.md 22.2 as an oracle of its own: [integer?, min, max, none allowed, 0 also allowed].
+  const MAX_MS = 2_147_483_647;
+  const RANGES: Record<string, readonly [boolean, number, number, boolean?, boolean?]> = {
+    workers: [true, 1, 4096],
+    maxInFlight: [true, 1, 2 ** 32 - 1],
+    startupTimeoutMs: [false, 1, MAX_MS],
+    restartWindowMs: [false, 1, MAX_MS],
+    heartbeatMs: [false, 1, MAX_MS, false, true],
+    cancelGraceMs: [false, 0, MAX_MS],
+    deadlineGraceMs: [false, 0, MAX_MS],
+    drainGraceMs: [false, 0, MAX_MS],
+    goodbyeGraceMs: [false, 0, MAX_MS],
+    restartBackoffMs: [false, 0, 5000], // <= restartBackoffMaxMs (default 5000)
+    restartBackoffMaxMs: [false, 10, MAX_MS], // >= restartBackoffMs (default 10)
+    maxRestarts: [true, 0, 2 ** 32 - 1],
+    stderrTailLines: [true, 0, 2 ** 32 - 1],
+    maxFrameSize: [true, 65_536, 16_777_216],
+    initialCredit: [true, 1, 2 ** 31 - 1],
+    maxMessageSize: [true, 4_194_304, 2 ** 53 - 1], // >= maxFrameSize (default 4 MiB)
+    maxRequests: [true, 1, 2 ** 53 - 1, true],
+    maxRssBytes: [true, 1, 2 ** 53 - 1, true],
+    maxIdleMs: [false, 1, MAX_MS, true],
+  };
+  const NAMES = Object.keys(RANGES);
+
+  function valid(name: string, v: unknown): boolean {
+    const [integer, min, max, none, zero] = RANGES[name];
+    if (v === undefined || (none === true && v === null)) return true;
+    if (typeof v !== "number") return false;
+    if (zero === true && v === 0) return true;
+    return (!integer || Number.isInteger(v)) && v >= min && v <= max;
+  }
+
+  const edge = (name: string) => {
+    const [, min, max] = RANGES[name];
+    return fc.constantFrom(min, max, min - 1, max + 1, min + 0.5, 0, -0, -1, NaN, Infinity, -Infinity, 1e300, 2 ** 31, 2 ** 32, 2 ** 53);
+  };
+  const anyValue = (name: string) =>
+    fc.oneof(edge(name), fc.integer({ min: -10, max: 2 ** 31 }), fc.double(), fc.constantFrom<unknown>(null, undefined, "100", true, [], {}, 10n));
+  const optionAndValue = fc.constantFrom(...NAMES).chain((name) => fc.tuple(fc.constant(name), anyValue(name)));
+
+  test("every value of a numeric option is accepted by its range or refused with INVALID_ARGUMENT (the pool's own validation)", T, () => {
+    fc.assert(
+      fc.property(optionAndValue, ([name, v]) => {
+        let accepted = true;
+        try {
+          poolSettings({ command: COMMAND, [name]: v } as unknown as PoolOptions);
+        } catch (e) {
+          assert.ok(e instanceof InvalidArgumentError, `${name}=${String(v)}: ${e}`);
+          assert.ok((e as Error).message.includes(name), (e as Error).message);
+          accepted = false;
+        }
+        assert.equal(accepted, valid(name, v), `${name}=${String(v)}`);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  // Options a real pool can start with quickly whatever their valid value (no 1 ms start-up timeout).
+  const LIVE = ["workers", "maxInFlight", "heartbeatMs", "maxFrameSize", "initialCredit", "maxMessageSize", "maxRestarts", "stderrTailLines", "deadlineGraceMs", "maxRequests"];
+  const liveValue = (name: string) => {
+    const [integer, min, max] = RANGES[name];
+    const top = name === "workers" ? 2 : max;
+    const inRange = integer ? fc.integer({ min, max: Math.min(top, 2 ** 31) }) : fc.double({ min: Math.max(min, 50), max: top, noNaN: true });
+    return fc.oneof(inRange, edge(name));
+  };
+
+  test("a real pool: any value either starts a working pool or is refused with INVALID_ARGUMENT at once", { timeout: 60_000 }, async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...LIVE).chain((name) => fc.tuple(fc.constant(name), liveValue(name))), async ([name, v]) => {
+        if (name === "workers" && typeof v === "number" && v > 2 && valid(name, v)) return; // keep the pool small
+        const opts = { command: COMMAND, workers: 1, [name]: v } as unknown as PoolOptions;
+        if (!valid(name, v)) {
+          checkError({ id: `${name}=${String(v)}`, code: 308 } as Row, await rejection(Pool.start({ ...opts, command: UNSPAWNABLE }), name));
+          return;
+        }
+        await withPool(opts, (pool) => checkAdd(pool, `${name}=${String(v)}`));
+      }),
+      { numRuns: 8 },
+    );
+  });
 });
