@@ -432,3 +432,141 @@ async fn every_row_of_bad_input_json() {
     );
     assert!(failed.is_empty(), "rows failed:\n{}", failed.join("\n"));
 }
+
+// ---------------------------------------------------------------------------------------
+// The numeric options' whole space: a value starts a pool or is INVALID_ARGUMENT at once.
+
+#[derive(Debug, Clone)]
+struct Numbers {
+    workers: usize,
+    max_in_flight: u32,
+    max_frame_size: u32,
+    window: u32,
+    heartbeat_ms: u64,
+    startup_ms: u64,
+    grace_ms: u64,
+}
+
+impl Numbers {
+    fn builder(&self, cmd: WorkerCommand) -> PoolBuilder {
+        Pool::builder(cmd)
+            .shm_lane(None)
+            .workers(self.workers)
+            .max_in_flight(self.max_in_flight)
+            .max_frame_size(self.max_frame_size)
+            .stream_window(self.window)
+            .heartbeat(Duration::from_millis(self.heartbeat_ms))
+            .startup_timeout(Duration::from_millis(self.startup_ms))
+            .drain_grace(Duration::from_millis(self.grace_ms))
+    }
+
+    /// PROTOCOL.md 22.2's ranges, written out independently of the library's.
+    fn valid(&self) -> bool {
+        let max_ms = 2_147_483_647;
+        (1..=4096).contains(&self.workers)
+            && self.max_in_flight >= 1
+            && (65_536..=16_777_216).contains(&self.max_frame_size)
+            && (1..=(1u32 << 31) - 1).contains(&self.window)
+            && self.heartbeat_ms <= max_ms
+            && (1..=max_ms).contains(&self.startup_ms)
+            && self.grace_ms <= max_ms
+    }
+}
+
+fn numbers() -> impl proptest::strategy::Strategy<Value = Numbers> {
+    use proptest::prelude::*;
+    let edge_ms = prop_oneof![
+        Just(0u64),
+        Just(1),
+        Just(2_147_483_647),
+        Just(2_147_483_648),
+        any::<u64>(),
+        1u64..20_000
+    ];
+    (
+        prop_oneof![
+            Just(0usize),
+            Just(1),
+            Just(4096),
+            Just(4097),
+            0usize..10_000
+        ],
+        prop_oneof![Just(0u32), Just(1), any::<u32>()],
+        prop_oneof![
+            Just(65_535u32),
+            Just(65_536),
+            Just(16_777_216),
+            Just(16_777_217),
+            any::<u32>()
+        ],
+        prop_oneof![Just(0u32), Just(1), Just(1 << 31), any::<u32>()],
+        edge_ms.clone(),
+        edge_ms.clone(),
+        edge_ms,
+    )
+        .prop_map(
+            |(
+                workers,
+                max_in_flight,
+                max_frame_size,
+                window,
+                heartbeat_ms,
+                startup_ms,
+                grace_ms,
+            )| Numbers {
+                workers,
+                max_in_flight,
+                max_frame_size,
+                window,
+                heartbeat_ms,
+                startup_ms,
+                grace_ms,
+            },
+        )
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 200, ..Default::default() })]
+
+    /// Through the pool's own start, on a program that does not exist: an invalid value is
+    /// INVALID_ARGUMENT, a valid one gets as far as spawning (SPAWN_FAILED), never anything
+    /// else, never a panic.
+    #[test]
+    fn any_numeric_option_is_valid_or_refused_at_once(n in numbers()) {
+        let missing = WorkerCommand::new("/nonexistent/wirepool-no-such-program");
+        let got = runtime().block_on(n.builder(missing).start());
+        let code = got.err().map(|e| e.code());
+        let want = if n.valid() { 303 } else { 308 };
+        proptest::prop_assert_eq!(code, Some(want), "{:?}", n);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 4, ..Default::default() })]
+
+    /// A few valid values start a real pool of conformance workers that answers.
+    #[test]
+    fn valid_numeric_options_start_a_working_pool(
+        workers in 1usize..=2,
+        max_in_flight in 1u32..=100,
+        max_frame_size in 65_536u32..=16_777_216,
+        window in 1u32..=(1 << 31) - 1,
+        heartbeat_ms in proptest::prop_oneof![proptest::strategy::Just(0u64), 50u64..=5_000],
+    ) {
+        let n = Numbers { workers, max_in_flight, max_frame_size, window, heartbeat_ms, startup_ms: 10_000, grace_ms: 1_000 };
+        let outcome = runtime().block_on(async {
+            let pool = n.builder(WorkerCommand::new(conformance_worker())).start().await.map_err(|e| e.to_string())?;
+            let r = tokio::time::timeout(ROW_TIMEOUT, add_works(&pool)).await.map_err(|_| "timed out".to_string());
+            pool.shutdown().await;
+            r?
+        });
+        proptest::prop_assert_eq!(outcome, Ok(()), "{:?}", n);
+    }
+}

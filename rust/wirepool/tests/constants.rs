@@ -41,6 +41,8 @@ fn codes_are_the_spec_codes() {
         ("LEASE_LOST", codes::LEASE_LOST),
         ("DECODE_FAILED", codes::DECODE_FAILED),
         ("PROTOCOL_VIOLATION", codes::PROTOCOL_VIOLATION),
+        ("INVALID_ARGUMENT", codes::INVALID_ARGUMENT),
+        ("MESSAGE_TOO_LARGE", codes::MESSAGE_TOO_LARGE),
     ];
     for (name, code) in ours {
         assert_eq!(code, spec_code(&c, name), "{name}");
