@@ -264,6 +264,9 @@ def check_outcomes(s: dict[str, Any]) -> list[str]:
     for bad in ("no_outcome", "read_after_end"):
         if by_outcome.get(bad, 0):
             problems.append(f"{by_outcome[bad]} requests: {bad}")
+    if by_outcome.get("OVERLOADED", 0):  # the pool routed a request to a full worker (issue 24)
+        problems.append(f"{by_outcome['OVERLOADED']} requests ended OVERLOADED (207): the pool "
+                        f"sent them to a worker at its negotiated max_in_flight")
     untyped = {k: v for k, v in by_outcome.items() if k.startswith("untyped:")}
     if untyped:
         problems.append(f"untyped errors: {untyped}")
@@ -502,6 +505,7 @@ MUTANTS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
     ("outcomes", "unexpected outcome", _set("requests.by_outcome.unexpected", 1)),
     ("outcomes", "no_outcome", _set("requests.by_outcome.no_outcome", 1)),
     ("outcomes", "untyped", _set("requests.by_outcome.untyped:RuntimeError", 1)),
+    ("outcomes", "ended OVERLOADED", _set("requests.by_outcome.OVERLOADED", 1)),
     ("outcomes", "outcomes by operation", _set("requests.total", 206)),
     ("outcomes", "not exactly one outcome each", _set("requests.started_by_op.add", 106)),
     ("outcomes", "still in flight", _set("final.in_flight", 1)),

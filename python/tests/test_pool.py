@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import traceback
+from typing import Any
 import time
 
 import pytest
@@ -945,3 +946,42 @@ def test_plain_handlers_of_one_read_still_run_concurrently() -> None:
             {"sum": i} for i in range(50)]
         assert not slow.done()
         assert slow.result(timeout=10) == {"slept": 3}
+
+
+def test_a_picked_worker_is_taken_from_blocking_callers(worker_argv: list[str]) -> None:
+    """issue 24: a map once failed an item with OVERLOADED from the parent's own core. The loop
+    picked a parked worker, a blocking caller's thread claimed it before the loop reclaimed it
+    (the core then counted the caller's request, ``requests`` did not), and the burst sized by
+    ``requests`` overran max_in_flight. Here the caller's claim lands exactly in that gap."""
+    from wirepool.pool import _LOOP, _PARKED
+
+    with wirepool.Pool(worker_argv, workers=1) as p:
+        ap = p._apool
+        w = ap.workers[0]
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}
+
+        async def pick() -> Any:
+            w._park_if_idle()
+            assert w.direct == _PARKED
+            return ap._pick()
+        assert p._run(pick) is w
+        assert w.direct == _LOOP and not w.claim_for_caller()  # picked: no caller may take it
+
+        async def race() -> Any:
+            w._park_if_idle()
+            assert w.direct == _PARKED
+            scan = ap._least_loaded
+
+            def claimed_after_scan() -> Any:
+                ap._least_loaded = scan  # type: ignore[method-assign]  # once
+                best = scan()
+                assert best is w and w.claim_for_caller()  # the caller's thread, right now
+                return best
+            ap._least_loaded = claimed_after_scan  # type: ignore[method-assign]
+            try:
+                return ap._pick()
+            finally:
+                ap._least_loaded = scan  # type: ignore[method-assign]
+                w.release_from_caller()
+        assert p._run(race) is None  # the caller holds the only worker: none has room
+        assert p.call("add", {"a": 1, "b": 2}) == {"sum": 3}

@@ -18,7 +18,8 @@ Parent::
 
 from . import codecs, proto
 from .errors import (BadRequest, Cancelled, CodecUnsupported, DeadlineExceeded, DecodeFailed,
-                     Draining, ErrorCode, HandlerError, HandlerPanic, LeaseLost, LocalError,
+                     Draining, ErrorCode, HandlerError, HandlerPanic, InvalidArgument, LeaseLost,
+                     LocalError,
                      Overloaded, PoolClosed, ProtocolError, ProtocolViolation, RequestError,
                      RowTooLarge, SpawnFailed, StartupTimeout, UnknownMethod, WirepoolError,
                      WorkerError, WorkerExited, WorkerHung, error_from_code)
@@ -35,5 +36,5 @@ __all__ = [
     "UnknownMethod", "CodecUnsupported", "BadRequest", "HandlerError", "HandlerPanic", "Cancelled",
     "DeadlineExceeded", "Overloaded", "Draining", "RowTooLarge", "WorkerExited", "WorkerHung",
     "StartupTimeout", "SpawnFailed", "PoolClosed", "LeaseLost", "DecodeFailed",
-    "ProtocolViolation", "error_from_code",
+    "ProtocolViolation", "InvalidArgument", "error_from_code",
 ]

@@ -19,6 +19,7 @@ import json as _stdjson
 from itertools import repeat
 from typing import Any, Callable, Iterable, Iterator, Union
 
+from .errors import ErrorCode, InvalidArgument, quote
 from .proto import CodecId
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -26,8 +27,13 @@ Buffer = Union[bytes, bytearray, memoryview]
 __all__ = ["Codec", "CodecUnavailable", "get", "by_id", "available", "default_names", "CodecId"]
 
 
-class CodecUnavailable(LookupError):
-    """The codec's library is not installed (install the matching extra, e.g. wirepool[msgpack])."""
+class CodecUnavailable(InvalidArgument, LookupError):
+    """The codec's library is not installed (install the matching extra, e.g. wirepool[msgpack]),
+    or no codec has that name or id: INVALID_ARGUMENT (308, PROTOCOL.md 22.2), a LookupError
+    too for the code that caught it as one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_ARGUMENT, message)
 
 
 class Codec:
@@ -185,10 +191,11 @@ def get(name: str | int | Codec) -> Codec:
     if isinstance(name, int):
         return by_id(name)
     if name not in _NAMES:
-        raise CodecUnavailable(f"unknown codec {name!r}; known: {sorted(_NAMES)}")
+        raise CodecUnavailable(f"unknown codec {quote(name)}; known: {', '.join(sorted(_NAMES))}")
     codec = _load(name)
     if codec is None:
-        raise CodecUnavailable(f"codec {name!r} needs its library: pip install 'wirepool[{name}]'")
+        raise CodecUnavailable(f"codec {quote(name)} needs its library: "
+                               f"pip install 'wirepool[{name}]'")
     return codec
 
 
@@ -196,7 +203,7 @@ def by_id(codec_id: int) -> Codec:
     for name, cid in _NAMES.items():
         if cid == codec_id:
             return get(name)
-    raise CodecUnavailable(f"no codec with id {codec_id} in this SDK")
+    raise CodecUnavailable(f"no codec with id {quote(codec_id)} in this SDK")
 
 
 def available() -> list[str]:

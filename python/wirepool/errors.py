@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from ._constants import QUOTED_MAX_CHARS  # PROTOCOL.md 22.4
+
 
 class ErrorCode(enum.IntEnum):
     # 100-199: protocol violations, the connection is closed.
@@ -66,6 +68,7 @@ class ErrorCode(enum.IntEnum):
     LEASE_LOST = 305
     DECODE_FAILED = 306
     PROTOCOL_VIOLATION = 307
+    INVALID_ARGUMENT = 308
 
 
 def code_name(code: int) -> str:
@@ -221,6 +224,34 @@ class ProtocolViolation(LocalError):
     """The connection broke with a 1xx code; ``details["protocol_code"]`` holds it."""
 
 
+class InvalidArgument(LocalError, ValueError):
+    """A caller's option or argument is out of range, of the wrong type, NaN or infinite
+    (PROTOCOL.md 22.2): raised at once, by the pool's constructor for a pool option and by the
+    call for a call option, before anything is spawned or sent. A ``ValueError`` too, so
+    ``except ValueError`` keeps working; a value of the wrong type raises it as well."""
+
+
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """An :class:`InvalidArgument` for an object of the wrong kind where ``TypeError`` was
+    raised before (e.g. ``retry`` that is no RetryPolicy): both ``except`` clauses catch it."""
+
+
+def quote(value: object) -> str:
+    """``value`` for an error message: a string's repr (anything else's repr) cut to
+    ``QUOTED_MAX_CHARS`` characters, saying how long it was when cut (PROTOCOL.md 22.4)."""
+    if isinstance(value, str):
+        if len(value) <= QUOTED_MAX_CHARS:
+            return repr(value)
+        return f"{value[:QUOTED_MAX_CHARS]!r}... ({len(value)} characters)"
+    try:
+        text = repr(value)
+    except Exception:  # a caller's object whose repr fails
+        text = f"<{type(value).__name__} object>"
+    if len(text) <= QUOTED_MAX_CHARS:
+        return text
+    return f"{text[:QUOTED_MAX_CHARS]}... ({len(text)} characters)"
+
+
 class WorkerError(WirepoolError):
     """An application error (code >= 1000).
 
@@ -253,6 +284,7 @@ _BY_CODE: dict[int, type[WirepoolError]] = {
     ErrorCode.LEASE_LOST: LeaseLost,
     ErrorCode.DECODE_FAILED: DecodeFailed,
     ErrorCode.PROTOCOL_VIOLATION: ProtocolViolation,
+    ErrorCode.INVALID_ARGUMENT: InvalidArgument,
 }
 
 

@@ -46,15 +46,16 @@ import weakref
 from typing import (AbstractSet, Any, AsyncIterator, Callable, Iterable, Iterator, Mapping,
                     Protocol, Sequence, cast)
 
-from . import _shm
+from . import _shm, _validate
+from ._constants import MAX_COUNT, MAX_WORKERS
 from . import codecs as _codecs
 from . import proto
 from ._shm_proto import ShmAccept, ShmOffer, TAG_SHM, parse_extensions
 from ._transport import (BusyPoll, LaneProtocol, LaneTransport, OwnRegion, frame_end,
                          split_frames)
-from .errors import (BadRequest, DeadlineExceeded, ErrorCode, LeaseLost, PoolClosed, ProtocolError,
-                     SpawnFailed, StartupTimeout, WirepoolError, WorkerExited, WorkerHung,
-                     error_from_code)
+from .errors import (BadRequest, DeadlineExceeded, ErrorCode, InvalidArgumentType, LeaseLost,
+                     PoolClosed, ProtocolError, SpawnFailed, StartupTimeout, WirepoolError,
+                     WorkerExited, WorkerHung, error_from_code, quote)
 from .proto import FrameType, MethodKind
 
 __all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics", "RetryPolicy"]
@@ -393,7 +394,7 @@ class _Worker(LaneProtocol):
         self.fatal_received = False  # it sent ERROR id 0: nothing more from it is read
         self.exit_grace: asyncio.TimerHandle | None = None
         self.max_in_flight = 1
-        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=pool.stderr_tail_lines)
         self.failure: WirepoolError | None = None  # why it died, for requests in flight
         self.exit_status: int | None = None
         self.exit_signal: int | None = None
@@ -439,7 +440,7 @@ class _Worker(LaneProtocol):
                     pass_fds=(child_sock.fileno(),), start_new_session=True)
             except OSError as e:
                 raise SpawnFailed(ErrorCode.SPAWN_FAILED,
-                                  f"cannot start {pool.argv[0]!r}: {e.strerror or e}") from e
+                                  f"cannot start {quote(pool.argv[0])}: {e.strerror or e}") from e
         finally:
             child_sock.close()  # the child has its copy; holding ours would hide its EOF
         self.pid = self.proc.pid
@@ -465,7 +466,7 @@ class _Worker(LaneProtocol):
             # with its stderr, which is usually the whole story.
             lingered = False
             try:
-                await asyncio.wait_for(asyncio.shield(self.exited), _GOODBYE_GRACE)
+                await asyncio.wait_for(asyncio.shield(self.exited), self.pool.goodbye_grace)
             except asyncio.TimeoutError:
                 lingered = True
                 self.kill(None)
@@ -536,12 +537,13 @@ class _Worker(LaneProtocol):
         if self.heartbeat_task is not None:
             self.heartbeat_task.cancel()
         if self.exit_grace is None:
-            self.exit_grace = self.pool.loop.call_later(_GOODBYE_GRACE, self._goodbye_grace_passed)
+            self.exit_grace = self.pool.loop.call_later(self.pool.goodbye_grace,
+                                                        self._goodbye_grace_passed)
 
     def _goodbye_grace_passed(self) -> None:
         if not self.exited.done():
             log.warning("worker %d (pid %d) did not exit within %.1fs of its GOODBYE or fatal "
-                        "error: killing it", self.worker_id, self.pid, _GOODBYE_GRACE)
+                        "error: killing it", self.worker_id, self.pid, self.pool.goodbye_grace)
             self.kill(None)
 
     def _refuse(self, code: int, message: str) -> None:
@@ -947,7 +949,8 @@ class _Worker(LaneProtocol):
             what = (f"killed by signal {self.exit_signal}" if self.exit_signal is not None
                     else f"exited with status {self.exit_status}")
             err = WorkerExited(ErrorCode.WORKER_EXITED,
-                               f"worker pid {self.pid} {what} while {req.method!r} was in flight"
+                               f"worker pid {self.pid} {what} while {quote(req.method)} was "
+                               "in flight"
                                + self._tail_suffix(), id=req.id)
         if isinstance(err, WorkerExited):
             err.exit_status = self.exit_status
@@ -1143,18 +1146,19 @@ class _Worker(LaneProtocol):
         if info is None:
             kind = expect_kind
             problem = error_from_code(ErrorCode.UNKNOWN_METHOD,
-                                      f"the worker has no method {method!r}")
+                                      f"the worker has no method {quote(method)}")
         elif info[1] != expect_kind:
             kind = info[1]
             right, wrong = ("stream", "call") if kind == MethodKind.STREAM else ("call", "stream")
             problem = error_from_code(
                 ErrorCode.UNKNOWN_METHOD,
-                f"{method!r} is a {'stream' if kind == MethodKind.STREAM else 'unary'} method: "
+                f"{quote(method)} is a "
+                f"{'stream' if kind == MethodKind.STREAM else 'unary'} method: "
                 f"use pool.{right}(), not pool.{wrong}()")
         else:
             kind = expect_kind
             if self.alive and self.transport is not None:
-                timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
+                timeout_us = _validate.timeout_us(timeout)
                 try:
                     id, parts = self._request_parts(info[0], codec.id, timeout_us, body)
                 except ProtocolError as e:
@@ -1237,7 +1241,7 @@ class _Worker(LaneProtocol):
         if req.outcome is not None and req.kind == MethodKind.UNARY:
             return
         self.cancel(req, DeadlineExceeded(ErrorCode.DEADLINE_EXCEEDED,
-                                          f"{req.method!r} did not finish within {timeout}s",
+                                          f"{quote(req.method)} did not finish within {timeout}s",
                                           id=req.id))
 
     def _cancel_grace_passed(self, req: _Request) -> None:
@@ -1532,9 +1536,13 @@ class Lease:
         self._pool = pool
         self._worker = worker
         self.pid = worker.pid
+        self.released = False  # set as the ``async with`` ends: later calls are LEASE_LOST
 
     def _check(self) -> _Worker:
         w = self._worker
+        if self.released:
+            raise LeaseLost(ErrorCode.LEASE_LOST, f"the lease on worker pid {w.pid} was released "
+                            "(a call through a lease is made inside its ``async with``)")
         if not w.alive:
             what = (f"was killed by signal {w.exit_signal}" if w.exit_signal is not None
                     else f"exited with status {w.exit_status}" if w.exit_status is not None
@@ -1548,13 +1556,27 @@ class Lease:
 
     async def call(self, method: str, request: Any = None, *, codec: str | None = None,
                    timeout: float | None = None, on_event: EventCallback | None = None) -> Any:
+        timeout = _validate.timeout(timeout, method)
         return await self._pool._call_on(self._check(), method, request, codec, timeout,
                                          on_event)
 
     def stream(self, method: str, request: Any = None, *, codec: str | None = None,
                timeout: float | None = None, on_event: EventCallback | None = None) -> Stream:
+        timeout = _validate.timeout(timeout, method)
+        self._pool._codec_for(codec)
         w = self._check()
         return self._pool._stream_on(w, method, request, codec, timeout, on_event)
+
+
+def _busy_poll_from_env() -> Any:
+    """``busy_poll_us`` when the caller gave none: ``WIREPOOL_BUSY_POLL_US``, else 100."""
+    text = os.environ.get("WIREPOOL_BUSY_POLL_US")
+    if text is None:
+        return DEFAULT_BUSY_POLL_US
+    try:
+        return int(text)
+    except ValueError:
+        raise _validate.invalid("WIREPOOL_BUSY_POLL_US", "an integer", text) from None
 
 
 class AsyncPool:
@@ -1613,23 +1635,32 @@ class AsyncPool:
                  drain_grace: float = 10.0, latency_histograms: bool = False,
                  launcher: Any = None, shm_lane: bool = True,
                  shm_threshold: int = SHM_THRESHOLD, retry: RetryPolicy | None = None,
-                 busy_poll_us: int | None = None) -> None:
-        if not argv:
-            raise ValueError("argv must name a program")
+                 busy_poll_us: int | None = None, goodbye_grace: float = _GOODBYE_GRACE,
+                 stderr_tail_lines: int = _STDERR_TAIL_LINES) -> None:
         if workers is None:  # PROTOCOL.md 17: one worker per CPU this process may use
-            workers = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                       else os.cpu_count() or 1)
-        if workers < 1 or max_in_flight < 1:
-            raise ValueError("workers and max_in_flight must be >= 1")
-        if not proto.MIN_FRAME_SIZE_LIMIT <= max_frame_size <= proto.MAX_FRAME_SIZE_LIMIT:
-            raise ValueError("max_frame_size must be 65,536 - 16,777,216")
-        if not 1 <= initial_credit <= proto.MAX_CREDIT:
-            raise ValueError("initial_credit must be 1..2^31-1")
-        self.argv = [os.fspath(a) for a in argv]
-        self.size = workers
-        self.codec = _codecs.get(codec)
+            workers = min(MAX_WORKERS, len(os.sched_getaffinity(0))
+                          if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        if busy_poll_us is None:
+            busy_poll_us = _busy_poll_from_env()
+        # Every number checked at once, in one place (PROTOCOL.md 22.2): nothing is spawned yet.
+        checked = _validate.pool_options(
+            workers=workers, max_in_flight=max_in_flight, startup_timeout=startup_timeout,
+            heartbeat_ms=heartbeat_ms, cancel_grace=cancel_grace, deadline_grace=deadline_grace,
+            drain_grace=drain_grace, goodbye_grace=goodbye_grace,
+            restart_backoff=restart_backoff, restart_backoff_max=restart_backoff_max,
+            max_restarts=max_restarts, restart_window=restart_window,
+            stderr_tail_lines=stderr_tail_lines, max_frame_size=max_frame_size,
+            initial_credit=initial_credit, max_message_size=max_message_size,
+            max_requests=max_requests, max_rss_bytes=max_rss_bytes, idle_timeout=idle_timeout,
+            shm_threshold=shm_threshold, busy_poll_us=busy_poll_us)
+        self.argv = _validate.argv(argv)
+        self.codec = _validate.codec(codec)
         if worker_output not in _WORKER_OUTPUTS:
-            raise ValueError(f"worker_output must be one of {', '.join(_WORKER_OUTPUTS)}")
+            raise _validate.invalid("worker_output", f"one of {', '.join(_WORKER_OUTPUTS)}",
+                                    worker_output)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise _validate.invalid("retry", "a wirepool.RetryPolicy or None", retry,
+                                    InvalidArgumentType)
         self.worker_output = worker_output
         # method -> (kind or None for either, codec the method must accept)
         self.require: dict[str, tuple[int | None, _codecs.Codec]] = {}
@@ -1638,21 +1669,24 @@ class AsyncPool:
                 self.require[name] = self._required(name, spec)
         else:
             self.require = {name: (None, self.codec) for name in (require or ())}
-        self.max_in_flight = max_in_flight
-        self.startup_timeout = startup_timeout
-        self.heartbeat_ms = heartbeat_ms
-        self.cancel_grace = cancel_grace
-        self.deadline_grace = deadline_grace
-        self.max_requests = max_requests
-        self.max_rss_bytes = max_rss_bytes
-        self.idle_timeout = idle_timeout
-        self.restart_backoff = restart_backoff
-        self.restart_backoff_max = restart_backoff_max
-        self.max_restarts = max_restarts
-        self.restart_window = restart_window
-        self.max_frame_size = max_frame_size
-        self.initial_credit = initial_credit
-        self.max_message_size = max_message_size
+        self.size: int = checked["workers"]
+        self.max_in_flight: int = checked["max_in_flight"]
+        self.startup_timeout: float = checked["startup_timeout"]
+        self.heartbeat_ms: int = checked["heartbeat_ms"]
+        self.cancel_grace: float = checked["cancel_grace"]
+        self.deadline_grace: float = checked["deadline_grace"]
+        self.goodbye_grace: float = checked["goodbye_grace"]
+        self.stderr_tail_lines: int = checked["stderr_tail_lines"]
+        self.max_requests: int | None = checked["max_requests"]
+        self.max_rss_bytes: int | None = checked["max_rss_bytes"]
+        self.idle_timeout: float | None = checked["idle_timeout"]
+        self.restart_backoff: float = checked["restart_backoff"]
+        self.restart_backoff_max: float = checked["restart_backoff_max"]
+        self.max_restarts: int = checked["max_restarts"]
+        self.restart_window: float = checked["restart_window"]
+        self.max_frame_size: int = checked["max_frame_size"]
+        self.initial_credit: int = checked["initial_credit"]
+        self.max_message_size: int = checked["max_message_size"]
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.on_event = on_event
@@ -1662,17 +1696,9 @@ class AsyncPool:
         self.launcher = launcher
         # The shm lane for local workers that offer it, where the platform has memfd.
         self.shm_lane = shm_lane and launcher is None and _shm.AVAILABLE
-        if shm_threshold < 1:
-            raise ValueError("shm_threshold must be >= 1")
-        self.shm_threshold = shm_threshold
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError("retry must be a wirepool.RetryPolicy")
+        self.shm_threshold: int = checked["shm_threshold"]
         self.retry = retry
-        if busy_poll_us is None:
-            busy_poll_us = int(os.environ.get("WIREPOOL_BUSY_POLL_US", DEFAULT_BUSY_POLL_US))
-        if busy_poll_us < 0:
-            raise ValueError("busy_poll_us must be >= 0")
-        self.busy_poll_s = busy_poll_us / 1e6
+        self.busy_poll_s = checked["busy_poll_us"] / 1e6
         # Off by default: ~2,000 instructions a request (a tenth of a small Pool.map call);
         # wirepool.prometheus turns it on when it collects the pool.
         self.latency_histograms = latency_histograms
@@ -1766,19 +1792,19 @@ class AsyncPool:
             elif part in _codecs._NAMES:
                 codec = _codecs.get(part)  # CodecUnavailable if its library is not installed
             else:
-                raise ValueError(f"require[{name!r}]: {part!r} is neither 'unary', 'stream' "
-                                 f"nor a codec name ({', '.join(_codecs._NAMES)})")
+                raise _validate.invalid(f"require[{quote(name)}]", "'unary', 'stream' or a codec "
+                                        f"name ({', '.join(_codecs._NAMES)})", part)
         return kind, codec
 
     def _check_methods(self, methods: Mapping[str, tuple[int, int, tuple[int, ...]]]) -> str | None:
         for name, (kind, codec) in self.require.items():
             info = methods.get(name)
             if info is None:
-                return f"method {name!r} is missing"
+                return f"method {quote(name)} is missing"
             if kind is not None and info[1] != kind:
-                return f"method {name!r} has the other kind"
+                return f"method {quote(name)} has the other kind"
             if codec.id not in info[2]:
-                return f"method {name!r} does not accept codec {codec.name!r}"
+                return f"method {quote(name)} does not accept codec {codec.name!r}"
         return None
 
     async def _kill_all(self) -> None:
@@ -1849,6 +1875,17 @@ class AsyncPool:
         return True
 
     def _pick(self) -> _Worker | None:
+        """The least-loaded accepting worker with room under its negotiated max_in_flight,
+        taken from the blocking callers if it was parked for them: a caller thread that
+        claimed it after the scan would otherwise hold requests the core counts and
+        ``requests`` does not, and the next burst on it ran into OVERLOADED (issue 24)."""
+        while True:
+            best = self._least_loaded()
+            if best is None or best.direct == _LOOP or best.reclaim():
+                return best
+            # A blocking caller took it meanwhile: busy_with_caller() now leaves it out.
+
+    def _least_loaded(self) -> _Worker | None:
         best = None
         best_load = None
         workers = self.workers
@@ -2040,6 +2077,7 @@ class AsyncPool:
         too. Cancelling the awaiting task sends CANCEL. ``idempotent`` overrides the pool's
         :class:`RetryPolicy` for this call (True: retried as a listed method would be).
         """
+        timeout = _validate.timeout(timeout, method)
         if self.retry is not None or idempotent:
             attempts = self._attempts_for(method, idempotent)
             if attempts > 1:
@@ -2051,6 +2089,10 @@ class AsyncPool:
         if w is None:
             w = await self._acquire()
         return await self._call_on(w, method, request, codec, timeout, on_event)
+
+    def _codec_for(self, codec: Any) -> _codecs.Codec:
+        """A call's codec: the pool's when None; InvalidArgument for an unknown one (22.2)."""
+        return self.codec if codec is None else _validate.codec(codec)
 
     def _attempts_for(self, method: str, idempotent: bool | None) -> int:
         """How many tries a call of ``method`` gets (1: it is never sent again)."""
@@ -2096,7 +2138,7 @@ class AsyncPool:
 
     async def _call_on(self, w: _Worker, method: str, request: Any, codec: str | None,
                        timeout: float | None, on_event: EventCallback | None) -> Any:
-        c = self.codec if codec is None else _codecs.get(codec)
+        c = self._codec_for(codec)
         try:
             body = c.encode(request)
         except Exception as e:
@@ -2123,17 +2165,20 @@ class AsyncPool:
             self._counters["errors"] += 1
             raise
 
-    async def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
-                  timeout: float | None = None,
-                  window: int | None = None) -> AsyncIterator[Any]:
+    def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
+            timeout: float | None = None, window: int | None = None) -> AsyncIterator[Any]:
         """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
         workers x max_in_flight); yields results in order, like :meth:`Pool.map`::
 
             async for result in pool.map("add", ({"a": i, "b": i} for i in range(1000))):
                 ...
         """
-        limit = max(1, window or self.size * self.max_in_flight)
-        c = self.codec if codec is None else _codecs.get(codec)
+        timeout = _validate.timeout(timeout, method)
+        limit = _map_window(window, self.size * self.max_in_flight)
+        return self._map(method, requests, self._codec_for(codec), timeout, limit)
+
+    async def _map(self, method: str, requests: Iterable[Any], c: _codecs.Codec,
+                   timeout: float | None, limit: int) -> AsyncIterator[Any]:
         run = _MapRun(self, method, c, timeout, limit)
         items = iter(requests)
         results = run.results
@@ -2168,6 +2213,8 @@ class AsyncPool:
                idempotent: bool | None = None) -> Stream:
         """Start a streaming method; iterate the returned :class:`Stream` for decoded rows.
         ``idempotent`` overrides the pool's :class:`RetryPolicy` for this stream."""
+        timeout = _validate.timeout(timeout, method)
+        self._codec_for(codec)  # an unknown codec is refused here, not at the first read
         if self.retry is not None or idempotent:
             attempts = self._attempts_for(method, idempotent)
             if attempts > 1:
@@ -2200,7 +2247,7 @@ class AsyncPool:
 
     def _submit_stream(self, w: _Worker, method: str, request: Any, codec: str | None,
                        timeout: float | None, on_event: EventCallback | None) -> _Request:
-        c = self.codec if codec is None else _codecs.get(codec)
+        c = self._codec_for(codec)
         try:
             body = c.encode(request)
         except Exception as e:
@@ -2220,9 +2267,11 @@ class AsyncPool:
             self._idle_waiters.append(fut)
             await fut
         w.leased = True
+        lease = Lease(self, w)
         try:
-            yield Lease(self, w)
+            yield lease
         finally:
+            lease.released = True
             w.leased = False
             self._capacity_changed()
 
@@ -2575,11 +2624,19 @@ def _death_cause(failure: BaseException | None) -> str:
     return "crashed"
 
 
+def _map_window(window: Any, default: int) -> int:
+    """A map's ``window``: None for ``default`` (workers x max_in_flight), else 1 - 2^32-1."""
+    if window is None:
+        return max(1, default)
+    return _validate.integer("window", window, 1, MAX_COUNT)
+
+
 def _encode_failed(codec: _codecs.Codec, e: Exception) -> BadRequest:
     """The typed error for a request the codec cannot encode (code 202, as in Rust); it keeps
     the codec's message, not its exception (whose traceback would pin the request)."""
     return BadRequest(ErrorCode.BAD_REQUEST,
-                      f"cannot encode the request as {codec.name}: {type(e).__name__}: {e}")
+                      f"cannot encode the request as {codec.name}: {type(e).__name__}: "
+                      f"{quote(str(e))}")
 
 
 class _Handoff:
@@ -2676,11 +2733,12 @@ class Pool:
     """
 
     def __init__(self, argv: Sequence[str], **options: Any) -> None:
+        self._apool = AsyncPool(argv, **options)  # checks every option: no thread before that
+        self._close_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="wirepool-pool",
                                         daemon=True)
         self._thread.start()
-        self._apool = AsyncPool(argv, **options)
         self._apool.direct_calls = True
         self._retry = self._apool.retry
         self._codecs: dict[str, _codecs.Codec] = {}  # by name, for direct calls
@@ -2707,6 +2765,7 @@ class Pool:
              timeout: float | None = None, on_event: EventCallback | None = None,
              idempotent: bool | None = None) -> Any:
         """Call a unary method and wait for its result (see :meth:`AsyncPool.call`)."""
+        timeout = _validate.timeout(timeout, method)
         if self._retry is not None or idempotent:
             attempts = self._apool._attempts_for(method, idempotent)
             if attempts > 1:
@@ -2752,14 +2811,14 @@ class Pool:
         ap = self._apool
         parts = None
         try:
-            c = ap.codec if codec is None else (self._codecs.get(codec) or self._codec(codec))
+            c = ap.codec if codec is None else self._codec(codec)
             info = w.methods.get(method)
             if info is not None and info[1] == _UNARY:
                 try:
                     body = c.encode(request)
                 except Exception as e:
                     raise _encode_failed(c, e) from None
-                timeout_us = 0 if timeout is None else max(1, int(timeout * 1e6))
+                timeout_us = _validate.timeout_us(timeout)
                 if len(body) < w.shm_threshold:  # else the loop sends it through the lane
                     try:
                         id, parts = w.conn.send_request(info[0], c.id, timeout_us, body)
@@ -2867,12 +2926,14 @@ class Pool:
         self._hand_back(w, id, c, method, timeout, started, results, call, trace)
         return self._wait_call(call)
 
-    def _codec(self, name: str) -> _codecs.Codec:
+    def _codec(self, name: Any) -> _codecs.Codec:
         """The codec called ``name``, remembered for the next direct call (a dict lookup;
-        only names, which ``_codecs.get`` checks against its few known ones)."""
-        c = _codecs.get(name)
-        if isinstance(name, str):
-            self._codecs[name] = c
+        only the names ``_validate.codec`` accepted, a few known ones)."""
+        if not isinstance(name, str):
+            return _validate.codec(name)
+        c = self._codecs.get(name)
+        if c is None:
+            c = self._codecs[name] = _validate.codec(name)
         return c
 
     def _hand_back(self, w: _Worker, id: int, codec: _codecs.Codec, method: str,
@@ -2941,7 +3002,7 @@ class Pool:
         if call.abandoned:
             return
         try:
-            c = ap.codec if codec is None else _codecs.get(codec)
+            c = ap._codec_for(codec)
             req = ap._try_submit(method, request, c, timeout, on_event)
         except BaseException as e:  # noqa: B036 - e.g. the request does not encode: the caller's
             call.finish((False, e))
@@ -2976,6 +3037,8 @@ class Pool:
                timeout: float | None = None,
                idempotent: bool | None = None) -> concurrent.futures.Future:
         """Start a call without waiting; returns a ``concurrent.futures.Future``."""
+        timeout = _validate.timeout(timeout, method)
+        self._apool._codec_for(codec)
         return asyncio.run_coroutine_threadsafe(
             self._apool.call(method, request, codec=codec, timeout=timeout,
                              idempotent=idempotent), self._loop)
@@ -2990,8 +3053,13 @@ class Pool:
         reads ``requests`` a chunk at a time and sleeps only when the next result is not in yet.
         """
         ap = self._apool
-        limit = max(1, window or ap.size * ap.max_in_flight)
-        c = ap.codec if codec is None else _codecs.get(codec)
+        timeout = _validate.timeout(timeout, method)
+        limit = _map_window(window, ap.size * ap.max_in_flight)
+        return self._map(method, requests, ap._codec_for(codec), timeout, limit)
+
+    def _map(self, method: str, requests: Iterable[Any], c: _codecs.Codec,
+             timeout: float | None, limit: int) -> Iterator[Any]:
+        ap = self._apool
         run = _MapRun(ap, method, c, timeout, limit)
         items = iter(requests)
         results = run.results
@@ -3043,14 +3111,16 @@ class Pool:
         return [w["pid"] for w in self.metrics()["workers"] if w["alive"]]
 
     def close(self, grace: float | None = None) -> None:
-        """Drain and stop every worker (see :meth:`AsyncPool.close`)."""
+        """Drain and stop every worker (see :meth:`AsyncPool.close`). Closing again, or from
+        two threads at once, waits for the first close and is no error (PROTOCOL.md 22.4)."""
         _open_pools.discard(self)
-        if self._loop.is_closed():
-            return
-        try:
-            self._run(self._apool.close, grace)
-        finally:
-            self._stop_loop()
+        with self._close_lock:
+            if self._loop.is_closed():
+                return
+            try:
+                self._run(self._apool.close, grace)
+            finally:
+                self._stop_loop()
 
     def _stop_loop(self) -> None:
         with contextlib.suppress(Exception):
