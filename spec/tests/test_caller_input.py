@@ -15,7 +15,7 @@ TABLE = json.loads((REPO / "conformance" / "bad_input.json").read_text(encoding=
 SECTION = DOC[DOC.index("## 22. Caller input"):]
 KINDS = {"pool_option", "call_option", "method", "request", "lifecycle"}
 SPECIALS = {"nan", "inf", "-inf", "cyclic", "function", "symbol", "undefined",
-            "undefined_in_object", "bigint", "opaque_object", "non_string_key", "bytes",
+            "undefined_in_object", "undefined_in_array", "bigint", "opaque_object", "non_string_key", "bytes",
             "repeat", "string_of_bytes", "options"}
 LANGUAGES = {"rust", "python", "node", "go"}
 
