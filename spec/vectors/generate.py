@@ -1230,6 +1230,14 @@ def build_session_cases() -> None:
     session("parent_unary_error_terminal", "a request ends with ERROR HANDLER_ERROR", P,
             parent_open() + [send(req(1, FAIL, 1, J)),
                              recv(error(1, "HANDLER_ERROR", "boom", '{"trace":"x"}'))])
+    session("parent_error_fate_by_id_not_code",
+            "request ERRORs with an unassigned code (50), a local code (300) and a 1xx code "
+            "(150): each ends its request only; the connection survives (section 3)", P,
+            parent_open() + [send(req(1, ECHO, 1, J)), send(req(2, ECHO, 1, J)),
+                             send(req(3, ECHO, 1, J)),
+                             recv([error(1, 50, "unassigned"), error(2, 300, "local, on the wire"),
+                                   error(3, 150, "a 1xx code on a request id")]),
+                             send(req(4, ECHO, 1, J)), recv(result(4, J))])
     session("parent_two_calls_interleaved", "two requests in flight, answered out of order", P,
             parent_open() + [send(req(1, ECHO, 1, b"1")), send(req(2, ECHO, 1, b"2")),
                              recv([result(2, b"2"), result(1, b"1")])])

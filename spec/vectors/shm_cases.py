@@ -227,6 +227,9 @@ def build() -> list[dict]:
                shm={"window": 1 << 30})
     block_case("block_unknown_tag_only", "an unknown tag is skipped: no shm", "hello",
                entry(77, b"\x01"), entries=[{"tag": 77, "data": "01"}])
+    block_case("block_welcome_unknown_tag_only", "a WELCOME entry whose tag the worker does not "
+               "know is skipped, not refused (20.1): no shm, the WELCOME stands", "welcome",
+               entry(77, b"\x01\x02"), entries=[{"tag": 77, "data": "0102"}])
     block_case("block_entry_past_the_end", "an entry's length runs past the end: not an "
                "extension block, ignored as a whole (no shm)", "hello", entry(1, w30)[:-1],
                entries=[])
@@ -287,6 +290,9 @@ def build() -> list[dict]:
     borrower_case("region_checks_before_descriptor",
                   "size 0 is the frame's fault even when no descriptor arrived", 10_000,
                   [{"op": "region", "region": 1, "size": 0}], "SHM_BAD_REGION")
+    borrower_case("region_id_zero", "0 is never a region: the first id is above 0 (20.3)",
+                  10_000, [{"op": "descriptors", "n": 1}, {"op": "region", "region": 0,
+                                                          "size": 100}], "SHM_BAD_REGION")
     borrower_case("region_id_not_above", "region ids strictly increase", 10_000,
                   one + [{"op": "descriptors", "n": 1},
                          {"op": "region", "region": 1, "size": 10}], "SHM_BAD_REGION")
