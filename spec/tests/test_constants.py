@@ -197,6 +197,20 @@ def test_protocol_defaults_and_timing():
     assert f"passes {t['heartbeat_misses']} x `heartbeat_ms`" in FLAT
 
 
+def test_driver_handed_ahead_bound():
+    """8.5's bound on what a driver hands its transport ahead of the socket, in the text, the
+    checklist and section 18, as constants.json's `driver.max_handed_ahead_bytes`."""
+    bound = CONSTANTS["driver"]["max_handed_ahead_bytes"]
+    sec = re.sub(r"\s+", " ", _section("8"))
+    assert f"only while the transport holds fewer than **{bound:,} bytes**" in sec
+    assert "(the handed-ahead bound, `driver.max_handed_ahead_bytes` in `spec/constants.json`)" \
+        in sec
+    assert f"waits behind at most {bound:,} bytes and one frame in the transport" in sec
+    assert f"nor behind more than {bound:,} bytes handed to it ahead of the socket" in FLAT
+    assert "under `driver` the handed-ahead bound of 8.5" in FLAT
+    assert bound >= CONSTANTS["limits"]["min_max_frame_size"]
+
+
 def test_sdk_defaults_match_the_section_17_table():
     doc = []
     for side, name, lang, default, reason in _rows(_section("17"), r"parent|worker"):
