@@ -80,6 +80,8 @@ function materialize(v: unknown): unknown {
       return undefined;
     case "undefined_in_object":
       return { a: undefined };
+    case "undefined_in_array":
+      return [1, undefined];
     case "bigint":
       return 2n ** 64n;
     case "opaque_object":

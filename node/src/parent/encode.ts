@@ -6,7 +6,8 @@
  * extension and a class instance as `{}`. The shipped JSON, MessagePack and CBOR codecs are
  * encoded first (a cycle or an integer they cannot hold fails there), then the value is walked
  * once for what they would write in silence. Custom codecs decide for themselves; their throws
- * become BAD_REQUEST too.
+ * become BAD_REQUEST too. An omitted request (`undefined` at the top) is `null`, as Python's
+ * default None; `undefined` inside an object or an array stays BAD_REQUEST.
  * @internal
  * @module
  */
@@ -24,6 +25,9 @@ const DEPTH_MAX = 1000;
 
 /** The body of `value` with `codec`. @throws WirepoolError BAD_REQUEST (202). */
 export function encodeRequest(codec: Codec, value: unknown): Uint8Array {
+  // An omitted request (undefined at the top: `pool.call("whoami")`) is null, as Python's
+  // default None; undefined inside a value is still refused (the walk below).
+  if (value === undefined) value = null;
   let body: Uint8Array;
   try {
     body = codec.encode(value);

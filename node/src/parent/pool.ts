@@ -565,12 +565,12 @@ export class Lease {
   }
 
   /** A unary call on the leased worker. */
-  call<T = unknown>(method: string, request: unknown, opts?: CallOptions): Promise<T> {
+  call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
     return this.pool.submitCall<T>(method, request, opts, this);
   }
 
   /** A stream on the leased worker. */
-  stream<T = unknown>(method: string, request: unknown, opts?: CallOptions): RowStream<T> {
+  stream<T = unknown>(method: string, request?: unknown, opts?: CallOptions): RowStream<T> {
     return this.pool.submitStream<T>(method, request, opts, this);
   }
 
@@ -646,16 +646,16 @@ export class Pool extends EventEmitter {
   // Calls
 
   /**
-   * Calls `method` with `request` and resolves with its decoded result.
+   * Calls `method` with `request` (omitted: `null`) and resolves with its decoded result.
    * @throws WirepoolError: the worker's error (RequestError, code and details), or a local one
    * (CancelledError, DeadlineExceededError, WorkerExitedError, WorkerHungError, ...).
    */
-  call<T = unknown>(method: string, request: unknown, opts?: CallOptions): Promise<T> {
+  call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
     return this.submitCall<T>(method, request, opts, null);
   }
 
   /** Streams `method`'s rows: `for await (const row of pool.stream(...))`. */
-  stream<T = unknown>(method: string, request: unknown, opts?: CallOptions): RowStream<T> {
+  stream<T = unknown>(method: string, request?: unknown, opts?: CallOptions): RowStream<T> {
     return this.submitStream<T>(method, request, opts, null);
   }
 
