@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from wirepool import _shm, errors, pool, proto, worker
+from wirepool import _constants, _shm, _shm_proto, _validate, errors, pool, proto, remote, worker
 from wirepool.errors import ErrorCode
 
 CONSTANTS = json.loads((Path(__file__).resolve().parents[2] / "spec" / "constants.json")
@@ -68,6 +68,61 @@ def test_codecs_kinds_and_limits() -> None:
     assert proto.MIN_FRAME_SIZE_LIMIT == LIMITS["min_max_frame_size"]
     assert proto.MAX_FRAME_SIZE_LIMIT == LIMITS["max_max_frame_size"]
     assert proto.MAX_CREDIT == LIMITS["max_credit"]
+
+
+def test_error_code_is_the_generated_enum() -> None:
+    assert errors.ErrorCode is _constants.ErrorCode is ErrorCode
+
+
+# The SDK's names for the generated constants (spec/generate_constants.py): each must BE the
+# generated value, so that none is typed by hand again. Seconds where the API takes seconds.
+GENERATED = [
+    (proto.PROTOCOL_VERSION, "PROTOCOL_VERSION"), (proto.HEADER_SIZE, "HEADER_SIZE"),
+    (proto.FLAG_MORE, "FLAG_MORE"), (proto.HANDSHAKE_MAX_FRAME_SIZE, "HANDSHAKE_MAX_FRAME_SIZE"),
+    (proto.MIN_FRAME_SIZE_LIMIT, "MIN_MAX_FRAME_SIZE"),
+    (proto.MAX_FRAME_SIZE_LIMIT, "MAX_MAX_FRAME_SIZE"), (proto.MAX_CREDIT, "MAX_CREDIT"),
+    (proto.DEFAULT_MAX_FRAME_SIZE, "DEFAULT_MAX_FRAME_SIZE"),
+    (proto.DEFAULT_INITIAL_CREDIT, "DEFAULT_INITIAL_CREDIT"),
+    (proto.DEFAULT_HEARTBEAT_MS, "DEFAULT_HEARTBEAT_MS"),
+    (proto.DEFAULT_MAX_MESSAGE_SIZE, "DEFAULT_MAX_MESSAGE_SIZE"),
+    (_shm_proto.TAG_SHM, "SHM_TAG"), (_shm_proto.MAX_LIVE_REGIONS, "SHM_MAX_LIVE_REGIONS"),
+    (_shm_proto.MAX_QUEUED_DESCRIPTORS, "SHM_MAX_QUEUED_DESCRIPTORS"),
+    (_shm.MAX_FDS_PER_WRITE, "SHM_MAX_DESCRIPTORS_PER_WRITE"),
+    (remote.TICKET_PREFIX, "REMOTE_TICKET_PREFIX"),
+    (remote.TICKET_MAX_CHARS, "REMOTE_TICKET_MAX_CHARS"),
+    (remote.JOIN_MAGIC.decode(), "REMOTE_JOIN_MAGIC"), (remote.JOIN_VERSION, "REMOTE_JOIN_VERSION"),
+    (remote.JOIN_SIZE, "REMOTE_JOIN_BYTES"), (remote.ALPN, "REMOTE_ALPN"),
+    (remote.DEFAULT_JOIN_TIMEOUT * 1000, "REMOTE_DEFAULT_JOIN_TIMEOUT_MS"),
+    (remote.DEFAULT_HELLO_TIMEOUT * 1000, "REMOTE_DEFAULT_HELLO_TIMEOUT_MS"),
+    (remote.DEFAULT_WELCOME_TIMEOUT * 1000, "REMOTE_DEFAULT_WELCOME_TIMEOUT_MS"),
+    (remote.DEFAULT_MAX_PENDING_JOINS, "REMOTE_DEFAULT_MAX_PENDING_JOINS"),
+    (remote.DEFAULT_REFUSAL_LOG_PER_SECOND, "REMOTE_DEFAULT_REFUSAL_LOG_PER_SECOND"),
+    (remote.DEFAULT_REMOTE_HEARTBEAT_MS, "REMOTE_DEFAULT_REMOTE_HEARTBEAT_MS"),
+    (remote.DEFAULT_POOL_TICKET_TTL, "REMOTE_DEFAULT_POOL_TICKET_TTL_S"),
+    (remote.HEARTBEAT_MISSES, "HEARTBEAT_MISSES"), (pool.HEARTBEAT_MISSES, "HEARTBEAT_MISSES"),
+    (_validate.MAX_TIMEOUT_S * 1000, "MAX_TIMEOUT_MS"),
+    (errors.QUOTED_MAX_CHARS, "QUOTED_MAX_CHARS"),
+]
+
+
+@pytest.mark.parametrize("ours,name", GENERATED, ids=[n for _, n in GENERATED])
+def test_the_sdk_takes_the_generated_constants(ours: Any, name: str) -> None:
+    assert ours == getattr(_constants, name)
+
+
+def test_the_validation_bounds_are_the_generated_ones() -> None:
+    src = inspect.getsource(_validate)
+    for name in ("MAX_TIMEOUT_MS", "MAX_WORKERS", "MAX_COUNT", "MAX_SIZE", "MAX_CREDIT",
+                 "MIN_MAX_FRAME_SIZE", "MAX_MAX_FRAME_SIZE"):
+        assert getattr(_validate, name) is getattr(_constants, name), name
+    assert "2**31" not in src and "4096" not in src and "4_096" not in src
+
+
+def test_no_heartbeat_miss_count_by_hand() -> None:
+    """Every liveness limit is HEARTBEAT_MISSES periods (8.5, 21.5), never a literal 3."""
+    for module in (pool, remote, worker):
+        src = inspect.getsource(module)
+        assert "3 * period" not in src and "3 * self._period" not in src, module.__name__
 
 
 def test_protocol_defaults() -> None:
@@ -136,6 +191,13 @@ def test_sdk_default(default: dict) -> None:
     want = _cpus() if default["unit"] == "cpus" else default["value"]
     assert ours == want, f"{default['side']} {default['name']}: {ours} != {want}: " \
         f"{default['reason']}"
+    if default["value"] is not None:  # and it is the generated constant, not a copy
+        unit = {"ms": "_MS", "bytes": "_BYTES"}.get(default["unit"], "")
+        name = f"{default['side'].upper()}_DEFAULT_{default['name'].upper()}"
+        generated = getattr(_constants, name + unit, None)
+        if generated is None:
+            generated = getattr(_constants, name)
+        assert ours == generated
 
 
 def test_core_default_frame_size() -> None:

@@ -33,6 +33,7 @@ import socket
 import weakref
 from typing import Callable, Sequence
 
+from ._constants import SHM_MAX_DESCRIPTORS_PER_WRITE
 from .errors import ErrorCode, ProtocolError
 
 __all__ = [
@@ -53,7 +54,7 @@ REQUIRED_SEALS = (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW) if AVAILABLE else 0
 IDLE_RETIRE = 1.0
 
 #: Descriptors a sender attaches to one sendmsg, and a receiver makes room for in one recvmsg.
-MAX_FDS_PER_WRITE = 8
+MAX_FDS_PER_WRITE = SHM_MAX_DESCRIPTORS_PER_WRITE
 
 _NAME = "wirepool-shm"
 _TMPFS_MAGIC = 0x01021994

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ._constants import SHM_MAX_LIVE_REGIONS, SHM_MAX_QUEUED_DESCRIPTORS, SHM_TAG
 from .errors import ErrorCode, ProtocolError
 
 __all__ = [
@@ -32,9 +33,9 @@ __all__ = [
     "encode_extension", "parse_extensions",
 ]
 
-TAG_SHM = 1
-MAX_LIVE_REGIONS = 64
-MAX_QUEUED_DESCRIPTORS = 8
+TAG_SHM = SHM_TAG
+MAX_LIVE_REGIONS = SHM_MAX_LIVE_REGIONS
+MAX_QUEUED_DESCRIPTORS = SHM_MAX_QUEUED_DESCRIPTORS
 SHM_REGION, SHM_RELEASE, SHM_RETIRE, SHM_BODY = 0x50, 0x51, 0x52, 0x7E
 _PAYLOAD = {SHM_REGION: 16, SHM_RELEASE: 24, SHM_RETIRE: 8, SHM_BODY: 24}
 _HEADER = struct.Struct("<IBBHQ")

@@ -12,63 +12,10 @@ handle one kind of failure, or :class:`WirepoolError` for all of them::
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from ._constants import QUOTED_MAX_CHARS  # PROTOCOL.md 22.4
-
-
-class ErrorCode(enum.IntEnum):
-    # 100-199: protocol violations, the connection is closed.
-    PROTOCOL = 100
-    TRUNCATED = 101
-    FRAME_TOO_LARGE = 102
-    UNKNOWN_FRAME_TYPE = 103
-    BAD_FLAGS = 104
-    RESERVED_NONZERO = 105
-    BAD_PAYLOAD = 106
-    BAD_UTF8 = 107
-    ROW_BOUNDS = 108
-    UNEXPECTED_FRAME = 109
-    BAD_ID = 110
-    DUPLICATE_ID = 111
-    UNKNOWN_ID = 112
-    CREDIT_OVERFLOW = 113
-    FLOW_CONTROL = 114
-    MESSAGE_TOO_LARGE = 115
-    CONTINUATION = 116
-    BAD_MAGIC = 117
-    VERSION_MISMATCH = 118
-    BAD_HANDSHAKE = 119
-    CODEC_MISMATCH = 120
-    ROW_COUNT_MISMATCH = 121
-    KIND_MISMATCH = 122
-    # The shared-memory extension (section 20.6), only on a connection that agreed to it.
-    SHM_BAD_REGION = 123
-    SHM_BAD_DESCRIPTOR = 124
-    SHM_BOUNDS = 125
-    SHM_BAD_RELEASE = 126
-    # 200-299: request errors, the connection survives.
-    UNKNOWN_METHOD = 200
-    CODEC_UNSUPPORTED = 201
-    BAD_REQUEST = 202
-    HANDLER_ERROR = 203
-    HANDLER_PANIC = 204
-    CANCELLED = 205
-    DEADLINE_EXCEEDED = 206
-    OVERLOADED = 207
-    DRAINING = 208
-    ROW_TOO_LARGE = 209
-    # 300-399: local outcomes, raised by SDKs and never sent.
-    WORKER_EXITED = 300
-    WORKER_HUNG = 301
-    STARTUP_TIMEOUT = 302
-    SPAWN_FAILED = 303
-    POOL_CLOSED = 304
-    LEASE_LOST = 305
-    DECODE_FAILED = 306
-    PROTOCOL_VIOLATION = 307
-    INVALID_ARGUMENT = 308
+from ._constants import ErrorCode as ErrorCode  # PROTOCOL.md 3 and 20.6, generated from spec/constants.json
 
 
 def code_name(code: int) -> str:

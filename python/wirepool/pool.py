@@ -47,7 +47,8 @@ from typing import (AbstractSet, Any, AsyncIterator, Callable, Iterable, Iterato
                     Protocol, Sequence, cast)
 
 from . import _shm, _validate
-from ._constants import MAX_COUNT, MAX_WORKERS
+from . import _constants as _c
+from ._constants import HEARTBEAT_MISSES, MAX_COUNT, MAX_WORKERS
 from . import codecs as _codecs
 from . import proto
 from ._shm_proto import ShmAccept, ShmOffer, TAG_SHM, parse_extensions
@@ -87,14 +88,14 @@ class RequestHooks(Protocol):
 # ahead of small requests for under a millisecond). Larger messages travel as MORE +
 # CONTINUATION frames reassembled into one reused buffer: a 16 MiB echo ran at 0.87x of its
 # rate with 16 MiB frames (1,865 vs 2,151 MiB/s medians, alternated), no longer a cliff.
-DEFAULT_MAX_FRAME_SIZE = proto.DEFAULT_MAX_FRAME_SIZE
+DEFAULT_MAX_FRAME_SIZE = _c.PARENT_DEFAULT_MAX_FRAME_SIZE
 # How long a lone caller polls the worker's socket for its answer before it sleeps (see
 # AsyncPool's ``busy_poll_us``): about one round trip to an idle Python worker here. Waking a
 # sleeping thread costs more than that wait on a 2-vCPU VM (issue 17).
 DEFAULT_BUSY_POLL_US = 100
 # Socket buffers that hold a whole 1 MiB message (the kernel caps them at net.core.wmem_max).
 _SOCKET_BUFFER = 4 << 20
-_STDERR_TAIL_LINES = 20
+_STDERR_TAIL_LINES = _c.PARENT_DEFAULT_STDERR_TAIL_LINES
 _LOG_LINE_MAX = 8192
 _WORKER_OUTPUTS = ("log", "inherit", "discard")
 # Who reads a worker's socket (direct calls, see _Worker.direct): the loop, nobody (parked: an
@@ -104,7 +105,7 @@ _LOOP, _PARKED, _CALLER, _DEAD = 0, 1, 2, 3
 # back to the loop (which then runs heartbeats, deadlines and the rest as usual).
 _DIRECT_WAIT_MS = 50
 _UNARY = MethodKind.UNARY  # a module global: one lookup less per direct call
-_GOODBYE_GRACE = 1.0  # seconds a worker has to exit after GOODBYE or a fatal ERROR (spec 8.4)
+_GOODBYE_GRACE = _c.PARENT_DEFAULT_GOODBYE_GRACE_MS / 1000  # seconds a worker has to exit after GOODBYE or a fatal ERROR (spec 8.4)
 # Start-up refusals raised with their own code; any other violation before HELLO is a
 # PROTOCOL_VIOLATION like one after it.
 _HANDSHAKE_CODES = frozenset({ErrorCode.BAD_MAGIC, ErrorCode.VERSION_MISMATCH,
@@ -1276,7 +1277,7 @@ class _Worker(LaneProtocol):
         Judged four times a period, so a hang is seen within about 3.25 periods."""
         pool = self.pool
         period = pool.heartbeat_ms / 1000
-        limit = 3 * period
+        limit = HEARTBEAT_MISSES * period
         tick = period / 4
         nonce = 0
         now = time.monotonic()
@@ -1621,18 +1622,24 @@ class AsyncPool:
 
     def __init__(self, argv: Sequence[str], *, workers: int | None = None, codec: str = "json",
                  require: Iterable[str] | Mapping[str, str | tuple[str, str]] | None = None,
-                 max_in_flight: int = 64, startup_timeout: float = 10.0,
-                 heartbeat_ms: int = proto.DEFAULT_HEARTBEAT_MS, cancel_grace: float = 2.0,
-                 deadline_grace: float = 0.5, max_requests: int | None = None,
+                 max_in_flight: int = _c.PARENT_DEFAULT_MAX_IN_FLIGHT,
+                 startup_timeout: float = _c.PARENT_DEFAULT_STARTUP_TIMEOUT_MS / 1000,
+                 heartbeat_ms: int = _c.PARENT_DEFAULT_HEARTBEAT_MS,
+                 cancel_grace: float = _c.PARENT_DEFAULT_CANCEL_GRACE_MS / 1000,
+                 deadline_grace: float = _c.PARENT_DEFAULT_DEADLINE_GRACE_MS / 1000,
+                 max_requests: int | None = None,
                  max_rss_bytes: int | None = None, idle_timeout: float | None = None,
-                 restart_backoff: float = 0.01, restart_backoff_max: float = 5.0,
-                 max_restarts: int = 10, restart_window: float = 60.0,
+                 restart_backoff: float = _c.PARENT_DEFAULT_RESTART_BACKOFF_MS / 1000,
+                 restart_backoff_max: float = _c.PARENT_DEFAULT_RESTART_BACKOFF_MAX_MS / 1000,
+                 max_restarts: int = _c.PARENT_DEFAULT_MAX_RESTARTS,
+                 restart_window: float = _c.PARENT_DEFAULT_RESTART_WINDOW_MS / 1000,
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 initial_credit: int = proto.DEFAULT_INITIAL_CREDIT,
-                 max_message_size: int = proto.DEFAULT_MAX_MESSAGE_SIZE,
+                 initial_credit: int = _c.PARENT_DEFAULT_INITIAL_CREDIT,
+                 max_message_size: int = _c.PARENT_DEFAULT_MAX_MESSAGE_SIZE,
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
                  on_event: EventCallback | None = None, worker_output: str = "log",
-                 drain_grace: float = 10.0, latency_histograms: bool = False,
+                 drain_grace: float = _c.PARENT_DEFAULT_DRAIN_GRACE_MS / 1000,
+                 latency_histograms: bool = False,
                  launcher: Any = None, shm_lane: bool = True,
                  shm_threshold: int = SHM_THRESHOLD, retry: RetryPolicy | None = None,
                  busy_poll_us: int | None = None, goodbye_grace: float = _GOODBYE_GRACE,

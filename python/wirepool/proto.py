@@ -41,6 +41,11 @@ from typing import Any, Callable, Iterator, Sequence, Union
 from . import _shm_proto
 from ._shm_proto import Borrower, Lender, ShmAccept, ShmOffer, ShmRange
 from .errors import ErrorCode, ProtocolError, WirepoolError
+from ._constants import (DEFAULT_HEARTBEAT_MS, DEFAULT_INITIAL_CREDIT, DEFAULT_MAX_FRAME_SIZE,
+                         DEFAULT_MAX_MESSAGE_SIZE, ERROR_MESSAGE_MAX_BYTES, FLAG_MORE,
+                         HANDSHAKE_MAX_FRAME_SIZE, HEADER_SIZE, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
+                         MAX_METHODS, MAX_SIZE, MAX_TIMEOUT_MS, MAX_COUNT, MIN_MAX_FRAME_SIZE,
+                         PROTOCOL_VERSION)
 
 __all__ = [
     "PROTOCOL_VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_SIZE", "HANDSHAKE_MAX_FRAME_SIZE",
@@ -55,16 +60,10 @@ __all__ = [
 
 Buffer = Union[bytes, bytearray, memoryview]
 
-PROTOCOL_VERSION = 1
-HEADER_SIZE = 16
-HANDSHAKE_MAX_FRAME_SIZE = 65_536
-MIN_FRAME_SIZE_LIMIT = 65_536
-MAX_FRAME_SIZE_LIMIT = 16_777_216
-DEFAULT_MAX_FRAME_SIZE = 4_194_304  # PROTOCOL.md 4.2: the parent's default
-DEFAULT_INITIAL_CREDIT = 1_048_576
-DEFAULT_HEARTBEAT_MS = 1_000
-DEFAULT_MAX_MESSAGE_SIZE = 1_073_741_824
-MAX_CREDIT = 2**31 - 1
+# The protocol's constants come from spec/constants.json through the generated _constants.py
+# (PROTOCOL.md 18); the names below are this module's public aliases of them.
+MIN_FRAME_SIZE_LIMIT = MIN_MAX_FRAME_SIZE
+MAX_FRAME_SIZE_LIMIT = MAX_MAX_FRAME_SIZE
 MAGIC = b"WIREPOOL"
 # Large-frame receive buffers a decoder keeps for reuse (see FrameDecoder._gather_buffer): room
 # for two frames of the largest size the protocol allows (16 MiB), so that 16 MiB frames are
@@ -72,7 +71,6 @@ MAGIC = b"WIREPOOL"
 _SPARES = 2
 _SPARE_MAX_BYTES = 32 << 20
 _SPARE_GRAIN = 64 << 10  # their sizes are multiples of this
-FLAG_MORE = 0x01
 # Reads land in a reused buffer of this size (read_buffer), or straight in a large frame's own
 # buffer when at least _READ_INTO_FRAME of its payload is still missing.
 _READ_BUFFER = 256 * 1024
@@ -995,8 +993,8 @@ def _parse_hello(id: int, more: bool, p: memoryview) -> Hello:
         raise _fail(ErrorCode.BAD_PAYLOAD, "HELLO too short for method_count")
     (count,) = _U16.unpack_from(p, off)
     off += 2
-    if count > 4096:
-        raise _fail(bad, f"method_count {count} above 4096")
+    if count > MAX_METHODS:
+        raise _fail(bad, f"method_count {count} above {MAX_METHODS}")
     methods: list[MethodInfo] = []
     seen: set[str] = set()
     for _ in range(count):

@@ -46,6 +46,7 @@ import traceback
 from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Sized, TypeVar,
                     overload)
 
+from . import _constants as _c
 from . import _shm
 from . import codecs as _codecs
 from . import proto
@@ -63,17 +64,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SDK_NAME = "wirepool-python"
 SDK_VERSION = "0.1.0"
-ROWS_FLUSH_BYTES = 256 * 1024  # a ROWS frame is sent once this full (or max_frame_size)
-ROWS_FLUSH_INTERVAL = 0.005  # ... or, from a slow generator, within about this interval
+ROWS_FLUSH_BYTES = _c.WORKER_DEFAULT_ROWS_BATCH_BYTES  # a ROWS frame is sent once this full (or max_frame_size)
+ROWS_FLUSH_INTERVAL = _c.WORKER_DEFAULT_ROWS_FLUSH_INTERVAL_MS / 1000  # ... or, from a slow generator, within about this interval
 MAX_BUILT_FRAMES = 2  # frames built and waiting for credit before a stream's producer waits
 # A sync generator's rows are taken and encoded by C iterators, at most this many per pass
 # (fewer for larger rows: a pass holds about half a frame), so a row costs no bytecode of ours.
 ROWS_PER_PASS = 256
-EVENT_INTERVAL = 0.010  # progress events are coalesced to at most one per topic per 10 ms
+EVENT_INTERVAL = _c.WORKER_DEFAULT_EVENT_INTERVAL_MS / 1000  # progress events are coalesced to at most one per topic per 10 ms
 # Requests in flight per connection: a pipeline deep enough that small calls travel in bursts
 # (64 per read and write; 16 cost ~30% of the small-call throughput). Threads for plain handlers
 # start only as concurrent slow handlers need them, so the depth costs nothing when idle.
-DEFAULT_MAX_CONCURRENCY = 64
+DEFAULT_MAX_CONCURRENCY = _c.WORKER_DEFAULT_MAX_CONCURRENCY
 # The shared-memory lane (PROTOCOL.md 20.2's SDK defaults): the window offered for the parent's
 # regions, and the result size from which a result travels through a region of this worker.
 SHM_WINDOW = proto.DEFAULT_MAX_MESSAGE_SIZE
@@ -1499,7 +1500,7 @@ def _run_loop(main: Any, selector: selectors.BaseSelector | None) -> int:
 
 
 def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-          max_frame_size: int = proto.MAX_FRAME_SIZE_LIMIT, shm_lane: bool = True,
+          max_frame_size: int = _c.WORKER_DEFAULT_MAX_FRAME_SIZE, shm_lane: bool = True,
           busy_poll_us: int | None = None) -> None:
     """Serve the registered methods on the connection in ``WIREPOOL_FD`` until the parent drains,
     closes, or dies; then exit the process. Without ``WIREPOOL_FD``, join the remote parent
