@@ -15,6 +15,7 @@ import { Connection, EventType, type ConnectionEvent } from "../proto/connection
 import { ErrorCode, FrameType, MethodKind } from "../proto/constants.js";
 import { errorName, ProtocolError } from "../proto/errors.js";
 import type { HelloFrame, RowsFrame } from "../proto/frames.js";
+import { negotiate } from "../proto/policies.js";
 import { FEED_LIMIT, feedOutput } from "../feed.js";
 import { parseDetails, wirepoolError, type WirepoolError } from "./errors.js";
 import { cut, quote } from "./quote.js";
@@ -523,19 +524,19 @@ export class WorkerProcess {
         return;
       }
     }
-    const maxInFlight = Math.max(1, Math.min(s.maxInFlight, h.maxConcurrency));
-    if (maxInFlight < s.maxInFlight) this.hooks.clamped?.(s.maxInFlight, h.maxConcurrency);
-    const maxFrameSize = Math.min(s.maxFrameSize, h.maxFrameSize);
     try {
-      this.conn.sendWelcome({
-        version: 1,
-        workerId: this.workerId,
-        maxFrameSize,
+      // The WELCOME is the core's (14.5); the clamp is logged by the pool, once (4.2).
+      const { welcome, clamped } = negotiate(h, {
+        maxFrameSize: s.maxFrameSize,
         initialCredit: s.initialCredit,
         heartbeatMs: s.heartbeatMs,
-        maxInFlight,
-        maxMessageSize: Math.max(s.maxMessageSize, maxFrameSize),
+        maxInFlight: s.maxInFlight,
+        maxMessageSize: s.maxMessageSize,
+        workerId: this.workerId,
+        remote: false,
       });
+      if (clamped) this.hooks.clamped?.(s.maxInFlight, h.maxConcurrency);
+      this.conn.sendWelcome(welcome);
     } catch (e) {
       // Never thrown from this handler (22.1): a WELCOME the core cannot write fails the start.
       this.welcomeFailed(e);
@@ -554,7 +555,10 @@ export class WorkerProcess {
 
   /** The WELCOME could not be written: the worker is refused and its start fails, typed. */
   private welcomeFailed(e: unknown): void {
-    const code = e instanceof ProtocolError ? e.code : ErrorCode.PROTOCOL_VIOLATION;
+    // A bad offer (negotiate's INVALID_ARGUMENT, a local code never sent) is refused on the
+    // wire as the out-of-range WELCOME field it would be (4.2: BAD_HANDSHAKE).
+    const badOffer = !(e instanceof ProtocolError) || e.code === ErrorCode.INVALID_ARGUMENT;
+    const code = !badOffer ? e.code : ErrorCode.BAD_HANDSHAKE;
     const why = cut(String((e as Error)?.message ?? e));
     try {
       this.conn.refuse(code, why);
@@ -562,7 +566,7 @@ export class WorkerProcess {
     } catch {
       // the refusal is a courtesy; the start fails either way
     }
-    if (e instanceof ProtocolError) this.breakWith(this.violationError(code, `the worker's HELLO cannot be answered: ${why}`), "protocol", false);
+    if (!badOffer) this.breakWith(this.violationError(code, `the worker's HELLO cannot be answered: ${why}`), "protocol", false);
     else this.breakWith(wirepoolError(ErrorCode.INVALID_ARGUMENT, `the WELCOME cannot be written from these settings: ${why}`, { pid: this.pid, cause: e }), "protocol", false);
   }
 

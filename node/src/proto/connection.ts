@@ -17,6 +17,7 @@ import {
 import { decodePayload, FrameDecoder } from "./decoder.js";
 import { errorName, ProtocolError } from "./errors.js";
 import { IdTable } from "./idtable.js";
+import { fitErrorBytes, grant } from "./policies.js";
 import {
   COPY_LIMIT,
   encodeFrame,
@@ -171,14 +172,6 @@ function refuse(name: keyof typeof ErrorCode, message: string): never {
 
 function utf8Len(s: string): number {
   return Buffer.byteLength(s, "utf8");
-}
-
-/** Cuts UTF-8 `bytes` to at most `max` bytes at a character boundary. */
-function cutUtf8(bytes: Buffer, max: number): Buffer {
-  if (bytes.length <= max) return bytes;
-  let n = max;
-  while (n > 0 && (bytes[n] & 0xc0) === 0x80) n--;
-  return bytes.subarray(0, n);
 }
 
 /**
@@ -768,21 +761,23 @@ export class Connection {
    * Parent: the consumer has read (or dropped) `bytes` of stream `id`'s ROWS payload (use each
    * ROWS event's `payloadLength`). The core grants credit back once half the window is consumed
    * (sections 6 and 12.4) and writes the CREDIT.
+   * The rule is {@link grant} (14.5). The bytes are counted even while the stream's REQUEST
+   * is still being sent; nothing is granted until it is sent.
    * @returns the bytes granted now: 0 when no grant is due yet, or the stream has ended.
    */
   consumed(id: number, bytes: number): number {
     const req = this.requests.get(id);
-    if (req === undefined || req.kind !== MethodKind.STREAM || this.outbound.has(id)) return 0;
+    if (req === undefined || req.kind !== MethodKind.STREAM) return 0;
     if (this.fatalSent || this.goodbye || this._failure !== null) return 0;
     req.consumed += bytes;
-    if (req.consumed * 2 < this._welcome!.initialCredit) return 0;
-    const grant = Math.min(req.consumed, Limits.maxCredit - req.credit, HALF_U32 - 1);
-    if (grant <= 0) return 0;
-    req.credit += grant;
-    req.consumed -= grant;
+    if (this.outbound.has(id)) return 0; // no CREDIT inside a REQUEST still being sent (14.3)
+    const g = grant(this._welcome!.initialCredit, req.credit, req.consumed);
+    if (g <= 0) return 0;
+    req.credit += g;
+    req.consumed -= g;
     this.out.header(FrameType.CREDIT, 0, id, 4);
-    this.out.u32(grant);
-    return grant;
+    this.out.u32(g);
+    return g;
   }
 
   /** Parent: an explicit grant of `bytes` of credit to stream `id` (prefer {@link Connection.consumed}). */
@@ -903,8 +898,8 @@ export class Connection {
   /**
    * Worker: ends request `id` with ERROR (its terminal, or the answer to a {@link RejectEvent});
    * id 0 is a fatal report, after which nothing can be sent. Parent: id 0 only. An error too
-   * large for one frame keeps its code: details are replaced by a short note, then the message
-   * is cut at a character boundary (section 2).
+   * large for one frame keeps its code and is fitted by {@link fitError} (14.5): large details
+   * become a short note, then the message is cut at a character boundary.
    */
   sendError(id: number, code: number, message = "", details = ""): void {
     if (id === 0) {
@@ -915,21 +910,10 @@ export class Connection {
       if (!this.rejected.has(id) && !this.requests.has(id)) refuse("UNKNOWN_ID", `ERROR for id ${id}, not in flight`);
     }
     checkU32(code, "code");
-    const limit = this.sendLimit();
-    // `message` is at most 65,535 bytes (its u16 length); then, if the frame is still too big,
-    // details go first and the message is cut last (section 2).
-    let msg: Buffer = cutUtf8(Buffer.from(message, "utf8"), 0xffff);
-    let det = details;
-    let detLen = utf8Len(det);
-    if (6 + msg.length + detLen > limit) {
-      det = detLen > 0 ? `{"truncated": true, "details_bytes": ${detLen}}` : "";
-      detLen = det.length;
-      if (6 + msg.length + detLen > limit) {
-        det = "";
-        detLen = 0;
-      }
-      msg = cutUtf8(msg, limit - 6 - detLen);
-    }
+    // The message and details that fit one frame (14.5's fit_error).
+    const fitted = fitErrorBytes(message, details, this.sendLimit());
+    const msg = fitted.message;
+    const det = fitted.details;
     // State changes only now that nothing can refuse.
     if (id === 0) {
       this.fatalSent = true;
@@ -943,11 +927,11 @@ export class Connection {
       }
       this.requests.delete(id);
     }
-    this.out.header(FrameType.ERROR, 0, id, 6 + msg.length + detLen);
+    this.out.header(FrameType.ERROR, 0, id, 6 + msg.length + det.length);
     this.out.u32(code);
     this.out.u16(msg.length);
     this.out.bytes(msg);
-    this.out.utf8(det, detLen);
+    this.out.bytes(det);
   }
 
   /** Worker: a progress event (`id` 0 for the connection); coalesce them, about one per 10 ms. */

@@ -67,11 +67,15 @@ export class ProtocolError extends Error {
   /** The code's name (e.g. `FRAME_TOO_LARGE`): the same in every SDK; stack traces show it. */
   override readonly name: string;
 
-  constructor(code: number, message?: string) {
+  /** For 308 INVALID_ARGUMENT from `negotiate` (14.5): the offer field out of range (snake_case, e.g. `initial_credit`). */
+  readonly field?: string;
+
+  constructor(code: number, message?: string, field?: string) {
     const name = errorName(code);
     super(message ?? `error ${code}`);
     this.code = code;
     this.name = name;
+    if (field !== undefined) this.field = field;
   }
 
   /** Convenience: a ProtocolError from a code name. */

@@ -8,3 +8,4 @@ export * from "./errors.js";
 export * from "./frames.js";
 export * from "./decoder.js";
 export * from "./connection.js";
+export * from "./policies.js";

@@ -12,6 +12,7 @@ import { ErrorCode, FrameType, GoodbyeReason, Limits, MethodKind, PROTOCOL_VERSI
 import { Connection, EventType, type ConnectionEvent, type RowsBuilder } from "../proto/connection.js";
 import { FEED_LIMIT, feedOutput } from "../feed.js";
 import { ProtocolError } from "../proto/errors.js";
+import { rowsBatchBytes } from "../proto/policies.js";
 import type { MethodInfo, RequestFrame } from "../proto/frames.js";
 import { type Context, RequestCancelled, WorkerError } from "./context.js";
 import { connectToParent, JoinRefused, ParentWatch, type Ticket, TicketError, ticketFromEnv } from "./remote.js";
@@ -673,10 +674,8 @@ class Runtime {
         this.sendErrorQuietly(ev.id, ev.code, REJECT_MESSAGES[ev.code] ?? ev.name);
         break;
       case FrameType.WELCOME:
-        // Frames well under the credit window keep the unread rows tight and let grants (at half
-        // the window) arrive before the producer runs dry; at most max_frame_size - 8 so that a
-        // row too large for any frame still reaches the builder (ROW_TOO_LARGE).
-        this.batchBytes = Math.max(1, Math.min(Math.max(4096, Math.min(ROWS_BATCH_BYTES, Math.floor(ev.initialCredit / 4))), ev.maxFrameSize - 8));
+        // The core's batch size (14.5): a quarter of the window, 4,096 to max_frame_size - 8.
+        this.batchBytes = rowsBatchBytes(ROWS_BATCH_BYTES, ev.initialCredit, ev.maxFrameSize);
         this.watch?.welcome(ev.heartbeatMs);
         break;
       case FrameType.DRAIN:
