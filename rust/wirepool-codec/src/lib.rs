@@ -48,6 +48,8 @@ use serde::Serialize;
 
 #[cfg(feature = "msgpack")]
 mod msgpack;
+#[cfg(feature = "msgpack")]
+mod no_big_ints;
 mod raw;
 
 #[cfg(feature = "arrow")]
@@ -167,8 +169,14 @@ impl Codec {
                     .map_err(|e| CodecError::encode(self, e))
             }
             #[cfg(feature = "msgpack")]
-            Codec::MsgPack => rmp_serde::encode::write_named(&mut SmallWrites(out), value)
-                .map_err(|e| CodecError::encode(self, e)),
+            Codec::MsgPack => {
+                // Named struct fields (as `write_named`), through the wrapper that refuses
+                // integers outside the 64-bit range (rmp_serde would write them as binary).
+                let mut ser = rmp_serde::Serializer::new(SmallWrites(out)).with_struct_map();
+                value
+                    .serialize(no_big_ints::NoBigInts(&mut ser))
+                    .map_err(|e| CodecError::encode(self, e))
+            }
             #[cfg(feature = "cbor")]
             Codec::Cbor => ciborium::into_writer(value, SmallWrites(out))
                 .map_err(|e| CodecError::encode(self, e)),

@@ -241,3 +241,55 @@ fn arrow_batches_round_trip_and_garbage_fails() {
     assert!(wirepool_codec::arrow::decode_batches(b"not arrow").is_err());
     assert!(wirepool_codec::arrow::encode_batches(&[], &mut body).is_err());
 }
+
+/// JSON and MessagePack refuse integers outside the 64-bit range (PROTOCOL.md 22.4) wherever
+/// they sit in the value (rmp_serde alone writes a `u128` as 16 bytes of binary); a 128-bit
+/// value that fits 64 bits encodes as its 64-bit self.
+#[test]
+fn integers_outside_64_bits_are_refused_in_json_and_msgpack() {
+    #[derive(Serialize)]
+    struct Outer {
+        ok: u64,
+        inner: Vec<Option<std::collections::BTreeMap<String, (u8, i128)>>>,
+    }
+    #[derive(Serialize)]
+    enum E {
+        Newtype(u128),
+        Struct { v: i128 },
+    }
+    let nested = |v: i128| Outer {
+        ok: 1,
+        inner: vec![None, Some([("k".to_string(), (1, v))].into_iter().collect())],
+    };
+    for codec in typed()
+        .into_iter()
+        .filter(|c| matches!(c, Codec::Json | Codec::MsgPack))
+    {
+        for bad in [
+            codec.to_vec(&(1u128 << 64)).err(),
+            codec.to_vec(&(i128::from(i64::MIN) - 1)).err(),
+            codec.to_vec(&nested(i128::from(u64::MAX) + 1)).err(),
+            codec.to_vec(&E::Newtype(u128::MAX)).err(),
+            codec.to_vec(&E::Struct { v: i128::MIN }).err(),
+            codec.to_vec(&Some(vec![[1u128 << 64]])).err(),
+        ] {
+            let e = bad.unwrap_or_else(|| panic!("{codec:?} sent an integer above 64 bits"));
+            assert_eq!(e.kind(), CodecErrorKind::Encode, "{codec:?}: {e}");
+            assert!(e.to_string().contains("64-bit"), "{codec:?}: {e}");
+        }
+        assert_eq!(
+            codec.to_vec(&u128::from(u64::MAX)).unwrap(),
+            codec.to_vec(&u64::MAX).unwrap()
+        );
+        assert_eq!(
+            codec.to_vec(&i128::from(i64::MIN)).unwrap(),
+            codec.to_vec(&i64::MIN).unwrap()
+        );
+        assert_eq!(
+            codec.to_vec(&nested(-5)).unwrap(),
+            codec.to_vec(&nested(-5)).unwrap()
+        );
+        let back: u64 = codec.decode(&codec.to_vec(&7u128).unwrap()).unwrap();
+        assert_eq!(back, 7);
+    }
+}
