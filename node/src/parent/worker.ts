@@ -15,6 +15,7 @@ import { Connection, EventType, type ConnectionEvent } from "../proto/connection
 import { ErrorCode, FrameType, MethodKind } from "../proto/constants.js";
 import { errorName, ProtocolError } from "../proto/errors.js";
 import type { HelloFrame, RowsFrame } from "../proto/frames.js";
+import { Liveness } from "../proto/liveness.js";
 import { negotiate } from "../proto/policies.js";
 import { FEED_LIMIT, feedOutput } from "../feed.js";
 import { parseDetails, wirepoolError, type WirepoolError } from "./errors.js";
@@ -128,11 +129,10 @@ export class WorkerProcess {
   private killTimer: NodeJS.Timeout | null = null;
   private killAt = 0;
   private exitWait: NodeJS.Timeout | null = null;
-  /** Heartbeats: nonce counter and the times of PINGs not yet answered, oldest first. */
-  private pingCounter = 0;
-  private readonly pings: { n: number; at: number }[] = [];
-  /** Frame clock: when the current incomplete frame started (0: none). */
-  private frameStartedAt = 0;
+  /** The liveness judge (8.5, the core's): both clocks and the starvation guard; null: no heartbeat. */
+  private judge: Liveness | null = null;
+  /** Bytes read from the worker so far (the judge's frame clock reads it). */
+  private bytesIn = 0;
   /** A local error decided before the exit (hung, protocol violation): what requests get. */
   private brokenBy: WirepoolError | null = null;
   private why = "exited";
@@ -146,7 +146,6 @@ export class WorkerProcess {
   private writeFailed = false;
   private readonly tail: string[] = [];
   private partial: Record<"stdout" | "stderr", string> = { stdout: "", stderr: "" };
-  private readonly nonce = Buffer.alloc(8);
   private readonly resultIds: number[] = [];
   private readonly resultBodies: Buffer[] = [];
 
@@ -378,8 +377,8 @@ export class WorkerProcess {
   private onData(chunk: Buffer): void {
     if (this.state === "dead" || this.brokenBy !== null) return;
     const conn = this.conn;
+    this.bytesIn += chunk.length;
     conn.receive(chunk);
-    let events = 0;
     const ids = this.resultIds;
     const bodies = this.resultBodies;
     try {
@@ -387,7 +386,6 @@ export class WorkerProcess {
         // The fast path (14.4): complete one-frame RESULTs without an event object each.
         const n = this.state === "ready" ? conn.takeResults(ids, bodies) : 0;
         if (n > 0) {
-          events += n;
           for (let k = 0; k < n; k++) this.onResult(ids[k], bodies[k]);
           ids.length = 0;
           bodies.length = 0;
@@ -395,7 +393,6 @@ export class WorkerProcess {
         }
         const ev = conn.nextEvent();
         if (ev === null) break;
-        events++;
         this.onEvent(ev);
         if (this.brokenBy !== null || (this.state as WorkerState) === "dead") return;
       }
@@ -405,13 +402,6 @@ export class WorkerProcess {
         return;
       }
       throw e;
-    }
-    // The frame clock (8.5): a frame started and not finished. A frame that completed in this
-    // chunk means whatever is incomplete now started in it.
-    if (conn.incompleteFrameLen() > 0) {
-      if (this.frameStartedAt === 0 || events > 0) this.frameStartedAt = performance.now();
-    } else {
-      this.frameStartedAt = 0;
     }
   }
 
@@ -462,15 +452,10 @@ export class WorkerProcess {
         this.conn.sendPong(ev.nonce);
         this.scheduleFlush();
         return;
-      case FrameType.PONG: {
-        // A PONG answers its PING and every earlier one (8.5).
-        const n = ev.nonce.readUInt32LE(0);
-        const pings = this.pings;
-        let k = 0;
-        while (k < pings.length && pings[k].n <= n) k++;
-        if (k > 0) pings.splice(0, k);
+      case FrameType.PONG:
+        // A PONG answers its PING and every earlier one (8.5): the judge keeps count.
+        this.judge?.pong(ev.nonce);
         return;
-      }
       case FrameType.HELLO:
         this.onHello(ev);
         return;
@@ -547,7 +532,12 @@ export class WorkerProcess {
     this.startTimer = null;
     this.state = "ready";
     this.idleSince = performance.now();
-    if (s.heartbeatMs > 0) this.heartbeat = setInterval(() => this.tick(), s.heartbeatMs);
+    if (s.heartbeatMs > 0) {
+      // Ticks four times a heartbeat: a verdict comes at most a quarter heartbeat late.
+      const tickMs = Math.max(1, Math.floor(s.heartbeatMs / 4));
+      this.judge = new Liveness(s.heartbeatMs, tickMs, performance.now());
+      this.heartbeat = setInterval(() => this.tick(), tickMs);
+    }
     const resolve = this.startResolve;
     this.startResolve = this.startReject = null;
     resolve?.();
@@ -573,24 +563,18 @@ export class WorkerProcess {
   // ---------------------------------------------------------------------------------------------
   // Liveness (8.5)
 
+  /** A housekeeping tick: the judge decides (a parent that itself ran late judges nobody). */
   private tick(): void {
-    if (this.state !== "ready" && this.state !== "closing") return;
-    const now = performance.now();
-    const limit = 3 * this.settings.heartbeatMs;
-    const oldest = this.pings.length > 0 ? this.pings[0].at : 0;
-    if (oldest !== 0 && now - oldest > limit) {
-      this.hang(`no PONG for ${Math.round(now - oldest)} ms (3 x heartbeat ${this.settings.heartbeatMs} ms)`);
+    const judge = this.judge;
+    if (judge === null || (this.state !== "ready" && this.state !== "closing")) return;
+    const mayPing = this.state === "ready" && this.conn.isOpen();
+    const t = judge.tick(performance.now(), { incompleteFrame: this.conn.incompleteFrameLen(), bytesIn: this.bytesIn }, mayPing);
+    if (t.hung !== null) {
+      this.hang(Liveness.describe(t.hung, this.settings.heartbeatMs));
       return;
     }
-    if (this.frameStartedAt !== 0 && this.conn.incompleteFrameLen() > 0 && now - this.frameStartedAt > limit) {
-      this.hang(`a frame started ${Math.round(now - this.frameStartedAt)} ms ago is still incomplete (3 x heartbeat ${this.settings.heartbeatMs} ms)`);
-      return;
-    }
-    if (this.state !== "ready" || !this.conn.isOpen()) return;
-    const n = ++this.pingCounter;
-    this.nonce.writeUInt32LE(n >>> 0, 0);
-    this.conn.sendPing(this.nonce);
-    this.pings.push({ n, at: now });
+    if (t.ping === null) return;
+    this.conn.sendPing(t.ping);
     this.scheduleFlush();
   }
 

@@ -9,3 +9,4 @@ export * from "./frames.js";
 export * from "./decoder.js";
 export * from "./connection.js";
 export * from "./policies.js";
+export * from "./liveness.js";

@@ -14,6 +14,7 @@ import { performance } from "node:perf_hooks";
 import tls from "node:tls";
 import { inspect } from "node:util";
 import { Remote } from "../proto/constants.js";
+import { Liveness } from "../proto/liveness.js";
 
 /** The environment variable holding a join ticket's text (21.2), read when `WIREPOOL_FD` is absent. */
 export const TICKET_ENV = "WIREPOOL_TICKET";
@@ -22,8 +23,6 @@ export const TICKET_FILE_ENV = "WIREPOOL_TICKET_FILE";
 
 /** TCP connect, then the TLS handshake, bounded by the parent's `join_timeout` default (21.4). */
 const CONNECT_TIMEOUT_MS = Remote.joinTimeoutMs;
-/** The parent is gone once the oldest unanswered PING is this many heartbeat periods old (21.5). */
-const HEARTBEAT_MISSES = 3;
 const ID_BYTES = 16;
 const SECRET_BYTES = 32;
 const FINGERPRINT_BYTES = 32;
@@ -253,13 +252,14 @@ export async function connectToParent(ticket: Ticket, options: ConnectOptions = 
  * A remote worker's watch on its parent (21.5): the WELCOME must come within `welcomeTimeoutMs`
  * of the connect; then a PING every `heartbeat_ms` of the WELCOME (1,000 when it says 0), and
  * when the oldest unanswered PING is 3 periods old the parent is gone: `gone(why)` is called once.
- * The driver calls {@link ParentWatch.welcome} and {@link ParentWatch.pong} on those events.
+ * The verdict is the core's liveness judge ({@link Liveness}: the PONG clock, and no verdict
+ * right after this worker's own event loop ran late). The driver calls
+ * {@link ParentWatch.welcome} and {@link ParentWatch.pong} on those events.
  */
 export class ParentWatch {
-  private readonly pings: { nonce: bigint; at: number }[] = [];
-  private nonce = 0n;
+  private judge: Liveness | null = null;
   private periodMs = 0;
-  private nextPing = 0;
+  private tickMs = 1;
   private closed = false;
   private timer: NodeJS.Timeout | null;
 
@@ -276,19 +276,18 @@ export class ParentWatch {
     if (this.closed) return;
     if (this.timer !== null) clearTimeout(this.timer);
     this.periodMs = heartbeatMs > 0 ? heartbeatMs : Remote.remoteHeartbeatMs;
-    this.nextPing = performance.now();
+    // Checked four times a period: the verdict comes at most a quarter period late; the first
+    // PING leaves at once.
+    const tickMs = Math.max(1, this.periodMs / 4);
+    const now = performance.now();
+    this.judge = new Liveness(this.periodMs, tickMs, now, now);
+    this.tickMs = tickMs;
     this.tick();
   }
 
   /** A PONG answers its PING and every earlier one (the parent answers in order, 8.5). */
   pong(nonce: Uint8Array): void {
-    if (nonce.length !== 8) return;
-    const n = Buffer.from(nonce.buffer, nonce.byteOffset, 8).readBigUInt64LE(0);
-    const pings = this.pings;
-    if (pings.length === 0 || n < pings[0].nonce || n > this.nonce) return;
-    let k = 0;
-    while (k < pings.length && pings[k].nonce <= n) k++;
-    pings.splice(0, k);
+    this.judge?.pong(nonce);
   }
 
   /** Stops the watch (the connection ended). */
@@ -300,23 +299,15 @@ export class ParentWatch {
 
   private tick(): void {
     this.timer = null;
-    if (this.closed) return;
-    const now = performance.now();
-    const limit = HEARTBEAT_MISSES * this.periodMs;
-    if (this.pings.length > 0 && now - this.pings[0].at > limit) {
-      this.fire(`no PONG from the parent for ${((now - this.pings[0].at) / 1000).toFixed(1)}s (heartbeat ${this.periodMs} ms)`);
+    const judge = this.judge;
+    if (this.closed || judge === null) return;
+    const t = judge.tick(performance.now());
+    if (t.hung !== null) {
+      this.fire(`no PONG from the parent for ${(t.hung.ms / 1000).toFixed(1)}s (heartbeat ${this.periodMs} ms)`);
       return;
     }
-    if (now >= this.nextPing) {
-      this.nonce += 1n;
-      this.pings.push({ nonce: this.nonce, at: now });
-      this.nextPing = now + this.periodMs;
-      const buf = Buffer.alloc(8);
-      buf.writeBigUInt64LE(this.nonce);
-      this.sendPing(buf);
-    }
-    // Checked four times a period: the verdict comes at most a quarter period late.
-    this.timer = setTimeout(() => this.tick(), Math.max(1, this.periodMs / 4));
+    if (t.ping !== null) this.sendPing(t.ping);
+    this.timer = setTimeout(() => this.tick(), this.tickMs);
   }
 
   private fire(why: string): void {
