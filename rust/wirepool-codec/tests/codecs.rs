@@ -259,7 +259,10 @@ fn integers_outside_64_bits_are_refused_in_json_and_msgpack() {
     }
     let nested = |v: i128| Outer {
         ok: 1,
-        inner: vec![None, Some([("k".to_string(), (1, v))].into_iter().collect())],
+        inner: vec![
+            None,
+            Some([("k".to_string(), (1, v))].into_iter().collect()),
+        ],
     };
     for codec in typed()
         .into_iter()

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+pub use crate::constants::ErrorCode;
+
+/// Defines [`ErrorCode`] from the generated table (`generated.rs`, the `constants` module).
 macro_rules! error_codes {
     ($( $(#[$doc:meta])* $variant:ident = $code:literal => $name:literal, )*) => {
         /// The stable error codes of PROTOCOL.md section 3, shared by every SDK.
@@ -50,104 +53,8 @@ macro_rules! error_codes {
     };
 }
 
-error_codes! {
-    /// A protocol violation not covered by a more precise code.
-    Protocol = 100 => "PROTOCOL",
-    /// End of stream inside a frame.
-    Truncated = 101 => "TRUNCATED",
-    /// `length` above the current `max_frame_size`.
-    FrameTooLarge = 102 => "FRAME_TOO_LARGE",
-    /// `type` not in the frame table.
-    UnknownFrameType = 103 => "UNKNOWN_FRAME_TYPE",
-    /// A reserved flag bit set, or `MORE` on a type that cannot continue.
-    BadFlags = 104 => "BAD_FLAGS",
-    /// A reserved header or payload field is not zero.
-    ReservedNonzero = 105 => "RESERVED_NONZERO",
-    /// Payload size or layout wrong for its type.
-    BadPayload = 106 => "BAD_PAYLOAD",
-    /// A text field is not valid UTF-8.
-    BadUtf8 = 107 => "BAD_UTF8",
-    /// ROWS count is 0, a row runs past the payload, or bytes are left over.
-    RowBounds = 108 => "ROW_BOUNDS",
-    /// Wrong direction, a frame before the handshake, a second HELLO/WELCOME.
-    UnexpectedFrame = 109 => "UNEXPECTED_FRAME",
-    /// Id 0 on a request-level frame, or a non-zero id on a connection-level frame.
-    BadId = 110 => "BAD_ID",
-    /// REQUEST id not greater than every earlier request id.
-    DuplicateId = 111 => "DUPLICATE_ID",
-    /// A frame for an id greater than any request sent.
-    UnknownId = 112 => "UNKNOWN_ID",
-    /// A grant would make a stream's credit exceed 2^31 - 1.
-    CreditOverflow = 113 => "CREDIT_OVERFLOW",
-    /// ROWS sent while the stream's credit was not positive.
-    FlowControl = 114 => "FLOW_CONTROL",
-    /// A continued message grew past `max_message_size`.
-    MessageTooLarge = 115 => "MESSAGE_TOO_LARGE",
-    /// CONTINUATION with no message in progress, or another frame for an id mid-message.
-    Continuation = 116 => "CONTINUATION",
-    /// HELLO does not start with `WIREPOOL`.
-    BadMagic = 117 => "BAD_MAGIC",
-    /// No common protocol version.
-    VersionMismatch = 118 => "VERSION_MISMATCH",
-    /// A HELLO or WELCOME field out of range.
-    BadHandshake = 119 => "BAD_HANDSHAKE",
-    /// The worker lacks a method or codec the parent requires.
-    CodecMismatch = 120 => "CODEC_MISMATCH",
-    /// END `row_count` differs from the rows received.
-    RowCountMismatch = 121 => "ROW_COUNT_MISMATCH",
-    /// ROWS/END/CREDIT on a unary request, RESULT on a stream.
-    KindMismatch = 122 => "KIND_MISMATCH",
-    /// SHM_REGION breaks a rule: id order, size 0, too many live regions, above the window
-    /// (the shared-memory extension, PROTOCOL.md 20.6).
-    ShmBadRegion = 123 => "SHM_BAD_REGION",
-    /// A region's descriptor is missing, unexpected, truncated, unsealed, not tmpfs, of another
-    /// size, or cannot be mapped.
-    ShmBadDescriptor = 124 => "SHM_BAD_DESCRIPTOR",
-    /// SHM_BODY names a region not live, a range past its end or empty, or bytes above the
-    /// window.
-    ShmBounds = 125 => "SHM_BOUNDS",
-    /// SHM_RELEASE of a range not lent, SHM_RETIRE of a region not live or still lent.
-    ShmBadRelease = 126 => "SHM_BAD_RELEASE",
-    /// Method index not in the HELLO list.
-    UnknownMethod = 200 => "UNKNOWN_METHOD",
-    /// The method does not accept this codec.
-    CodecUnsupported = 201 => "CODEC_UNSUPPORTED",
-    /// The request body could not be decoded.
-    BadRequest = 202 => "BAD_REQUEST",
-    /// The handler returned or raised an error.
-    HandlerError = 203 => "HANDLER_ERROR",
-    /// The handler panicked or crashed in a way the SDK caught.
-    HandlerPanic = 204 => "HANDLER_PANIC",
-    /// The parent cancelled the request.
-    Cancelled = 205 => "CANCELLED",
-    /// The request's time budget ran out.
-    DeadlineExceeded = 206 => "DEADLINE_EXCEEDED",
-    /// More requests in flight than `max_in_flight`.
-    Overloaded = 207 => "OVERLOADED",
-    /// A request arrived after DRAIN.
-    Draining = 208 => "DRAINING",
-    /// A row does not fit in one frame.
-    RowTooLarge = 209 => "ROW_TOO_LARGE",
-    /// The worker died or closed the connection.
-    WorkerExited = 300 => "WORKER_EXITED",
-    /// The worker missed heartbeats and was killed.
-    WorkerHung = 301 => "WORKER_HUNG",
-    /// No valid HELLO in time.
-    StartupTimeout = 302 => "STARTUP_TIMEOUT",
-    /// The program could not be started.
-    SpawnFailed = 303 => "SPAWN_FAILED",
-    /// The pool is shut down.
-    PoolClosed = 304 => "POOL_CLOSED",
-    /// The leased worker is gone.
-    LeaseLost = 305 => "LEASE_LOST",
-    /// The parent could not decode a result, row or summary.
-    DecodeFailed = 306 => "DECODE_FAILED",
-    /// The connection broke with a 1xx code (carried in details).
-    ProtocolViolation = 307 => "PROTOCOL_VIOLATION",
-    /// A caller's option or argument is out of range, of the wrong type, NaN or infinite;
-    /// raised at once, nothing sent (PROTOCOL.md 22.2).
-    InvalidArgument = 308 => "INVALID_ARGUMENT",
-}
+// The table itself (variants, codes, names, docs) is `generated.rs`, generated from
+// `spec/constants.json`: the `constants` module invokes this macro.
 
 impl ErrorCode {
     /// The class of this code (by its numeric range).

@@ -2,29 +2,16 @@
 
 use bytes::Bytes;
 
+use crate::constants;
 use crate::error::{err, ErrorCode, ProtocolError};
 use crate::handshake::{Hello, Welcome};
 
-/// Size of every frame header in bytes.
-pub const HEADER_LEN: usize = 16;
-/// Header flag bit 0: more frames of this message follow (section 5).
-pub const FLAG_MORE: u8 = 0x01;
-/// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
-/// `max_frame_size` in force until the handshake completes, and the lowest value WELCOME may set.
-pub const HANDSHAKE_MAX_FRAME_SIZE: u32 = 65_536;
-/// The highest `max_frame_size` a HELLO or WELCOME may set.
-pub const MAX_MAX_FRAME_SIZE: u32 = 16_777_216;
-/// The `max_frame_size` a parent should choose by default.
-pub const DEFAULT_MAX_FRAME_SIZE: u32 = 4_194_304;
-/// The `initial_credit` a parent should choose by default.
-pub const DEFAULT_INITIAL_CREDIT: u32 = 1_048_576;
-/// The `heartbeat_ms` a parent should choose by default.
-pub const DEFAULT_HEARTBEAT_MS: u32 = 1_000;
-/// The `max_message_size` a parent should choose by default.
-pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 1_073_741_824;
-/// The highest stream credit a grant may produce (2^31 - 1).
-pub const MAX_CREDIT: i64 = (1 << 31) - 1;
+/// Size of every frame header in bytes ([`constants::HEADER_SIZE`]).
+pub const HEADER_LEN: usize = constants::HEADER_SIZE;
+pub use crate::constants::{
+    DEFAULT_HEARTBEAT_MS, DEFAULT_INITIAL_CREDIT, DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MESSAGE_SIZE,
+    FLAG_MORE, HANDSHAKE_MAX_FRAME_SIZE, MAX_CREDIT, MAX_MAX_FRAME_SIZE, PROTOCOL_VERSION,
+};
 
 /// Who sends a frame type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

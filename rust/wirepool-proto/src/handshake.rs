@@ -7,10 +7,7 @@ use crate::wire::Reader;
 
 /// The 8 magic bytes that open every HELLO payload.
 pub const HELLO_MAGIC: [u8; 8] = *b"WIREPOOL";
-/// Most methods a HELLO may list.
-pub const MAX_METHODS: usize = 4096;
-/// Most codecs one method may accept.
-pub const MAX_CODECS_PER_METHOD: usize = 16;
+pub use crate::constants::{MAX_CODECS_PER_METHOD, MAX_METHODS};
 
 /// Whether a method answers once or streams rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

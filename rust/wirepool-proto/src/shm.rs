@@ -25,12 +25,19 @@ use std::collections::BTreeMap;
 
 use crate::error::{err, ErrorCode, ProtocolError};
 
-/// The extension tag of the shared-memory lane in HELLO and WELCOME.
-pub const TAG_SHM: u16 = 1;
-/// Live regions one direction may hold at once.
-pub const MAX_LIVE_REGIONS: usize = 64;
-/// Descriptors received and not yet taken by a SHM_REGION; also the most one write carries.
-pub const MAX_QUEUED_DESCRIPTORS: usize = 8;
+/// The extension tag of the shared-memory lane in HELLO and WELCOME ([`SHM_TAG`]).
+///
+/// [`SHM_TAG`]: crate::constants::SHM_TAG
+pub const TAG_SHM: u16 = crate::constants::SHM_TAG;
+/// Live regions one direction may hold at once ([`SHM_MAX_LIVE_REGIONS`]).
+///
+/// [`SHM_MAX_LIVE_REGIONS`]: crate::constants::SHM_MAX_LIVE_REGIONS
+pub const MAX_LIVE_REGIONS: usize = crate::constants::SHM_MAX_LIVE_REGIONS;
+/// Descriptors received and not yet taken by a SHM_REGION; also the most one write carries
+/// ([`SHM_MAX_QUEUED_DESCRIPTORS`]).
+///
+/// [`SHM_MAX_QUEUED_DESCRIPTORS`]: crate::constants::SHM_MAX_QUEUED_DESCRIPTORS
+pub const MAX_QUEUED_DESCRIPTORS: usize = crate::constants::SHM_MAX_QUEUED_DESCRIPTORS;
 
 /// Frame type bytes of the extension (they exist only on a connection that accepted it).
 pub mod frame_type {

@@ -147,6 +147,39 @@ fn limits_kinds_and_protocol_defaults() {
     assert_eq!(DEFAULT_MAX_MESSAGE_SIZE, int(&d["max_message_size"]));
 }
 
+/// The crate's named constants are the generated ones (`spec/generate_constants.py` writes
+/// `generated.rs`, the `constants` module, from `spec/constants.json`): no hand-written copy.
+#[test]
+fn named_constants_are_the_generated_ones() {
+    use wirepool_proto::constants as g;
+    assert_eq!(HEADER_LEN, g::HEADER_SIZE);
+    assert_eq!(FLAG_MORE, g::FLAG_MORE);
+    assert_eq!(PROTOCOL_VERSION, g::PROTOCOL_VERSION);
+    assert_eq!(HANDSHAKE_MAX_FRAME_SIZE, g::HANDSHAKE_MAX_FRAME_SIZE);
+    assert_eq!(MAX_MAX_FRAME_SIZE, g::MAX_MAX_FRAME_SIZE);
+    assert_eq!(MAX_CREDIT, g::MAX_CREDIT);
+    assert_eq!(MAX_METHODS, g::MAX_METHODS);
+    assert_eq!(MAX_CODECS_PER_METHOD, g::MAX_CODECS_PER_METHOD);
+    assert_eq!(DEFAULT_MAX_FRAME_SIZE, g::DEFAULT_MAX_FRAME_SIZE);
+    assert_eq!(DEFAULT_INITIAL_CREDIT, g::DEFAULT_INITIAL_CREDIT);
+    assert_eq!(DEFAULT_HEARTBEAT_MS, g::DEFAULT_HEARTBEAT_MS);
+    assert_eq!(DEFAULT_MAX_MESSAGE_SIZE, g::DEFAULT_MAX_MESSAGE_SIZE);
+    assert_eq!(wirepool_proto::shm::TAG_SHM, g::SHM_TAG);
+    assert_eq!(
+        wirepool_proto::shm::MAX_LIVE_REGIONS,
+        g::SHM_MAX_LIVE_REGIONS
+    );
+    assert_eq!(
+        wirepool_proto::shm::MAX_QUEUED_DESCRIPTORS,
+        g::SHM_MAX_QUEUED_DESCRIPTORS
+    );
+    // The error codes are the generated table itself.
+    assert_eq!(
+        std::any::TypeId::of::<ErrorCode>(),
+        std::any::TypeId::of::<g::ErrorCode>()
+    );
+}
+
 /// The shared-memory extension's codes (PROTOCOL.md 20.6) are protocol violations by their range,
 /// so a core that does not know them yet still closes the connection on one; a core that knows
 /// them names them as the spec does.

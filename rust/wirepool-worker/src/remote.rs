@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
+use wirepool_proto::constants;
 
 use crate::state::Shared;
 use crate::transport::Transport;
@@ -28,16 +29,18 @@ const JOIN_VERSION: u16 = 1;
 pub(crate) const JOIN_SIZE: usize = 64;
 /// The ALPN protocol a worker offers (21.1).
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
-pub(crate) const ALPN: &[u8] = b"wirepool/1";
+pub(crate) const ALPN: &[u8] = constants::REMOTE_ALPN.as_bytes();
 /// TCP connect, then the TLS handshake: each bounded by the parent's `join_timeout` default, so
 /// a worker pointed at a dead address says so instead of hanging.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration =
+    Duration::from_millis(constants::REMOTE_DEFAULT_JOIN_TIMEOUT_MS);
 /// No WELCOME this long after the TCP connect: the worker gives up (21.5).
-const WELCOME_TIMEOUT: Duration = Duration::from_secs(15);
+const WELCOME_TIMEOUT: Duration =
+    Duration::from_millis(constants::REMOTE_DEFAULT_WELCOME_TIMEOUT_MS);
 /// The ping period when the WELCOME says 0 (a remote connection always has a heartbeat).
-const DEFAULT_HEARTBEAT_MS: u32 = 1000;
+const DEFAULT_HEARTBEAT_MS: u32 = constants::DEFAULT_HEARTBEAT_MS;
 /// The parent is gone once the oldest unanswered PING is this many periods old.
-const HEARTBEAT_MISSES: u32 = 3;
+const HEARTBEAT_MISSES: u32 = constants::HEARTBEAT_MISSES;
 
 /// A join ticket (PROTOCOL.md 21.2): where to connect, whom to trust, what to prove.
 pub(crate) struct Ticket {

@@ -196,28 +196,29 @@ impl PoolConfig {
     /// The SDK defaults of PROTOCOL.md section 17 (`spec/constants.json`, `sdk_defaults`; the
     /// test below keeps them equal).
     pub fn new(command: WorkerCommand) -> Self {
+        use wirepool_proto::constants as d;
         PoolConfig {
             command,
             workers: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
-            max_in_flight: 64,
-            startup_timeout: Duration::from_secs(10),
+            max_in_flight: d::PARENT_DEFAULT_MAX_IN_FLIGHT,
+            startup_timeout: Duration::from_millis(d::PARENT_DEFAULT_STARTUP_TIMEOUT_MS),
             codec: Codec::Json,
             methods: Vec::new(),
-            heartbeat: Duration::from_secs(1),
-            cancel_grace: Duration::from_secs(2),
-            deadline_grace: Duration::from_millis(500),
-            drain_grace: Duration::from_secs(10),
+            heartbeat: Duration::from_millis(d::PARENT_DEFAULT_HEARTBEAT_MS),
+            cancel_grace: Duration::from_millis(d::PARENT_DEFAULT_CANCEL_GRACE_MS),
+            deadline_grace: Duration::from_millis(d::PARENT_DEFAULT_DEADLINE_GRACE_MS),
+            drain_grace: Duration::from_millis(d::PARENT_DEFAULT_DRAIN_GRACE_MS),
             restart: RestartPolicy::default(),
             recycle: RecyclePolicy::default(),
             retry: RetryPolicy::default(),
-            max_frame_size: wirepool_proto::DEFAULT_MAX_FRAME_SIZE,
-            initial_credit: wirepool_proto::DEFAULT_INITIAL_CREDIT,
-            max_message_size: wirepool_proto::DEFAULT_MAX_MESSAGE_SIZE,
+            max_frame_size: d::PARENT_DEFAULT_MAX_FRAME_SIZE,
+            initial_credit: d::PARENT_DEFAULT_INITIAL_CREDIT,
+            max_message_size: d::PARENT_DEFAULT_MAX_MESSAGE_SIZE,
             // PROTOCOL.md 20.2's defaults: on where memfd exists, bodies from 1 MiB.
             shm_threshold: cfg!(target_os = "linux").then_some(1 << 20),
-            stderr_tail_lines: 20,
+            stderr_tail_lines: d::PARENT_DEFAULT_STDERR_TAIL_LINES as usize,
             worker_output: WorkerOutput::Log,
             housekeeping_interval: Duration::from_millis(50),
             events: None,

@@ -109,7 +109,7 @@ impl Liveness {
                 bytes_in: seen.bytes_in,
             }),
         };
-        let limit = 3 * self.heartbeat_ms;
+        let limit = u64::from(wirepool_proto::constants::HEARTBEAT_MISSES) * self.heartbeat_ms;
         let mut out = Tick::default();
         if now_ms >= self.judge_after_ms {
             let pong = self

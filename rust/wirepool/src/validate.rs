@@ -5,6 +5,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+use wirepool_proto::constants as c;
 use wirepool_proto::{
     HANDSHAKE_MAX_FRAME_SIZE as MIN_MAX_FRAME_SIZE, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
 };
@@ -12,17 +13,20 @@ use wirepool_proto::{
 use crate::config::PoolConfig;
 use crate::error::{Error, Result};
 
-/// `spec/constants.json` `caller_input.max_timeout_ms`: the longest duration the pool takes
-/// (about 24.8 days, the largest delay a JavaScript timer holds).
-pub const MAX_TIMEOUT_MS: u64 = 2_147_483_647;
-/// `caller_input.max_workers`.
-pub const MAX_WORKERS: usize = 4_096;
-/// `caller_input.max_count`: the largest count (`max_in_flight`, `max_restarts`, ...).
-pub const MAX_COUNT: u64 = u32::MAX as u64;
-/// `caller_input.max_size`: the largest size in bytes or requests (2^53 - 1).
-pub const MAX_SIZE: u64 = (1 << 53) - 1;
-/// `caller_input.quoted_max_chars`: how much of a caller's string an error message quotes.
-pub const QUOTED_MAX_CHARS: usize = 200;
+// The bounds of `spec/constants.json` `caller_input` (the generated constants), in the types
+// this module compares in.
+
+/// `max_timeout_ms`: the longest duration the pool takes (about 24.8 days, the largest delay a
+/// JavaScript timer holds).
+pub const MAX_TIMEOUT_MS: u64 = c::MAX_TIMEOUT_MS as u64;
+/// `max_workers`.
+pub const MAX_WORKERS: usize = c::MAX_WORKERS as usize;
+/// `max_count`: the largest count (`max_in_flight`, `max_restarts`, ...).
+pub const MAX_COUNT: u64 = c::MAX_COUNT as u64;
+/// `max_size`: the largest size in bytes or requests (2^53 - 1).
+pub const MAX_SIZE: u64 = c::MAX_SIZE;
+/// `quoted_max_chars`: how much of a caller's string an error message quotes.
+pub const QUOTED_MAX_CHARS: usize = c::QUOTED_MAX_CHARS as usize;
 
 const MAX_TIMEOUT: Duration = Duration::from_millis(MAX_TIMEOUT_MS);
 const MS: Duration = Duration::from_millis(1);
