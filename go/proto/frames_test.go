@@ -1,0 +1,64 @@
+package proto
+
+import (
+	"bytes"
+	"testing"
+)
+
+func decodeChunks(max uint32, chunks [][]byte) ([]any, error) {
+	d := NewDecoder(max)
+	frames := []any{}
+	for _, ch := range chunks {
+		_, _ = d.Write(ch)
+		for {
+			f, _, err := d.Next()
+			if err != nil {
+				return frames, err
+			}
+			if f == nil {
+				break
+			}
+			frames = append(frames, eventJSON(f, true))
+		}
+	}
+	return frames, d.End()
+}
+
+func TestFrameVectors(t *testing.T) {
+	cases := loadJSON(t, "vectors/frames.json")["cases"].([]any)
+	passed := 0
+	for _, x := range cases {
+		c := x.(map[string]any)
+		name := c["name"].(string)
+		data := unhex(c["hex"])
+		max := uint32(num(c["max_frame_size"]))
+		want := c["frames"].([]any)
+		wantErr := c["error"]
+		ok := true
+		for _, chunks := range chunkings(data) {
+			frames, err := decodeChunks(max, chunks)
+			if !same(frames, want) || !same(errJSON(err), wantErr) {
+				t.Errorf("%s (%d chunks): got %v, error %v; want %v, error %v", name, len(chunks), frames, errJSON(err), want, wantErr)
+				ok = false
+				break
+			}
+		}
+		if wantErr == nil && c["decode_only"] != true {
+			var out []byte
+			for _, fr := range want {
+				var err error
+				if out, err = AppendFrame(out, frameFromJSON(fr.(map[string]any))); err != nil {
+					t.Errorf("%s: encode: %v", name, err)
+				}
+			}
+			if !bytes.Equal(out, data) {
+				t.Errorf("%s: encoded %x, want %x", name, out, data)
+				ok = false
+			}
+		}
+		if ok {
+			passed++
+		}
+	}
+	t.Logf("frames.json: %d of %d cases pass", passed, len(cases))
+}
