@@ -127,6 +127,23 @@ async def _full(pool: wirepool.AsyncPool, size: int, within: float) -> None:
         await asyncio.sleep(0.01)
 
 
+def test_heartbeat_off_still_pings_a_remote_worker_at_the_default() -> None:
+    """21.5 through proto.negotiate's ``remote``: a pool configured with heartbeat_ms 0 sends
+    its remote workers 1,000 ms in the WELCOME and pings them at that period (it used to
+    refuse to open)."""
+    async def main() -> None:
+        pool = wirepool.AsyncPool([sys.executable, WORKER], workers=1,
+                                  launcher=launchers.Subprocess(), heartbeat_ms=0,
+                                  worker_output="discard", drain_grace=2.0)
+        async with pool:
+            assert await pool.call("add", {"a": 2, "b": 3}) == {"sum": 5}
+            (w,) = pool.workers
+            welcome = w.conn.welcome()
+            assert welcome is not None and welcome.heartbeat_ms == 1000
+            assert w.heartbeat_ms == 1000 and w.heartbeat_task is not None
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_remote_workers_serve_calls_and_streams_and_leave_at_close() -> None:
     async def main() -> None:
         launcher = launchers.Subprocess()

@@ -132,9 +132,6 @@ class Launcher:
 
     async def open(self, pool: Any) -> None:
         """Called once by the pool before it starts workers: listen, issue the pool ticket."""
-        if not pool.heartbeat_ms:
-            raise ValueError("remote workers need heartbeats (PROTOCOL.md 21.5): heartbeat_ms "
-                             "must be > 0 with a launcher")
         if not self._started:
             self._started = True
             if self.listener._server is None:
@@ -197,7 +194,8 @@ class Launcher:
             raise
         w.pid = _hello_pid(w.conn)
         w.where = f"worker {joined.host} pid {w.pid}"
-        w.heartbeat_task = loop.create_task(w._heartbeat())
+        if w.heartbeat_ms:  # the WELCOME's: never 0 on a remote connection (21.5, negotiate)
+            w.heartbeat_task = loop.create_task(w._heartbeat())
 
 
 class External(Launcher):

@@ -395,6 +395,7 @@ class _Worker(LaneProtocol):
         self.fatal_received = False  # it sent ERROR id 0: nothing more from it is read
         self.exit_grace: asyncio.TimerHandle | None = None
         self.max_in_flight = 1
+        self.heartbeat_ms = pool.heartbeat_ms  # then the WELCOME's (proto.negotiate)
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=pool.stderr_tail_lines)
         self.failure: WirepoolError | None = None  # why it died, for requests in flight
         self.exit_status: int | None = None
@@ -490,7 +491,7 @@ class _Worker(LaneProtocol):
         except BaseException:
             self.kill(WorkerExited(ErrorCode.WORKER_EXITED, "start-up interrupted"))
             raise
-        if pool.heartbeat_ms:
+        if self.heartbeat_ms:  # the WELCOME's (negotiate: never 0 on a remote connection)
             self.heartbeat_task = loop.create_task(self._heartbeat())
 
     def _tail_suffix(self) -> str:
@@ -504,9 +505,16 @@ class _Worker(LaneProtocol):
         if problem is not None:
             self._refuse(ErrorCode.CODEC_MISMATCH, problem)
             return
-        mfs = min(pool.max_frame_size, hello.max_frame_size)
-        self.max_in_flight = min(pool.max_in_flight, hello.max_concurrency)
-        if self.max_in_flight < pool.max_in_flight and not pool._clamp_logged:
+        # The limits are the core's policy (PROTOCOL.md 14.5); only the log and the extensions
+        # are the driver's.
+        welcome, clamped = proto.negotiate(hello, proto.Offer(
+            max_frame_size=pool.max_frame_size, initial_credit=pool.initial_credit,
+            heartbeat_ms=pool.heartbeat_ms, max_in_flight=pool.max_in_flight,
+            max_message_size=pool.max_message_size, worker_id=self.worker_id,
+            remote=pool.launcher is not None))
+        self.max_in_flight = welcome.max_in_flight
+        self.heartbeat_ms = welcome.heartbeat_ms
+        if clamped and not pool._clamp_logged:
             pool._clamp_logged = True  # once per pool, not at every worker start (spec 4.2)
             log.warning("max_in_flight %d is above the worker's max_concurrency %d: using %d",
                         pool.max_in_flight, hello.max_concurrency, self.max_in_flight)
@@ -516,11 +524,7 @@ class _Worker(LaneProtocol):
                           parse_extensions(hello.extensions) if tag == TAG_SHM), None)
             if offer is not None:  # accepted: our regions within its window, its within ours
                 extensions = ShmAccept(min(offer.window, SHM_WINDOW), SHM_WINDOW).encode()
-        welcome = proto.Welcome(version=proto.PROTOCOL_VERSION, worker_id=self.worker_id,
-                                max_frame_size=mfs, initial_credit=pool.initial_credit,
-                                heartbeat_ms=pool.heartbeat_ms, max_in_flight=self.max_in_flight,
-                                max_message_size=max(pool.max_message_size, mfs),
-                                extensions=extensions)
+        welcome.extensions = extensions
         self._write(self.conn.send_welcome(welcome))
         lender = self.conn.shm_lender()
         if lender is not None and lender.can_announce(SHM_THRESHOLD):
@@ -1276,7 +1280,7 @@ class _Worker(LaneProtocol):
         unanswered PING or an incomplete frame is older than 3 periods, whatever else arrives.
         Judged four times a period, so a hang is seen within about 3.25 periods."""
         pool = self.pool
-        period = pool.heartbeat_ms / 1000
+        period = self.heartbeat_ms / 1000
         limit = HEARTBEAT_MISSES * period
         tick = period / 4
         nonce = 0
@@ -1306,7 +1310,7 @@ class _Worker(LaneProtocol):
             if why is not None:
                 err = WorkerHung(ErrorCode.WORKER_HUNG,
                                  f"worker pid {self.pid} hung: {why} (heartbeat "
-                                 f"{pool.heartbeat_ms} ms): killed")
+                                 f"{self.heartbeat_ms} ms): killed")
                 log.error("%s", err)
                 self.kill(err)
                 return

@@ -32,15 +32,14 @@ import bisect
 import collections
 import functools
 import itertools
-import json
 import operator
 import sys
 import struct
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterator, NamedTuple, Sequence, Union
 
 from . import _shm_proto
 from ._shm_proto import Borrower, Lender, ShmAccept, ShmOffer, ShmRange
-from .errors import ErrorCode, ProtocolError, WirepoolError
+from .errors import ErrorCode, InvalidArgument, ProtocolError, WirepoolError, quote
 from ._constants import (DEFAULT_HEARTBEAT_MS, DEFAULT_INITIAL_CREDIT, DEFAULT_MAX_FRAME_SIZE,
                          DEFAULT_MAX_MESSAGE_SIZE, ERROR_MESSAGE_MAX_BYTES, FLAG_MORE,
                          HANDSHAKE_MAX_FRAME_SIZE, HEADER_SIZE, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
@@ -56,6 +55,7 @@ __all__ = [
     "RowsBuilder", "ROW_PREFIXES", "framed_row", "FrameDecoder", "Connection", "MessageCursor",
     "encode_frame",
     "encode_frame_parts", "split_message",
+    "Offer", "negotiate", "rows_batch_bytes", "grant", "fit_error",
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -1615,6 +1615,108 @@ def _shm_accept_in(welcome: Welcome) -> ShmAccept | None:
     return None if data is None else ShmAccept.decode(data)
 
 
+# ---------------------------------------------------------------------------------------------
+# Policies (PROTOCOL.md 14.5): every number a driver would otherwise derive from the handshake
+# or a stream's state, as pure functions pinned by spec/vectors/policies.json. The drivers call
+# these and use their answers; Connection.consumed and send_error apply grant and fit_error.
+# ---------------------------------------------------------------------------------------------
+
+_ROWS_BATCH_FLOOR = 4096  # 14.5: frames never shrink to a few rows
+_ROWS_BATCH_ROOM = 8  # the row count and one row's length field
+_TRUNCATED_NOTE = '{{"truncated": true, "details_bytes": {}}}'
+
+
+class Offer(NamedTuple):
+    """What the parent offers a worker in its WELCOME (14.5's ``negotiate``); ``remote``: the
+    connection is a remote worker's (21), whose heartbeat is never off."""
+
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    initial_credit: int = DEFAULT_INITIAL_CREDIT
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    max_in_flight: int = 64
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    worker_id: int = 0
+    remote: bool = False
+
+
+def _offer_field(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(ErrorCode.INVALID_ARGUMENT,
+                              f"{name} must be an integer, {low:,} - {high:,}, not {quote(value)} "
+                              f"(PROTOCOL.md 14.5, 22.2)", details={"field": name})
+
+
+def negotiate(hello: Hello, offer: Offer) -> tuple[Welcome, bool]:
+    """Parent: the WELCOME answering ``hello`` for ``offer``, and whether ``max_in_flight`` was
+    clamped to the worker's ``max_concurrency`` (the driver logs that once per pool, 4.2).
+
+    Each offer field is checked first, in the order of 14.5: out of range is
+    :class:`~wirepool.InvalidArgument` (308, ``details["field"]`` names it); then a HELLO whose
+    versions exclude 1 is ``VERSION_MISMATCH`` (118). The WELCOME carries no extensions: those
+    the driver accepts (20.2) it adds itself."""
+    mfs = offer.max_frame_size
+    _offer_field("max_frame_size", mfs, MIN_MAX_FRAME_SIZE, MAX_MAX_FRAME_SIZE)
+    _offer_field("initial_credit", offer.initial_credit, 1, MAX_CREDIT)
+    _offer_field("heartbeat_ms", offer.heartbeat_ms, 0, MAX_TIMEOUT_MS)
+    _offer_field("max_in_flight", offer.max_in_flight, 1, MAX_COUNT)
+    _offer_field("max_message_size", offer.max_message_size, mfs, MAX_SIZE)
+    if not hello.min_version <= PROTOCOL_VERSION <= hello.max_version:
+        raise ProtocolError(ErrorCode.VERSION_MISMATCH,
+                            f"the worker speaks versions {hello.min_version}-{hello.max_version}, "
+                            f"this parent {PROTOCOL_VERSION}")
+    heartbeat = offer.heartbeat_ms
+    if heartbeat == 0 and offer.remote:  # 21.5: a remote connection always has a heartbeat
+        heartbeat = DEFAULT_HEARTBEAT_MS
+    in_flight = min(offer.max_in_flight, hello.max_concurrency)
+    welcome = Welcome(version=PROTOCOL_VERSION, worker_id=offer.worker_id,
+                      max_frame_size=min(mfs, hello.max_frame_size),
+                      initial_credit=offer.initial_credit, heartbeat_ms=heartbeat,
+                      max_in_flight=in_flight, max_message_size=offer.max_message_size)
+    return welcome, in_flight < offer.max_in_flight
+
+
+def rows_batch_bytes(preferred: int, initial_credit: int, max_frame_size: int) -> int:
+    """Worker: the ROWS payload size at which a batch is sent (14.5): a quarter of the window at
+    most, so grants keep flowing, at least 4,096 bytes, and within one frame."""
+    return min(max(_ROWS_BATCH_FLOOR, min(preferred, initial_credit // 4)),
+               max_frame_size - _ROWS_BATCH_ROOM)
+
+
+def grant(initial_credit: int, credit: int, consumed: int) -> int:
+    """The bytes a stream with ``credit`` and ``consumed`` bytes read since its last grant is
+    granted now (14.5): once 2 x consumed reaches the window, all of it up to 2^31 - 1; else 0."""
+    if 2 * consumed < initial_credit:
+        return 0
+    room = MAX_CREDIT - credit
+    if room < consumed:
+        return room if room > 0 else 0
+    return consumed
+
+
+def _fit_error_bytes(message: str, details: str, max_frame_size: int) -> tuple[bytes, bytes]:
+    m = message.encode()
+    if len(m) > ERROR_MESSAGE_MAX_BYTES:  # cut at a character boundary (valid UTF-8 in)
+        m = m[:ERROR_MESSAGE_MAX_BYTES].decode("utf-8", "ignore").encode()
+    d = details.encode()
+    room = max_frame_size - _ERROR_PREFIX.size
+    if len(m) + len(d) > room:
+        if len(d) > room // 2:  # never dropped silently: the note of their size
+            d = _TRUNCATED_NOTE.format(len(d)).encode()
+        keep = max(room - len(d), 0)
+        if len(m) > keep:
+            m = m[:keep].decode("utf-8", "ignore").encode()
+    return m, d
+
+
+def fit_error(message: str, details: str, max_frame_size: int) -> tuple[str, str]:
+    """What an ERROR carries in one frame of ``max_frame_size`` (14.5): the message cut to
+    65,535 bytes; then, when message and details do not fit, details above half the room become
+    ``{"truncated": true, "details_bytes": N}`` (smaller ones stay whole) and the message is cut
+    to the bytes left. Every cut is at a UTF-8 character boundary."""
+    m, d = _fit_error_bytes(message, details, max_frame_size)
+    return m.decode(), d.decode()
+
+
 class Connection:
     """The sans-IO core of one connection, seen from ``role`` ("parent" or "worker"): the API
     of PROTOCOL.md section 14, the same in every SDK of this repository.
@@ -2592,19 +2694,19 @@ class Connection:
     def consumed(self, id: int, nbytes: int) -> tuple[int, list[Buffer]]:
         """Parent: the consumer has read (or dropped: section 14.3, rows nobody reads) ``nbytes``
         of stream ``id``'s ROWS payload. Applies the grant policy (a CREDIT once half the
-        window is consumed since the last grant, never above 2^31-1) and returns the bytes
+        window is consumed since the last grant, never above 2^31-1: :func:`grant`, 14.5) and returns the bytes
         granted (0: none due, or the stream has ended) and the buffers to write."""
         req = self._requests.get(id)
-        if req is None or req.kind != MethodKind.STREAM or self._goodbye or self._fatal_sent:
+        if (req is None or req.kind != MethodKind.STREAM or self._goodbye or self._fatal_sent
+                or self._failure is not None):
             return 0, _NO_PARTS
         req.consumed += nbytes
-        grant = req.consumed
-        room = MAX_CREDIT - req.credit
-        if room < grant:
-            grant = room
-        if grant < max(self._initial_credit >> 1, 1) or id in self._outgoing:
+        if id in self._outgoing:  # the REQUEST is still being sent: counted, nothing granted
             return 0, _NO_PARTS
-        return grant, self.send_credit(id, grant)
+        n = grant(self._initial_credit, req.credit, req.consumed)
+        if n == 0:
+            return 0, _NO_PARTS
+        return n, self.send_credit(id, n)  # subtracts n from consumed; a capped rest waits
 
     def send_credit(self, id: int, nbytes: int) -> list[Buffer]:
         """Parent: an explicit grant of ``nbytes`` to stream ``id`` (prefer :meth:`consumed`)."""
@@ -2710,15 +2812,9 @@ class Connection:
     def send_error(self, id: int, code: int, message: str = "", details: str = "") -> list[Buffer]:
         """Worker: the ERROR terminal of request ``id`` (also the answer to a :class:`Reject`);
         id 0 is a fatal report (either side). An ERROR cannot be continued: details too large
-        for one frame are replaced by a note of their size, then the message is cut."""
-        f = ErrorFrame(id, code, message, details)
-        m = message.encode()[:0xFFFF]
-        d = details.encode()
-        if 6 + len(m) + len(d) > self._mfs:
-            note = json.dumps({"truncated": True, "details_bytes": len(d)})
-            m = m[:self._mfs - 6 - len(note)]
-            f = ErrorFrame(id, code, m.decode("utf-8", "ignore"), note)
-        return self.send(f)
+        for one frame are fitted by :func:`fit_error` (14.5)."""
+        m, d = fit_error(message, details, self._mfs)
+        return self.send(ErrorFrame(id, code, m, d))
 
     def send_event(self, id: int, topic: str, data: str = "") -> list[Buffer]:
         """Worker: progress or a notification (id 0: for the connection); ``topic`` 1-255

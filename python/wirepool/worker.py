@@ -618,12 +618,11 @@ class _Runtime(LaneProtocol):
         elif t == FrameType.WELCOME:
             w: proto.Welcome = ev  # type: ignore[assignment]
             self.worker_id = w.worker_id
-            # Frames well below the credit window keep the bound on unread rows tight and let
-            # grants (at half the window) arrive before the worker runs dry.
-            # At most max_frame_size - 8 (the largest row): a row too large for any frame
-            # then always reaches the producer's flush check.
-            self.flush_bytes = min(max(4096, min(ROWS_FLUSH_BYTES, w.initial_credit // 4)),
-                                   w.max_frame_size - 8)
+            # The core's policy (PROTOCOL.md 14.5): a quarter of the window at most, so grants
+            # arrive before the worker runs dry; within max_frame_size - 8, so a row too large
+            # for any frame always reaches the producer's flush check.
+            self.flush_bytes = proto.rows_batch_bytes(ROWS_FLUSH_BYTES, w.initial_credit,
+                                                      w.max_frame_size)
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=w.max_in_flight, thread_name_prefix="wirepool-handler")
             self.handlers = _HandlerThreads(w.max_in_flight, self.loop, self._handler_done)
