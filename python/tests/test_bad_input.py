@@ -424,7 +424,8 @@ MS = 1000  # the table's milliseconds per Python second
 INT, REAL = "int", "real"
 # The ranges of 22.2 in the table's units: (kind, low, high, low included, None allowed).
 RANGES: dict[str, tuple[str, float, float, bool, bool]] = {
-    "workers": (INT, 1, 4096, True, False), "max_in_flight": (INT, 1, 2 ** 32 - 1, True, False),
+    "workers": (INT, 1, 4096, True, True),  # None: one per CPU (section 17)
+    "max_in_flight": (INT, 1, 2 ** 32 - 1, True, False),
     "startup_timeout_ms": (REAL, 0, 2 ** 31 - 1, False, False),
     "restart_window_ms": (REAL, 0, 2 ** 31 - 1, False, False),
     "heartbeat_ms": (INT, 0, 2 ** 31 - 1, True, False),
@@ -483,6 +484,9 @@ def test_numeric_options_are_valid_or_refused(option: str, value: Any) -> None:
         return
     assert in_range(option, value), f"{option}={value!r} accepted"
     stored = {"workers": "size"}.get(keyword, keyword)
+    if value is None and option == "workers":
+        assert pool.size >= 1  # the default: the CPUs this process may use
+        return
     assert getattr(pool, stored) == python_value(option, value)
 
 
