@@ -228,13 +228,25 @@ test("a slow consumer slows the producer (credit): it never runs more than the w
 
 test("recycling by request count: every call answered, the worker replaced, never more than one idle", T, async () => {
   const pool = await start({ maxRequests: 5 });
-  const pids = new Set<number>();
-  for (let k = 0; k < 20; k++) pids.add(Number(await pool.call("whoami", null)));
-  assert.ok(pids.size >= 4, `served by ${pids.size} processes`);
-  assert.ok(pool.metrics().recycles >= 3);
-  await until(() => pool.metrics().workers.length === 1, "one worker once the recycled ones have left");
-  const current = alivePids(pool)[0];
-  for (const pid of pids) if (pid !== current) assert.ok(!liveChildren().includes(pid), `recycled worker ${pid} still alive`);
+  // The pool's "exit" event comes once the process is reaped (and every request on it ended).
+  const reaped = new Set<number>();
+  pool.on("exit", (e: { pid: number }) => reaped.add(e.pid));
+  const served = new Map<number, number>();
+  for (let k = 0; k < 20; k++) {
+    const pid = Number(await pool.call("whoami", null));
+    served.set(pid, (served.get(pid) ?? 0) + 1);
+  }
+  // One worker, calls one at a time: each process serves exactly maxRequests calls, then is
+  // recycled (the 20th call's too: its replacement starts after the loop).
+  assert.deepEqual([...served.values()], [5, 5, 5, 5], `calls per process: ${[...served]}`);
+  assert.ok(pool.metrics().recycles >= 4);
+  // Not the metrics (the last recycled worker is the only one listed until its replacement is
+  // spawned): each recycled pid's reap, then its absence from the process table.
+  await until(() => [...served.keys()].every((pid) => reaped.has(pid)), `the recycled workers reaped (${[...reaped]} of ${[...served.keys()]})`);
+  const live = liveChildren();
+  for (const pid of served.keys()) assert.ok(!live.includes(pid), `recycled worker ${pid} still alive`);
+  await until(() => alivePids(pool).length === 1 && !served.has(alivePids(pool)[0]), "a fresh worker serving");
+  assert.equal(pool.metrics().workers.length, 1, "never more than one worker once idle");
 });
 
 test("recycling by idle time and by RSS: the worker is replaced, the pool serves", T, async () => {
