@@ -277,6 +277,29 @@ test("garbage from the worker before HELLO: PROTOCOL_VIOLATION with its code, th
   assert.equal(liveChildren().length, before, "the lingering worker was killed and reaped");
 });
 
+test("a worker that dies at start-up: WORKER_EXITED's message ends with its stderr tail, bounded", T, async () => {
+  const script = "process.stderr.write('starting\\n' + 'y'.repeat(10000) + '\\nboom: no such config\\n'); process.exit(3)";
+  const e = await rejection(Pool.start({ command: [process.execPath, "-e", script], workers: 1 }));
+  assert.ok(e instanceof WorkerExitedError, `got ${e}`);
+  assert.equal(e.exitStatus, 3);
+  assert.match(e.stderrTail, /boom: no such config$/);
+  assert.match(e.message, /^the worker \(pid \d+\) exited with status 3 before its HELLO; stderr tail:\n/);
+  assert.match(e.message, /\nboom: no such config$/);
+  // The tail in the message is bounded (the 10,000-character line is cut; .stderrTail keeps 4,096 a line).
+  assert.ok(e.message.length < 4096 + 200, `the message has ${e.message.length} characters`);
+  // Nothing on stderr: no suffix.
+  const quiet = await rejection(Pool.start({ command: [process.execPath, "-e", "process.exit(4)"], workers: 1 }));
+  assert.match(quiet.message, /^the worker \(pid \d+\) exited with status 4 before its HELLO$/);
+});
+
+test("a start-up timeout: the message and .stderrTail carry what the silent worker wrote", T, async () => {
+  // sh writes within milliseconds, far inside the 1 s timeout; exec: the pool's SIGKILL reaches sleep.
+  const e = await rejection(Pool.start({ command: ["/bin/sh", "-c", "echo 'loading a large model' >&2; exec sleep 60"], workers: 1, startupTimeoutMs: 1000 }));
+  assert.ok(e instanceof StartupTimeoutError, `got ${e}`);
+  assert.equal(e.stderrTail, "loading a large model");
+  assert.match(e.message, /within 1000 ms; stderr tail:\nloading a large model$/);
+});
+
 test("a missing executable: SPAWN_FAILED", T, async () => {
   const e = await rejection(Pool.start({ command: ["/nonexistent/wirepool-worker"], workers: 1 }));
   assert.ok(e instanceof SpawnFailedError, `got ${e}`);

@@ -89,6 +89,8 @@ export type WorkerState = "starting" | "ready" | "closing" | "dead";
 const SIGNALS: Record<string, number> = osConstants.signals as Record<string, number>;
 const TAIL_LINE_MAX = 4096;
 const EXIT_OUTPUT_WAIT_MS = 200;
+/** The most of the stderr tail an error's message quotes (its `stderrTail` has the whole tail). */
+const MESSAGE_TAIL_MAX = 4096;
 
 /** A worker process and its connection. */
 export class WorkerProcess {
@@ -201,7 +203,7 @@ export class WorkerProcess {
         this.startTimer = null;
         if (this.state !== "starting") return;
         this.breakWith(
-          wirepoolError(ErrorCode.STARTUP_TIMEOUT, `no HELLO from the worker (pid ${this.pid}) within ${s.startupTimeoutMs} ms`, { pid: this.pid }),
+          wirepoolError(ErrorCode.STARTUP_TIMEOUT, `no HELLO from the worker (pid ${this.pid}) within ${s.startupTimeoutMs} ms${this.tailSuffix()}`, { pid: this.pid, stderrTail: this.stderrTail() }),
           "startup_timeout",
           true,
         );
@@ -761,7 +763,17 @@ export class WorkerProcess {
           ? `exited with status ${this.exitStatus}`
           : "is gone";
     const before = this.brokenBy === null && this.conn.hello() === null ? " before its HELLO" : "";
-    return `the worker (pid ${this.pid}) ${how}${before}`;
+    return `the worker (pid ${this.pid}) ${how}${before}${this.tailSuffix()}`;
+  }
+
+  /**
+   * The stderr tail as the end of an error's message, as the Python pool words it ("; stderr
+   * tail:\n..."; nothing when the worker wrote none), cut to its last 4,096 characters.
+   */
+  private tailSuffix(): string {
+    const tail = this.stderrTail();
+    if (tail.length === 0) return "";
+    return `; stderr tail:\n${tail.length > MESSAGE_TAIL_MAX ? "..." + tail.slice(-MESSAGE_TAIL_MAX) : tail}`;
   }
 
   private failRoutes(error: WirepoolError): void {
