@@ -5,7 +5,12 @@ import (
 	"unicode/utf8"
 )
 
-const minReadBuffer = 256 << 10
+// A receive buffer starts at minReadBuffer bytes and doubles as it is replaced, up to
+// maxReadBuffer (or the unread bytes plus what is asked for, when more).
+const (
+	minReadBuffer = 4 << 10
+	maxReadBuffer = 256 << 10
+)
 
 // Decoder is the stateless frame decoder (sections 2, 10, 11.1): bytes in, frames out. It
 // checks everything decidable from one frame, in the order of 11.1, and checks a header's
@@ -18,6 +23,7 @@ type Decoder struct {
 	off   int
 	ended bool
 	err   error
+	next  *header // the checked header of the frame at buf[off:], while its payload arrives
 }
 
 // NewDecoder returns a decoder whose receive limit is maxFrameSize.
@@ -46,7 +52,7 @@ func (d *Decoder) reserve(n int) {
 		return
 	}
 	unread := len(d.buf) - d.off
-	size := max(minReadBuffer, unread+n)
+	size := max(min(2*cap(d.buf), maxReadBuffer), minReadBuffer, unread+n)
 	nb := make([]byte, unread, size)
 	copy(nb, d.buf[d.off:])
 	d.buf, d.off = nb, 0
@@ -147,10 +153,14 @@ func (d *Decoder) Next() (Frame, int, error) {
 	if d.err != nil {
 		return nil, 0, d.err
 	}
-	h, err := d.header()
-	if err != nil {
-		d.err = err
-		return nil, 0, err
+	h := d.next
+	if h == nil {
+		var err error
+		if h, err = d.header(); err != nil {
+			d.err = err
+			return nil, 0, err
+		}
+		d.next = h
 	}
 	if h == nil || len(d.buf)-d.off < HeaderSize+h.length {
 		if d.ended && d.off < len(d.buf) {
@@ -163,6 +173,7 @@ func (d *Decoder) Next() (Frame, int, error) {
 	end := start + h.length
 	payload := d.buf[start:end:end]
 	d.off = end
+	d.next = nil
 	f, err := decodePayload(h, payload)
 	if err != nil {
 		d.err = err

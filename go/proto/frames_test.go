@@ -37,7 +37,7 @@ func TestFrameVectors(t *testing.T) {
 		ok := true
 		for _, chunks := range chunkings(data) {
 			frames, err := decodeChunks(max, chunks)
-			if !same(frames, want) || !same(errJSON(err), wantErr) {
+			if !sameJSON(frames, want) || !sameErr(err, wantErr) {
 				t.Errorf("%s (%d chunks): got %v, error %v; want %v, error %v", name, len(chunks), frames, errJSON(err), want, wantErr)
 				ok = false
 				break

@@ -1,0 +1,175 @@
+package proto
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func runs(v any) string {
+	var b strings.Builder
+	for _, r := range v.([]any) {
+		pair := r.([]any)
+		b.WriteString(strings.Repeat(pair[0].(string), int(inum(pair[1]))))
+	}
+	return b.String()
+}
+
+func TestPolicyVectors(t *testing.T) {
+	p := loadJSON(t, "vectors/policies.json")
+	count := map[string][2]int{}
+	pass := func(list string, ok bool) {
+		c := count[list]
+		c[1]++
+		if ok {
+			c[0]++
+		}
+		count[list] = c
+	}
+	for _, x := range p["negotiate"].([]any) {
+		c := x.(map[string]any)
+		o, h := c["offer"].(map[string]any), c["hello"].(map[string]any)
+		offer := Offer{MaxFrameSize: inum(o["max_frame_size"]), InitialCredit: inum(o["initial_credit"]),
+			HeartbeatMs: inum(o["heartbeat_ms"]), MaxInFlight: inum(o["max_in_flight"]),
+			MaxMessageSize: inum(o["max_message_size"]), WorkerID: uint32(inum(o["worker_id"])), Remote: o["remote"].(bool)}
+		hello := &Hello{MinVersion: uint16(inum(h["min_version"])), MaxVersion: uint16(inum(h["max_version"])),
+			MaxConcurrency: uint32(inum(h["max_concurrency"])), MaxFrameSize: uint32(inum(h["max_frame_size"]))}
+		w, clamped, err := Negotiate(hello, offer)
+		var got map[string]any
+		if err != nil {
+			var pe *ProtocolError
+			if !errors.As(err, &pe) {
+				t.Fatalf("%v: not a *ProtocolError: %v", c["name"], err)
+			}
+			e := map[string]any{"code": uint32(pe.Code), "name": pe.Name()}
+			if pe.Field != "" {
+				e["field"] = pe.Field
+			}
+			got = map[string]any{"error": e}
+		} else {
+			ev := eventJSON(w, false)
+			delete(ev, "type")
+			delete(ev, "id")
+			got = map[string]any{"welcome": ev, "clamped": clamped}
+		}
+		ok := same(got, c["expect"])
+		if !ok {
+			t.Errorf("negotiate %v: got %v, want %v", c["name"], got, c["expect"])
+		}
+		pass("negotiate", ok)
+	}
+	for _, x := range p["rows_batch_bytes"].([]any) {
+		c := x.(map[string]any)
+		got := RowsBatchBytes(inum(c["preferred"]), inum(c["initial_credit"]), inum(c["max_frame_size"]))
+		ok := got == inum(c["expect"])
+		if !ok {
+			t.Errorf("rows_batch_bytes %v: got %d, want %v", c["name"], got, c["expect"])
+		}
+		pass("rows_batch_bytes", ok)
+	}
+	for _, x := range p["grant"].([]any) {
+		c := x.(map[string]any)
+		got := Grant(inum(c["initial_credit"]), inum(c["credit"]), inum(c["consumed"]))
+		ok := got == inum(c["expect"])
+		if !ok {
+			t.Errorf("grant %v: got %d, want %v", c["name"], got, c["expect"])
+		}
+		pass("grant", ok)
+	}
+	for _, x := range p["fit_error"].([]any) {
+		c := x.(map[string]any)
+		message, details := runs(c["message"]), runs(c["details"])
+		m, d := FitError(message, details, int(inum(c["max_frame_size"])))
+		want := c["expect"].(map[string]any)
+		wantDetails := details
+		if s, ok := want["details"].(string); ok {
+			wantDetails = s
+		}
+		ok := int64(len(m)) == inum(want["message_bytes"]) && m == message[:len(m)] && d == wantDetails
+		if !ok {
+			t.Errorf("fit_error %v: got %d bytes and %.60q, want %v", c["name"], len(m), d, want)
+		}
+		pass("fit_error", ok)
+	}
+	for _, list := range []string{"negotiate", "rows_batch_bytes", "grant", "fit_error"} {
+		t.Logf("policies.json %s: %d of %d cases pass", list, count[list][0], count[list][1])
+	}
+}
+
+// Consumed and SendError use the policies on a live connection.
+func TestConsumedAndSendErrorUsePolicies(t *testing.T) {
+	w := openWorker(t, 65536, 1000)
+	if _, err := w.NextEvent(); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", 40000)
+	if err := w.SendError(0, CodeHandlerError, long, ""); err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoder(65536)
+	d.Write(w.TakeOutput(-1))
+	f, _, err := d.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMsg, _ := FitError(long, "", 65536)
+	if got := f.(*ErrorFrame).Message; got != wantMsg {
+		t.Fatalf("SendError sent %d bytes of message, FitError says %d", len(got), len(wantMsg))
+	}
+
+	p := openParent(t, 1000)
+	id, err := p.SendRequest(1, 1, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.TakeOutput(-1)
+	if g := p.Consumed(id, 499); g != 0 {
+		t.Fatalf("granted %d below half the window", g)
+	}
+	if g := p.Consumed(id, 1); g != 500 {
+		t.Fatalf("granted %d at half the window, want 500", g)
+	}
+	if cr, _ := p.Credit(id); cr != 1500 {
+		t.Fatalf("credit %d after the grant, want 1500", cr)
+	}
+}
+
+var testHello = &Hello{MinVersion: 1, MaxVersion: 1, Pid: 1, MaxConcurrency: 4, MaxFrameSize: MaxMaxFrameSize,
+	SDKName: "wirepool-go", SDKVersion: "0", Methods: []Method{
+		{Name: "echo", Kind: KindUnary, Codecs: []uint8{0, 1}},
+		{Name: "count", Kind: KindStream, Codecs: []uint8{1}},
+	}}
+
+func testWelcome(maxFrame, credit uint32) *Welcome {
+	return &Welcome{Version: 1, WorkerID: 1, MaxFrameSize: maxFrame, InitialCredit: credit, HeartbeatMs: 1000,
+		MaxInFlight: 4, MaxMessageSize: 1 << 30}
+}
+
+// openParent returns a parent core that has received testHello and sent a WELCOME.
+func openParent(t testing.TB, credit uint32) *Connection {
+	t.Helper()
+	p := NewConnection(Parent)
+	b, _ := AppendFrame(nil, testHello)
+	p.Receive(b)
+	if _, err := p.NextEvent(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendWelcome(testWelcome(65536, credit)); err != nil {
+		t.Fatal(err)
+	}
+	p.TakeOutput(-1)
+	return p
+}
+
+// openWorker returns a worker core that has sent testHello and has a WELCOME waiting.
+func openWorker(t testing.TB, maxFrame, credit uint32) *Connection {
+	t.Helper()
+	w := NewConnection(Worker)
+	if err := w.SendHello(testHello); err != nil {
+		t.Fatal(err)
+	}
+	w.TakeOutput(-1)
+	b, _ := AppendFrame(nil, testWelcome(maxFrame, credit))
+	w.Receive(b)
+	return w
+}
