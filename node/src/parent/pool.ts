@@ -344,6 +344,11 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
     this.stop(null);
   }
 
+  /** `await using`: cancels the stream unless it has ended (its rows not read are dropped). @internal */
+  dispose(): void {
+    if (!this.ended_ || this.head < this.frames.length) this.cancel();
+  }
+
   /**
    * The rows a ROWS frame at a time, as arrays: fewer promises for a consumer that handles many
    * rows per turn. Credit goes back as each batch is handed out; leaving the loop cancels the
@@ -1033,4 +1038,42 @@ export class Pool extends EventEmitter {
       failuresByCode: { ...this.failuresByCode },
     };
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explicit resource management (`await using`): a pool disposed is closed, a lease released, a
+// stream cancelled when it has not ended. The methods are defined only where the runtime has
+// `Symbol.asyncDispose` (Node 18.18, 20.4 and later; no polyfill is installed): on an older
+// Node, `await using` itself cannot run, and close(), release() and cancel() are what it calls.
+// The types (TypeScript's `AsyncDisposable`) come from TypeScript's `esnext.disposable` lib or
+// from @types/node.
+
+/** `await using pool = await Pool.start(...)`: the pool is closed (`close()`) at the scope's end. */
+export interface Pool extends AsyncDisposable {
+  [Symbol.asyncDispose](): Promise<void>;
+}
+/** `await using lease = await pool.lease()`: the lease is released at the scope's end. */
+export interface Lease extends AsyncDisposable {
+  [Symbol.asyncDispose](): Promise<void>;
+}
+/** `await using rows = pool.stream(...)`: a stream not ended yet is cancelled at the scope's end. */
+export interface RowStream<T = unknown> extends AsyncDisposable {
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+const asyncDispose = (Symbol as { readonly asyncDispose?: symbol }).asyncDispose;
+if (typeof asyncDispose === "symbol") {
+  const define = (proto: object, dispose: (this: never) => Promise<void>) =>
+    Object.defineProperty(proto, asyncDispose, { value: dispose, writable: true, configurable: true, enumerable: false });
+  define(Pool.prototype, function (this: Pool) {
+    return this.close();
+  });
+  define(Lease.prototype, function (this: Lease) {
+    this.release();
+    return Promise.resolve();
+  });
+  define(RowStream.prototype, function (this: RowStream) {
+    this.dispose();
+    return Promise.resolve();
+  });
 }
