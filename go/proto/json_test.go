@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -72,18 +73,11 @@ func sameJSON(got any, want []any) bool {
 }
 
 func num(v any) uint64 {
-	n, err := v.(json.Number).Int64()
+	n, err := strconv.ParseUint(v.(json.Number).String(), 10, 64)
 	if err != nil {
-		u, err2 := fmt.Sscan(v.(json.Number).String(), new(uint64))
-		_ = u
-		if err2 != nil {
-			panic(err)
-		}
-		var x uint64
-		fmt.Sscan(v.(json.Number).String(), &x)
-		return x
+		panic(err)
 	}
-	return uint64(n)
+	return n
 }
 
 func inum(v any) int64 {
