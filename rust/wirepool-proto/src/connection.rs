@@ -1501,9 +1501,12 @@ impl Connection {
     }
 
     /// Parent: the consumer has read `bytes` of ROWS payload of stream `id`
-    /// (`rows.payload().len()` of each [`Event::Rows`]). Applies the grant policy
-    /// ([`grant_due`]): once half the window is consumed, a CREDIT for it is encoded into
-    /// `out`. Returns the bytes granted (0: none yet, or the stream already ended).
+    /// (`rows.payload().len()` of each [`Event::Rows`]). The bytes add to the stream's consumed
+    /// count; the grant is [`grant`](crate::grant)'s (PROTOCOL.md 14.5): once half the window is
+    /// consumed, a CREDIT for it is encoded into `out`. Returns the bytes granted: 0 (nothing
+    /// written, never an error) below half the window, while the stream's request is still
+    /// being sent (the bytes stay counted), after the request ended, and once the connection
+    /// failed or said GOODBYE.
     pub fn consumed(
         &mut self,
         id: u64,
@@ -1511,19 +1514,23 @@ impl Connection {
         out: &mut impl FrameBuf,
     ) -> Result<u32, ProtocolError> {
         let initial = self.welcome.map_or(0, |w| w.initial_credit);
+        let closed = self.goodbye || self.send_closed || self.failed.is_some();
         let Some(req) = self.requests.get_mut(&id) else {
             return Ok(0);
         };
-        if req.kind != MethodKind::Stream || self.goodbye || self.send_closed {
+        if req.kind != MethodKind::Stream {
             return Ok(0);
         }
-        req.consumed += bytes as u64;
-        let headroom = (MAX_CREDIT - req.credit).max(0) as u64;
-        let Some(grant) = grant_due(initial, req.consumed.min(headroom)) else {
+        req.consumed = req.consumed.saturating_add(bytes as u64);
+        if closed || req.sending.is_some() {
             return Ok(0);
-        };
-        self.send_credit(id, grant, out)?;
-        Ok(grant)
+        }
+        let granted = crate::policy::grant(initial, req.credit, req.consumed);
+        if granted == 0 {
+            return Ok(0);
+        }
+        self.send_credit(id, granted, out)?;
+        Ok(granted)
     }
 
     /// Parent: stop giving work; the worker finishes, says GOODBYE and closes. No REQUEST can
@@ -2147,8 +2154,9 @@ impl Connection {
                 ),
             ));
         }
-        self.check_frame_size(id, 6 + message.len() + details.len())?;
-        encode_error(out, id, code, message, details)?;
+        // ERROR cannot be continued: the message and details are fitted to one frame (14.5).
+        let (message, details) = crate::policy::fit_error(message, details, self.max_frame_size());
+        encode_error(out, id, code, message, &details)?;
         if id == 0 {
             self.send_closed = true;
         } else {
@@ -2317,9 +2325,10 @@ impl Connection {
     }
 }
 
-/// The grant policy of section 6: grant what the consumer has read once it reaches half the
-/// window (`initial_credit / 2`, at least 1 byte), so the worker never idles and never holds
-/// more than `initial_credit + max_frame_size` unread bytes.
+/// The grant policy of section 6 for a stream whose credit is 0: [`grant`](crate::grant)
+/// (PROTOCOL.md 14.5) as an option. Grants what the consumer has read once it reaches half the
+/// window, so the worker never idles and never holds more than `initial_credit +
+/// max_frame_size` unread bytes.
 ///
 /// ```
 /// use wirepool_proto::grant_due;
@@ -2327,11 +2336,9 @@ impl Connection {
 /// assert_eq!(grant_due(1_048_576, 600_000), Some(600_000));
 /// ```
 pub fn grant_due(initial_credit: u32, consumed_not_granted: u64) -> Option<u32> {
-    let threshold = u64::from(initial_credit / 2).max(1);
-    if consumed_not_granted >= threshold {
-        Some(consumed_not_granted.min(MAX_CREDIT as u64) as u32)
-    } else {
-        None
+    match crate::policy::grant(initial_credit, 0, consumed_not_granted) {
+        0 => None,
+        granted => Some(granted),
     }
 }
 

@@ -11,7 +11,7 @@ macro_rules! error_codes {
         ///
         /// The numbers and names never change. A receiver must still accept codes it does not
         /// know (a later version or an application code): keep those as a raw `u32` and classify
-        /// them with [`ErrorClass::of`].
+        /// them with [`ErrorClass::of`](crate::ErrorClass::of).
         ///
         /// ```
         /// use wirepool_proto::ErrorCode;

@@ -44,6 +44,7 @@ mod encode;
 mod frame;
 mod handshake;
 mod ids;
+mod policy;
 pub mod shm;
 mod wire;
 
@@ -64,3 +65,4 @@ pub use handshake::{
     MethodRequirement, Welcome, WelcomeExtensions, HELLO_MAGIC, MAX_CODECS_PER_METHOD, MAX_METHODS,
 };
 pub use ids::{IdBuildHasher, IdHasher, IdMap};
+pub use policy::{fit_error, grant, negotiate, rows_batch_bytes, NegotiateError, Offer};

@@ -259,6 +259,20 @@ fn every_core_operation(
     c.failure();
     // batch (14.4): the Rust core offers next_events
     c.next_events(&mut Vec::new());
+    // policies (14.5): pure functions of the crate
+    let offer = wirepool_proto::Offer {
+        max_frame_size: 0,
+        initial_credit: 0,
+        heartbeat_ms: 0,
+        max_in_flight: 0,
+        max_message_size: 0,
+        worker_id: 0,
+        remote: false,
+    };
+    wirepool_proto::negotiate(hello, &offer);
+    wirepool_proto::rows_batch_bytes(0, 0, 0);
+    wirepool_proto::grant(0, 0, 0);
+    wirepool_proto::fit_error("", "", 0);
 }
 
 #[test]
@@ -275,6 +289,12 @@ fn the_core_offers_every_operation_of_section_14() {
             if !body.contains(&format!(".{name}(")) {
                 missing.push(name.to_string());
             }
+        }
+    }
+    for name in api["policies"].as_array().unwrap() {
+        let name = name.as_str().unwrap();
+        if !body.contains(&format!("wirepool_proto::{name}(")) {
+            missing.push(name.to_string());
         }
     }
     assert!(

@@ -531,9 +531,13 @@ impl Driver {
         let Some(codec) = Codec::from_id(codec) else {
             return;
         };
-        let max_frame_size = self
-            .welcome
-            .map_or(wirepool_proto::DEFAULT_MAX_FRAME_SIZE, |w| w.max_frame_size);
+        let (max_frame_size, initial_credit) = self.welcome.map_or(
+            (
+                wirepool_proto::DEFAULT_MAX_FRAME_SIZE,
+                wirepool_proto::DEFAULT_INITIAL_CREDIT,
+            ),
+            |w| (w.max_frame_size, w.initial_credit),
+        );
         // The budget counts from the REQUEST event (this read; spec 2); no clock read for
         // requests without one. Any u64 is valid: a deadline past the clock's range is none.
         let deadline = (timeout_us > 0)
@@ -544,7 +548,8 @@ impl Driver {
                 id,
                 codec,
                 max_frame_size,
-                self.batch_bytes,
+                // The core's rule (PROTOCOL.md 14.5), the same in every SDK.
+                wirepool_proto::rows_batch_bytes(self.batch_bytes, initial_credit, max_frame_size),
                 Arc::clone(&self.shared),
             ))
         });

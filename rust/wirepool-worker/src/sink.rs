@@ -146,8 +146,8 @@ impl RowBatcher {
         RowBatcher {
             id,
             codec,
-            // A frame's payload can never exceed max_frame_size.
-            batch_bytes: batch_bytes.min(max_frame as usize),
+            // `wirepool_proto::rows_batch_bytes`: below max_frame_size by the rule.
+            batch_bytes,
             shared,
             state: Mutex::new(StreamState {
                 fill: Some(Fill {

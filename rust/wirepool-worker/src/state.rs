@@ -211,31 +211,17 @@ fn send_through_region(
     }
 }
 
-/// Send an ERROR for request `id`, cutting message and details to fit one frame (ERROR cannot
-/// continue).
+/// Send an ERROR for request `id`. ERROR cannot continue: the core fits the message and the
+/// details to one frame (`wirepool_proto::fit_error`, PROTOCOL.md 14.5: too large details
+/// become a note of their size, never dropped silently).
 pub(crate) fn send_error(
     state: &mut WorkerState,
     id: u64,
     e: &HandlerError,
 ) -> Result<(), wirepool_proto::ProtocolError> {
-    let max_frame = state.conn.max_frame_size() as usize;
-    let mut message = e.message();
-    let limit = (u16::MAX as usize).min(max_frame - 6);
-    if message.len() > limit {
-        let mut cut = limit;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message = &message[..cut];
-    }
-    let details = if 6 + message.len() + e.details().len() <= max_frame {
-        e.details()
-    } else {
-        ""
-    };
     state
         .conn
-        .send_error(id, e.code(), message, details, state.out.tail())
+        .send_error(id, e.code(), e.message(), e.details(), state.out.tail())
 }
 
 pub(crate) enum Terminal {

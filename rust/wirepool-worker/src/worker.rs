@@ -111,13 +111,14 @@ pub struct Worker {
 impl Worker {
     /// A worker with no methods. `name` is sent as the HELLO `sdk_name` (1-64 bytes).
     pub fn new(name: impl Into<String>) -> Worker {
+        use wirepool_proto::constants as d;
         Worker {
             sdk_name: name.into(),
             methods: Vec::new(),
-            max_concurrency: 64,
-            max_frame_size: wirepool_proto::MAX_MAX_FRAME_SIZE,
-            batch_bytes: 64 * 1024,
-            flush_interval: Duration::from_millis(2),
+            max_concurrency: d::WORKER_DEFAULT_MAX_CONCURRENCY,
+            max_frame_size: d::WORKER_DEFAULT_MAX_FRAME_SIZE,
+            batch_bytes: d::WORKER_DEFAULT_ROWS_BATCH_BYTES as usize,
+            flush_interval: Duration::from_millis(d::WORKER_DEFAULT_ROWS_FLUSH_INTERVAL_MS),
             shm_threshold: cfg!(target_os = "linux").then_some(DEFAULT_SHM_THRESHOLD),
         }
     }
@@ -349,8 +350,10 @@ impl Worker {
         self
     }
 
-    /// Target size of a ROWS frame: a batch goes out once it holds this many bytes (default
-    /// 64 KiB; capped by the negotiated frame size).
+    /// The preferred size of a ROWS frame (default 64 KiB). A batch goes out once it holds
+    /// `wirepool_proto::rows_batch_bytes(bytes, initial_credit, max_frame_size)` bytes: this,
+    /// at most a quarter of the stream window, at least 4,096, below the negotiated frame size
+    /// (PROTOCOL.md 14.5).
     pub fn batch_bytes(mut self, bytes: usize) -> Worker {
         self.batch_bytes = bytes.max(64);
         self

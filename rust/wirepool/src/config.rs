@@ -311,7 +311,8 @@ mod tests {
         assert_eq!(d["pool_ticket_ttl_s"], o.ticket_ttl.as_secs());
         assert_eq!(
             d["remote_heartbeat_ms"],
-            ms(crate::remote::REMOTE_HEARTBEAT)
+            // A remote connection with heartbeats off gets the default (negotiate, 14.5).
+            u64::from(wirepool_proto::DEFAULT_HEARTBEAT_MS)
         );
     }
 }

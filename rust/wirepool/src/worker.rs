@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use wirepool_codec::Codec;
 
 use wirepool_proto::{
-    check_methods, Connection, ErrorClass, ErrorCode, Event, Hello, MethodKind, MethodRequirement,
-    ProtocolError, Welcome,
+    check_methods, negotiate, Connection, ErrorClass, ErrorCode, Event, Hello, MethodKind,
+    MethodRequirement, Offer, ProtocolError, Welcome,
 };
 
 use crate::config::PoolConfig;
@@ -1326,12 +1326,19 @@ fn welcome_for(
         })
         .collect();
     check_methods(hello, &required)?;
-    let mut w = Welcome::for_hello(hello, worker_id)?;
-    w.max_frame_size = cfg.max_frame_size.min(hello.max_frame_size);
-    w.initial_credit = cfg.initial_credit;
-    w.heartbeat_ms = crate::validate::ceil_ms(heartbeat(cfg, remote));
-    w.max_in_flight = cfg.max_in_flight.min(hello.max_concurrency).max(1);
-    if w.max_in_flight < cfg.max_in_flight && !cfg.clamp_logged.swap(true, Relaxed) {
+    // The WELCOME's numbers are the core's (PROTOCOL.md 14.5). `validate::pool_options` refused
+    // an out-of-range option at start, so only VERSION_MISMATCH can come from here.
+    let offer = Offer {
+        max_frame_size: i64::from(cfg.max_frame_size),
+        initial_credit: i64::from(cfg.initial_credit),
+        heartbeat_ms: i64::from(crate::validate::ceil_ms(cfg.heartbeat)),
+        max_in_flight: i64::from(cfg.max_in_flight),
+        max_message_size: i64::try_from(cfg.max_message_size).unwrap_or(i64::MAX),
+        worker_id,
+        remote,
+    };
+    let (mut w, clamped) = negotiate(hello, &offer)?;
+    if clamped && !cfg.clamp_logged.swap(true, Relaxed) {
         tracing::warn!(
             configured = cfg.max_in_flight,
             offered = hello.max_concurrency,
@@ -1341,7 +1348,6 @@ fn welcome_for(
             w.max_in_flight
         );
     }
-    w.max_message_size = cfg.max_message_size.max(w.max_frame_size as u64);
     // The lane needs the socketpair: never accepted on a remote connection (21.1).
     if let (Some(_), Some(offer), false) = (cfg.shm_threshold, hello.extensions.shm, remote) {
         // Each side maps at most one largest message's worth of the other's regions.
@@ -1352,15 +1358,6 @@ fn welcome_for(
     }
     conn.send_welcome(&w, out)?;
     Ok(w)
-}
-
-/// The heartbeat of a worker: a remote connection always has one (PROTOCOL.md 21.5).
-fn heartbeat(cfg: &PoolConfig, remote: bool) -> Duration {
-    if remote && cfg.heartbeat.is_zero() {
-        crate::remote::REMOTE_HEARTBEAT
-    } else {
-        cfg.heartbeat
-    }
 }
 
 /// Maps the worker's methods onto the pool's method table. The table comes from the first
@@ -1881,7 +1878,13 @@ struct Watch {
 impl Watch {
     fn new(worker: Arc<Worker>) -> Watch {
         let cfg = &worker.pool.cfg;
-        let heartbeat_ms = heartbeat(cfg, worker.host.is_some()).as_millis() as u64;
+        // The negotiated period (the WELCOME's: a remote connection always has one, 21.5).
+        let heartbeat_ms = worker
+            .driver
+            .locked()
+            .conn
+            .welcome()
+            .map_or(0, |w| u64::from(w.heartbeat_ms));
         let tick_ms = cfg.housekeeping_interval.as_millis() as u64;
         // With heartbeat 0 the user turned liveness checks off: neither clock runs.
         let liveness =

@@ -51,8 +51,4 @@ pub use ticket::{Ticket, TicketError};
 
 /// The ALPN protocol of a wirepool connection (21.1).
 #[cfg(feature = "remote")]
-pub(crate) const ALPN: &[u8] = b"wirepool/1";
-
-/// The ping period of a remote worker whose pool has heartbeats off (21.5: a remote connection
-/// always has one).
-pub(crate) const REMOTE_HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(1000);
+pub(crate) const ALPN: &[u8] = wirepool_proto::constants::REMOTE_ALPN.as_bytes();
