@@ -10,13 +10,13 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo test test-spec test-rust test-python test-ray test-node test-bench test-conformance test-shm-crash-cycles fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
+.PHONY: help demo test test-spec test-rust test-python test-ray test-node test-go test-bench test-conformance test-shm-crash-cycles fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
 
 help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
 	@echo "make test    every test of every language"
 	@echo "make bench   end-to-end benchmarks (quick mode) and the instruction-count gate; bench-full for the full matrix"
-	@echo "make fuzz    the Rust, Python and Node fuzz targets, FUZZ_SECONDS per language"
+	@echo "make fuzz    the Rust, Python, Node and Go fuzz targets, FUZZ_SECONDS per language"
 	@echo "make docs    the API reference: rust/target/doc (cargo doc), build/docs/python (pdoc), build/docs/node (typedoc)"
 	@echo "make package the release checks: Python sdist+wheel (twine check), cargo publish --dry-run, npm pack"
 
@@ -35,7 +35,7 @@ $(VPY): python/pyproject.toml
 
 venv: $(VPY)
 
-test: test-spec test-rust test-python test-ray test-node test-conformance test-bench
+test: test-spec test-rust test-python test-ray test-node test-go test-conformance test-bench
 
 test-spec: $(VPY)
 	$(VPY) spec/vectors/generate.py --check
@@ -64,6 +64,12 @@ test-ray: $(VPY)
 test-node:
 	cd node && npm ci --no-audit --no-fund --loglevel=error && npm test
 	cd examples/node && npm install --no-audit --no-fund --loglevel=error && npm test
+
+# The Go SDK (go/, one module): so far its sans-IO core (go/proto) against spec/vectors; gofmt and
+# go vet fail the target, and the tests run with the race detector (goleak checks every package).
+test-go:
+	cd go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above are not formatted"; exit 1; }
+	cd go && go vet ./... && go test -race -count=1 ./...
 
 test-conformance: $(VPY)
 	$(VPY) -m pytest -q conformance
@@ -135,6 +141,7 @@ fuzz: $(VPY)
 	  rm -rf "$$scratch"; exit $$rc
 	HOSTILE_FUZZ_SECONDS=$(FUZZ_SECONDS) $(VPY) -m pytest -q conformance/test_hostile.py -k test_fuzz
 	cd node && npm ci --no-audit --no-fund --loglevel=error && npm run fuzz -- --seconds $(FUZZ_SECONDS)
+	cd go && go test ./proto -run '^$$' -fuzz FuzzReceive -fuzztime $(FUZZ_SECONDS)s -parallel 1
 
 # The wall-clock report (quick), then the gate: instructions per operation under valgrind against
 # bench/icount/baseline.json (fails on growth beyond its threshold), then the wall-clock history.
