@@ -150,6 +150,12 @@ const (
 	// WorkerDefaultMaxFrameSize is spec/constants.json sdk_defaults.worker.max_frame_size.all.
 	WorkerDefaultMaxFrameSize = 16_777_216
 
+	// WorkerDefaultRowsFlushIntervalMs is spec/constants.json sdk_defaults.worker.rows_flush_interval.go.
+	WorkerDefaultRowsFlushIntervalMs = 2
+
+	// WorkerDefaultRowsBatchBytes is spec/constants.json sdk_defaults.worker.rows_batch_bytes.go.
+	WorkerDefaultRowsBatchBytes = 65_536
+
 	// WorkerDefaultEventIntervalMs is spec/constants.json sdk_defaults.worker.event_interval.all.
 	WorkerDefaultEventIntervalMs = 10
 
@@ -627,6 +633,8 @@ var constantPaths = []struct {
 	{"sdk_defaults.parent.stderr_tail_lines.all", ParentDefaultStderrTailLines},
 	{"sdk_defaults.worker.max_concurrency.all", WorkerDefaultMaxConcurrency},
 	{"sdk_defaults.worker.max_frame_size.all", WorkerDefaultMaxFrameSize},
+	{"sdk_defaults.worker.rows_flush_interval.go", WorkerDefaultRowsFlushIntervalMs},
+	{"sdk_defaults.worker.rows_batch_bytes.go", WorkerDefaultRowsBatchBytes},
 	{"sdk_defaults.worker.event_interval.all", WorkerDefaultEventIntervalMs},
 	{"caller_input.max_timeout_ms", MaxTimeoutMs},
 	{"caller_input.max_workers", MaxWorkers},
