@@ -77,7 +77,9 @@ class ProtocolError(WirepoolError):
 
 
 class RequestError(WirepoolError):
-    """A 2xx error the worker sent for one request; the worker keeps serving."""
+    """An error the worker sent for one request; the worker keeps serving. A 2xx code has its
+    own subclass; a code of no other class on a request id (unassigned, 1xx, or a 3xx the
+    worker put on the wire) is a plain RequestError carrying it (PROTOCOL.md 3)."""
 
 
 class UnknownMethod(RequestError):
@@ -121,7 +123,8 @@ class RowTooLarge(RequestError):
 
 
 class LocalError(WirepoolError):
-    """A 3xx outcome decided by the local SDK (never on the wire)."""
+    """A 3xx outcome decided by the local SDK (never on the wire: a 3xx code a worker sends is
+    a :class:`RequestError`, see :func:`error_from_wire`)."""
 
 
 class WorkerExited(LocalError):
@@ -236,7 +239,8 @@ _BY_CODE: dict[int, type[WirepoolError]] = {
 
 
 def error_from_code(code: int, message: str = "", *, id: int = 0, details: Any = None) -> WirepoolError:
-    """Build the most specific exception for ``code`` (unknown codes are classified by range)."""
+    """Build the most specific exception for ``code`` (unknown codes are classified by range),
+    for an outcome decided locally; an ERROR a worker sent is :func:`error_from_wire`'s."""
     cls = _BY_CODE.get(code)
     if cls is not None:
         return cls(code, message, id=id, details=details)
@@ -249,3 +253,14 @@ def error_from_code(code: int, message: str = "", *, id: int = 0, details: Any =
     if 300 <= code < 400:
         return LocalError(code, message, id=id, details=details)
     return WirepoolError(code, message, id=id, details=details)
+
+
+def error_from_wire(code: int, message: str = "", *, id: int, details: Any = None) -> WirepoolError:
+    """The exception for an ERROR a worker sent for request ``id``: its id decides its fate,
+    never its code (PROTOCOL.md 3). A 2xx code gets its :class:`RequestError` subclass, 1000 and
+    above a :class:`WorkerError`; any other code (unassigned 0-99 and 400-999, a 1xx, a 3xx) is a
+    :class:`RequestError` carrying it, named by its range or its name, never a local outcome
+    (a wire 300 is no :class:`WorkerExited`: no death, nothing killed, never retried)."""
+    if 200 <= code < 300 or code >= 1000:
+        return error_from_code(code, message, id=id, details=details)
+    return RequestError(code, message, id=id, details=details)

@@ -56,7 +56,8 @@ from ._transport import (BusyPoll, LaneProtocol, LaneTransport, OwnRegion, frame
                          split_frames)
 from .errors import (BadRequest, DeadlineExceeded, ErrorCode, InvalidArgumentType, LeaseLost,
                      PoolClosed, ProtocolError, SpawnFailed, StartupTimeout, WirepoolError,
-                     WorkerExited, WorkerHung, error_from_code, quote)
+                     WorkerExited, WorkerHung, error_from_code, error_from_wire,
+                     quote)
 from .proto import FrameType, MethodKind
 
 __all__ = ["AsyncPool", "Pool", "Stream", "SyncStream", "Lease", "PoolMetrics", "RetryPolicy"]
@@ -183,7 +184,9 @@ class _Attempts:
 
     def again(self, e: BaseException) -> bool:
         """Whether the try that ended with ``e`` is tried again (remembered as ``last``)."""
-        if (self.made >= self.limit or not isinstance(e, WirepoolError)
+        # The local outcomes only: a worker's ERROR with code 300 or 301 is a RequestError,
+        # never retried (spec 3, 21.7).
+        if (self.made >= self.limit or not isinstance(e, (WorkerExited, WorkerHung))
                 or e.code not in _RETRYABLE):
             return False
         left = self.left()
@@ -1076,7 +1079,9 @@ class _Worker(LaneProtocol):
                         details = json.loads(ev.details)  # type: ignore[attr-defined]
                     except ValueError:
                         details = ev.details  # type: ignore[attr-defined]
-                req.finish(error=error_from_code(ev.code, ev.message, id=req.id,  # type: ignore[attr-defined]
+                # Its id decides its fate, never its code (spec 3): this request ends, and a
+                # 3xx code is the worker's error, not our own outcome of that name.
+                req.finish(error=error_from_wire(ev.code, ev.message, id=req.id,  # type: ignore[attr-defined]
                                                  details=details))
             return
         if t == FrameType.EVENT:
