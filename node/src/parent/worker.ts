@@ -516,7 +516,7 @@ export class WorkerProcess {
       const { welcome, clamped } = negotiate(h, {
         maxFrameSize: s.maxFrameSize,
         initialCredit: s.initialCredit,
-        heartbeatMs: s.heartbeatMs,
+        heartbeatMs: Math.ceil(s.heartbeatMs), // a whole number on the wire (u32 ms); the option may be fractional (22.2)
         maxInFlight: s.maxInFlight,
         maxMessageSize: s.maxMessageSize,
         workerId: this.workerId,
