@@ -342,13 +342,20 @@ describe("bad_input.json", () => {
 describe("caller input beyond the table", () => {
   test("a WELCOME the settings cannot carry fails the start, typed, instead of throwing from a handler", T, async () => {
     // Validation refuses these up front; here they reach the handshake anyway (22.1's backstop).
-    for (const bad of [{ heartbeatMs: -5 }, { initialCredit: -1 }]) {
-      const settings = { ...poolSettings({ command: COMMAND, workers: 1 }), ...bad };
-      const w = new WorkerProcess(1, settings, { freed() {}, exited() {}, wantsLines: () => false });
-      const e = await rejection(w.start(), JSON.stringify(bad));
-      assert.equal(e.code, ErrorCode.INVALID_ARGUMENT, e.message);
-      w.kill();
-      await w.gone;
+    // A WorkerProcess keeps no hold on the event loop (its pool does, while it has work): the
+    // test holds it while it waits for the start and the reap.
+    const hold = setInterval(() => {}, 60_000);
+    try {
+      for (const bad of [{ heartbeatMs: -5 }, { initialCredit: -1 }]) {
+        const settings = { ...poolSettings({ command: COMMAND, workers: 1 }), ...bad };
+        const w = new WorkerProcess(1, settings, { freed() {}, exited() {}, wantsLines: () => false });
+        const e = await rejection(w.start(), JSON.stringify(bad));
+        assert.equal(e.code, ErrorCode.INVALID_ARGUMENT, e.message);
+        w.kill();
+        await w.gone;
+      }
+    } finally {
+      clearInterval(hold);
     }
   });
 

@@ -127,7 +127,8 @@ describe("the liveness judge (8.5)", () => {
 test("a parent whose event loop was blocked for 4 x heartbeat_ms with a PING outstanding: no WORKER_HUNG, the next call succeeds", { timeout: 60_000 }, async () => {
   const fixture = new URL("./parent-fixture.js", import.meta.url).pathname;
   const hb = 100;
-  const pool = await Pool.start({ command: [process.execPath, fixture], workers: 1, heartbeatMs: hb });
+  // ref(): the test waits for heartbeats of an idle pool, which by default holds no process alive.
+  const pool = (await Pool.start({ command: [process.execPath, fixture], workers: 1, heartbeatMs: hb })).ref();
   const exits: unknown[] = [];
   pool.on("exit", (e) => exits.push(e));
   const original = Connection.prototype.sendPing;

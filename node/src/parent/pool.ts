@@ -152,6 +152,8 @@ abstract class Pending implements Route {
   private deadline: NodeJS.Timeout | null = null;
   private grace: NodeJS.Timeout | null = null;
   private onAbort: (() => void) | null = null;
+  /** It keeps the event loop alive (pool.hold) until it is settled and has ended at its worker. */
+  private holding = true;
   readonly started = performance.now();
 
   constructor(
@@ -164,6 +166,7 @@ abstract class Pending implements Route {
     readonly lease: Lease | null,
     readonly opts: CallOptions | undefined,
   ) {
+    pool.hold();
     const signal = opts?.signal;
     if (signal !== undefined) {
       this.onAbort = () => this.abort();
@@ -220,6 +223,14 @@ abstract class Pending implements Route {
     this.deadline = this.grace = null;
     if (this.onAbort !== null) this.opts?.signal?.removeEventListener("abort", this.onAbort);
     this.onAbort = null;
+    this.letGoWhenDone();
+  }
+
+  /** Work no more: the caller has its outcome and the worker has ended the request. */
+  private letGoWhenDone(): void {
+    if (!this.holding || !this.settled || (this.worker !== null && this.worker.inFlight(this.id))) return;
+    this.holding = false;
+    this.pool.letGo();
   }
 
   /** Settles the caller (bookkeeping shared by both kinds). */
@@ -227,6 +238,7 @@ abstract class Pending implements Route {
     this.settled = true;
     this.pool.counted(error);
     if (this.worker === null || !this.worker.inFlight(this.id)) this.ended();
+    else this.letGoWhenDone();
   }
 
   abstract result(body: Buffer): void;
@@ -594,6 +606,10 @@ export class Lease {
 
 /**
  * A pool of worker processes. Start one with {@link Pool.start}; see the module example.
+ * An idle pool does not keep the process alive (its handles are unref()ed; it holds the event
+ * loop only while a call or stream is in flight, a lease is awaited, a worker starts or a close
+ * runs), so a script that forgets close() still exits, and its workers leave on end of file;
+ * {@link Pool.ref} keeps it alive while open.
  * Events: `log` ({@link LogEntry}), `event` (`{pid, id, topic, data}` for every EVENT frame),
  * `exit` (`{workerId, pid, exitStatus, signal, why}`), `start` (`{workerId, pid}`).
  */
@@ -617,15 +633,60 @@ export class Pool extends EventEmitter {
   private stats = { restarts: 0, recycles: 0, calls: 0, failures: 0 };
   private readonly failuresByCode: Record<string, number> = {};
   private readonly logger: ((e: LogEntry) => void) | undefined;
+  /**
+   * The pool's one hold on the event loop: ref()ed while there is work (see hold), unref()ed when
+   * idle. Every other handle (the children, their pipes and sockets, the heartbeat, recycle and
+   * kill timers) is unref()ed, so a pool nobody closed does not keep Node running. A restart's
+   * backoff timer is the exception: a replacement on its way is work.
+   */
+  private readonly keepAlive: NodeJS.Timeout;
+  /** Requests not done, lease waiters, workers starting, a close under way, ref(). */
+  private work = 0;
+  private pinned = false;
 
   private constructor(opts: PoolOptions) {
     super();
     this.settings = poolSettings(opts);
     this.logger = opts.logger;
+    this.keepAlive = setInterval(() => {}, MAX_TIMER_MS);
+    this.keepAlive.unref();
     if (this.settings.maxRssBytes > 0 || this.settings.maxIdleMs > 0) {
       const every = this.settings.maxIdleMs > 0 ? Math.min(1000, Math.max(10, this.settings.maxIdleMs / 2)) : 1000;
       this.recycleTimer = setInterval(() => this.checkRecycling(), every);
+      this.recycleTimer.unref();
     }
+  }
+
+  /** @internal Work begins: the event loop stays alive until the matching letGo. */
+  hold(): void {
+    if (this.work++ === 0) this.keepAlive.ref();
+  }
+
+  /** @internal */
+  letGo(): void {
+    if (--this.work === 0) this.keepAlive.unref();
+  }
+
+  /**
+   * Keeps the process alive while the pool is open, idle or not (until `unref()` or `close()`),
+   * as `ref()` does for a socket or a child process. By default an idle pool does not: Node
+   * exits once nothing else is left, and the workers leave with it (end of file).
+   */
+  ref(): this {
+    if (!this.pinned && !this.closed) {
+      this.pinned = true;
+      this.hold();
+    }
+    return this;
+  }
+
+  /** Undoes `ref()`: the pool holds the process only while it has work (the default). */
+  unref(): this {
+    if (this.pinned) {
+      this.pinned = false;
+      this.letGo();
+    }
+    return this;
   }
 
   /**
@@ -682,7 +743,8 @@ export class Pool extends EventEmitter {
     if (this.closed) return Promise.reject(this.closedError());
     const w = this.pickForLease();
     if (w !== null) return Promise.resolve(this.makeLease(w));
-    return new Promise((resolve, reject) => this.leaseWaiters.push({ resolve, reject }));
+    this.hold();
+    return new Promise<Lease>((resolve, reject) => this.leaseWaiters.push({ resolve, reject })).finally(() => this.letGo());
   }
 
   /** The request's codec, budget and body, checked (22.2-22.4). @throws WirepoolError 308, 202. */
@@ -889,7 +951,13 @@ export class Pool extends EventEmitter {
       wantsLines: () => this.logger !== undefined || this.listenerCount("log") > 0,
     });
     this.workers.push(w);
-    const started = w.start().then(() => {
+    this.hold();
+    const starting = w.start();
+    starting.then(
+      () => this.letGo(),
+      () => this.letGo(),
+    );
+    const started = starting.then(() => {
       this.consecutiveDeaths = 0;
       this.emit("start", { workerId: w.workerId, pid: w.pid });
       if (this.closed) w.drain(0);
@@ -946,7 +1014,7 @@ export class Pool extends EventEmitter {
       if (this.closed) return;
       // A failed start is a death like any other: onExited counts it and schedules the next.
       this.spawnWorker().catch(() => {});
-    }, delayMs);
+    }, delayMs); // ref()ed: a replacement on its way (then starting) is work
     this.restartTimers.add(t);
   }
 
@@ -1009,7 +1077,12 @@ export class Pool extends EventEmitter {
       w.drain(grace);
       gone.push(w.gone);
     }
-    this.closing = Promise.all(gone).then(() => {});
+    this.hold();
+    this.unref();
+    this.closing = Promise.all(gone).then(() => {
+      this.letGo();
+      clearInterval(this.keepAlive);
+    });
     return this.closing;
   }
 

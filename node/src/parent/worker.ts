@@ -192,6 +192,11 @@ export class WorkerProcess {
       this.watchOutput(child.stderr!, "stderr");
       const sock = child.stdio[3] as Socket;
       this.socket = sock;
+      // Nothing of a worker keeps the event loop alive: the pool holds it while there is work.
+      child.unref();
+      (child.stdout as Socket).unref();
+      (child.stderr as Socket).unref();
+      sock.unref();
       this.keepReadingAfterWriteError(sock);
       // The connection counts as an output: requests end only once every byte the worker sent
       // before it left has been read and fed to the core (8.4: GOODBYE and the frames before it).
@@ -208,6 +213,7 @@ export class WorkerProcess {
           true,
         );
       }, s.startupTimeoutMs);
+      this.startTimer.unref();
     });
   }
 
@@ -539,6 +545,7 @@ export class WorkerProcess {
       const tickMs = Math.max(1, Math.floor(s.heartbeatMs / 4));
       this.judge = new Liveness(s.heartbeatMs, tickMs, performance.now());
       this.heartbeat = setInterval(() => this.tick(), tickMs);
+      this.heartbeat.unref();
     }
     const resolve = this.startResolve;
     this.startResolve = this.startReject = null;
@@ -710,6 +717,7 @@ export class WorkerProcess {
       this.killTimer = null;
       this.kill();
     }, ms);
+    this.killTimer.unref();
   }
 
   private onExit(code: number | null, signal: NodeJS.Signals | null): void {
@@ -724,7 +732,7 @@ export class WorkerProcess {
     if (this.outputsOpen === 0) this.finish();
     // One poll of the event loop after the timer (setImmediate) reads what is ready, even when a
     // long callback delayed the timer past the bound.
-    else this.exitWait = setTimeout(() => setImmediate(() => this.finish()), EXIT_OUTPUT_WAIT_MS);
+    else (this.exitWait = setTimeout(() => setImmediate(() => this.finish()), EXIT_OUTPUT_WAIT_MS)).unref();
   }
 
   private finish(): void {
