@@ -1,12 +1,13 @@
 // The release check of the npm package (`make package`): `npm pack` as a publish would, the
 // tarball's contents against the manifest, then an install into an empty folder (no link to this
 // tree, dependencies from npm's cache when they are there) where the top README's Node example,
-// worker and parent, runs as written, every subpath export imports, and a TypeScript program
-// type-checks against the shipped `.d.ts`. Each step is bounded; the scratch folder is removed.
+// worker and parent, runs as written, every subpath export imports and requires (CommonJS, with a
+// pool call from a .cjs file), and a TypeScript program (`await using` a pool, a lease and a
+// stream among it) type-checks against the shipped `.d.ts`. Each step is bounded; the scratch folder is removed.
 //
 //   node scripts/pack-check.mjs [--keep]
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -46,8 +47,8 @@ try {
   // 2. Its contents: what the manifest points at is there, nothing else sneaks in.
   const required = ["package.json", "README.md", "LICENSE-MIT", "LICENSE-APACHE", manifest.main, manifest.types];
   for (const [sub, entry] of Object.entries(manifest.exports)) {
-    if (!entry.types || !entry.import) fail(`export ${sub} lacks types or import`);
-    required.push(entry.types, entry.import);
+    if (!entry.types || !entry.import || !entry.default) fail(`export ${sub} lacks types, import or default (require)`);
+    required.push(entry.types, entry.import, entry.default);
   }
   for (const f of required) if (!files.has(f.replace(/^\.\//, ""))) fail(`${f} is not in the tarball`);
   const junk = [...files].filter((f) => !/^(dist\/.*\.(js|d\.ts)|package\.json|README\.md|LICENSE-(MIT|APACHE))$/.test(f));
@@ -79,6 +80,12 @@ try {
   const probe = `for (const s of ${JSON.stringify(subpaths)}) { const m = await import(s); if (!Object.keys(m).length) throw new Error(s + " exports nothing"); }`;
   run(process.execPath, ["--input-type=module", "-e", probe], app);
 
+  // 5b. CommonJS: require() of every subpath (the "default" condition, loaded with require(esm))
+  // and a call on the README's worker from a .cjs file (node/test/fixtures/require.cjs).
+  copyFileSync(join(NODE_DIR, "test/fixtures/require.cjs"), join(app, "require.cjs"));
+  const cjs = run(process.execPath, ["require.cjs", "worker.mjs", "add", '{"a":1,"b":2}', '{"sum":3}'], app);
+  if (cjs !== "require ok\n") fail(`require.cjs printed ${JSON.stringify(cjs)}`);
+
   // 6. The types resolve through `exports` for a TypeScript user (NodeNext, strict).
   writeFileSync(
     join(app, "check.ts"),
@@ -93,6 +100,12 @@ try {
       "const e: unknown = null;",
       "if (e instanceof WirepoolError) { const n: number = e.code; void n; }",
       "void opts; void c; void codec; void Worker;",
+      "export async function disposable(): Promise<void> {",
+      "  await using pool = await Pool.start(opts);",
+      "  await using lease = await pool.lease();",
+      '  await using rows = lease.stream<number>("decls");',
+      "  for await (const row of rows) { const n: number = row; void n; }",
+      "}",
       "",
     ].join("\n"),
   );
@@ -110,7 +123,7 @@ try {
 
   console.log(
     `pack-check: ${packed.filename} (${files.size} files, ${(packed.size / 1024).toFixed(0)} kB) installs into an empty folder, ` +
-      `runs the README example, imports ${subpaths.join(", ")} and type-checks; ${((performance.now() - started) / 1000).toFixed(1)} s`,
+      `runs the README example, imports and requires ${subpaths.join(", ")} and type-checks; ${((performance.now() - started) / 1000).toFixed(1)} s`,
   );
 } catch (e) {
   if (e.stdout) process.stderr.write(String(e.stdout));
