@@ -5,8 +5,10 @@ at a time as it drains (``_transport._FEED_LIMIT``), and the PONG goes between t
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import struct
+from pathlib import Path
 from typing import Any, cast
 
 from wirepool import _transport, proto
@@ -91,3 +93,64 @@ def test_frame_end_and_split_frames_walk_whole_frames() -> None:
     frames = _transport.split_frames(memoryview(data)[size:])
     assert [len(f) for f in frames] == [size] * 3
     assert [bytes(f[:16]) for f in frames] == [bytes(parts[k]) for k in (2, 4, 6)]
+
+
+BOUND = json.loads((Path(__file__).resolve().parents[2] / "spec" / "constants.json")
+                   .read_text())["driver"]["max_handed_ahead_bytes"]
+
+
+def test_the_handed_ahead_bound_is_the_spec_s() -> None:
+    assert _transport.MAX_HANDED_AHEAD_BYTES == BOUND
+    assert _transport._FEED_LIMIT == _transport.MAX_HANDED_AHEAD_BYTES
+
+
+SMALL = 60 << 10  # each result below the 64 KiB that used to go uncounted
+
+
+def _result(id: int) -> list[Any]:
+    return [struct.pack("<IBBHQ", SMALL, 0x11, 0, 0, id), memoryview(bytearray(SMALL))]
+
+
+async def _run_small() -> None:
+    loop = asyncio.get_running_loop()
+    mine, peer = socket.socketpair()
+    mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    peer.setblocking(False)
+    writer = _Writer(cast(proto.Connection, None), loop)
+    transport, _ = await loop.connect_accepted_socket(lambda: writer, mine)
+    bound = BOUND
+    count = 3 * bound // SMALL  # 12 MiB of results nobody reads yet
+    most = 0
+    # Queued as a busy worker does, a few results per flush, the loop never running meanwhile
+    # (so the transport writes nothing more to the socket).
+    for id in range(1, count + 1):
+        writer._write(_result(id))
+        if id % 8 == 0:
+            writer._flush_out()
+            most = max(most, transport.get_write_buffer_size())
+    writer._flush_out()
+    most = max(most, transport.get_write_buffer_size())
+    # Whole frames only while under the bound: at most the bound and one frame.
+    assert most < bound + 16 + SMALL, most
+    pong = bytes(struct.pack("<IBBHQ", 8, 0x32, 0, 0, 0)) + b"nonce-01"
+    writer._write([pong])
+    total = count * (16 + SMALL) + len(pong)
+    wire = bytearray()
+    while len(wire) < total:
+        wire += await asyncio.wait_for(loop.sock_recv(peer, 1 << 20), 30)
+        most = max(most, transport.get_write_buffer_size())
+    assert most < bound + 16 + SMALL, most
+    frames = _frames(bytes(wire))
+    at = [i for i, (ty, _) in enumerate(frames) if ty == 0x32]
+    assert len(at) == 1
+    # The PONG went ahead of what waited in the backlog: behind at most the bound, one frame
+    # and the socket buffers, never behind all 12 MiB.
+    assert at[0] * (16 + SMALL) <= bound + 16 + SMALL + (1 << 20), at[0]
+    assert [ty for ty, _ in frames if ty != 0x32] == [0x11] * count
+    transport.close()
+    peer.close()
+
+
+def test_many_small_results_behind_a_slow_reader_stay_bounded_at_the_transport() -> None:
+    asyncio.run(asyncio.wait_for(_run_small(), 60))

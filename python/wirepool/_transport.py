@@ -26,11 +26,13 @@ _REGION_GRAIN = 1 << 20
 # Frames below this size are joined into one buffer before the write; larger ones go as they are.
 _JOIN_BELOW = 65536
 
-# An output larger than this (a large message) is handed to the transport a frame at a time, as
-# its buffer drains below this, so that a PING or PONG written meanwhile goes at the next frame
-# boundary instead of behind the whole message (PROTOCOL.md 8.5).
-_FEED_LIMIT = 4 << 20
-
+# The handed-ahead bound (PROTOCOL.md 8.5, ``driver.max_handed_ahead_bytes`` in
+# spec/constants.json, which tests/test_transport_feed.py compares it with): whole frames are
+# handed to the transport only while it holds fewer than this many bytes it has not written,
+# counting everything it holds; the frame that reaches it is handed whole, the rest waits in
+# this side's own backlog, where a PING or PONG still goes ahead of it.
+MAX_HANDED_AHEAD_BYTES = 4_194_304
+_FEED_LIMIT = MAX_HANDED_AHEAD_BYTES
 
 class BusyPoll:
     """Watching a socket for input for up to ``budget`` seconds before sleeping (issue 17): a
@@ -84,17 +86,6 @@ class BusyPoll:
         self._skip = self._backoff
 
 
-def _frame_left_after(part: Any, left: int) -> int:
-    """Bytes of the frame under way after ``part``, given ``left`` of it before (0: ``part``
-    starts a frame). Headers are never split between parts."""
-    n = len(part)
-    pos = 0
-    while left < n - pos:
-        pos += left
-        left = 16 + int.from_bytes(part[pos:pos + 4], "little")
-    return left - (n - pos)
-
-
 def frame_end(data: Any, pos: int) -> int:
     """The offset at which the frame holding byte ``pos`` of ``data`` ends (``data`` holds whole
     frames from its first byte, e.g. one message's frames)."""
@@ -121,8 +112,9 @@ def _is_ping_or_pong(parts: list[Any]) -> bool:
 
 
 class FrameProtocol(asyncio.BufferedProtocol):
-    """Writes frames to its transport: small ones of one loop pass together, a large output a
-    frame at a time (``_FEED_LIMIT``), a PING or PONG at the next frame boundary. Every output
+    """Writes frames to its transport: small ones of one loop pass together, whole frames only
+    while the transport holds fewer than ``_FEED_LIMIT`` bytes (the rest fed a frame at a time
+    as it drains), a PING or PONG at the next frame boundary. Every output
     handed to ``_send`` starts at a frame boundary (its walk of frame headers needs it)."""
 
     def __init__(self, conn: proto.Connection, loop: asyncio.AbstractEventLoop) -> None:
@@ -135,18 +127,39 @@ class FrameProtocol(asyncio.BufferedProtocol):
         # the frame under way at the end of what was handed (0: at a frame boundary).
         self._backlog: collections.deque[Any] = collections.deque()
         self._frame_left = 0
+        self._urgent = 0  # PINGs and PONGs at the head of the backlog
+        self._limits_set = False
         self.bytes_sent = 0  # for metrics
         self.bytes_received = 0
 
     def _write(self, parts: list[Any]) -> None:
-        if self._backlog and _is_ping_or_pong(parts):
-            # Ahead of the large output being fed: the transport holds whole frames only.
-            self._send(parts)
+        if _is_ping_or_pong(parts) and (self._backlog or self._held() >= _FEED_LIMIT):
+            self._send_urgent(parts[0])
             return
         self._out.extend(parts)
         if not self._out_scheduled:
             self._out_scheduled = True
             self._loop.call_soon(self._flush_out)
+
+    def _held(self) -> int:
+        """The bytes the transport holds and has not written (0 without a transport)."""
+        t = self.transport
+        return 0 if t is None else t.get_write_buffer_size()
+
+    def _send_urgent(self, frame: Any) -> None:
+        """A PING or PONG: to the transport now if it holds fewer than _FEED_LIMIT bytes and
+        nothing waits, else at the head of the backlog, after the PINGs and PONGs already
+        there (the backlog's head is always at a frame boundary)."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if not self._backlog and t.get_write_buffer_size() < _FEED_LIMIT:
+            self.bytes_sent += len(frame)
+            t.write(frame)
+            return
+        self._backlog.insert(self._urgent, frame)
+        self._urgent += 1
+        self._start_feeding(t)
 
     def _write_now(self, parts: list[Any]) -> None:
         """Write ``parts`` now, after anything queued: a lone request leaves at once (latency),
@@ -164,58 +177,101 @@ class FrameProtocol(asyncio.BufferedProtocol):
         out, self._out = self._out, []
         self._send(out)
 
+    def _send_frame_rest(self, rest: Any) -> None:
+        """The end of a frame whose start is already on the wire (a direct caller wrote it to
+        the socket): handed whole at once, as the frame under way (8.5)."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        self.bytes_sent += len(rest)
+        t.write(rest)
+
     def _send(self, out: list[Any]) -> None:
         t = self.transport
         if t is None or t.is_closing():
             return
-        if self._backlog and not _is_ping_or_pong(out):
-            self._backlog.extend(out)  # behind the large output being fed, in order
+        if self._backlog:
+            self._backlog.extend(out)  # behind what waits already, in order
             return
+        held = t.get_write_buffer_size()
         if len(out) == 1 and type(out[0]) is bytes:  # one frame: no joining copy
-            self.bytes_sent += len(out[0])
-            t.write(out[0])
+            n = len(out[0])
+            if held + n <= _FEED_LIMIT:
+                self.bytes_sent += n
+                t.write(out[0])
+                return
+        elif held + sum(map(len, out)) <= _FEED_LIMIT:
+            # Within the bound as a whole (each frame starts below it): no walk of headers.
+            small = bytearray()
+            for p in out:
+                n = len(p)
+                self.bytes_sent += n
+                if n < _JOIN_BELOW:
+                    small += p
+                else:
+                    if small:
+                        t.write(small)
+                        small = bytearray()
+                    t.write(p)
+            if small:
+                t.write(small)
             return
-        small = bytearray()
-        handed = 0
-        for i, p in enumerate(out):
-            n = len(p)
-            if n < _JOIN_BELOW:
-                self.bytes_sent += n
-                small += p
-            else:
-                if small:
-                    t.write(small)
-                    small = bytearray()
-                handed += n
-                if handed > _FEED_LIMIT:
-                    # A large message: the rest goes a frame at a time as the transport drains.
-                    left = 0
-                    for q in out[:i]:
-                        left = _frame_left_after(q, left)
-                    self._frame_left = left
-                    self._backlog.extend(out[i:])
-                    t.set_write_buffer_limits(high=_FEED_LIMIT, low=_FEED_LIMIT // 4)
-                    self._feed()
-                    return
-                self.bytes_sent += n
-                t.write(p)
-        if small:
-            t.write(small)
+        # Past the bound: fed a frame at a time as the transport drains.
+        self._backlog.extend(out)
+        self._frame_left = 0
+        self._start_feeding(t)
+
+    def _start_feeding(self, t: Any) -> None:
+        if not self._limits_set:
+            # Paused at _FEED_LIMIT bytes held (above high), resumed (``_feed``) at a quarter.
+            self._limits_set = True
+            t.set_write_buffer_limits(high=_FEED_LIMIT - 1, low=_FEED_LIMIT // 4)
+        self._feed()
 
     def _feed(self) -> None:
-        """Hands the backlog to the transport while its buffer is at most _FEED_LIMIT, and
-        always to a frame boundary; ``resume_writing`` calls it again."""
+        """Hands the backlog to the transport, whole frames only while it holds fewer than
+        _FEED_LIMIT bytes (the frame that reaches them whole, a part of several frames cut at
+        a frame boundary); ``resume_writing`` calls it again."""
         t = self.transport
         backlog = self._backlog
         if t is None or t.is_closing():
             backlog.clear()
+            self._urgent = 0
             return
         left = self._frame_left
-        while backlog and (left or t.get_write_buffer_size() <= _FEED_LIMIT):
-            p = backlog.popleft()
-            left = _frame_left_after(p, left)
-            self.bytes_sent += len(p)
-            t.write(p)
+        held = t.get_write_buffer_size()
+        small = bytearray()
+        while backlog:
+            room = _FEED_LIMIT - held - len(small)
+            if not left and room <= 0:
+                break  # at a frame boundary, the bound reached: the rest waits
+            p = backlog[0]
+            n = len(p)
+            pos = left  # the end of the frame under way; frames that start below room go
+            while pos < n and pos < room:
+                pos += 16 + int.from_bytes(p[pos:pos + 4], "little")
+            if pos < n:  # cut at the frame boundary ``pos``
+                head: Any = memoryview(p)[:pos]
+                backlog[0] = memoryview(p)[pos:]
+                left = 0
+            else:
+                head = p
+                backlog.popleft()
+                if self._urgent:
+                    self._urgent -= 1
+                left = pos - n
+            k = len(head)
+            self.bytes_sent += k
+            if k < _JOIN_BELOW:
+                small += head
+            else:
+                if small:
+                    t.write(small)
+                    small = bytearray()
+                t.write(head)
+                held = t.get_write_buffer_size()
+        if small:
+            t.write(small)
         self._frame_left = left
 
     def pause_writing(self) -> None:

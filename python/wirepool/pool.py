@@ -691,7 +691,7 @@ class _Worker(LaneProtocol):
     def _send_rest(self, rest_of_frame: bytes, frames: memoryview) -> None:
         """On the loop: the end of a request a direct caller could not write (see
         ``_hand_back``)."""
-        self._send([rest_of_frame])
+        self._send_frame_rest(rest_of_frame)
         if frames:
             self._send(split_frames(frames))  # parts of a frame each: fed a frame at a time
 
