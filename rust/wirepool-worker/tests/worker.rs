@@ -345,6 +345,32 @@ fn fail_returns_handler_error_with_json_details() {
     }
 }
 
+/// ERROR cannot continue: details too large for one frame become the core's note of their
+/// size (`wirepool_proto::fit_error`, PROTOCOL.md 14.5), never dropped silently.
+#[test]
+fn error_details_too_large_for_a_frame_become_a_note_of_their_size() {
+    let mut p = Parent::start_with(Options {
+        max_frame_size: 65_536,
+        ..Options::default()
+    });
+    let why = "x".repeat(70_000);
+    let body = serde_json::to_vec(&json!({ "why": why })).unwrap();
+    let id = p.request("fail", JSON, 0, &body);
+    match p.terminal(id).body {
+        FrameBody::Error { code, details, .. } => {
+            assert_eq!(code, ErrorCode::HandlerError.code());
+            let full = serde_json::to_string(&json!({"request": {"why": why}})).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Value>(&details).unwrap(),
+                json!({"truncated": true, "details_bytes": full.len()})
+            );
+        }
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+    let id = p.request("echo", RAW, 0, b"still alive");
+    assert_eq!(&result_body(&p.terminal(id))[..], b"still alive");
+}
+
 #[test]
 fn requests_over_max_in_flight_are_overloaded() {
     let mut p = Parent::start_with(Options {
