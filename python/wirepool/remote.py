@@ -35,7 +35,9 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import os
+import re
 import secrets
 import ssl
 import struct
@@ -90,13 +92,51 @@ class JoinRefused(ConnectionError):
 
 
 def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1)."""
+    """True for ``localhost`` (loopback, RFC 6761) and loopback IP literals (127.0.0.0/8,
+    ``::1``, also in brackets)."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return ipaddress.ip_address(_unbracket(host)).is_loopback
     except ValueError:
         return False
+
+
+def _unbracket(host: str) -> str:
+    """An IPv6 literal in brackets (``[::1]``) without them; any other host as it is."""
+    if len(host) > 2 and host[0] == "[" and host[-1] == "]":
+        return host[1:-1]
+    return host
+
+
+# A host name's labels (letters, digits, hyphens; underscores seen in the wild), dot-separated.
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
+# The body of a ticket: base64url, '=' padding accepted (a writer omits it).
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+_TRIMMED = " \t\r\n"  # the whitespace trimmed around a ticket's text (21.2)
+
+
+def _check_host(host: str) -> None:
+    """A ticket's ``host`` (21.2): a host name or an IP literal, 1-253 bytes; an IPv6 literal
+    without brackets, or in brackets (stripped to connect)."""
+    if not 1 <= len(host.encode()) <= 253:
+        raise TicketError("ticket host must be 1-253 bytes")
+    if host.startswith("["):
+        inner = _unbracket(host)
+        try:
+            if inner == host or ipaddress.ip_address(inner).version != 6:
+                raise ValueError
+        except ValueError:
+            raise TicketError(f"ticket host {host!r}: only an IPv6 literal goes in "
+                              "brackets") from None
+        return
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(host):
+        raise TicketError(f"ticket host {host!r} is neither a host name nor an IP literal")
 
 
 def _hex(value: Any, nbytes: int, field: str) -> bytes:
@@ -124,8 +164,7 @@ class Ticket:
     fingerprint: bytes | None = None  # SHA-256 of the parent certificate's DER
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.host.encode()) <= 253:
-            raise TicketError("ticket host must be 1-253 bytes")
+        _check_host(self.host)
         if not 1 <= self.port <= 65535:
             raise TicketError("ticket port must be 1-65535")
         if len(self.id) != _ID_BYTES or len(self.secret) != _SECRET_BYTES:
@@ -141,8 +180,25 @@ class Ticket:
         """The ticket's id in hex: how logs and errors name it."""
         return self.id.hex()
 
+    @property
+    def connect_host(self) -> str:
+        """The host to connect to: ``host`` without the brackets of an IPv6 literal."""
+        return _unbracket(self.host)
+
+    @property
+    def sni(self) -> str | None:
+        """The TLS server name to send: the host when it is a DNS name, None (no SNI) for an
+        IP literal (21.1)."""
+        try:
+            ipaddress.ip_address(self.connect_host)
+        except ValueError:
+            return self.host
+        return None
+
     def expired(self, now: float | None = None) -> bool:
-        return (time.time() if now is None else now) > self.expires
+        """Whether the Unix time ``now`` (default: this clock's) is past ``expires``, in whole
+        seconds: valid through second ``expires``, no allowance for clock skew (21.2)."""
+        return math.floor(time.time() if now is None else now) > self.expires
 
     def encode(self) -> str:
         doc: dict[str, Any] = {"v": 1, "host": self.host, "port": self.port, "tls": self.tls,
@@ -155,15 +211,23 @@ class Ticket:
 
     @classmethod
     def parse(cls, text: str) -> "Ticket":
-        """Read a ticket's text form; :class:`TicketError` says what is wrong with it."""
-        text = text.strip()
+        """Read a ticket's text form; :class:`TicketError` says what is wrong with it.
+
+        The spaces, tabs, CRs and LFs around it are trimmed, then the 4,096-character limit
+        applies; whitespace inside, or any character of the body outside the base64url
+        alphabet, makes it unusable ('=' padding is accepted) (21.2)."""
+        text = text.strip(_TRIMMED)
         if len(text) > TICKET_MAX_CHARS:
             raise TicketError(f"a ticket is at most {TICKET_MAX_CHARS} characters")
         if not text.startswith(TICKET_PREFIX):
             raise TicketError(f"not a wirepool ticket (it must start with {TICKET_PREFIX!r})")
         body = text[len(TICKET_PREFIX):]
+        unpadded = body.rstrip("=")
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            if (not _BASE64URL.fullmatch(unpadded) or len(unpadded) % 4 == 1
+                    or len(body) - len(unpadded) not in (0, -len(unpadded) % 4)):
+                raise ValueError
+            raw = base64.urlsafe_b64decode(unpadded + "=" * (-len(unpadded) % 4))
             doc = json.loads(raw.decode("utf-8"))
         except (binascii.Error, ValueError, UnicodeDecodeError):
             raise TicketError("the ticket's body is not base64url JSON") from None
@@ -205,10 +269,15 @@ def ticket_from_env(environ: MutableMapping[str, str] | None = None) -> Ticket |
     path = env.pop("WIREPOOL_TICKET_FILE", None)
     if text is None and path is not None:
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read(TICKET_MAX_CHARS + 64)
+            with open(path, "rb") as f:
+                data = f.read(TICKET_MAX_CHARS + 64)  # at most 4,160 bytes (21.2)
         except OSError as e:
             raise TicketError(f"cannot read WIREPOOL_TICKET_FILE {path!r}: {e}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TicketError(f"WIREPOOL_TICKET_FILE {path!r} is not a ticket (not UTF-8 "
+                              "text)") from None
     return None if text is None else Ticket.parse(text)
 
 
@@ -770,10 +839,16 @@ class _Connecting(asyncio.Protocol):
 
 
 async def connect(ticket: Ticket, protocol: asyncio.BaseProtocol, *,
-                  timeout: float = DEFAULT_JOIN_TIMEOUT) -> asyncio.Transport:
+                  timeout: float = DEFAULT_JOIN_TIMEOUT,
+                  on_connected: Callable[[], None] | None = None) -> asyncio.Transport:
     """Connect to the parent named by ``ticket`` and join: TCP, TLS 1.3 with the parent's
     certificate pinned, the JOIN block; then ``protocol`` takes the connection over (its
     ``connection_made`` sends the HELLO). Returns the transport.
+
+    The TCP connect and then the TLS handshake each take at most ``timeout`` seconds, in one
+    attempt (21.5); ``on_connected`` is called once the TCP connection is made (where the
+    worker's welcome timeout starts). An IPv6 host in brackets is connected to without them;
+    SNI is the host name, none for an IP literal (21.1).
 
     The secret is sent only after the fingerprint matched; :class:`JoinRefused` says why a
     join could not be made. Whether the parent accepted the ticket shows in what it answers
@@ -782,19 +857,35 @@ async def connect(ticket: Ticket, protocol: asyncio.BaseProtocol, *,
         raise JoinRefused(f"ticket {ticket.name} expired at {ticket.expires} (Unix time)")
     loop = asyncio.get_running_loop()
     placeholder = _Connecting()
+    host = ticket.connect_host
     try:
-        if ticket.tls:
-            transport, _ = await asyncio.wait_for(loop.create_connection(
-                lambda: placeholder, ticket.host, ticket.port, ssl=_client_context(),
-                server_hostname=ticket.host, ssl_handshake_timeout=timeout), timeout)
-        else:
-            transport, _ = await asyncio.wait_for(loop.create_connection(
-                lambda: placeholder, ticket.host, ticket.port), timeout)
+        transport, _ = await asyncio.wait_for(loop.create_connection(
+            lambda: placeholder, host, ticket.port), timeout)
     except asyncio.TimeoutError:
         raise JoinRefused(f"could not connect to {ticket.host}:{ticket.port} within "
                           f"{timeout:g}s") from None
-    except (OSError, ssl.SSLError) as e:
+    except OSError as e:
         raise JoinRefused(f"could not connect to {ticket.host}:{ticket.port}: {e}") from None
+    if on_connected is not None:
+        on_connected()
+    if ticket.tls:
+        try:
+            tls = await asyncio.wait_for(loop.start_tls(
+                transport, placeholder, _client_context(), server_hostname=ticket.sni,
+                ssl_handshake_timeout=timeout), timeout)
+        except asyncio.TimeoutError:
+            transport.abort()
+            raise JoinRefused(f"the TLS handshake with {ticket.host}:{ticket.port} took over "
+                              f"{timeout:g}s") from None
+        except (OSError, ssl.SSLError, RuntimeError) as e:
+            transport.abort()
+            raise JoinRefused(f"could not connect to {ticket.host}:{ticket.port}: TLS: "
+                              f"{e}") from None
+        if tls is None:  # the connection closed during the handshake
+            transport.abort()
+            raise JoinRefused(f"could not connect to {ticket.host}:{ticket.port}: the "
+                              "connection closed during the TLS handshake")
+        transport = tls
     if ticket.tls:
         sslobj = transport.get_extra_info("ssl_object")
         der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
@@ -824,7 +915,8 @@ async def connect(ticket: Ticket, protocol: asyncio.BaseProtocol, *,
 
 class ParentWatchdog:
     """A remote worker's watch on its parent (PROTOCOL.md 21.5): WELCOME must come within
-    ``welcome_timeout`` seconds of the connect; then a PING every ``heartbeat_ms`` (1,000 when
+    ``welcome_timeout`` seconds of the TCP connect (``connected()``, called at construction
+    unless ``start`` is False); then a PING every ``heartbeat_ms`` (1,000 when
     the WELCOME says 0), and when the oldest unanswered PING is 3 periods old the parent is
     gone: ``gone(why)`` is called once.
 
@@ -832,7 +924,7 @@ class ParentWatchdog:
     ``send_ping(nonce)`` is how the watchdog sends (through the worker's core)."""
 
     def __init__(self, send_ping: Callable[[bytes], None], gone: Callable[[str], None], *,
-                 welcome_timeout: float = DEFAULT_WELCOME_TIMEOUT) -> None:
+                 welcome_timeout: float = DEFAULT_WELCOME_TIMEOUT, start: bool = True) -> None:
         self._loop = asyncio.get_running_loop()
         self._send_ping = send_ping
         self._gone = gone
@@ -841,8 +933,18 @@ class ParentWatchdog:
         self._period = 0.0
         self._next_ping = 0.0
         self._closed = False
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(
-            welcome_timeout, self._fire, f"no WELCOME within {welcome_timeout:g}s of connecting")
+        self._welcome_timeout = welcome_timeout
+        self._timer: asyncio.TimerHandle | None = None
+        if start:
+            self.connected()
+
+    def connected(self) -> None:
+        """The TCP connection is made: the welcome timeout starts now (21.5), once."""
+        if self._closed or self._timer is not None or self._period:
+            return
+        t = self._welcome_timeout
+        self._timer = self._loop.call_later(
+            t, self._fire, f"no WELCOME within {t:g}s of connecting")
 
     def welcome(self, heartbeat_ms: int) -> None:
         if self._closed:
