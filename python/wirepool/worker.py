@@ -1424,10 +1424,12 @@ async def _join(ticket: _remote.Ticket, runtime: _Runtime) -> bool:
         print(f"wirepool worker: the parent is gone: {why}; exiting", file=sys.stderr)
         runtime._stop(0)
 
+    # The welcome timeout runs from the TCP connect (21.5, 21.6), not from before it: a slow
+    # connect has its own bound (connect_timeout).
     runtime.watchdog = _remote.ParentWatchdog(
-        lambda nonce: runtime._write(runtime.conn.send_ping(nonce)), gone)
+        lambda nonce: runtime._write(runtime.conn.send_ping(nonce)), gone, start=False)
     try:
-        await _remote.connect(ticket, runtime)
+        await _remote.connect(ticket, runtime, on_connected=runtime.watchdog.connected)
     except _remote.JoinRefused as e:
         runtime.watchdog.close()
         print(f"wirepool worker: {e}", file=sys.stderr)
