@@ -75,13 +75,16 @@ export class WirepoolError extends Error {
   }
 }
 
-/** The worker ended the request with an error (codes 200-299, and application codes >= 1000). */
+/**
+ * The worker ended the request with an error: codes 200-299 and application codes >= 1000, and
+ * any other code a worker put on the wire for a request (unassigned, 1xx, 3xx: section 3).
+ */
 export class RequestError extends WirepoolError {}
 /** The request was cancelled: by the caller's AbortSignal, or by a drain past its grace (205). */
 export class CancelledError extends RequestError {}
 /** The request's deadline passed (206): the worker's answer, or the parent's own backstop. */
 export class DeadlineExceededError extends RequestError {}
-/** A local outcome the parent decided (codes 300-399). */
+/** A local outcome the parent decided (codes 300-399); a 3xx a worker sends is a RequestError. */
 export class LocalError extends WirepoolError {}
 /** The worker died or closed its connection (300): see exitStatus, signal and stderrTail. */
 export class WorkerExitedError extends LocalError {}
@@ -129,7 +132,7 @@ const LOCAL: Record<number, new (code: number, message: string, init?: WirepoolE
   [ErrorCode.INVALID_ARGUMENT]: InvalidArgumentError,
 };
 
-/** The error of `code`, as the subclass that names it. */
+/** The error of `code`, as the subclass that names it: for outcomes the parent decides itself (see {@link wireError}). */
 export function wirepoolError(code: number, message: string, init: WirepoolErrorInit = {}): WirepoolError {
   if (code === ErrorCode.PROTOCOL_VIOLATION) {
     return new ProtocolViolationError(message, { ...init, protocolCode: init.protocolCode ?? 100 });
@@ -138,6 +141,19 @@ export function wirepoolError(code: number, message: string, init: WirepoolError
   if (cls !== undefined) return new cls(code, message, init);
   if ((code >= 200 && code < 300) || code >= 1000) return new RequestError(code, message, init);
   return new WirepoolError(code, message, init);
+}
+
+/**
+ * The error of an ERROR frame a worker sent for request `init.requestId` (PROTOCOL.md section 3):
+ * its id decides its fate, never its code. A 2xx code gets its subclass (CancelledError,
+ * DeadlineExceededError, else RequestError), 1000 and above a RequestError; any other code
+ * (unassigned 0-99 and 400-999, a 1xx, a 3xx) is a plain RequestError carrying it, named by its
+ * range or its name, never the local outcome of that name: a wire 300 is no WorkerExitedError
+ * (no death, nothing killed, never retried).
+ */
+export function wireError(code: number, message: string, init: WirepoolErrorInit = {}): RequestError {
+  if ((code >= 200 && code < 300) || code >= 1000) return wirepoolError(code, message, init) as RequestError;
+  return new RequestError(code, message, init);
 }
 
 /** The details of an ERROR frame: JSON text parsed, the text itself if it is not JSON, or undefined. */

@@ -18,7 +18,7 @@ import type { HelloFrame, RowsFrame } from "../proto/frames.js";
 import { Liveness } from "../proto/liveness.js";
 import { negotiate } from "../proto/policies.js";
 import { FEED_LIMIT, feedOutput } from "../feed.js";
-import { parseDetails, wirepoolError, type WirepoolError } from "./errors.js";
+import { parseDetails, wireError, wirepoolError, type WirepoolError } from "./errors.js";
 import { cut, quote } from "./quote.js";
 
 /** A method the pool requires every worker to offer (checked at HELLO: CODEC_MISMATCH). */
@@ -445,7 +445,8 @@ export class WorkerProcess {
         if (r === undefined) return;
         this.routes.delete(ev.id);
         this.ended();
-        r.fail(wirepoolError(ev.code, ev.message, { requestId: ev.id, details: parseDetails(ev.details), pid: this.pid }));
+        // Its id decides its fate, not its code (section 3): any code is the worker's error.
+        r.fail(wireError(ev.code, ev.message, { requestId: ev.id, details: parseDetails(ev.details), pid: this.pid }));
         return;
       }
       case FrameType.EVENT: {
