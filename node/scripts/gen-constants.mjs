@@ -185,6 +185,11 @@ export function generate(json) {
   for (const [k, v] of Object.entries(r.sdk_defaults)) out(`  ${camel(k)}: ${num(v)},`);
   out("} as const;");
   out();
+  out("/** What a driver may hand its transport ahead of the socket (section 8.5): whole frames, only while the transport holds fewer than `maxHandedAheadBytes` bytes not yet written (the frame that reaches it is handed whole). */");
+  out("export const Driver = {");
+  for (const [k, v] of Object.entries(c.driver)) if (k !== "about") out(`  ${camel(k)}: ${num(v)},`);
+  out("} as const;");
+  out();
   return L.join("\n");
 }
 

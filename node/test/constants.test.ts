@@ -8,6 +8,7 @@ import { describe, it } from "node:test";
 import {
   CodecId,
   Connection,
+  Driver,
   ERROR_CLASSES,
   ErrorCode,
   errorClass,
@@ -121,5 +122,12 @@ describe("the core API of PROTOCOL.md section 14 (constants.json core_api)", () 
     );
     assert.equal(r.join_fields.reduce((n: number, f: [string, number]) => n + f[1], 0), Remote.joinBytes);
     for (const [k, v] of Object.entries(r.sdk_defaults)) assert.equal((Remote as Record<string, unknown>)[camel(k)], v, k);
+  });
+
+  it("the driver's handed-ahead bound (section 8.5)", () => {
+    const d = C.driver;
+    assert.equal(Driver.maxHandedAheadBytes, 4_194_304);
+    for (const [k, v] of Object.entries(d)) if (k !== "about") assert.equal((Driver as Record<string, unknown>)[camel(k)], v, k);
+    assert.deepEqual(Object.keys(Driver).sort(), Object.keys(d).filter((k) => k !== "about").map(camel).sort());
   });
 });

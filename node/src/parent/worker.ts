@@ -17,7 +17,7 @@ import { errorName, ProtocolError } from "../proto/errors.js";
 import type { HelloFrame, RowsFrame } from "../proto/frames.js";
 import { Liveness } from "../proto/liveness.js";
 import { negotiate } from "../proto/policies.js";
-import { FEED_LIMIT, feedOutput } from "../feed.js";
+import { feedOutput, mustFeed } from "../feed.js";
 import { parseDetails, wireError, wirepoolError, type WirepoolError } from "./errors.js";
 import { cut, quote } from "./quote.js";
 
@@ -322,7 +322,8 @@ export class WorkerProcess {
     const sock = this.socket;
     const queued = this.conn.outputLength();
     if (queued === 0) return;
-    if (this.feeding || queued > FEED_LIMIT) {
+    // Past the handed-ahead bound with what the socket holds already (8.5): fed as it drains.
+    if (this.feeding || mustFeed(queued, sock)) {
       if (sock === null || sock.destroyed || this.writeFailed) {
         this.conn.takeOutput();
         return;

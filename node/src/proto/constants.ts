@@ -268,3 +268,8 @@ export const Remote = {
   remoteHeartbeatMs: 1000,
   poolTicketTtlS: 86400,
 } as const;
+
+/** What a driver may hand its transport ahead of the socket (section 8.5): whole frames, only while the transport holds fewer than `maxHandedAheadBytes` bytes not yet written (the frame that reaches it is handed whole). */
+export const Driver = {
+  maxHandedAheadBytes: 4_194_304,
+} as const;

@@ -10,7 +10,7 @@ import type { Duplex } from "node:stream";
 import { codec as codecOf, type Codec, type CodecName, stringifyJson } from "../codecs/index.js";
 import { ErrorCode, FrameType, GoodbyeReason, Limits, MethodKind, PROTOCOL_VERSION, WORKER_DEFAULTS } from "../proto/constants.js";
 import { Connection, EventType, type ConnectionEvent, type RowsBuilder } from "../proto/connection.js";
-import { FEED_LIMIT, feedOutput } from "../feed.js";
+import { feedOutput, mustFeed } from "../feed.js";
 import { ProtocolError } from "../proto/errors.js";
 import { rowsBatchBytes } from "../proto/policies.js";
 import type { MethodInfo, RequestFrame } from "../proto/frames.js";
@@ -539,7 +539,8 @@ class Runtime {
   private flush(): void {
     const queued = this.conn.outputLength();
     if (queued === 0) return;
-    if (this.feeding || queued > FEED_LIMIT) return this.flushLarge();
+    // Past the handed-ahead bound with what the socket holds already (8.5): fed as it drains.
+    if (this.feeding || mustFeed(queued, this.socket)) return this.flushLarge();
     this.flushAll();
   }
 
