@@ -12,11 +12,11 @@ import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { after, describe, test } from "node:test";
+import { after, describe, mock, test } from "node:test";
 import tls from "node:tls";
 import { inspect } from "node:util";
 import { CodecId, Connection, type ConnectionEvent, encodeFrames, ErrorCode, FrameType, Remote } from "../src/proto/index.js";
-import { isLoopback, ParentWatch, parseTicket, TicketError, ticketFromEnv } from "../src/worker/remote.js";
+import { connectToParent, isLoopback, JoinRefused, ParentWatch, parseTicket, TicketError, ticketFromEnv } from "../src/worker/remote.js";
 import { REPO } from "./vectors.js";
 
 const WAIT_MS = 15_000;
@@ -342,8 +342,61 @@ describe("join tickets (21.2)", () => {
 
 describe("the parent watch (21.5)", { timeout: 20_000 }, () => {
   test("no WELCOME within its bound: the parent is gone", async () => {
-    const why = await new Promise<string>((resolve) => new ParentWatch(() => {}, resolve, 30));
+    const why = await new Promise<string>((resolve) => new ParentWatch(() => {}, resolve, 30).connected());
     assert.match(why, /no WELCOME within 0.03s/);
+  });
+
+  test("the welcome timer runs from the TCP connect (21.5), not from before connecting", () => {
+    mock.timers.enable({ apis: ["setTimeout"] });
+    try {
+      const gone: string[] = [];
+      const watch = new ParentWatch(() => {}, (why) => gone.push(why), 30);
+      mock.timers.tick(10_000); // a slow connect: no verdict before it completes
+      assert.deepEqual(gone, []);
+      watch.connected();
+      mock.timers.tick(29);
+      assert.deepEqual(gone, []);
+      mock.timers.tick(1);
+      assert.equal(gone.length, 1);
+      assert.match(gone[0], /no WELCOME within 0.03s of connecting/);
+      // A WELCOME in time stops it.
+      const later: string[] = [];
+      const w2 = new ParentWatch(() => {}, (why) => later.push(why), 30);
+      w2.connected();
+      mock.timers.tick(20);
+      w2.welcome(60_000);
+      mock.timers.tick(1_000);
+      assert.deepEqual(later, []);
+      w2.close();
+    } finally {
+      mock.timers.reset();
+    }
+  });
+
+  test("connectToParent reports the TCP connect before the TLS handshake (where the welcome timer starts)", async () => {
+    // A listener that accepts and never answers the ClientHello.
+    const held: net.Socket[] = [];
+    const server = net.createServer((s) => held.push(s));
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as net.AddressInfo).port;
+    let onConnect: () => void = () => {};
+    const connected = new Promise<void>((r) => (onConnect = r));
+    let calls = 0;
+    const joining = connectToParent(parseTicket(ticketText({ port })), {
+      timeoutMs: WAIT_MS,
+      onConnect: () => {
+        calls++;
+        onConnect();
+      },
+    });
+    const refused = assert.rejects(joining, JoinRefused);
+    await connected; // the handshake has not happened: the server never spoke
+    assert.equal(calls, 1);
+    for (const s of held) s.destroy();
+    await refused;
+    assert.equal(calls, 1);
+    server.close();
   });
 
   test("PINGs every period; a PONG answers its PING and the earlier ones; silence for 3 periods ends it", async () => {

@@ -179,6 +179,8 @@ export function ticketFromEnv(env: NodeJS.ProcessEnv = process.env): Ticket | nu
 export interface ConnectOptions {
   /** Bound on the TCP connect and the TLS handshake together. Default 5,000 ms. */
   readonly timeoutMs?: number;
+  /** Called once when the TCP connect completes, before the TLS handshake: the welcome timer starts there (21.5). */
+  readonly onConnect?: () => void;
 }
 
 /**
@@ -204,6 +206,12 @@ export async function connectToParent(ticket: Ticket, options: ConnectOptions = 
       reject(new JoinRefused(why));
     };
     const timer = setTimeout(() => fail(`could not connect to ${where} within ${timeoutMs / 1000}s`), timeoutMs);
+    let tcp = false;
+    const connected = (): void => {
+      if (tcp) return;
+      tcp = true;
+      options.onConnect?.();
+    };
     if (ticket.tls) {
       const t = tls.connect({
         host,
@@ -216,7 +224,9 @@ export async function connectToParent(ticket: Ticket, options: ConnectOptions = 
         checkServerIdentity: () => undefined,
       });
       s = t;
+      t.once("connect", connected); // the TCP connect, before the handshake
       t.once("secureConnect", () => {
+        connected();
         const cert = t.getPeerCertificate(true);
         const der = cert !== null && typeof cert === "object" && Buffer.isBuffer(cert.raw) ? cert.raw : null;
         const seen = der === null ? Buffer.alloc(0) : createHash("sha256").update(der).digest();
@@ -236,6 +246,7 @@ export async function connectToParent(ticket: Ticket, options: ConnectOptions = 
     } else {
       s = net.connect({ host, port: ticket.port });
       s.once("connect", () => {
+        connected();
         clearTimeout(timer);
         s.removeAllListeners("error");
         resolve(s);
@@ -250,7 +261,7 @@ export async function connectToParent(ticket: Ticket, options: ConnectOptions = 
 
 /**
  * A remote worker's watch on its parent (21.5): the WELCOME must come within `welcomeTimeoutMs`
- * of the connect; then a PING every `heartbeat_ms` of the WELCOME (1,000 when it says 0), and
+ * of the TCP connect (the timer starts at {@link ParentWatch.connected}); then a PING every `heartbeat_ms` of the WELCOME (1,000 when it says 0), and
  * when the oldest unanswered PING is 3 periods old the parent is gone: `gone(why)` is called once.
  * The verdict is the core's liveness judge ({@link Liveness}: the PONG clock, and no verdict
  * right after this worker's own event loop ran late). The driver calls
@@ -261,14 +272,25 @@ export class ParentWatch {
   private periodMs = 0;
   private tickMs = 1;
   private closed = false;
-  private timer: NodeJS.Timeout | null;
+  private timer: NodeJS.Timeout | null = null;
+  private connectedYet = false;
 
   constructor(
     private readonly sendPing: (nonce: Buffer) => void,
     private readonly gone: (why: string) => void,
-    welcomeTimeoutMs: number = Remote.welcomeTimeoutMs,
-  ) {
-    this.timer = setTimeout(() => this.fire(`no WELCOME within ${welcomeTimeoutMs / 1000}s of connecting`), welcomeTimeoutMs);
+    private readonly welcomeTimeoutMs: number = Remote.welcomeTimeoutMs,
+  ) {}
+
+  /**
+   * The TCP connect completed: the welcome timer starts now (21.5: `welcome_timeout` runs from
+   * the TCP connect, so it covers the TLS handshake, the JOIN block and the HELLO, not the DNS
+   * lookup or the connect, which `connect_timeout` bounds). Once; ignored after WELCOME or close.
+   */
+  connected(): void {
+    if (this.closed || this.connectedYet || this.judge !== null) return;
+    this.connectedYet = true;
+    const ms = this.welcomeTimeoutMs;
+    this.timer = setTimeout(() => this.fire(`no WELCOME within ${ms / 1000}s of connecting`), ms);
   }
 
   /** The WELCOME arrived: start pinging at its heartbeat. */

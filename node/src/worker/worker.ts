@@ -225,7 +225,7 @@ export class Worker {
       );
       let socket: Duplex;
       try {
-        socket = await connectToParent(ticket);
+        socket = await connectToParent(ticket, { onConnect: () => watch.connected() });
       } catch (e) {
         watch.close();
         if (!(e instanceof JoinRefused)) throw e;
