@@ -11,6 +11,7 @@ import {
   CancelledError,
   DeadlineExceededError,
   ErrorCode,
+  LeaseLostError,
   Pool,
   type PoolOptions,
   RequestError,
@@ -298,6 +299,35 @@ test("a start-up timeout: the message and .stderrTail carry what the silent work
   assert.ok(e instanceof StartupTimeoutError, `got ${e}`);
   assert.equal(e.stderrTail, "loading a large model");
   assert.match(e.message, /within 1000 ms; stderr tail:\nloading a large model$/);
+});
+
+test("WORKER_HUNG's message ends with the worker's stderr tail, bounded", T, async () => {
+  const pool = await start({ heartbeatMs: 100 });
+  assert.equal(await pool.call("print", { n: 10_000 }), 10_000);
+  const e = await rejection(pool.call("freeze", null));
+  assert.ok(e instanceof WorkerHungError, `got ${e}`);
+  assert.match(e.stderrTail, /\nlast line$/);
+  assert.match(e.message, /^the worker \(pid \d+\) is hung: .*; killed; stderr tail:\n/);
+  assert.match(e.message, /\nlast line$/);
+  assert.ok(e.message.length < 4096 + 200, `the message has ${e.message.length} characters`);
+});
+
+test("LEASE_LOST's message ends with the dead worker's stderr tail, bounded", T, async () => {
+  const pool = await start();
+  const lease = await pool.lease();
+  try {
+    assert.equal(await lease.call("print", { n: 10_000 }), 10_000);
+    const exited = await rejection(lease.call("crash", null));
+    assert.ok(exited instanceof WorkerExitedError, `got ${exited}`);
+    const e = await rejection(lease.call("echo", 1));
+    assert.ok(e instanceof LeaseLostError, `got ${e}`);
+    assert.match(e.stderrTail, /parent fixture: crash requested$/);
+    assert.match(e.message, /^the leased worker \(pid \d+\) is gone; stderr tail:\n/);
+    assert.match(e.message, /\nparent fixture: crash requested$/);
+    assert.ok(e.message.length < 4096 + 200, `the message has ${e.message.length} characters`);
+  } finally {
+    lease.release();
+  }
 });
 
 test("a missing executable: SPAWN_FAILED", T, async () => {

@@ -31,7 +31,7 @@ import { encodeRequest } from "./encode.js";
 import { WirepoolError, wirepoolError } from "./errors.js";
 import { callSettings, closeGrace, methodName, poolSettings, type Settings } from "./options.js";
 import { quote } from "./quote.js";
-import { WorkerProcess, type Death, type Route } from "./worker.js";
+import { tailSuffix, WorkerProcess, type Death, type Route } from "./worker.js";
 
 /** A codec by name (`"raw"`, `"json"`, `"msgpack"`, `"cbor"`) or a {@link Codec} object. */
 export type CodecLike = CodecName | Codec;
@@ -920,7 +920,7 @@ export class Pool extends EventEmitter {
   private leaseLost(lease: Lease): WirepoolError {
     const d = lease.lost;
     if (d === null) return wirepoolError(ErrorCode.LEASE_LOST, "the lease was released", { pid: lease.pid });
-    return wirepoolError(ErrorCode.LEASE_LOST, `the leased worker (pid ${lease.pid}) is gone`, { pid: lease.pid, exitStatus: d.exitStatus, signal: d.signal, stderrTail: d.stderrTail });
+    return wirepoolError(ErrorCode.LEASE_LOST, `the leased worker (pid ${lease.pid}) is gone${tailSuffix(d.stderrTail)}`, { pid: lease.pid, exitStatus: d.exitStatus, signal: d.signal, stderrTail: d.stderrTail });
   }
 
   /** @internal */

@@ -92,6 +92,16 @@ const EXIT_OUTPUT_WAIT_MS = 200;
 /** The most of the stderr tail an error's message quotes (its `stderrTail` has the whole tail). */
 const MESSAGE_TAIL_MAX = 4096;
 
+/**
+ * A stderr tail as the end of an error's message, as the Python pool words it ("; stderr
+ * tail:\n..."; nothing when the worker wrote none), cut to its last 4,096 characters: for
+ * WORKER_EXITED, STARTUP_TIMEOUT, WORKER_HUNG and LEASE_LOST alike.
+ */
+export function tailSuffix(tail: string): string {
+  if (tail.length === 0) return "";
+  return `; stderr tail:\n${tail.length > MESSAGE_TAIL_MAX ? "..." + tail.slice(-MESSAGE_TAIL_MAX) : tail}`;
+}
+
 /** A worker process and its connection. */
 export class WorkerProcess {
   /** The core; replaced by an idle one once the connection is over, so a failed core's buffers
@@ -590,7 +600,7 @@ export class WorkerProcess {
   }
 
   private hang(why: string): void {
-    this.breakWith(wirepoolError(ErrorCode.WORKER_HUNG, `the worker (pid ${this.pid}) is hung: ${why}; killed`, { pid: this.pid, stderrTail: this.stderrTail() }), "hung", true);
+    this.breakWith(wirepoolError(ErrorCode.WORKER_HUNG, `the worker (pid ${this.pid}) is hung: ${why}; killed${this.tailSuffix()}`, { pid: this.pid, stderrTail: this.stderrTail() }), "hung", true);
   }
 
   private stopHeartbeat(): void {
@@ -776,14 +786,8 @@ export class WorkerProcess {
     return `the worker (pid ${this.pid}) ${how}${before}${this.tailSuffix()}`;
   }
 
-  /**
-   * The stderr tail as the end of an error's message, as the Python pool words it ("; stderr
-   * tail:\n..."; nothing when the worker wrote none), cut to its last 4,096 characters.
-   */
   private tailSuffix(): string {
-    const tail = this.stderrTail();
-    if (tail.length === 0) return "";
-    return `; stderr tail:\n${tail.length > MESSAGE_TAIL_MAX ? "..." + tail.slice(-MESSAGE_TAIL_MAX) : tail}`;
+    return tailSuffix(this.stderrTail());
   }
 
   private failRoutes(error: WirepoolError): void {
