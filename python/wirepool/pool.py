@@ -54,7 +54,8 @@ from . import proto
 from ._shm_proto import ShmAccept, ShmOffer, TAG_SHM, parse_extensions
 from ._transport import (BusyPoll, LaneProtocol, LaneTransport, OwnRegion, frame_end,
                          split_frames)
-from .errors import (BadRequest, DeadlineExceeded, ErrorCode, InvalidArgumentType, LeaseLost,
+from .errors import (BadRequest, DeadlineExceeded, ErrorCode, InvalidArgument,
+                     InvalidArgumentType, LeaseLost,
                      PoolClosed, ProtocolError, SpawnFailed, StartupTimeout, WirepoolError,
                      WorkerExited, WorkerHung, error_from_code, error_from_wire,
                      quote)
@@ -153,11 +154,15 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if isinstance(self.methods, str):
-            raise TypeError("RetryPolicy.methods is a set of method names, not one string")
+            raise InvalidArgumentType(ErrorCode.INVALID_ARGUMENT, "RetryPolicy.methods is a set "
+                                      "of method names, not one string")
         object.__setattr__(self, "methods", frozenset(self.methods))
-        if not isinstance(self.attempts, int) or not 1 <= self.attempts <= _MAX_ATTEMPTS:
-            raise ValueError(f"RetryPolicy.attempts must be 1..{_MAX_ATTEMPTS} (tries in all, "
-                             f"the first included)")
+        attempts = self.attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) \
+                or not 1 <= attempts <= _MAX_ATTEMPTS:  # PROTOCOL.md 22.2: retry_attempts
+            raise InvalidArgument(ErrorCode.INVALID_ARGUMENT,
+                                  f"RetryPolicy.attempts must be an integer 1 - {_MAX_ATTEMPTS} "
+                                  f"(tries in all, the first included), got {quote(repr(attempts))}")
 
 
 class _Attempts:

@@ -116,10 +116,20 @@ impl RetryPolicy {
         }
     }
 
-    /// At most `n` tries in all, the first included (at least 1: 1 never sends again).
+    /// The most tries [`attempts`](Self::attempts) takes (PROTOCOL.md 22.2).
+    pub const MAX_ATTEMPTS: u32 = 100;
+
+    /// At most `n` tries in all, the first included (1 never sends again). Checked when the pool
+    /// starts: outside 1 - [`MAX_ATTEMPTS`](Self::MAX_ATTEMPTS) it is `INVALID_ARGUMENT`, never
+    /// clamped (PROTOCOL.md 22.2).
     pub fn attempts(mut self, n: u32) -> Self {
-        self.attempts = n.max(1);
+        self.attempts = n;
         self
+    }
+
+    /// The tries in all this policy allows.
+    pub(crate) fn max_attempts(&self) -> u32 {
+        self.attempts
     }
 
     /// Whether the policy marks `method` idempotent.

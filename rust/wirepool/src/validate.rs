@@ -90,6 +90,12 @@ pub(crate) fn pool_options(cfg: &PoolConfig) -> Result<()> {
         0,
         MAX_COUNT,
     )?;
+    within(
+        "retry_attempts",
+        cfg.retry.max_attempts(),
+        1,
+        crate::RetryPolicy::MAX_ATTEMPTS,
+    )?;
     limit("max_requests", cfg.recycle.max_requests)?;
     limit("max_rss_bytes", cfg.recycle.max_rss_bytes)?;
     if let Some(idle) = cfg.recycle.max_idle {

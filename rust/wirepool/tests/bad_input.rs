@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde::ser::{Error as _, Serialize, Serializer};
 use serde_json::{json, Value};
 use wirepool::{
-    CallOptions, Codec, Pool, PoolBuilder, RecyclePolicy, RestartPolicy, WorkerCommand,
+    CallOptions, Codec, Pool, PoolBuilder, RecyclePolicy, RestartPolicy, RetryPolicy, WorkerCommand,
 };
 
 /// Upper bound of one row (a pool start, a call, a shutdown).
@@ -115,6 +115,7 @@ fn apply(b: PoolBuilder, name: &str, v: &Value) -> Result<PoolBuilder, String> {
         "initial_credit" => b.stream_window(int(v)?),
         "max_message_size" => b.max_message_size(int(v)?),
         "stderr_tail_lines" => b.stderr_tail_lines(int(v)?),
+        "retry_attempts" => b.retry(RetryPolicy::idempotent(["echo"]).attempts(int(v)?)),
         "max_requests" => b.recycle_policy(RecyclePolicy {
             max_requests: Some(int(v)?),
             ..Default::default()
