@@ -248,6 +248,68 @@ def test_hostile_scenario_list_is_consistent() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Matrix mutants: broken workers that a scenario of scenarios.json must catch
+# ---------------------------------------------------------------------------------------------
+
+# (scenario of scenarios.json, HOSTILE_MODE of a worker that breaks the MUST it checks, text the
+# runner's failure detail must contain). Each scenario runs with the matrix's own defaults and
+# health check against the hostile worker twice: misbehaving (it must be reported as failed, for
+# the reason given) and with no incarnation misbehaving (the control: it must pass, so that the
+# failure is the mutation's, not the raw worker's).
+MATRIX_MUTANTS = [
+    # Spec 8.1: a summary above max_message_size is sent anyway; the parent fails the connection
+    # with 115 MESSAGE_TOO_LARGE (code 307) and replaces the worker, where HANDLER_ERROR was due.
+    ("summary_above_max_message_size", "oversized_summary", "307"),
+]
+
+
+def matrix_mutant_doc() -> dict:
+    base = {sc["name"]: sc for sc in matrix.SCENARIOS["scenarios"]}
+    out = []
+    for name, mode, _ in MATRIX_MUTANTS:
+        for on, prefix in (("1", "broken"), ("0", "control")):
+            sc = copy.deepcopy(base[name])
+            sc["name"] = f"{prefix}_{name}"
+            sc["worker_env"] = {"HOSTILE_MODE": mode, "HOSTILE_STATE": "{tmp}", "HOSTILE_ON": on}
+            out.append(sc)
+    return {**matrix.SCENARIOS, "scenarios": out}
+
+
+_matrix_mutant_runs: dict[str, matrix.RunnerRun] = {}
+
+
+def matrix_mutant_run(parent: str) -> matrix.RunnerRun:
+    if parent not in _matrix_mutant_runs:
+        _matrix_mutant_runs[parent] = run_runner(parent, matrix_mutant_doc(), HOSTILE_WORKER)
+    return _matrix_mutant_runs[parent]
+
+
+@pytest.mark.parametrize("parent,scenario", [(p, m[0]) for p in PARENTS for m in MATRIX_MUTANTS],
+                         ids=[f"{p}_parent-{m[0]}" for p in PARENTS for m in MATRIX_MUTANTS])
+def test_matrix_scenario_fails_on_broken_worker(parent: str, scenario: str) -> None:
+    run = matrix_mutant_run(parent)
+    assert run.error is None, f"{run.error}\n{run.stderr_tail}"
+    assert not run.leaked, f"leaked processes: {run.leaked}"
+    why = {m[0]: m[2] for m in MATRIX_MUTANTS}[scenario]
+    control = run.reports.get(f"control_{scenario}")
+    broken = run.reports.get(f"broken_{scenario}")
+    assert control is not None and broken is not None, f"no report\n{run.stderr_tail}"
+    assert control["ok"], f"the correct hostile worker fails {scenario}: {control['detail']}"
+    assert not broken["ok"], (f"the {parent} runner passed {scenario} against a worker that "
+                              f"breaks it: {broken['detail']}")
+    assert why in broken["detail"], (f"{scenario} failed for another reason than the "
+                                     f"mutation ({why!r}): {broken['detail']}")
+
+
+def test_matrix_mutants_are_consistent() -> None:
+    names = {sc["name"] for sc in matrix.SCENARIOS["scenarios"]}
+    modes = (HOSTILE / "hostile_worker.py").read_text(encoding="utf-8")
+    for name, mode, _ in MATRIX_MUTANTS:
+        assert name in names, f"{name} is not a scenario of scenarios.json"
+        assert f'"{mode}"' in modes, f"no mode {mode!r} in the hostile worker"
+
+
+# ---------------------------------------------------------------------------------------------
 # Fuzzing
 # ---------------------------------------------------------------------------------------------
 

@@ -13,7 +13,12 @@ Start-up modes misbehave before or instead of HELLO. Call modes send a correct H
 until the ``hostile`` (unary) or ``hostile_stream`` (stream) method is called; they misbehave in
 answer to that call. Otherwise (and in every incarnation not in ``HOSTILE_ON``) the worker is a
 correct minimal worker offering ``echo`` (raw, json), ``add``, ``whoami`` (json), ``decls``
-(stream, json), and ``hostile`` / ``hostile_stream`` that answer correctly.
+(stream, json), and ``hostile`` / ``hostile_stream`` that answer correctly, plus ``big_summary``
+(stream, json) as the conformance workers have it.
+
+Matrix mutants (``MATRIX_MUTANTS`` in ``test_hostile.py``) misbehave in answer to one of the
+matrix's own methods instead: a scenario of ``scenarios.json`` that a correct worker passes must
+fail against them (``oversized_summary``: ``big_summary``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ UNARY, STREAM = 1, 2
 # (name, kind, codecs): the index in this list is the method number in REQUEST.
 METHODS = [("echo", UNARY, (RAW, JSON)), ("add", UNARY, (JSON,)), ("whoami", UNARY, (JSON,)),
            ("decls", STREAM, (JSON,)), ("hostile", UNARY, (JSON, RAW)),
-           ("hostile_stream", STREAM, (JSON,))]
+           ("hostile_stream", STREAM, (JSON,)), ("big_summary", STREAM, (JSON,))]
 
 
 def frame(ftype: int, fid: int, payload: bytes = b"", flags: int = 0) -> bytes:
@@ -56,6 +61,16 @@ def hello_payload(methods: list = METHODS, max_frame_size: int = 16 << 20) -> by
     for name, kind, codecs in methods:
         out.append(struct.pack("<BB", kind, len(codecs)) + bytes(codecs) + str16(name.encode()))
     return b"".join(out)
+
+
+def big_summary(body: bytes) -> bytes:
+    """``big_summary``'s summary for ``{"size": N}``: the JSON string of the scenarios'
+    ``{"string": {"size": N}}`` form (character i = 'a' + (31 i + 17) mod 26)."""
+    try:
+        n = int(json.loads(body)["size"])
+    except (ValueError, KeyError, TypeError):
+        n = 0
+    return b'"' + bytes(97 + (31 * i + 17) % 26 for i in range(n)) + b'"'
 
 
 def error_payload(code: int, message: bytes, details: bytes = b"") -> bytes:
@@ -207,6 +222,18 @@ class Conn:
             self.send(frame(RESULT, rid, out))
         elif name == "whoami":
             self.send(frame(RESULT, rid, str(os.getpid()).encode()))
+        elif name == "big_summary":
+            # One row 0, then the summary {"string": {"size": N}}; one above max_message_size
+            # cannot be sent: HANDLER_ERROR instead, the connection survives (spec 8.1).
+            self.send(frame(ROWS, rid, rows_payload([b"0"])))
+            summary = big_summary(body)
+            limit = int(self.welcome.get("max_message_size", 1 << 30))
+            if 8 + len(summary) > limit:
+                self.send(frame(ERROR, rid, error_payload(203, b"the summary of %d bytes is "
+                                                          b"above max_message_size %d"
+                                                          % (8 + len(summary), limit))))
+            else:
+                self.send_message(END, rid, end_payload(1, summary))
         else:  # decls, hostile_stream: {"n": N} decl rows, summary {"rows": N}
             try:
                 n = int(json.loads(body).get("n", 0)) if body else 0
@@ -279,9 +306,17 @@ def call_mode(mode: str, arg: float, conn: Conn) -> Callable[[int, int, int, byt
 
     def misbehave(rid: int, method: int, codec: int, body: bytes) -> bool:
         name = METHODS[method][0] if method < len(METHODS) else ""
+        send = conn.send
+        if name == "big_summary":
+            if mode != "oversized_summary":
+                return False
+            # Matrix mutant: the summary goes out whatever the connection's max_message_size
+            # (a correct worker sends HANDLER_ERROR instead, spec 8.1).
+            send(frame(ROWS, rid, rows_payload([b"0"])))
+            conn.send_message(END, rid, end_payload(1, big_summary(body)))
+            return True
         if not name.startswith("hostile"):
             return False
-        send = conn.send
         if mode == "exit_on_call":
             os._exit(int(arg))
         elif mode == "goodbye_and_stay":

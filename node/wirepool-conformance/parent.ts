@@ -58,6 +58,8 @@ function poolOptions(cfg: Json, worker: string[], env: NodeJS.ProcessEnv | undef
     maxFrameSize: Number(cfg.max_frame_size),
     initialCredit: Number(cfg.window),
     maxRequests: cfg.max_requests ?? null,
+    // Optional: the SDK's default when a scenario file does not set it.
+    ...(cfg.max_message_size != null ? { maxMessageSize: Number(cfg.max_message_size) } : {}),
     codec: "json",
   };
 }

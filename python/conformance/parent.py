@@ -79,6 +79,9 @@ def pool_options(cfg: dict) -> dict:
         "max_frame_size": int(cfg["max_frame_size"]),
         "initial_credit": int(cfg["window"]),
         "max_requests": cfg.get("max_requests"),
+        # Optional (the SDK's default when a scenario file does not set it).
+        **({"max_message_size": int(cfg["max_message_size"])}
+           if cfg.get("max_message_size") is not None else {}),
         "env": cfg.get("env"),
         # A listener and certificate per pool, as a pool of remote workers has (21.1).
         **({"launcher": launchers.Subprocess(tls=TRANSPORT == "tls")}

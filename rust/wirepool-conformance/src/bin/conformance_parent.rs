@@ -337,6 +337,11 @@ fn builder(worker: &[String], cfg: &Map<String, Value>) -> PoolBuilder {
             .launcher(Launcher::subprocess())
             .listen(ListenerOptions::default().plain_tcp()),
     };
+    // Optional: the SDK's default when a scenario file does not set it.
+    let builder = match cfg.get("max_message_size").and_then(Value::as_u64) {
+        Some(bytes) => builder.max_message_size(bytes),
+        None => builder,
+    };
     builder
         .recycle_policy(recycle)
         .drain_grace(Duration::from_secs_f64(number(cfg, "drain_grace_s")))
