@@ -260,6 +260,9 @@ MATRIX_MUTANTS = [
     # Spec 8.1: a summary above max_message_size is sent anyway; the parent fails the connection
     # with 115 MESSAGE_TOO_LARGE (code 307) and replaces the worker, where HANDLER_ERROR was due.
     ("summary_above_max_message_size", "oversized_summary", "307"),
+    # Spec 8.3: the worker ignores its deadline timer and sends the deaf handler's result when it
+    # returns (1.5 s in), where DEADLINE_EXCEEDED was due at the 0.3 s timer.
+    ("deadline_wins_over_a_late_return", "late_result", "DEADLINE_EXCEEDED"),
 ]
 
 

@@ -14,11 +14,13 @@ until the ``hostile`` (unary) or ``hostile_stream`` (stream) method is called; t
 answer to that call. Otherwise (and in every incarnation not in ``HOSTILE_ON``) the worker is a
 correct minimal worker offering ``echo`` (raw, json), ``add``, ``whoami`` (json), ``decls``
 (stream, json), and ``hostile`` / ``hostile_stream`` that answer correctly, plus ``big_summary``
-(stream, json) as the conformance workers have it.
+(stream, json) and ``hang`` (unary, json: ms -> ms after ms, deaf to its flag, its terminal
+decided as spec 8.3 says: at the deadline timer or the return, the flag's code if set) as the
+conformance workers have them.
 
 Matrix mutants (``MATRIX_MUTANTS`` in ``test_hostile.py``) misbehave in answer to one of the
 matrix's own methods instead: a scenario of ``scenarios.json`` that a correct worker passes must
-fail against them (``oversized_summary``: ``big_summary``).
+fail against them (``oversized_summary``: ``big_summary``; ``late_result``: ``hang``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ UNARY, STREAM = 1, 2
 # (name, kind, codecs): the index in this list is the method number in REQUEST.
 METHODS = [("echo", UNARY, (RAW, JSON)), ("add", UNARY, (JSON,)), ("whoami", UNARY, (JSON,)),
            ("decls", STREAM, (JSON,)), ("hostile", UNARY, (JSON, RAW)),
-           ("hostile_stream", STREAM, (JSON,)), ("big_summary", STREAM, (JSON,))]
+           ("hostile_stream", STREAM, (JSON,)), ("big_summary", STREAM, (JSON,)),
+           ("hang", UNARY, (JSON,))]
 
 
 def frame(ftype: int, fid: int, payload: bytes = b"", flags: int = 0) -> bytes:
@@ -96,6 +99,11 @@ class Conn:
         self.partial: dict[int, tuple[int, int, int, bytearray]] = {}  # continued REQUESTs
         self.answer_pings = True
         self.pending: list[tuple[int, int, int, bytes]] = []  # frames read by pump()
+        self.timeouts: dict[int, int] = {}  # timeout_us of the requests read
+        # hang: (when, request id, "return" or "deadline", result body) and the flags (8.3)
+        self.timers: list[tuple[float, int, str, bytes]] = []
+        self.flags: dict[int, int] = {}
+        self.ended: set[int] = set()
 
     def send(self, data: bytes) -> None:
         try:
@@ -157,7 +165,8 @@ class Conn:
         out = []
         for ftype, flags, fid, payload in got:
             if ftype == REQUEST:
-                method, codec, _, _ = struct.unpack_from("<HBBQ", payload)
+                method, codec, _, timeout_us = struct.unpack_from("<HBBQ", payload)
+                self.timeouts[fid] = timeout_us
                 body = bytearray(payload[12:])
                 if flags & MORE:
                     self.partial[fid] = (fid, method, codec, body)
@@ -170,6 +179,8 @@ class Conn:
                     out.append((rid, method, codec, bytes(body)))
             elif ftype == CANCEL:
                 self.partial.pop(fid, None)
+                if any(t[1] == fid for t in self.timers):
+                    self.flags.setdefault(fid, 205)  # CANCELLED, unless the deadline came first
         return out
 
     def hello(self) -> None:
@@ -222,6 +233,15 @@ class Conn:
             self.send(frame(RESULT, rid, out))
         elif name == "whoami":
             self.send(frame(RESULT, rid, str(os.getpid()).encode()))
+        elif name == "hang":
+            # Ignores its flag and returns after ms; the terminal is the flag's code if the
+            # deadline timer or a CANCEL set it (spec 8.3), sent at the timer at the latest.
+            now = time.monotonic()
+            ms = json.loads(body) if body else 0
+            self.timers.append((now + ms / 1000, rid, "return", body))
+            timeout_us = self.timeouts.pop(rid, 0)
+            if timeout_us:
+                self.timers.append((now + timeout_us / 1e6, rid, "deadline", b""))
         elif name == "big_summary":
             # One row 0, then the summary {"string": {"size": N}}; one above max_message_size
             # cannot be sent: HANDLER_ERROR instead, the connection survives (spec 8.1).
@@ -245,12 +265,30 @@ class Conn:
                 self.send(frame(ROWS, rid, rows_payload(rows)))
             self.send(frame(END, rid, end_payload(n, json.dumps({"rows": n}).encode())))
 
+    def fire_timers(self) -> None:
+        """hang's timers that are due: the first terminal of a request counts, later dropped."""
+        now = time.monotonic()
+        due = sorted(t for t in self.timers if t[0] <= now)
+        self.timers = [t for t in self.timers if t[0] > now]
+        for _, rid, what, body in due:
+            if rid in self.ended:
+                continue
+            self.ended.add(rid)
+            if what == "deadline":
+                self.flags.setdefault(rid, 206)  # DEADLINE_EXCEEDED, unless CANCEL came first
+            code = self.flags.pop(rid, None)
+            self.send(frame(RESULT, rid, body) if code is None else
+                      frame(ERROR, rid, error_payload(code, b"hang: flag set")))
+
     def serve(self, on_request: Callable[[int, int, int, bytes], bool] | None = None) -> None:
         """Serves forever; ``on_request`` may take a request over (returns True if it did)."""
         while True:
-            for rid, method, codec, body in self.requests(None):
+            wait = (max(0.0, min(t[0] for t in self.timers) - time.monotonic())
+                    if self.timers else None)
+            for rid, method, codec, body in self.requests(wait):
                 if on_request is None or not on_request(rid, method, codec, body):
                     self.answer(rid, method, codec, body)
+            self.fire_timers()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +345,13 @@ def call_mode(mode: str, arg: float, conn: Conn) -> Callable[[int, int, int, byt
     def misbehave(rid: int, method: int, codec: int, body: bytes) -> bool:
         name = METHODS[method][0] if method < len(METHODS) else ""
         send = conn.send
+        if name == "hang" and mode == "late_result":
+            # Matrix mutant: the deadline timer and the flag are ignored; the handler's result
+            # goes out when it returns (a correct worker sends DEADLINE_EXCEEDED at its timer).
+            conn.timeouts.pop(rid, None)
+            ms = json.loads(body) if body else 0
+            conn.timers.append((time.monotonic() + ms / 1000, rid, "return", body))
+            return True
         if name == "big_summary":
             if mode != "oversized_summary":
                 return False
