@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"reflect"
@@ -60,6 +61,10 @@ func WithRowsFlushInterval(d time.Duration) Option { return func(w *Worker) { w.
 // launcher that made the connection itself). No parent-death signal is asked for.
 func WithConn(conn net.Conn) Option { return func(w *Worker) { w.conn = conn } }
 
+// WithTicket joins a remote pool with the ticket's text form (PROTOCOL.md 21) instead of the
+// connection inherited in WIREPOOL_FD or a ticket in WIREPOOL_TICKET / WIREPOOL_TICKET_FILE.
+func WithTicket(text string) Option { return func(w *Worker) { w.ticketText = &text } }
+
 // WithName sets HELLO's sdk_name (default "wirepool-go").
 func WithName(name string) Option { return func(w *Worker) { w.name = name } }
 
@@ -90,6 +95,9 @@ type Worker struct {
 	rowsBatch      int
 	flushEvery     time.Duration
 	conn           net.Conn
+	ticketText     *string
+	welcomeWithin  time.Duration
+	stderr         io.Writer
 	methods        []*method
 	byName         map[string]bool
 	served         bool
@@ -103,6 +111,8 @@ func New(opts ...Option) *Worker {
 		maxFrameSize:   proto.WorkerDefaultMaxFrameSize,
 		rowsBatch:      proto.WorkerDefaultRowsBatchBytes,
 		flushEvery:     proto.WorkerDefaultRowsFlushIntervalMs * time.Millisecond,
+		welcomeWithin:  welcomeTimeout,
+		stderr:         os.Stderr,
 		byName:         map[string]bool{},
 	}
 	for _, o := range opts {
@@ -241,8 +251,9 @@ type done struct {
 	o outcome
 }
 
-// ErrNoConnection is returned by Serve when neither WithConn nor WIREPOOL_FD gives it one.
-var ErrNoConnection = errors.New("wirepool/worker: WIREPOOL_FD is not set: a worker is started by a wirepool parent")
+// ErrNoConnection is returned by Serve when neither WithConn, WithTicket, WIREPOOL_FD nor a
+// ticket in WIREPOOL_TICKET / WIREPOOL_TICKET_FILE gives it one.
+var ErrNoConnection = errors.New("wirepool worker: neither WIREPOOL_FD nor WIREPOOL_TICKET is set: a worker is started by a wirepool parent, or joins one with a ticket")
 
 // FatalError is what Serve returns after a fatal error of the connection (8.4: exit status 1).
 type FatalError struct {
@@ -250,9 +261,15 @@ type FatalError struct {
 	Message string
 	// Received: the parent sent ERROR id 0 (this worker detected nothing).
 	Received bool
+	// Refused: that ERROR came before WELCOME on a remote connection: the parent refused the
+	// join or the HELLO (21.3).
+	Refused bool
 }
 
 func (e *FatalError) Error() string {
+	if e.Refused {
+		return fmt.Sprintf("wirepool worker: the parent refused this worker (%v): %s", e.Code, e.Message)
+	}
 	if e.Received {
 		return fmt.Sprintf("wirepool worker: the parent closed the connection with %v: %s", e.Code, e.Message)
 	}
@@ -269,16 +286,40 @@ func (w *Worker) Serve(ctx context.Context) error {
 	}
 	w.served = true
 	conn := w.conn
+	var remote *Ticket
+	var connected time.Time
 	if conn == nil {
-		c, err := inheritConn()
-		if err != nil {
+		var err error
+		if w.ticketText == nil {
+			_, local := os.LookupEnv("WIREPOOL_FD")
+			if !local {
+				remote, err = ticketFromEnv()
+				if err != nil {
+					return err
+				}
+			}
+		} else if remote, err = ParseTicket(*w.ticketText); err != nil {
 			return err
 		}
-		conn = c
-		stop := parentDeathSignal()
-		defer stop()
+		if remote != nil {
+			// A remote worker asks for no parent-death signal (21.1): heartbeats and end of
+			// file are its notices.
+			if conn, connected, err = join(ctx, remote); err != nil {
+				return err
+			}
+		} else {
+			if conn, err = inheritConn(); err != nil {
+				return err
+			}
+			stop := parentDeathSignal()
+			defer stop()
+		}
 	}
 	d := newDriver(w, conn)
+	if remote != nil {
+		d.remote = true
+		d.welcomeT = time.NewTimer(time.Until(connected.Add(w.welcomeWithin)))
+	}
 	return d.serve(ctx)
 }
 
@@ -314,7 +355,21 @@ type driver struct {
 	drainT   *time.Timer
 	// goodbyeDue: DRAIN came and the last request in flight has ended.
 	goodbyeDue bool
-	wg         sync.WaitGroup // the reader and writer goroutines
+	// A remote connection (21.5): the welcome timer, then PINGs every heartbeat and the PONG
+	// clock over the ones not answered yet, oldest first.
+	remote   bool
+	welcomed bool
+	welcomeT *time.Timer
+	hb       time.Duration
+	hbT      *time.Ticker
+	pings    []pingSent
+	nonce    uint64
+	wg       sync.WaitGroup // the reader and writer goroutines
+}
+
+type pingSent struct {
+	nonce [8]byte
+	at    time.Time
 }
 
 type readChunkMsg struct {
@@ -420,6 +475,12 @@ func (d *driver) serve(ctx context.Context) (err error) {
 		if d.drainT != nil {
 			d.drainT.Stop()
 		}
+		if d.welcomeT != nil {
+			d.welcomeT.Stop()
+		}
+		if d.hbT != nil {
+			d.hbT.Stop()
+		}
 		if errors.Is(err, errClosed) {
 			err = nil
 		}
@@ -432,7 +493,7 @@ func (d *driver) serve(ctx context.Context) (err error) {
 	go d.writer()
 	d.flushT = time.NewTimer(time.Hour)
 	d.flushT.Stop()
-	var drainC <-chan time.Time
+	var drainC, welcomeC, hbC <-chan time.Time
 	for {
 		if !d.writing && d.core.OutputLen() > 0 {
 			d.writes <- d.core.TakeOutput(maxHandedAhead)
@@ -440,6 +501,13 @@ func (d *driver) serve(ctx context.Context) (err error) {
 		}
 		if d.drainT != nil {
 			drainC = d.drainT.C
+		}
+		welcomeC, hbC = nil, nil
+		if d.welcomeT != nil && !d.welcomed {
+			welcomeC = d.welcomeT.C
+		}
+		if d.hbT != nil {
+			hbC = d.hbT.C
 		}
 		var err error
 		select {
@@ -461,6 +529,11 @@ func (d *driver) serve(ctx context.Context) (err error) {
 			err = d.flushDirty(false)
 		case <-drainC:
 			err = d.drainNow()
+		case <-welcomeC:
+			d.say("no WELCOME within %v of connecting: the parent is gone; exiting", d.w.welcomeWithin)
+			return errClosed
+		case now := <-hbC:
+			err = d.heartbeat(now)
 		case <-ctx.Done():
 			for _, c := range d.calls {
 				d.setFlag(c, proto.CodeCancelled)
@@ -490,6 +563,17 @@ func (d *driver) onRead(r readChunkMsg) error {
 		// End of file or a broken connection: every flag set, exit 0 (8.4). A frame cut short
 		// is TRUNCATED, yet the parent is gone: nothing to report it to.
 		_ = d.core.EndOfInput()
+		if d.remote {
+			why := "end of file"
+			if !errors.Is(r.err, io.EOF) {
+				why = r.err.Error()
+			}
+			if d.welcomed {
+				d.say("the connection to the parent ended (%s); exiting", why)
+			} else {
+				d.say("the parent closed the connection before WELCOME (%s); exiting", why)
+			}
+		}
 		return errClosed
 	}
 	return nil
@@ -520,6 +604,10 @@ func (d *driver) onEvent(ev proto.Event) error {
 	case *proto.Welcome:
 		wl := d.core.Welcome()
 		d.batch = int(proto.RowsBatchBytes(int64(d.w.rowsBatch), int64(wl.InitialCredit), int64(wl.MaxFrameSize)))
+		d.welcomed = true
+		if d.remote {
+			d.startHeartbeat(wl.HeartbeatMs)
+		}
 	case *proto.Request:
 		d.start(e)
 	case *proto.Reject:
@@ -538,8 +626,10 @@ func (d *driver) onEvent(ev proto.Event) error {
 		return d.onDrain(e.GraceMs)
 	case *proto.ErrorFrame:
 		// ERROR id 0 from the parent (a refused handshake included): fatal, exit 1 (8.4).
-		return &FatalError{Code: e.Code, Message: e.Message, Received: true}
-	case *proto.Pong, *proto.Late:
+		return &FatalError{Code: e.Code, Message: e.Message, Received: true, Refused: d.remote && !d.welcomed}
+	case *proto.Pong:
+		d.onPong(e.Nonce)
+	case *proto.Late:
 	}
 	return nil
 }
@@ -797,4 +887,50 @@ func (d *driver) closeOut(err error) error {
 		}
 	}
 	return err
+}
+
+// say writes one line for people to stderr (a remote worker's notices, 21.5).
+func (d *driver) say(format string, args ...any) {
+	fmt.Fprintf(d.w.stderr, "wirepool worker: "+format+"\n", args...)
+}
+
+// startHeartbeat pings the parent every heartbeat_ms of the WELCOME (1,000 ms when it says 0)
+// and runs the PONG clock with that period (21.5).
+func (d *driver) startHeartbeat(ms uint32) {
+	if ms == 0 {
+		ms = proto.RemoteDefaultRemoteHeartbeatMs
+	}
+	d.hb = time.Duration(ms) * time.Millisecond
+	d.hbT = time.NewTicker(d.hb)
+}
+
+// heartbeat judges the parent gone when the oldest PING no PONG has answered is older than
+// heartbeat_misses x heartbeat_ms (8.5, 21.5), and otherwise sends the next PING.
+func (d *driver) heartbeat(now time.Time) error {
+	if len(d.pings) > 0 {
+		if late := now.Sub(d.pings[0].at); late > proto.HeartbeatMisses*d.hb {
+			d.say("the parent is gone: no PONG for %v (heartbeat %v); exiting", late.Round(time.Millisecond), d.hb)
+			return errClosed
+		}
+	}
+	d.nonce++
+	var n [8]byte
+	for i := range n {
+		n[i] = byte(d.nonce >> (8 * i))
+	}
+	if err := d.core.SendPing(n); err != nil {
+		return nil // the connection is closing: nothing to ping
+	}
+	d.pings = append(d.pings, pingSent{nonce: n, at: now})
+	return nil
+}
+
+// onPong: a PONG answers its PING and every older one.
+func (d *driver) onPong(nonce [8]byte) {
+	for i, p := range d.pings {
+		if p.nonce == nonce {
+			d.pings = d.pings[i+1:]
+			return
+		}
+	}
 }
