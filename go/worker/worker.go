@@ -1,6 +1,7 @@
 // Package worker is the wirepool worker driver for Go (PROTOCOL.md sections 1, 6, 8): a child
 // process started by a wirepool parent (Rust, Python, Node) exposes typed methods over the
-// connection it inherits in WIREPOOL_FD.
+// connection it inherits in WIREPOOL_FD, or, on another machine, over the TLS connection it
+// makes to its parent with the join ticket in WIREPOOL_TICKET (PROTOCOL.md 21).
 //
 //	w := worker.New()
 //	worker.Method(w, "add", func(ctx context.Context, req AddReq) (AddResp, error) { ... })
