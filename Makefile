@@ -35,7 +35,21 @@ $(VPY): python/pyproject.toml
 
 venv: $(VPY)
 
-test: test-spec test-rust test-python test-ray test-node test-go test-conformance test-bench
+# Each stage with a banner and its duration, then the table of all of them (a failed stage stops
+# the run, and the table so far says which and how long each took).
+TEST_STAGES := test-spec test-rust test-python test-ray test-node test-go test-conformance test-bench
+test:
+	@start=$$(date +%s); table=""; \
+	for stage in $(TEST_STAGES); do \
+	  echo; echo "=== make $$stage ($$(( $$(date +%s) - start )) s into make test)"; \
+	  t0=$$(date +%s); result=ok; \
+	  $(MAKE) --no-print-directory $$stage || result=FAILED; \
+	  table="$$table$$(printf '  %-18s %-7s %5d s' $$stage $$result $$(( $$(date +%s) - t0 )))\n"; \
+	  if [[ $$result == FAILED ]]; then \
+	    printf '\n=== make test: %s failed\n%b' $$stage "$$table"; exit 1; \
+	  fi; \
+	done; \
+	printf '\n=== make test: every stage passed in %d s\n%b' $$(( $$(date +%s) - start )) "$$table"
 
 test-spec: $(VPY)
 	$(VPY) spec/vectors/generate.py --check
