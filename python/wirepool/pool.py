@@ -917,6 +917,11 @@ class _Worker(LaneProtocol):
         try:
             self.conn.end_of_input()
         except ProtocolError as e:
+            if e.code == ErrorCode.TRUNCATED and self.pool.launcher is not None:
+                # A remote worker: over a network a frame cut short cannot be told from a
+                # dropped link, so it is the lost connection of PROTOCOL.md 21.6 (WORKER_EXITED,
+                # status and signal unknown), set by launchers._RemoteConnection.connection_lost.
+                return False
             self.failure = self.failure or error_from_code(
                 ErrorCode.PROTOCOL_VIOLATION, f"worker pid {self.pid}: {e}",
                 details={"protocol_code": e.code, "name": e.name})
