@@ -27,15 +27,9 @@ func (c *Connection) Rows(id uint64) (*RowsBuilder, error) {
 }
 
 func (c *Connection) checkRows(id uint64) error {
-	if err := c.checkSend(TypeRows, id); err != nil {
-		return err
-	}
-	req, err := c.inFlightFor(TypeRows, id)
+	req, err := c.requestOf(TypeRows, id, KindStream)
 	if err != nil {
 		return err
-	}
-	if req.kind != KindStream {
-		return refuse(CodeKindMismatch, "ROWS for unary request %d", id)
 	}
 	if req.credit <= 0 {
 		return refuse(CodeFlowControl, "ROWS for stream %d while its credit is %d", id, req.credit)

@@ -331,17 +331,30 @@ func (c *Connection) Consumed(id uint64, n int) uint32 {
 	return uint32(g)
 }
 
+// requestOf runs the checks every send for request id shares (14.3): the send itself, the
+// request in flight, and its kind (KIND_MISMATCH for the other one).
+func (c *Connection) requestOf(t FrameType, id uint64, kind MethodKind) (*request, error) {
+	if err := c.checkSend(t, id); err != nil {
+		return nil, err
+	}
+	req, err := c.inFlightFor(t, id)
+	if err != nil {
+		return nil, err
+	}
+	if req.kind != kind {
+		if kind == KindStream {
+			return nil, refuse(CodeKindMismatch, "%s for unary request %d", t, id)
+		}
+		return nil, refuse(CodeKindMismatch, "%s for stream %d", t, id)
+	}
+	return req, nil
+}
+
 // SendCredit is an explicit grant of n bytes to stream id (parent); prefer Consumed.
 func (c *Connection) SendCredit(id uint64, n uint32) error {
-	if err := c.checkSend(TypeCredit, id); err != nil {
-		return err
-	}
-	req, err := c.inFlightFor(TypeCredit, id)
+	req, err := c.requestOf(TypeCredit, id, KindStream)
 	if err != nil {
 		return err
-	}
-	if req.kind != KindStream {
-		return refuse(CodeKindMismatch, "CREDIT for unary request %d", id)
 	}
 	if n == 0 {
 		return refuse(CodeBadPayload, "CREDIT of 0 bytes")
@@ -393,15 +406,8 @@ func (c *Connection) SendResults(ids []uint64, bodies [][]byte) error {
 
 // BeginResult starts a result written one frame at a time (see SendNextFrame).
 func (c *Connection) BeginResult(id uint64, body []byte) (Cursor, error) {
-	if err := c.checkSend(TypeResult, id); err != nil {
+	if _, err := c.requestOf(TypeResult, id, KindUnary); err != nil {
 		return Cursor{}, err
-	}
-	req, err := c.inFlightFor(TypeResult, id)
-	if err != nil {
-		return Cursor{}, err
-	}
-	if req.kind != KindUnary {
-		return Cursor{}, refuse(CodeKindMismatch, "RESULT for stream %d", id)
 	}
 	if err := c.checkMessageSize("result", len(body)); err != nil {
 		return Cursor{}, err
@@ -434,15 +440,9 @@ func (c *Connection) SendEnd(id uint64, summary []byte) error {
 
 // BeginEnd starts an END whose summary is written one frame at a time.
 func (c *Connection) BeginEnd(id uint64, summary []byte) (Cursor, error) {
-	if err := c.checkSend(TypeEnd, id); err != nil {
-		return Cursor{}, err
-	}
-	req, err := c.inFlightFor(TypeEnd, id)
+	req, err := c.requestOf(TypeEnd, id, KindStream)
 	if err != nil {
 		return Cursor{}, err
-	}
-	if req.kind != KindStream {
-		return Cursor{}, refuse(CodeKindMismatch, "END for unary request %d", id)
 	}
 	if err := c.checkMessageSize("summary", 8+len(summary)); err != nil {
 		return Cursor{}, err
