@@ -16,8 +16,8 @@ Outputs (never edited by hand):
 
 Names are the file's keys in upper case, prefixed by their section where a bare key would be
 ambiguous: limits and timing as they are (MAX_CREDIT, HEARTBEAT_MISSES), protocol defaults
-DEFAULT_*, the SDK defaults of section 17 PARENT_DEFAULT_* / WORKER_DEFAULT_* (with the unit:
-_MS, _BYTES), caller input (section 22) as it is (MAX_TIMEOUT_MS), remote REMOTE_* and shm
+DEFAULT_*, the SDK defaults of section 17 PARENT_DEFAULT_* / WORKER_DEFAULT_* (durations with
+_MS), caller input (section 22) as it is (MAX_TIMEOUT_MS), remote REMOTE_* and shm
 SHM_*. A [lo, hi] range becomes *_MIN and *_MAX.
 """
 
@@ -271,25 +271,22 @@ def go() -> str:
     for e in c["error_classes"]:
         lines.append(f"\t{{Class: {json.dumps(e['class'])}, From: {e['from']}, To: {e['to']}, "
                      f"Sent: {'true' if e['sent'] else 'false'}, Fate: {fates[e['fate']]}}},")
-    lines += ["}", "", "// The codec ids of section 7.", "const ("]
-    for i, codec in enumerate(c["codecs"]):
-        if i:
-            lines.append("")
-        lines.append(f"\t// Codec{_go_name(codec['name'])} is codec id {codec['id']}.")
-        lines.append(f"\tCodec{_go_name(codec['name'])} = {codec['id']}")
-    lines += [")", "", "// The method kinds of HELLO (4.1).", "const ("]
-    for i, (name, value) in enumerate(c["method_kinds"].items()):
-        if i:
-            lines.append("")
-        lines.append(f"\t// Kind{_go_name(name)} is method kind {value}.")
-        lines.append(f"\tKind{_go_name(name)} MethodKind = {value}")
-    lines += [")", "", "// The GOODBYE reasons of section 2.", "const ("]
-    for i, (name, value) in enumerate(c["goodbye_reasons"].items()):
-        if i:
-            lines.append("")
-        lines.append(f"\t// Goodbye{_go_name(name)} is GOODBYE reason {value}.")
-        lines.append(f"\tGoodbye{_go_name(name)} = {value}")
-    lines += [")", "", "// CoreAPI is section 14's operations by list, as Go names (core_api).",
+    lines.append("}")
+    codecs = {codec["name"]: codec["id"] for codec in c["codecs"]}
+    for title, prefix, what, kind, values in (
+            ("The codec ids of section 7.", "Codec", "codec id", "", codecs),
+            ("The method kinds of HELLO (4.1).", "Kind", "method kind", " MethodKind",
+             c["method_kinds"]),
+            ("The GOODBYE reasons of section 2.", "Goodbye", "GOODBYE reason", "",
+             c["goodbye_reasons"])):
+        lines += ["", f"// {title}", "const ("]
+        for i, (name, value) in enumerate(values.items()):
+            if i:
+                lines.append("")
+            lines.append(f"\t// {prefix}{_go_name(name)} is {what} {value}.")
+            lines.append(f"\t{prefix}{_go_name(name)}{kind} = {value}")
+        lines.append(")")
+    lines += ["", "// CoreAPI is section 14's operations by list, as Go names (core_api).",
               "var CoreAPI = []struct {", "\tList  string", "\tNames []string", "}{"]
     for key, names in c["core_api"].items():
         if key == "about":
