@@ -112,3 +112,67 @@ def test_ctrl_c_while_the_pool_starts_is_prompt_and_quiet(tmp_path: Path) -> Non
     for noise in ("never awaited", "Event loop is closed", "Exception ignored", "Task was destroyed"):
         assert noise not in err, err
     assert took < 3.5, f"exited {took:.1f}s after Ctrl-C\n{err}"
+
+
+# The child's helper thread hands SIGINT to the pool's loop thread, as the kernel may for a
+# process-directed Ctrl-C: its C handler runs there and the main thread, asleep in its wait, is
+# not woken by it.
+TO_THE_LOOP_THREAD = """
+import os, signal, sys, threading, time, wirepool
+BASIC, MARKER = sys.argv[1], sys.argv[2]
+def deliver():
+    while not os.path.exists(MARKER):
+        time.sleep(0.01)
+    loop_thread = next(t for t in threading.enumerate() if t.name == "wirepool-pool")
+    signal.pthread_kill(loop_thread.ident, signal.SIGINT)
+threading.Thread(target=deliver, daemon=True).start()
+"""
+
+WAITS = {
+    # Pool(...) waits for its workers' HELLO (each sleeps 5 s first).
+    "start": """
+slow_hello = (f"import time; open({MARKER!r}, 'a').close(); time.sleep(5); "
+              f"exec(open({BASIC!r}).read())")
+wirepool.Pool([sys.executable, '-c', slow_hello], workers=2)
+""",
+    # A blocking call waits for a 5 s result.
+    "call": """
+with wirepool.Pool([sys.executable, BASIC], workers=1) as pool:
+    open(MARKER, 'a').close()
+    pool.call("sleep", {"seconds": 5})
+""",
+    # A map's reader waits for its head result.
+    "map": """
+with wirepool.Pool([sys.executable, BASIC], workers=1) as pool:
+    open(MARKER, 'a').close()
+    list(pool.map("sleep", [{"seconds": 5}]))
+""",
+    # A stream's reader waits for its second row (10 s away).
+    "stream": """
+with wirepool.Pool([sys.executable, BASIC], workers=1) as pool:
+    for row in pool.stream("trickle", {}):
+        open(MARKER, 'a').close()
+""",
+}
+
+
+@pytest.mark.parametrize("wait", sorted(WAITS))
+def test_a_ctrl_c_the_kernel_hands_to_the_loop_thread_still_interrupts_promptly(
+        wait: str, tmp_path: Path) -> None:
+    program = TO_THE_LOOP_THREAD + WAITS[wait]
+    proc = subprocess.Popen([sys.executable, "-c", program, BASIC, str(tmp_path / "waiting")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    started = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err
+    for noise in ("never awaited", "Event loop is closed", "Exception ignored", "Task was destroyed"):
+        assert noise not in err, err
+    # The waits last 5 s or more; the pool's start-up, the interrupt and the close fit well inside 3.5 s.
+    assert took < 3.5, f"{wait}: exited {took:.1f}s after it started\n{err}"

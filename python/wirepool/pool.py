@@ -2632,8 +2632,9 @@ class _MapRun:
         with self.cond:
             self.reader_waiting = True
             try:
+                slice_s = _wait_slice()  # see _SIGNAL_SLICE_S
                 while not results or results[0].outcome is None:
-                    self.cond.wait()
+                    self.cond.wait(slice_s)
             finally:
                 self.reader_waiting = False
 
@@ -2749,6 +2750,38 @@ class _SyncCall:
             self.finish((True, task.result()))
 
 
+# A Ctrl-C is process-directed: the kernel may hand it to the loop thread or a child-watcher
+# thread, whose C handler only sets Python's flag. The main thread, asleep in a lock, would raise
+# KeyboardInterrupt only once its wait ended (a Ctrl-C during a 5 s worker start-up took 5 s), so
+# the main thread waits in slices and runs its pending handlers between them. Other threads never
+# run handlers: they wait whole.
+_SIGNAL_SLICE_S = 0.1
+
+
+def _wait_slice() -> float | None:
+    """How long the calling thread sleeps in one wait: a slice in the main thread, else whole."""
+    return _SIGNAL_SLICE_S if threading.current_thread() is threading.main_thread() else None
+
+
+def _acquire(lock: threading.Lock) -> None:
+    """``lock.acquire()``, in slices in the main thread (see ``_SIGNAL_SLICE_S``)."""
+    slice_s = _wait_slice()
+    if slice_s is None:
+        lock.acquire()
+        return
+    while not lock.acquire(timeout=slice_s):
+        pass  # back in Python between slices: a pending KeyboardInterrupt is raised here
+
+
+def _result(future: "concurrent.futures.Future[Any]") -> Any:
+    """``future.result()``, in slices in the main thread (see ``_SIGNAL_SLICE_S``)."""
+    slice_s = _wait_slice()
+    if slice_s is not None:
+        while not future.done():
+            concurrent.futures.wait((future,), timeout=slice_s)
+    return future.result()
+
+
 class Pool:
     """The blocking face of :class:`AsyncPool` (same parameters); safe to use from many threads.
 
@@ -2782,7 +2815,7 @@ class Pool:
         handoff = _Handoff(fn, args)
         try:
             self._loop.call_soon_threadsafe(handoff.start)
-            return handoff.future.result()
+            return _result(handoff.future)
         except BaseException:
             handoff.abandon(self._loop)  # e.g. KeyboardInterrupt: the task sends CANCEL
             raise
@@ -2992,7 +3025,7 @@ class Pool:
     def _wait_call(self, call: "_SyncCall") -> Any:
         """Wait for ``call``'s outcome; an interrupted wait (Ctrl-C) cancels the request."""
         try:
-            call.done.acquire()
+            _acquire(call.done)
         except BaseException:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._abandon_call, call)
