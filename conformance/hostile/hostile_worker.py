@@ -364,6 +364,14 @@ def call_mode(mode: str, arg: float, conn: Conn) -> Callable[[int, int, int, byt
             return False
         if mode == "exit_on_call":
             os._exit(int(arg))
+        elif mode == "exit_mid_frame":
+            # Dies while writing a large RESULT (a crash mid-write): half a frame, then the
+            # exit. A frame cut short by the peer's end is that peer's end (PROTOCOL.md 13):
+            # WORKER_EXITED with this status, not a protocol violation.
+            conn.answer_pings = False  # a PONG cannot cut into our frame
+            data = frame(RESULT, rid, b"x" * 4096)
+            send(data[:len(data) // 2])
+            os._exit(int(arg))
         elif mode == "goodbye_and_stay":
             send(frame(GOODBYE, 0, struct.pack("<I", 2)))
             drain_forever(conn)

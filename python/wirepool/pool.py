@@ -917,10 +917,11 @@ class _Worker(LaneProtocol):
         try:
             self.conn.end_of_input()
         except ProtocolError as e:
-            if e.code == ErrorCode.TRUNCATED and self.pool.launcher is not None:
-                # A remote worker: over a network a frame cut short cannot be told from a
-                # dropped link, so it is the lost connection of PROTOCOL.md 21.6 (WORKER_EXITED,
-                # status and signal unknown), set by launchers._RemoteConnection.connection_lost.
+            if e.code == ErrorCode.TRUNCATED:
+                # A frame cut short by the worker's end is that end (PROTOCOL.md 13): a worker
+                # that died mid-write. Its requests end with WORKER_EXITED once its exit status
+                # is known (_fail_after_exit), or, remote, with the lost connection of 21.6 set
+                # by launchers._RemoteConnection.connection_lost.
                 return False
             self.failure = self.failure or error_from_code(
                 ErrorCode.PROTOCOL_VIOLATION, f"worker pid {self.pid}: {e}",
