@@ -62,19 +62,26 @@ impl LatencyHistogram {
     pub fn snapshot(&self) -> LatencySnapshot {
         let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
         let count: u64 = counts.iter().sum();
+        let max_ns = self.max_ns.load(Relaxed);
+        // Interpolated inside the bucket that holds the rank (its observations taken as spread
+        // evenly over its range), and never above the observed maximum: a bucket's upper bound
+        // alone would report a p99 (or a p50) above the slowest call.
         let pct = |q: f64| -> Duration {
             if count == 0 {
                 return Duration::ZERO;
             }
             let rank = ((count as f64) * q).ceil().max(1.0) as u64;
             let mut seen = 0;
-            for (i, c) in counts.iter().enumerate() {
-                seen += c;
-                if seen >= rank {
-                    return Duration::from_nanos(bucket_high(i));
+            for (i, &c) in counts.iter().enumerate() {
+                if c > 0 && seen + c >= rank {
+                    let low = if i == 0 { 0 } else { bucket_high(i - 1) + 1 };
+                    let width = (bucket_high(i) - low) as f64;
+                    let at = low as f64 + width * ((rank - seen) as f64 / c as f64);
+                    return Duration::from_nanos((at as u64).min(max_ns));
                 }
+                seen += c;
             }
-            Duration::from_nanos(self.max_ns.load(Relaxed))
+            Duration::from_nanos(max_ns)
         };
         let sum = self.sum_ns.load(Relaxed);
         // Cumulative counts at the exported bounds: a bucket counts below a bound only when its
@@ -96,7 +103,7 @@ impl LatencyHistogram {
             p50: pct(0.50),
             p90: pct(0.90),
             p99: pct(0.99),
-            max: Duration::from_nanos(self.max_ns.load(Relaxed)),
+            max: Duration::from_nanos(max_ns),
         }
     }
 }
@@ -286,6 +293,27 @@ mod tests {
     }
 
     #[test]
+    fn percentiles_never_exceed_the_observed_maximum() {
+        // Issue 28: a bucket's upper bound reported as p99 (20.97 ms) above max (17.9 ms).
+        let h = LatencyHistogram::new();
+        for us in [17_000u64, 17_500, 17_900] {
+            h.record(Duration::from_micros(us));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.max, Duration::from_micros(17_900));
+        for (name, p) in [("p50", s.p50), ("p90", s.p90), ("p99", s.p99)] {
+            assert!(p <= s.max, "{name} {p:?} above max {:?}", s.max);
+            assert!(
+                p >= Duration::from_micros(16_384),
+                "{name} {p:?} below its bucket"
+            );
+        }
+        let one = LatencyHistogram::new();
+        one.record(Duration::from_nanos(1));
+        assert_eq!(one.snapshot().p99, Duration::from_nanos(1));
+    }
+
+    #[test]
     fn percentiles_land_within_a_bucket_of_the_truth() {
         let h = LatencyHistogram::new();
         for us in 1..=1000u64 {
@@ -293,10 +321,11 @@ mod tests {
         }
         let s = h.snapshot();
         assert_eq!(s.count, 1000);
+        // Interpolated in their bucket: near the truth for evenly spread values, never past max.
         let p50 = s.p50.as_micros() as f64;
-        assert!((500.0..=500.0 * 1.25).contains(&p50), "p50 {p50}");
+        assert!((500.0 * 0.95..=500.0 * 1.05).contains(&p50), "p50 {p50}");
         let p99 = s.p99.as_micros() as f64;
-        assert!((990.0..=990.0 * 1.25).contains(&p99), "p99 {p99}");
+        assert!((990.0 * 0.95..=1000.0).contains(&p99), "p99 {p99}");
         assert_eq!(s.max, Duration::from_micros(1000));
         assert_eq!(s.sum, Duration::from_micros(500_500));
         let at = |us: u64| {
