@@ -143,6 +143,14 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     assert "usage:" in out.stderr
 
 
+def test_a_worker_command_without_the_dashes_gets_the_hint() -> None:
+    """Issue 28: it said only "unrecognized arguments"."""
+    out = wirepool("call", "add", "{}", sys.executable, "worker.py")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert ("the worker's command must follow -- (got 'add {} " in out.stderr
+            and "usage: wirepool call [options] -- CMD [ARGS...] METHOD JSON" in out.stderr), out.stderr
+
+
 # -- stream -----------------------------------------------------------------------------------
 
 

@@ -471,6 +471,17 @@ def test_worker_dying_before_hello_reports_status_and_stderr() -> None:
     assert "No module named 'no_such_module_xyz'" in e.value.stderr_tail
 
 
+def test_a_program_that_never_serves_gets_the_hint() -> None:
+    """Issue 28: "exited with status 0 before its HELLO" said nothing of the likely cause."""
+    with pytest.raises(wirepool.WorkerExited) as e:
+        wirepool.Pool([sys.executable, "-c", "pass"], startup_timeout=10)
+    assert e.value.exit_status == 0
+    assert "did the worker program call its SDK's serve, e.g. wirepool.serve()?" in str(e.value)
+    with pytest.raises(wirepool.WorkerExited) as e:  # it said why: no guess added
+        wirepool.Pool([sys.executable, "-c", "import sys; sys.stderr.write('bye\\n')"])
+    assert "serve" not in e.value.message and "bye" in e.value.stderr_tail
+
+
 def test_version_mismatch_fails_at_start_up() -> None:
     hello = wirepool.proto.encode_frame(wirepool.proto.Hello(
         min_version=2, max_version=3, pid=1, max_concurrency=1, methods=[]))

@@ -377,6 +377,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_USAGES = {
+    "describe": "wirepool describe [--json] -- CMD [ARGS...]",
+    "call": "wirepool call [options] -- CMD [ARGS...] METHOD JSON",
+    "stream": "wirepool stream [options] -- CMD [ARGS...] METHOD JSON",
+    "bench": "wirepool bench [options] -- CMD [ARGS...] METHOD JSON",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="wirepool", description="Talk to any wirepool worker from the command line.",
@@ -399,19 +407,19 @@ def _parser() -> argparse.ArgumentParser:
                         help="deadline of each call, sent to the worker (default none)")
 
     d = sub.add_parser("describe", help="print the worker's HELLO: methods, kinds, codecs, limits",
-                       usage="wirepool describe [--json] -- CMD [ARGS...]")
+                       usage=_USAGES["describe"])
     common(d)
     d.add_argument("--json", action="store_true", help="print one JSON object")
     c = sub.add_parser("call", help="call a unary method, print its result as JSON",
-                       usage="wirepool call [options] -- CMD [ARGS...] METHOD JSON")
+                       usage=_USAGES["call"])
     calling(c)
     s = sub.add_parser("stream", help="run a stream method, print its rows as NDJSON",
-                       usage="wirepool stream [options] -- CMD [ARGS...] METHOD JSON")
+                       usage=_USAGES["stream"])
     calling(s)
     s.add_argument("--no-progress", action="store_true",
                    help="no progress line (shown only when stderr is a terminal)")
     b = sub.add_parser("bench", help="call a method repeatedly: calls/s or rows/s, p50/p99",
-                       usage="wirepool bench [options] -- CMD [ARGS...] METHOD JSON")
+                       usage=_USAGES["bench"])
     calling(b)
     b.add_argument("--workers", type=_positive_int, default=1, help="worker processes (default 1)")
     b.add_argument("--in-flight", type=_positive_int, default=16, metavar="N",
@@ -430,8 +438,11 @@ def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.N
                                                                        list[str]]:
     """Options before ``--``, the worker's command (and METHOD JSON) after it."""
     if "--" not in argv:
-        parser.parse_args(argv)  # --help, or an error naming what is missing
-        parser.error("the worker's command must follow --")
+        # --help, or an error naming what is missing; then the hint, with what came unmarked.
+        args, unmarked = parser.parse_known_args(argv)
+        came = f" (got {' '.join(unmarked)!r} without it)" if unmarked else ""
+        parser.error(f"the worker's command must follow --{came}; usage: "
+                     f"{_USAGES[args.command]}")
     cut = argv.index("--")
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 

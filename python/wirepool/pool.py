@@ -490,8 +490,11 @@ class _Worker(LaneProtocol):
                 what = f"exited with status {self.exit_status}"
             else:
                 what = "closed its connection and could not be reaped"
+            # Status 0 and silence: a program that ended without serving (issue 28).
+            hint = (" (did the worker program call its SDK's serve, e.g. wirepool.serve()?)"
+                    if self.exit_status == 0 and not self.stderr_tail else "")
             died = WorkerExited(ErrorCode.WORKER_EXITED,
-                               f"worker pid {self.pid} {what} before its HELLO"
+                               f"worker pid {self.pid} {what} before its HELLO{hint}"
                                + self._tail_suffix())
             died.exit_status, died.signal = self.exit_status, self.exit_signal
             died.stderr_tail = "\n".join(self.stderr_tail)

@@ -162,8 +162,14 @@ impl fmt::Display for ExitInfo {
         if self.attempts > 1 {
             write!(f, " after {} attempts", self.attempts)?;
         }
-        if let Some(last) = self.stderr_tail.last() {
-            write!(f, "; last stderr line: {last:?}")?;
+        match self.stderr_tail.last() {
+            Some(last) => write!(f, "; last stderr line: {last:?}")?,
+            // Status 0, silent, no GOODBYE: a program that ended without serving (issue 28).
+            None if self.code == Some(0) && self.cause == ExitCause::Crashed => write!(
+                f,
+                " (did the worker program call its SDK's serve, or return from it?)"
+            )?,
+            None => {}
         }
         Ok(())
     }

@@ -687,6 +687,12 @@ async fn start_up_failures_are_typed_and_leave_no_process() {
         let info = e.exit_info().unwrap();
         assert_eq!(info.code, Some(7));
         assert_eq!(info.stderr_tail, vec!["leaving early".to_string()]);
+        assert!(!e.to_string().contains("serve"), "{e}");
+
+        // Status 0 and silent: a program that never served gets the hint (issue 28).
+        let e = wirepool::Pool::builder(python("pass")).workers(1).start().await.err().unwrap();
+        assert_eq!(e.code(), codes::WORKER_EXITED, "{e}");
+        assert!(e.to_string().contains("did the worker program call its SDK's serve"), "{e}");
 
         let e = wirepool::Pool::builder(python(
             "import os, time; fd = int(os.environ['WIREPOOL_FD']); os.write(fd, b'GARBAGE! not a frame at all'); time.sleep(30)",
