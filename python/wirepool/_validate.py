@@ -58,6 +58,13 @@ def _as_float(value: Any) -> float:
         return math.inf
 
 
+def flag(name: str, value: Any) -> bool:
+    """A bool option: True or False only (1, "yes" or None are caller mistakes)."""
+    if not isinstance(value, bool):
+        raise invalid(name, "True or False", value)
+    return value
+
+
 def optional(check: Any, name: str, value: Any, *args: Any, **kw: Any) -> Any:
     """None (the option is off), or ``check(name, value, ...)``."""
     return None if value is None else check(name, value, *args, **kw)

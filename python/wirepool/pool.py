@@ -2196,19 +2196,24 @@ class AsyncPool:
             raise
 
     def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
-            timeout: float | None = None, window: int | None = None) -> AsyncIterator[Any]:
+            timeout: float | None = None, window: int | None = None,
+            return_exceptions: bool = False) -> AsyncIterator[Any]:
         """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
-        workers x max_in_flight); yields results in order, like :meth:`Pool.map`::
+        workers x max_in_flight); yields results in order, like :meth:`Pool.map` (and, with
+        ``return_exceptions=True``, a failed call's error as its value)::
 
             async for result in pool.map("add", ({"a": i, "b": i} for i in range(1000))):
                 ...
         """
         timeout = _validate.timeout(timeout, method)
         limit = _map_window(window, self.size * self.max_in_flight)
-        return self._map(method, requests, self._codec_for(codec), timeout, limit)
+        _validate.flag("return_exceptions", return_exceptions)
+        return self._map(method, requests, self._codec_for(codec), timeout, limit,
+                         return_exceptions)
 
     async def _map(self, method: str, requests: Iterable[Any], c: _codecs.Codec,
-                   timeout: float | None, limit: int) -> AsyncIterator[Any]:
+                   timeout: float | None, limit: int,
+                   return_exceptions: bool) -> AsyncIterator[Any]:
         run = _MapRun(self, method, c, timeout, limit)
         items = iter(requests)
         results = run.results
@@ -2231,7 +2236,7 @@ class AsyncPool:
                 yielded += 1
                 if run.stalled and run.read_some():
                     run.pump()
-                if not ok:
+                if not ok and not return_exceptions:
                     raise value
                 yield value
         finally:
@@ -3107,10 +3112,13 @@ class Pool:
                              idempotent=idempotent), self._loop)
 
     def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
-            timeout: float | None = None, window: int | None = None) -> Iterator[Any]:
+            timeout: float | None = None, window: int | None = None,
+            return_exceptions: bool = False) -> Iterator[Any]:
         """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
         workers x max_in_flight); yields results in order. The first failed call raises its
-        error at its place in the order (the calls after it still run to their end).
+        error at its place in the order (the calls after it still run to their end); with
+        ``return_exceptions=True`` (as :func:`asyncio.gather`) every failed call's error is
+        yielded as its value instead, and the map goes on.
 
         The pool's loop submits calls as slots free up and completes them in bulk; this thread
         reads ``requests`` a chunk at a time and sleeps only when the next result is not in yet.
@@ -3118,10 +3126,12 @@ class Pool:
         ap = self._apool
         timeout = _validate.timeout(timeout, method)
         limit = _map_window(window, ap.size * ap.max_in_flight)
-        return self._map(method, requests, ap._codec_for(codec), timeout, limit)
+        _validate.flag("return_exceptions", return_exceptions)
+        return self._map(method, requests, ap._codec_for(codec), timeout, limit,
+                         return_exceptions)
 
     def _map(self, method: str, requests: Iterable[Any], c: _codecs.Codec,
-             timeout: float | None, limit: int) -> Iterator[Any]:
+             timeout: float | None, limit: int, return_exceptions: bool) -> Iterator[Any]:
         ap = self._apool
         run = _MapRun(ap, method, c, timeout, limit)
         items = iter(requests)
@@ -3148,7 +3158,7 @@ class Pool:
                 yielded += 1
                 if run.stalled and run.read_some():
                     wake()
-                if not ok:
+                if not ok and not return_exceptions:
                     raise value
                 yield value
         finally:
