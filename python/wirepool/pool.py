@@ -2197,24 +2197,26 @@ class AsyncPool:
 
     def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
             timeout: float | None = None, window: int | None = None,
-            return_exceptions: bool = False) -> AsyncIterator[Any]:
+            ordered: bool = True, return_exceptions: bool = False) -> AsyncIterator[Any]:
         """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
-        workers x max_in_flight); yields results in order, like :meth:`Pool.map` (and, with
-        ``return_exceptions=True``, a failed call's error as its value)::
+        workers x max_in_flight); yields results in order (``ordered=False``: as they finish),
+        like :meth:`Pool.map` (and, with ``return_exceptions=True``, a failed call's error as
+        its value)::
 
             async for result in pool.map("add", ({"a": i, "b": i} for i in range(1000))):
                 ...
         """
         timeout = _validate.timeout(timeout, method)
         limit = _map_window(window, self.size * self.max_in_flight)
+        _validate.flag("ordered", ordered)
         _validate.flag("return_exceptions", return_exceptions)
-        return self._map(method, requests, self._codec_for(codec), timeout, limit,
+        return self._map(method, requests, self._codec_for(codec), timeout, limit, ordered,
                          return_exceptions)
 
     async def _map(self, method: str, requests: Iterable[Any], c: _codecs.Codec,
-                   timeout: float | None, limit: int,
+                   timeout: float | None, limit: int, ordered: bool,
                    return_exceptions: bool) -> AsyncIterator[Any]:
-        run = _MapRun(self, method, c, timeout, limit)
+        run = _MapRun(self, method, c, timeout, limit, ordered)
         items = iter(requests)
         results = run.results
         fed = yielded = 0
@@ -2437,10 +2439,10 @@ class _Failed:
 
 class _MapRun:
     """The loop side of :meth:`Pool.map` and :meth:`AsyncPool.map`: requests in, results out
-    in order.
+    in order (or, ``ordered=False``, as they finish).
 
-    ``results`` holds the submitted requests in order; the map thread pops finished ones from
-    the front (deque appends and pops are atomic, and ``outcome`` is set once). The loop keeps
+    ``results`` holds the submitted requests in order (unordered: the finished ones, in the
+    order they finished); the map thread pops finished ones from the front (deque appends and pops are atomic, and ``outcome`` is set once). The loop keeps
     at most ``window`` calls in flight and at most two windows of results unread: past that it
     stalls until the reader catches up.
 
@@ -2451,8 +2453,9 @@ class _MapRun:
     """
 
     def __init__(self, pool: "AsyncPool", method: str, codec: _codecs.Codec,
-                 timeout: float | None, window: int) -> None:
+                 timeout: float | None, window: int, ordered: bool = True) -> None:
         self.pool = pool
+        self.ordered = ordered
         self.method = method
         self.codec = codec
         self.timeout = timeout
@@ -2545,10 +2548,13 @@ class _MapRun:
                 pool._counters["calls"] += 1
                 req = w.submit(self.method, body, self.codec, self.timeout, None,
                                MethodKind.UNARY)
-                results.append(req)
                 if req.outcome is None:
                     self.in_flight += 1
                     req.sink = self._finished
+                    if self.ordered:
+                        results.append(req)
+                else:
+                    results.append(req)
         if not self.stopped:
             with self.cond:  # park, under the lock the reader takes to add items or unstall
                 if len(results) >= cap:
@@ -2565,8 +2571,11 @@ class _MapRun:
             return
         reqs = w.submit_batch(self.method, bodies, self.codec, self._finished)
         self.pool._counters["calls"] += len(reqs)
-        self.results.extend(reqs)
         # (a request that finished inside submit, e.g. an unknown method, has no sink)
+        if self.ordered:
+            self.results.extend(reqs)
+        else:  # the others join the results as they finish (_finished)
+            self.results.extend(req for req in reqs if req.outcome is not None)
         self.in_flight += sum(1 for req in reqs if req.outcome is None)
 
 
@@ -2579,6 +2588,8 @@ class _MapRun:
 
     def _finished(self, req: _Request) -> None:
         self.in_flight -= 1
+        if not self.ordered:
+            self.results.append(req)
         if not req.outcome[0] and isinstance(req.outcome[1], WirepoolError):  # type: ignore[index]
             self.pool._counters["errors"] += 1
         if not self.settling:
@@ -3113,9 +3124,11 @@ class Pool:
 
     def map(self, method: str, requests: Iterable[Any], *, codec: str | None = None,
             timeout: float | None = None, window: int | None = None,
-            return_exceptions: bool = False) -> Iterator[Any]:
+            ordered: bool = True, return_exceptions: bool = False) -> Iterator[Any]:
         """Call ``method`` for each request, keeping up to ``window`` calls in flight (default:
-        workers x max_in_flight); yields results in order. The first failed call raises its
+        workers x max_in_flight); yields results in order, or with ``ordered=False`` as they
+        finish (as ``multiprocessing``'s ``imap_unordered``: a slow call holds back no other
+        result). The first failed call raises its
         error at its place in the order (the calls after it still run to their end); with
         ``return_exceptions=True`` (as :func:`asyncio.gather`) every failed call's error is
         yielded as its value instead, and the map goes on.
@@ -3126,14 +3139,16 @@ class Pool:
         ap = self._apool
         timeout = _validate.timeout(timeout, method)
         limit = _map_window(window, ap.size * ap.max_in_flight)
+        _validate.flag("ordered", ordered)
         _validate.flag("return_exceptions", return_exceptions)
-        return self._map(method, requests, ap._codec_for(codec), timeout, limit,
+        return self._map(method, requests, ap._codec_for(codec), timeout, limit, ordered,
                          return_exceptions)
 
     def _map(self, method: str, requests: Iterable[Any], c: _codecs.Codec,
-             timeout: float | None, limit: int, return_exceptions: bool) -> Iterator[Any]:
+             timeout: float | None, limit: int, ordered: bool,
+             return_exceptions: bool) -> Iterator[Any]:
         ap = self._apool
-        run = _MapRun(ap, method, c, timeout, limit)
+        run = _MapRun(ap, method, c, timeout, limit, ordered)
         items = iter(requests)
         results = run.results
         fed = yielded = 0
