@@ -1,0 +1,199 @@
+//! An HTTP gateway in front of a wirepool [`Pool`]: `POST /v1/call/{method}` in the codec named
+//! by `Content-Type`, `POST /v1/stream/{method}` as NDJSON or Server-Sent Events pulled at the
+//! client's pace (credit flow control to the worker), deadlines from the `wirepool-timeout`
+//! header, cancellation on client disconnect, load shedding with `503` and `Retry-After`,
+//! header and body limits, HTTP/1.1 keep-alive and h2c, graceful shutdown.
+//!
+//! ```no_run
+//! use wirepool::{MethodKind, Pool, WorkerCommand};
+//! use wirepool_gateway::Gateway;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = Pool::builder(WorkerCommand::new("python").arg("worker.py"))
+//!     .workers(4)
+//!     .start()
+//!     .await?;
+//! let gateway = Gateway::builder(pool.clone())
+//!     .method("add", MethodKind::Unary) // listed by GET /v1/methods
+//!     .max_pending(4 * 64 + 128)        // in flight + queued; beyond: 503
+//!     .build()?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! gateway.serve(listener, wirepool_gateway::shutdown_signal()).await?;
+//! pool.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod routes;
+mod serve;
+mod stats;
+mod status;
+mod stream_body;
+mod timeout;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use wirepool::{MethodKind, Pool};
+
+pub use routes::ResponseBody;
+pub use serve::shutdown_signal;
+pub use status::{name_of_code, status_of_code, CLIENT_CLOSED_REQUEST, MAX_MESSAGE_BYTES};
+pub use timeout::parse_timeout;
+
+/// The request header that carries a call's deadline (see [`parse_timeout`]).
+pub const TIMEOUT_HEADER: &str = "wirepool-timeout";
+
+/// Errors of building or running a gateway.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// A builder option out of its range.
+    #[error("invalid gateway option: {0}")]
+    InvalidArgument(String),
+    /// The listener failed.
+    #[error("gateway I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The limits of a gateway (see [`GatewayBuilder`] for each default).
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    pub max_body_bytes: usize,
+    pub max_header_bytes: usize,
+    pub header_timeout: Duration,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+    pub retry_after_secs: u32,
+}
+
+pub(crate) struct Inner {
+    pub pool: Pool,
+    pub limits: Limits,
+    /// Requests admitted (in flight on the pool or queued for a worker); beyond it, 503.
+    pub admission: Arc<Semaphore>,
+    pub max_pending: usize,
+    pub methods: Vec<(String, MethodKind)>,
+    pub stats: stats::Stats,
+}
+
+/// An HTTP front for a [`Pool`]; cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Options of a [`Gateway`]; [`build`](GatewayBuilder::build) checks them.
+pub struct GatewayBuilder {
+    pool: Pool,
+    limits: Limits,
+    max_pending: usize,
+    methods: Vec<(String, MethodKind)>,
+}
+
+impl Gateway {
+    /// A builder for a gateway in front of `pool`.
+    pub fn builder(pool: Pool) -> GatewayBuilder {
+        GatewayBuilder {
+            pool,
+            limits: Limits {
+                max_body_bytes: 1 << 20,
+                max_header_bytes: 16 << 10,
+                header_timeout: Duration::from_secs(10),
+                max_connections: 1024,
+                shutdown_grace: Duration::from_secs(10),
+                retry_after_secs: 1,
+            },
+            max_pending: 256,
+            methods: Vec::new(),
+        }
+    }
+
+    /// The pool behind the gateway.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+}
+
+impl GatewayBuilder {
+    /// Largest request body in bytes (default 1 MiB): a larger `Content-Length` is refused with
+    /// 413 before the body is read, and a body that grows past it while read, too.
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.limits.max_body_bytes = n;
+        self
+    }
+    /// Largest request head (request line and headers) in bytes (default 16 KiB; at least
+    /// 8,192, hyper's minimum read buffer): larger gets 431.
+    pub fn max_header_bytes(mut self, n: usize) -> Self {
+        self.limits.max_header_bytes = n;
+        self
+    }
+    /// Time a client has to send a whole request head (default 10 s); a slower one (slowloris)
+    /// is disconnected.
+    pub fn header_timeout(mut self, d: Duration) -> Self {
+        self.limits.header_timeout = d;
+        self
+    }
+    /// Open connections at most (default 1,024): one more is closed at once.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.limits.max_connections = n;
+        self
+    }
+    /// Requests admitted at once, in flight on the workers or queued for one (default 256):
+    /// the next gets 503 with `Retry-After`. Set it to `workers * max_in_flight + queue`.
+    pub fn max_pending(mut self, n: usize) -> Self {
+        self.max_pending = n;
+        self
+    }
+    /// Time in-flight requests have to finish once shutdown starts (default 10 s).
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.limits.shutdown_grace = d;
+        self
+    }
+    /// The `Retry-After` seconds of a shed request (default 1).
+    pub fn retry_after_secs(mut self, secs: u32) -> Self {
+        self.limits.retry_after_secs = secs;
+        self
+    }
+    /// A method listed by `GET /v1/methods` (declare the same with
+    /// [`PoolBuilder::require_method`](wirepool::PoolBuilder::require_method) to have the
+    /// workers' HELLO checked at start-up). Calls are not limited to the listed methods.
+    pub fn method(mut self, name: impl Into<String>, kind: MethodKind) -> Self {
+        self.methods.push((name.into(), kind));
+        self
+    }
+
+    /// The gateway, or `InvalidArgument` for an option out of range.
+    pub fn build(self) -> Result<Gateway, GatewayError> {
+        let l = &self.limits;
+        let bad = |what: &str| Err(GatewayError::InvalidArgument(what.to_string()));
+        if l.max_body_bytes == 0 {
+            return bad("max_body_bytes must be at least 1");
+        }
+        if l.max_header_bytes < 8192 {
+            return bad("max_header_bytes must be at least 8192");
+        }
+        if l.header_timeout.is_zero() {
+            return bad("header_timeout must be positive");
+        }
+        if l.max_connections == 0 || self.max_pending == 0 {
+            return bad("max_connections and max_pending must be at least 1");
+        }
+        if self.max_pending > Semaphore::MAX_PERMITS {
+            return bad("max_pending is too large");
+        }
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                pool: self.pool,
+                limits: self.limits,
+                admission: Arc::new(Semaphore::new(self.max_pending)),
+                max_pending: self.max_pending,
+                methods: self.methods,
+                stats: stats::Stats::default(),
+            }),
+        })
+    }
+}

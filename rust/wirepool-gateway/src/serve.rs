@@ -1,0 +1,114 @@
+//! The accept loop: HTTP/1.1 and h2c connections, limits, graceful shutdown.
+
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::{Gateway, GatewayError};
+
+/// Resolves on SIGTERM or ctrl-c (SIGINT): the usual `shutdown` argument of
+/// [`Gateway::serve`].
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+impl Gateway {
+    /// Serves `listener` until `shutdown` resolves, then stops accepting and gives the requests
+    /// in flight the shutdown grace to finish (connections still open after it are dropped,
+    /// which cancels their requests on the workers). The pool is not shut down.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), GatewayError> {
+        let limits = self.inner.limits.clone();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_buf_size(limits.max_header_bytes)
+            .keep_alive(true);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(limits.max_header_bytes as u32)
+            .max_concurrent_streams(256);
+        let builder = Arc::new(builder);
+        let connections = Arc::new(Semaphore::new(limits.max_connections));
+        let graceful = GracefulShutdown::new();
+        // Past the grace, connections still open are dropped (their requests cancelled).
+        let (kill, killed) = tokio::sync::watch::channel(false);
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, _peer) = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    // Out of descriptors and the like: the next accept may succeed.
+                    Err(e) => {
+                        tracing::warn!(target: "wirepool::gateway", "accept failed: {e}");
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                self.inner.stats.connections_refused.fetch_add(1, Relaxed);
+                drop(stream);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let gateway = self.clone();
+            let builder = builder.clone();
+            let watcher = graceful.watcher();
+            let mut killed = killed.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let gateway = gateway.clone();
+                    async move { Ok::<_, std::convert::Infallible>(gateway.handle(req).await) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                tokio::select! {
+                    _ = watcher.watch(conn) => {}
+                    _ = killed.wait_for(|k| *k) => {}
+                }
+                drop(permit);
+            });
+        }
+        drop(listener);
+        if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            let _ = kill.send(true);
+        }
+        Ok(())
+    }
+}
