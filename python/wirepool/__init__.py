@@ -23,7 +23,8 @@ from .errors import (BadRequest, Cancelled, CodecUnsupported, DeadlineExceeded, 
                      Overloaded, PoolClosed, ProtocolError, ProtocolViolation, RequestError,
                      RowTooLarge, SpawnFailed, StartupTimeout, UnknownMethod, WirepoolError,
                      WorkerError, WorkerExited, WorkerHung, error_from_code)
-from .pool import AsyncPool, Lease, Pool, PoolMetrics, RetryPolicy, Stream, SyncStream
+from .pool import AsyncPool, Lease, PoolMetrics, RetryPolicy, Stream
+from .sync_pool import Pool, SyncStream
 from .worker import Context, method, serve, stream
 
 __version__ = "0.1.0"

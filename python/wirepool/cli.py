@@ -35,7 +35,8 @@ from typing import Any, Iterator, Sequence, TextIO
 from . import codecs as _codecs
 from . import proto
 from .errors import ErrorCode, ProtocolError, SpawnFailed, StartupTimeout, WirepoolError, WorkerExited
-from .pool import AsyncPool, Pool
+from .pool import AsyncPool
+from .sync_pool import Pool
 
 __all__ = ["main", "describe_worker", "WorkerDescription"]
 

@@ -27,7 +27,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
 from .errors import WirepoolError
-from .pool import AsyncPool, Pool
+from .pool import AsyncPool
+from .sync_pool import Pool
 from .proto import MethodKind
 
 __all__ = ["instrument", "uninstrument"]

@@ -49,7 +49,8 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from prometheus_client.registry import Collector
 
 from .errors import WirepoolError
-from .pool import AsyncPool, Pool, PoolMetrics
+from .pool import AsyncPool, PoolMetrics
+from .sync_pool import Pool
 
 __all__ = ["PoolCollector", "WORKER_STATES"]
 
