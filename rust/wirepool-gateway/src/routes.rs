@@ -23,7 +23,9 @@ pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 const JSON: &str = "application/json";
 
 /// Route names, the `route` label of the gateway's counters.
-const ROUTES: [&str; 7] = ["call", "stream", "methods", "healthz", "readyz", "metrics", "other"];
+const ROUTES: [&str; 7] = [
+    "call", "stream", "methods", "healthz", "readyz", "metrics", "other",
+];
 
 pub(crate) fn full(status: StatusCode, content_type: &str, body: Bytes) -> Response<ResponseBody> {
     let mut resp = Response::new(Full::new(body).boxed_unsync());
@@ -91,13 +93,17 @@ fn method_name(rest: &str) -> Result<&str, Refusal> {
 fn call_options<B>(req: &Request<B>, codec: Codec) -> Result<CallOptions, Refusal> {
     let mut opts = CallOptions::codec(codec);
     if let Some(v) = req.headers().get(TIMEOUT_HEADER) {
-        let d = v.to_str().ok().and_then(crate::parse_timeout).ok_or_else(|| {
-            Refusal::new(
-                StatusCode::BAD_REQUEST,
-                "BAD_TIMEOUT",
-                "wirepool-timeout is digits and a unit: ns us ms s h, or n u m S M H",
-            )
-        })?;
+        let d = v
+            .to_str()
+            .ok()
+            .and_then(crate::parse_timeout)
+            .ok_or_else(|| {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "BAD_TIMEOUT",
+                    "wirepool-timeout is digits and a unit: ns us ms s h, or n u m S M H",
+                )
+            })?;
         opts = opts.with_timeout(d);
     }
     Ok(opts)
@@ -297,20 +303,24 @@ impl Gateway {
         }
     }
 
-    fn admit(&self) -> Result<OwnedSemaphorePermit, Response<ResponseBody>> {
-        self.inner.admission.clone().try_acquire_owned().map_err(|_| {
-            self.inner.stats.shed.fetch_add(1, Relaxed);
-            let mut resp = refuse(Refusal::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "OVERLOADED",
-                "every worker is busy and the gateway queue is full",
-            ));
-            let secs = self.inner.limits.retry_after_secs.to_string();
-            if let Ok(v) = HeaderValue::from_str(&secs) {
-                resp.headers_mut().insert(RETRY_AFTER, v);
-            }
-            resp
-        })
+    fn admit(&self) -> Result<OwnedSemaphorePermit, Box<Response<ResponseBody>>> {
+        self.inner
+            .admission
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                self.inner.stats.shed.fetch_add(1, Relaxed);
+                let mut resp = refuse(Refusal::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "OVERLOADED",
+                    "every worker is busy and the gateway queue is full",
+                ));
+                let secs = self.inner.limits.retry_after_secs.to_string();
+                if let Ok(v) = HeaderValue::from_str(&secs) {
+                    resp.headers_mut().insert(RETRY_AFTER, v);
+                }
+                Box::new(resp)
+            })
     }
 
     async fn call<B>(&self, rest: &str, req: Request<B>) -> Response<ResponseBody>
@@ -330,7 +340,7 @@ impl Gateway {
         };
         let permit = match self.admit() {
             Ok(p) => p,
-            Err(resp) => return resp,
+            Err(resp) => return *resp,
         };
         let value = match read_body(req, self.inner.limits.max_body_bytes).await {
             Ok(body) => match decode_request(codec, body) {
@@ -381,7 +391,7 @@ impl Gateway {
         };
         let permit = match self.admit() {
             Ok(p) => p,
-            Err(resp) => return resp,
+            Err(resp) => return *resp,
         };
         let value = match read_body(req, self.inner.limits.max_body_bytes).await {
             Ok(body) => match decode_request(codec, body) {
@@ -411,6 +421,7 @@ impl Gateway {
 impl crate::Inner {
     fn admission_in_use(&self) -> usize {
         // Permits in use = the configured bound minus those available.
-        self.max_pending.saturating_sub(self.admission.available_permits())
+        self.max_pending
+            .saturating_sub(self.admission.available_permits())
     }
 }

@@ -21,7 +21,9 @@ impl Stats {
     }
 
     pub fn prometheus(&self, out: &mut String, in_flight: usize) {
-        out.push_str("# HELP wirepool_gateway_responses_total HTTP responses by route and status.\n");
+        out.push_str(
+            "# HELP wirepool_gateway_responses_total HTTP responses by route and status.\n",
+        );
         out.push_str("# TYPE wirepool_gateway_responses_total counter\n");
         let map = self.responses.lock().unwrap_or_else(|p| p.into_inner());
         for ((route, status), n) in map.iter() {
@@ -32,7 +34,11 @@ impl Stats {
         }
         drop(map);
         let counters = [
-            ("shed_total", "Requests refused with 503 because max_pending was reached.", &self.shed),
+            (
+                "shed_total",
+                "Requests refused with 503 because max_pending was reached.",
+                &self.shed,
+            ),
             (
                 "connections_refused_total",
                 "Connections closed at accept because max_connections were open.",
@@ -49,7 +55,9 @@ impl Stats {
             let _ = writeln!(out, "# TYPE wirepool_gateway_{name} counter");
             let _ = writeln!(out, "wirepool_gateway_{name} {}", v.load(Relaxed));
         }
-        out.push_str("# HELP wirepool_gateway_pending Requests admitted now (in flight or queued).\n");
+        out.push_str(
+            "# HELP wirepool_gateway_pending Requests admitted now (in flight or queued).\n",
+        );
         out.push_str("# TYPE wirepool_gateway_pending gauge\n");
         let _ = writeln!(out, "wirepool_gateway_pending {in_flight}");
     }

@@ -1,0 +1,479 @@
+//! The gateway end to end with real worker processes (`examples/gw_test_worker.rs`): routes,
+//! codecs, streams, h2c, deadlines, cancellation on disconnect, shedding, limits, hostile
+//! clients, drain on shutdown.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wirepool::Codec;
+
+#[tokio::test]
+async fn routes_health_ready_methods_metrics() {
+    bounded(30, async {
+        let gw = start(1, |b| b).await;
+        let (s, _, body) = send(gw.addr, request("GET", "/healthz", &[], "")).await;
+        assert_eq!((s, json(&body)["ok"].as_bool()), (200, Some(true)));
+        let (s, _, body) = send(gw.addr, request("GET", "/readyz", &[], "")).await;
+        assert_eq!(s, 200);
+        assert_eq!(json(&body)["live_workers"], 1);
+        let (s, _, body) = send(gw.addr, request("GET", "/v1/methods", &[], "")).await;
+        assert_eq!(s, 200);
+        assert_eq!(
+            json(&body)["methods"],
+            serde_json::json!([{"name": "echo", "kind": "unary"}, {"name": "count", "kind": "stream"}])
+        );
+        let (s, _, _) = send(gw.addr, request("GET", "/nope", &[], "")).await;
+        assert_eq!(s, 404);
+        let (s, h, _) = send(gw.addr, request("GET", "/v1/call/echo", &[], "")).await;
+        assert_eq!((s, h["allow"].to_str().unwrap()), (405, "POST"));
+        let (s, _, body) = send(gw.addr, request("POST", "/v1/call/no_such", &[], "1")).await;
+        assert_eq!((s, json(&body)["name"].as_str()), (404, Some("UNKNOWN_METHOD")));
+        let (s, _, body) = send(gw.addr, request("POST", "/v1/call/bad%20name", &[], "1")).await;
+        assert_eq!((s, json(&body)["name"].as_str()), (400, Some("BAD_METHOD_NAME")));
+        let (s, h, body) = send(gw.addr, request("GET", "/metrics", &[], "")).await;
+        assert_eq!(s, 200);
+        assert!(h["content-type"].to_str().unwrap().starts_with("text/plain"));
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(text.contains("wirepool_gateway_responses_total{route=\"call\",status=\"404\"} 1"), "{text}");
+        assert!(text.contains("wirepool_gateway_shed_total 0"), "{text}");
+        assert!(text.contains("wirepool_worker_requests_total"), "{text}");
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn every_codec_and_errors() {
+    bounded(30, async {
+        let gw = start(1, |b| b).await;
+        let value = serde_json::json!({"a": [1, 2, 3], "b": "text"});
+        // JSON.
+        let (s, h, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/echo",
+                &[("content-type", "application/json")],
+                value.to_string(),
+            ),
+        )
+        .await;
+        assert_eq!(
+            (s, h["content-type"].to_str().unwrap()),
+            (200, "application/json")
+        );
+        assert_eq!(json(&body), value);
+        // MessagePack and CBOR: the answer in the request's codec.
+        for (codec, ct) in [
+            (Codec::MsgPack, "application/msgpack"),
+            (Codec::Cbor, "application/cbor"),
+        ] {
+            let encoded = codec.to_vec(&value).unwrap();
+            let (s, h, body) = send(
+                gw.addr,
+                request("POST", "/v1/call/echo", &[("content-type", ct)], encoded),
+            )
+            .await;
+            assert_eq!((s, h["content-type"].to_str().unwrap()), (200, ct));
+            let back: serde_json::Value = codec.decode(&body).unwrap();
+            assert_eq!(back, value, "{ct}");
+        }
+        // Raw bytes, not UTF-8.
+        let raw = Bytes::from_static(&[0, 255, 1, 254]);
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/echo_raw",
+                &[("content-type", "application/octet-stream")],
+                raw.clone(),
+            ),
+        )
+        .await;
+        assert_eq!((s, body), (200, raw));
+        // 415, 400 (a body not in its codec), 422 (the handler's own code), 400 (raw to a JSON method).
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/echo",
+                &[("content-type", "text/plain")],
+                "x",
+            ),
+        )
+        .await;
+        assert_eq!(
+            (s, json(&body)["name"].as_str()),
+            (415, Some("UNSUPPORTED_MEDIA_TYPE"))
+        );
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/echo",
+                &[("content-type", "application/json")],
+                "{nope",
+            ),
+        )
+        .await;
+        assert_eq!((s, json(&body)["name"].as_str()), (400, Some("BAD_BODY")));
+        let (s, _, body) = send(gw.addr, request("POST", "/v1/call/fail", &[], "null")).await;
+        assert_eq!(s, 422);
+        let e = json(&body);
+        assert_eq!(
+            (
+                e["code"].as_u64(),
+                e["name"].as_str(),
+                e["message"].as_str()
+            ),
+            (Some(1001), Some("APPLICATION"), Some("the handler refused"))
+        );
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/echo",
+                &[("content-type", "application/octet-stream")],
+                "x",
+            ),
+        )
+        .await;
+        // The worker does not take raw bytes for `echo`: CODEC_UNSUPPORTED.
+        assert_eq!((s, json(&body)["name"].as_str()), (415, Some("CODEC_UNSUPPORTED")));
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ndjson_and_sse_streams() {
+    bounded(30, async {
+        let gw = start(1, |b| b).await;
+        let (s, h, body) = send(gw.addr, request("POST", "/v1/stream/count", &[], "3")).await;
+        assert_eq!(
+            (s, h["content-type"].to_str().unwrap()),
+            (200, "application/x-ndjson")
+        );
+        let lines: Vec<serde_json::Value> = body
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(json)
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                serde_json::json!({"i": 0}),
+                serde_json::json!({"i": 1}),
+                serde_json::json!({"i": 2}),
+                serde_json::json!({"summary": 3}),
+            ]
+        );
+        // Rows of a MessagePack request come back as JSON lines too.
+        let req = Codec::MsgPack.to_vec(&2u64).unwrap();
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/stream/count",
+                &[("content-type", "application/msgpack")],
+                req,
+            ),
+        )
+        .await;
+        assert_eq!(
+            (s, &body[..]),
+            (200, &b"{\"i\":0}\n{\"i\":1}\n{\"summary\":2}\n"[..])
+        );
+        let (s, h, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/stream/count",
+                &[("accept", "text/event-stream")],
+                "2",
+            ),
+        )
+        .await;
+        assert_eq!(
+            (s, h["content-type"].to_str().unwrap()),
+            (200, "text/event-stream")
+        );
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            "data: {\"i\":0}\n\ndata: {\"i\":1}\n\nevent: summary\ndata: 2\n\n"
+        );
+        // A stream that fails before its first row gets its status.
+        let (s, _, _) = send(gw.addr, request("POST", "/v1/stream/echo", &[], "1")).await;
+        assert_eq!(s, 404);
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn h2c_and_keep_alive() {
+    bounded(30, async {
+        let gw = start(1, |b| b).await;
+        let mut c = h2(gw.addr).await;
+        for i in 0..3 {
+            let resp = c
+                .send_request(request(
+                    "POST",
+                    "http://test/v1/call/echo",
+                    &[],
+                    i.to_string(),
+                ))
+                .await
+                .unwrap();
+            assert_eq!(resp.version(), http::Version::HTTP_2);
+            let (s, _, body) = read(resp).await;
+            assert_eq!((s, json(&body)), (200, serde_json::json!(i)));
+        }
+        let mut c = h1(gw.addr).await;
+        for i in 0..3 {
+            c.ready().await.unwrap();
+            let (s, _, body) = read(
+                c.send_request(request("POST", "/v1/call/echo", &[], i.to_string()))
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(
+                (s, json(&body)),
+                (200, serde_json::json!(i)),
+                "request {i} on one connection"
+            );
+        }
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deadline_header() {
+    bounded(30, async {
+        let gw = start(1, |b| b).await;
+        let started = Instant::now();
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/sleep",
+                &[("wirepool-timeout", "200m")],
+                "5000",
+            ),
+        )
+        .await;
+        assert_eq!(s, 504, "{body:?}");
+        assert_eq!(json(&body)["name"], "DEADLINE_EXCEEDED");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/sleep",
+                &[("wirepool-timeout", "soon")],
+                "1",
+            ),
+        )
+        .await;
+        assert_eq!(
+            (s, json(&body)["name"].as_str()),
+            (400, Some("BAD_TIMEOUT"))
+        );
+        let (s, _, _) = send(
+            gw.addr,
+            request("POST", "/v1/call/sleep", &[("wirepool-timeout", "2s")], "1"),
+        )
+        .await;
+        assert_eq!(s, 200);
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn disconnect_cancels_on_the_worker() {
+    bounded(30, async {
+        let gw = start(1, |b| b).await;
+        // A unary call: the client goes away while the worker sleeps.
+        let mut raw = TcpStream::connect(gw.addr).await.unwrap();
+        raw.write_all(b"POST /v1/call/sleep HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n\r\n20000")
+            .await
+            .unwrap();
+        until("the call reached the worker", 10, || {
+            in_flight(&gw.pool) == 1
+        })
+        .await;
+        drop(raw);
+        let pool = gw.pool.clone();
+        let mut seen = 0;
+        let end = Instant::now() + Duration::from_secs(10);
+        while seen < 1 {
+            assert!(Instant::now() < end, "the worker never saw CANCEL");
+            seen = worker_cancels(&pool).await;
+        }
+        // A stream: read its first chunk, then go away.
+        let mut c = h1(gw.addr).await;
+        let resp = c
+            .send_request(request("POST", "/v1/stream/forever", &[], "100"))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        use http_body_util::BodyExt;
+        let first = body.frame().await.unwrap().unwrap();
+        assert!(first.data_ref().is_some_and(|d| d.starts_with(b"\"xxx")));
+        drop(body);
+        drop(c);
+        while seen < 2 {
+            assert!(
+                Instant::now() < end,
+                "the streaming worker never saw CANCEL"
+            );
+            seen = worker_cancels(&pool).await;
+        }
+        until("nothing in flight", 10, || in_flight(&gw.pool) == 0).await;
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sheds_with_503_when_full() {
+    bounded(30, async {
+        let gw = start(1, |b| b.max_pending(1).retry_after_secs(2)).await;
+        let mut hold = TcpStream::connect(gw.addr).await.unwrap();
+        hold.write_all(
+            b"POST /v1/call/sleep HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n\r\n20000",
+        )
+        .await
+        .unwrap();
+        until("the first call is in flight", 10, || {
+            in_flight(&gw.pool) == 1
+        })
+        .await;
+        let (s, h, body) = send(gw.addr, request("POST", "/v1/call/echo", &[], "1")).await;
+        assert_eq!((s, h["retry-after"].to_str().unwrap()), (503, "2"));
+        assert_eq!(json(&body)["name"], "OVERLOADED");
+        drop(hold);
+        until("the held call ended", 10, || in_flight(&gw.pool) == 0).await;
+        // The permit came back: admitted again (the disconnect's permit is released at once).
+        let mut ok = false;
+        for _ in 0..100 {
+            let (s, _, _) = send(gw.addr, request("POST", "/v1/call/echo", &[], "1")).await;
+            if s == 200 {
+                ok = true;
+                break;
+            }
+            assert_eq!(s, 503);
+            tokio::task::yield_now().await;
+        }
+        assert!(ok, "never admitted again");
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn body_and_header_limits() {
+    bounded(30, async {
+        let gw = start(1, |b| b.max_body_bytes(1000)).await;
+        let big = format!("\"{}\"", "x".repeat(2000));
+        let (s, _, body) = send(gw.addr, request("POST", "/v1/call/echo", &[], big.clone())).await;
+        assert_eq!((s, json(&body)["name"].as_str()), (413, Some("BODY_TOO_LARGE")));
+        // Chunked, no Content-Length: refused while read.
+        let mut raw = TcpStream::connect(gw.addr).await.unwrap();
+        let chunk = format!("{:x}\r\n{}\r\n", 600, "y".repeat(600));
+        raw.write_all(format!("POST /v1/call/echo HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n{chunk}{chunk}0\r\n\r\n").as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        raw.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 413");
+        // Headers beyond max_header_bytes (16 KiB): 431.
+        let mut raw = TcpStream::connect(gw.addr).await.unwrap();
+        let long = "a".repeat(20_000);
+        raw.write_all(format!("GET /healthz HTTP/1.1\r\nhost: t\r\nx-long: {long}\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = raw.read_to_end(&mut out).await;
+        assert!(out.starts_with(b"HTTP/1.1 431"), "{:?}", String::from_utf8_lossy(&out[..out.len().min(40)]));
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hostile_clients_garbage_and_slowloris() {
+    bounded(30, async {
+        let gw = start(1, |b| b.header_timeout(Duration::from_millis(500))).await;
+        let mut raw = TcpStream::connect(gw.addr).await.unwrap();
+        raw.write_all(b"\x16\x03\x01 GARBAGE \xff\xfe\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = raw.read_to_end(&mut out).await;
+        assert!(
+            out.starts_with(b"HTTP/1.1 400"),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
+        // Slowloris: a header byte every 50 ms, never the end of the head.
+        let raw = TcpStream::connect(gw.addr).await.unwrap();
+        let (mut rd, mut wr) = raw.into_split();
+        let trickle = tokio::spawn(async move {
+            let _ = wr.write_all(b"GET /healthz HTTP/1.1\r\nx-slow: ").await;
+            for _ in 0..200 {
+                if wr.write_all(b"a").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let started = Instant::now();
+        let mut out = Vec::new();
+        let _ = rd.read_to_end(&mut out).await;
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(5), "closed after {took:?}");
+        assert!(took >= Duration::from_millis(400), "closed before the header timeout: {took:?}");
+        assert!(
+            out.is_empty() || out.starts_with(b"HTTP/1.1 408"),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
+        trickle.abort();
+        // The gateway still serves.
+        let (s, _, _) = send(gw.addr, request("GET", "/healthz", &[], "")).await;
+        assert_eq!(s, 200);
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shutdown_drains_in_flight_requests() {
+    bounded(30, async {
+        let mut gw = start(1, |b| b.shutdown_grace(Duration::from_secs(10))).await;
+        let addr = gw.addr;
+        let call =
+            tokio::spawn(
+                async move { send(addr, request("POST", "/v1/call/sleep", &[], "300")).await },
+            );
+        until("the call is in flight", 10, || in_flight(&gw.pool) == 1).await;
+        let served = gw.begin_stop();
+        let (s, _, body) = call.await.unwrap();
+        assert_eq!((s, json(&body)), (200, serde_json::json!(300)));
+        served.await.unwrap();
+        // No longer accepting.
+        assert!(TcpStream::connect(addr).await.is_err());
+        gw.pool.shutdown().await;
+    })
+    .await;
+}
