@@ -144,7 +144,10 @@ async fn every_codec_and_errors() {
         )
         .await;
         // The worker does not take raw bytes for `echo`: CODEC_UNSUPPORTED.
-        assert_eq!((s, json(&body)["name"].as_str()), (415, Some("CODEC_UNSUPPORTED")));
+        assert_eq!(
+            (s, json(&body)["name"].as_str()),
+            (415, Some("CODEC_UNSUPPORTED"))
+        );
         gw.stop().await;
     })
     .await;
@@ -442,7 +445,10 @@ async fn hostile_clients_garbage_and_slowloris() {
         let _ = rd.read_to_end(&mut out).await;
         let took = started.elapsed();
         assert!(took < Duration::from_secs(5), "closed after {took:?}");
-        assert!(took >= Duration::from_millis(400), "closed before the header timeout: {took:?}");
+        assert!(
+            took >= Duration::from_millis(400),
+            "closed before the header timeout: {took:?}"
+        );
         assert!(
             out.is_empty() || out.starts_with(b"HTTP/1.1 408"),
             "{:?}",
@@ -474,6 +480,130 @@ async fn shutdown_drains_in_flight_requests() {
         // No longer accepting.
         assert!(TcpStream::connect(addr).await.is_err());
         gw.pool.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn slow_reader_holds_the_worker_back() {
+    bounded(60, async {
+        let gw = start(1, |b| b).await;
+        let mut c = h1(gw.addr).await;
+        let resp = c
+            .send_request(request("POST", "/v1/stream/forever", &[], "1000"))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        // The body is never read: the worker must stall once the credit window, hyper's
+        // buffer and the socket buffers are full. Waits for the stall itself: the count of
+        // rows received stops moving across 200 ms.
+        let mut last = u64::MAX;
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = gw.pool.metrics().total_rows();
+            if now == last && now > 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < end,
+                "the stream never stalled ({now} rows)"
+            );
+            last = now;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!("rows taken by the pool for a reader that reads nothing: {last}");
+        // 1 MiB window + a 4 MiB frame + socket buffers, in 1 KB rows: far below 10 M.
+        assert!(
+            last < 20_000,
+            "{last} rows buffered for a reader that reads nothing"
+        );
+        drop(resp);
+        drop(c);
+        until("the stream was cancelled", 10, || in_flight(&gw.pool) == 0).await;
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn builder_refuses_bad_options() {
+    bounded(30, async {
+        let pool = pool(1).await;
+        let bad = [
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .max_body_bytes(0)
+                .build(),
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .max_header_bytes(100)
+                .build(),
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .max_pending(0)
+                .build(),
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .header_timeout(Duration::ZERO)
+                .build(),
+        ];
+        for r in bad {
+            assert!(matches!(
+                r,
+                Err(wirepool_gateway::GatewayError::InvalidArgument(_))
+            ));
+        }
+        pool.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn binary_serves_and_stops_on_sigterm() {
+    bounded(60, async {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_wirepool-gateway"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--method",
+                "count:stream",
+                "--",
+            ])
+            .arg(worker())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the gateway printed its address");
+            if let Some(a) = line.strip_prefix("wirepool-gateway: listening on http://") {
+                break a.parse().unwrap();
+            }
+        };
+        let (s, _, body) = send(addr, request("POST", "/v1/stream/count", &[], "1")).await;
+        assert_eq!((s, &body[..]), (200, &b"{\"i\":0}\n{\"summary\":1}\n"[..]));
+        let (s, _, body) = send(addr, request("GET", "/v1/methods", &[], "")).await;
+        assert_eq!(
+            (s, json(&body)["methods"][0]["kind"].as_str()),
+            (200, Some("stream"))
+        );
+        let pid = child.id().unwrap() as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let status = child.wait().await.unwrap();
+        assert!(status.success(), "{status:?}");
+        // A bad argument: a typed error and a failure status, no panic.
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_wirepool-gateway"))
+            .args(["--header-timeout", "soon", "--", "x"])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not a duration"));
     })
     .await;
 }
