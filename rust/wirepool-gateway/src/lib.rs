@@ -4,22 +4,42 @@
 //! header, cancellation on client disconnect, load shedding with `503` and `Retry-After`,
 //! header and body limits, HTTP/1.1 keep-alive and h2c, graceful shutdown.
 //!
-//! ```no_run
+//! ```
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
 //! use wirepool::{MethodKind, Pool, WorkerCommand};
 //! use wirepool_gateway::Gateway;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let pool = Pool::builder(WorkerCommand::new("python").arg("worker.py"))
-//!     .workers(4)
+//! # // The tests' worker, which `cargo test -p wirepool-gateway` builds before the doc tests.
+//! # let worker = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug/examples/gw_test_worker");
+//! # assert!(std::path::Path::new(worker).exists(), "run through cargo test: {worker} missing");
+//! let pool = Pool::builder(WorkerCommand::new(worker)) // e.g. WorkerCommand::new("python").arg("worker.py")
+//!     .workers(2)
+//!     .require_method("echo", MethodKind::Unary) // checked against the workers' HELLO
 //!     .start()
 //!     .await?;
 //! let gateway = Gateway::builder(pool.clone())
-//!     .method("add", MethodKind::Unary) // listed by GET /v1/methods
-//!     .max_pending(4 * 64 + 128)        // in flight + queued; beyond: 503
+//!     .method("echo", MethodKind::Unary) // listed by GET /v1/methods
+//!     .max_pending(2 * 64 + 128)         // in flight + queued; beyond: 503
 //!     .build()?;
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! gateway.serve(listener, wirepool_gateway::shutdown_signal()).await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! // A server would pass wirepool_gateway::shutdown_signal() (SIGTERM or ctrl-c).
+//! let server = tokio::spawn(async move {
+//!     gateway.serve(listener, async { let _ = stopped.await; }).await
+//! });
+//!
+//! let mut conn = tokio::net::TcpStream::connect(addr).await?;
+//! conn.write_all(b"POST /v1/call/echo HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+//!                  content-type: application/json\r\ncontent-length: 7\r\n\r\n[1,2,3]").await?;
+//! let mut reply = String::new();
+//! conn.read_to_string(&mut reply).await?;
+//! assert!(reply.starts_with("HTTP/1.1 200 OK") && reply.ends_with("\r\n\r\n[1,2,3]"));
+//!
+//! let _ = stop.send(());
+//! server.await??; // the in-flight requests drained
 //! pool.shutdown().await;
 //! # Ok(()) }
 //! ```
