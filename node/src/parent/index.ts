@@ -6,3 +6,5 @@
 export { Pool, RowStream, Lease } from "./pool.js";
 export type { PoolOptions, CallOptions, CodecLike, LogEntry, PoolMetrics, WorkerMetrics } from "./pool.js";
 export * from "./errors.js";
+export { Listener, JoinTicket } from "./listener.js";
+export type { ListenerOptions, ListenerStats, Joined } from "./listener.js";
