@@ -414,7 +414,7 @@ impl Gateway {
             Some(Err(e)) => return pool_error(&e),
             other => other,
         };
-        stream_body::response(rows, first, codec, framing, permit)
+        stream_body::response(rows, first, codec, framing, permit, self.clone())
     }
 }
 

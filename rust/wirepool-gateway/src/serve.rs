@@ -1,7 +1,7 @@
 //! The accept loop: HTTP/1.1 and h2c connections, limits, graceful shutdown.
 
 use std::future::Future;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use hyper::service::service_fn;
@@ -89,15 +89,28 @@ impl Gateway {
             let builder = builder.clone();
             let watcher = graceful.watcher();
             let mut killed = killed.clone();
+            let header_timeout = limits.header_timeout;
             tokio::spawn(async move {
+                // The auto builder reads the first bytes to tell HTTP/1 from h2c before hyper's
+                // header timer runs: a connection silent from the start is closed here.
+                let first_request = Arc::new(AtomicBool::new(false));
+                let seen = first_request.clone();
                 let service = service_fn(move |req| {
+                    seen.store(true, Relaxed);
                     let gateway = gateway.clone();
                     async move { Ok::<_, std::convert::Infallible>(gateway.handle(req).await) }
                 });
+                let silent = async {
+                    tokio::time::sleep(header_timeout).await;
+                    if first_request.load(Relaxed) {
+                        std::future::pending::<()>().await;
+                    }
+                };
                 let conn = builder.serve_connection(TokioIo::new(stream), service);
                 tokio::select! {
                     _ = watcher.watch(conn) => {}
                     _ = killed.wait_for(|k| *k) => {}
+                    () = silent => {}
                 }
                 drop(permit);
             });

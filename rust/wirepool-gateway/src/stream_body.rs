@@ -11,8 +11,11 @@ use http_body_util::{BodyExt, StreamBody};
 use tokio::sync::OwnedSemaphorePermit;
 use wirepool::{Codec, RowStream, RowsPayload};
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::routes::ResponseBody;
 use crate::status::pool_error_json;
+use crate::Gateway;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -26,7 +29,17 @@ struct State {
     codec: Codec,
     framing: Framing,
     done: bool,
+    gateway: Gateway,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if !self.done {
+            // The client went away mid-stream; dropping `rows` sends CANCEL.
+            self.gateway.inner.stats.disconnects.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 pub(crate) fn response(
@@ -35,6 +48,7 @@ pub(crate) fn response(
     codec: Codec,
     framing: Framing,
     permit: OwnedSemaphorePermit,
+    gateway: Gateway,
 ) -> Response<ResponseBody> {
     let state = State {
         rows,
@@ -42,6 +56,7 @@ pub(crate) fn response(
         codec,
         framing,
         done: false,
+        gateway,
         _permit: permit,
     };
     let chunks = futures_util::stream::unfold(state, |mut s| async move {

@@ -346,6 +346,12 @@ async fn disconnect_cancels_on_the_worker() {
             seen = worker_cancels(&pool).await;
         }
         until("nothing in flight", 10, || in_flight(&gw.pool) == 0).await;
+        let (_, _, body) = send(gw.addr, request("GET", "/metrics", &[], "")).await;
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(
+            text.contains("wirepool_gateway_client_disconnects_total 2"),
+            "{text}"
+        );
         gw.stop().await;
     })
     .await;
@@ -604,6 +610,58 @@ async fn binary_serves_and_stops_on_sigterm() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("not a duration"));
+    })
+    .await;
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[tokio::test]
+async fn silent_crowd_is_closed_and_fds_stay_flat() {
+    bounded(60, async {
+        let gw = start(1, |b| {
+            b.header_timeout(Duration::from_millis(500))
+                .max_connections(150)
+        })
+        .await;
+        // One served request first, so every lazily opened descriptor exists.
+        let (s, _, _) = send(gw.addr, request("GET", "/healthz", &[], "")).await;
+        assert_eq!(s, 200);
+        let before = open_fds();
+        for round in 0..2 {
+            // 200 connections that never send (50 over max_connections): every one is closed,
+            // the extra ones at accept, the others at the header timeout.
+            let mut crowd = Vec::new();
+            for _ in 0..200 {
+                crowd.push(TcpStream::connect(gw.addr).await.unwrap());
+            }
+            let started = Instant::now();
+            for mut c in crowd {
+                let mut buf = [0u8; 64];
+                let n = c.read(&mut buf).await.unwrap_or(0);
+                assert!(n == 0 || buf.starts_with(b"HTTP/1.1 408"), "round {round}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "round {round}: {:?}",
+                started.elapsed()
+            );
+        }
+        let (s, _, body) = send(gw.addr, request("GET", "/metrics", &[], "")).await;
+        assert_eq!(s, 200);
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(
+            !text.contains("wirepool_gateway_connections_refused_total 0\n"),
+            "{text}"
+        );
+        // The gateway's side of every connection is closed too (polled: the close is async).
+        until("descriptors back to where they were", 10, || {
+            open_fds() <= before + 2
+        })
+        .await;
+        gw.stop().await;
     })
     .await;
 }
