@@ -7,6 +7,7 @@
  * @module
  */
 
+import { Listener } from "./listener.js";
 import { availableParallelism } from "node:os";
 import { codec as resolveCodec, type Codec } from "../codecs/index.js";
 import { CallerInput, ErrorCode, Limits, PARENT_DEFAULTS } from "../proto/constants.js";
@@ -142,7 +143,9 @@ export function poolSettings(o: PoolOptions): Settings {
   if (o.logger !== undefined && typeof o.logger !== "function") throw invalid("logger", "a function", o.logger);
   if (o.cwd !== undefined && typeof o.cwd !== "string") throw invalid("cwd", "a string", o.cwd);
   if (o.env !== undefined && (o.env === null || typeof o.env !== "object")) throw invalid("env", "an object", o.env);
+  if (o.remote !== undefined && !(o.remote instanceof Listener)) throw invalid("remote", "a Listener (Listener.start())", o.remote);
   return {
+    remote: o.remote ?? null,
     command: command(o.command),
     env: o.env ?? process.env,
     cwd: o.cwd,

@@ -23,6 +23,7 @@
  */
 
 import { EventEmitter } from "node:events";
+import type { Listener } from "./listener.js";
 import type { Codec, CodecName } from "../codecs/index.js";
 import { ErrorCode, MethodKind } from "../proto/constants.js";
 import { ProtocolError } from "../proto/errors.js";
@@ -44,6 +45,14 @@ export type CodecLike = CodecName | Codec;
 export interface PoolOptions {
   /** The worker program and its arguments, run without a shell. */
   readonly command: readonly string[];
+  /**
+   * Remote workers (PROTOCOL.md 21): a started {@link Listener} the pool's workers join over
+   * TCP + TLS 1.3. Each worker is started as a child with a single-use ticket in
+   * `WIREPOOL_TICKET` instead of `WIREPOOL_FD` (the other SDKs' subprocess launcher) and its
+   * stdout and stderr are not read; a lost connection is `WORKER_EXITED` with details
+   * `{connection: "lost", host, pid}`. The caller closes the listener after the pool.
+   */
+  readonly remote?: Listener;
   /** The workers' whole environment (default: this process's). `WIREPOOL_FD` is added. */
   readonly env?: NodeJS.ProcessEnv;
   /** The workers' working directory (default: this process's). */

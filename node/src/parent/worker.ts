@@ -12,7 +12,7 @@ import { constants as osConstants } from "node:os";
 import { readFileSync, readSync } from "node:fs";
 import type { Socket } from "node:net";
 import { Connection, EventType, type ConnectionEvent } from "../proto/connection.js";
-import { ErrorCode, FrameType, MethodKind } from "../proto/constants.js";
+import { ErrorCode, FrameType, MethodKind, Remote } from "../proto/constants.js";
 import { errorName, ProtocolError } from "../proto/errors.js";
 import type { HelloFrame, RowsFrame } from "../proto/frames.js";
 import { Liveness } from "../proto/liveness.js";
@@ -20,6 +20,7 @@ import { negotiate } from "../proto/policies.js";
 import { feedOutput, mustFeed } from "../feed.js";
 import { parseDetails, wireError, wirepoolError, type WirepoolError } from "./errors.js";
 import { cut, quote } from "./quote.js";
+import type { Joined, Listener } from "./listener.js";
 
 /** A method the pool requires every worker to offer (checked at HELLO: CODEC_MISMATCH). */
 export interface RequiredMethod {
@@ -43,6 +44,8 @@ export interface WorkerSettings {
   readonly goodbyeGraceMs: number;
   readonly stderrTailLines: number;
   readonly require: readonly RequiredMethod[];
+  /** Remote workers: the listener they join with a single-use ticket each (null: local, WIREPOOL_FD). */
+  readonly remote?: Listener | null;
 }
 
 /** The hooks a request in flight gives its worker: each is called at most once per terminal. */
@@ -119,6 +122,10 @@ export class WorkerProcess {
   /** Method name -> index in HELLO, and its kind. */
   readonly methods = new Map<string, { index: number; kind: number; codecs: readonly number[] }>();
   pid = 0;
+  /** A remote worker's peer address as the listener saw it (null: a local worker). */
+  host: string | null = null;
+  /** The pid the worker's HELLO gave (a remote worker's, on its own machine). */
+  helloPid: number | null = null;
   death: Death | null = null;
   /** A replacement was already started for it (recycling): its exit needs none. */
   replaced = false;
@@ -151,6 +158,8 @@ export class WorkerProcess {
   private exitStatus: number | null = null;
   private exitSignal: number | null = null;
   private exited = false;
+  /** A remote worker's child process has exited (the subprocess launcher's). */
+  private childGone = false;
   private outputsOpen = 0;
   /** The connection's end of file (or read error) has been seen: every byte of it was fed. */
   private socketEnded = false;
@@ -161,11 +170,18 @@ export class WorkerProcess {
   private readonly resultIds: number[] = [];
   private readonly resultBodies: Buffer[] = [];
 
+  private readonly settings: WorkerSettings;
+  /** The listener of a remote worker (null: local). */
+  private readonly remote: Listener | null;
+
   constructor(
     readonly workerId: number,
-    private readonly settings: WorkerSettings,
+    settings: WorkerSettings,
     private readonly hooks: WorkerHooks,
   ) {
+    this.remote = settings.remote ?? null;
+    // A remote connection's heartbeat is never 0 (21.5).
+    this.settings = this.remote !== null && settings.heartbeatMs === 0 ? { ...settings, heartbeatMs: Remote.remoteHeartbeatMs } : settings;
     this.gone = new Promise<void>((resolve) => {
       this.markGone = resolve;
     });
@@ -179,14 +195,28 @@ export class WorkerProcess {
       const s = this.settings;
       const [program, ...args] = s.command;
       let child: ChildProcess;
+      const remote = this.remote;
       try {
-        // A socketpair on fd 3: libuv creates 'pipe' stdio with socketpair(AF_UNIX, SOCK_STREAM)
-        // on Unix, keeps its end close-on-exec and closes the child's end after the spawn.
-        child = spawn(program, args, {
-          stdio: ["ignore", "pipe", "pipe", "pipe"],
-          env: { ...s.env, WIREPOOL_FD: "3" },
-          cwd: s.cwd,
-        });
+        if (remote !== null) {
+          // The subprocess launcher (21.8): a child that joins over TCP + TLS with a ticket of its own.
+          const ticket = remote.issue({ singleUse: true, ttlS: Math.ceil(s.startupTimeoutMs / 1000) + 60 });
+          const env: NodeJS.ProcessEnv = { ...s.env, WIREPOOL_TICKET: ticket.encode() };
+          delete env.WIREPOOL_FD;
+          delete env.WIREPOOL_TICKET_FILE;
+          child = spawn(program, args, { stdio: "ignore", env, cwd: s.cwd, detached: true });
+          remote.accept({ ticket, timeoutMs: s.startupTimeoutMs }).then(
+            (j) => this.attachRemote(j),
+            () => {}, // the start timer reports it (STARTUP_TIMEOUT)
+          );
+        } else {
+          // A socketpair on fd 3: libuv creates 'pipe' stdio with socketpair(AF_UNIX, SOCK_STREAM)
+          // on Unix, keeps its end close-on-exec and closes the child's end after the spawn.
+          child = spawn(program, args, {
+            stdio: ["ignore", "pipe", "pipe", "pipe"],
+            env: { ...s.env, WIREPOOL_FD: "3" },
+            cwd: s.cwd,
+          });
+        }
       } catch (e) {
         this.spawnFailed(e);
         return;
@@ -197,7 +227,20 @@ export class WorkerProcess {
       });
       if (child.pid === undefined) return; // 'error' follows (ENOENT, EACCES)
       this.pid = child.pid;
-      child.once("exit", (code, signal) => this.onExit(code, signal));
+      child.once("exit", (code, signal) => {
+        // A remote worker's end is its connection's (21.6); before it joined, its exit is.
+        if (remote !== null) {
+          this.childGone = true;
+          if (this.socket !== null) return;
+        }
+        this.onExit(code, signal);
+      });
+      child.unref();
+      if (remote !== null) {
+        this.child = child;
+        this.armStartTimer();
+        return;
+      }
       this.watchOutput(child.stdout!, "stdout");
       this.watchOutput(child.stderr!, "stderr");
       const sock = child.stdio[3] as Socket;
@@ -206,14 +249,40 @@ export class WorkerProcess {
       child.unref();
       (child.stdout as Socket).unref();
       (child.stderr as Socket).unref();
-      sock.unref();
       this.keepReadingAfterWriteError(sock);
-      // The connection counts as an output: requests end only once every byte the worker sent
-      // before it left has been read and fed to the core (8.4: GOODBYE and the frames before it).
-      this.outputsOpen++;
-      sock.on("data", (chunk: Buffer) => this.onData(chunk));
-      sock.on("end", () => this.onEof());
-      sock.on("error", () => this.onEof());
+      this.wireSocket(sock);
+      this.armStartTimer();
+    });
+  }
+
+  /** The connection's handlers: the local socketpair's or a remote worker's TLS socket. */
+  private wireSocket(sock: Socket): void {
+    sock.unref();
+    // The connection counts as an output: requests end only once every byte the worker sent
+    // before it left has been read and fed to the core (8.4: GOODBYE and the frames before it).
+    this.outputsOpen++;
+    sock.on("data", (chunk: Buffer) => this.onData(chunk));
+    sock.on("end", () => this.onEof());
+    sock.on("error", () => this.onEof());
+    if (this.remote !== null) sock.on("close", () => this.onEof());
+  }
+
+  /** A remote worker joined (21.3): its connection from the bytes after the JOIN block on. */
+  private attachRemote(j: Joined): void {
+    if (this.state !== "starting" || this.socket !== null || this.childGone) {
+      j.socket.destroy();
+      return;
+    }
+    this.socket = j.socket;
+    this.host = j.peer;
+    this.wireSocket(j.socket);
+    if (j.head.length > 0) this.onData(j.head);
+    j.socket.resume();
+  }
+
+  private armStartTimer(): void {
+    const s = this.settings;
+    {
       this.startTimer = setTimeout(() => {
         this.startTimer = null;
         if (this.state !== "starting") return;
@@ -224,7 +293,7 @@ export class WorkerProcess {
         );
       }, s.startupTimeoutMs);
       this.startTimer.unref();
-    });
+    }
   }
 
   /**
@@ -507,6 +576,7 @@ export class WorkerProcess {
   }
 
   private onHello(h: HelloFrame): void {
+    this.helloPid = h.pid;
     const s = this.settings;
     for (let i = 0; i < h.methods.length; i++) {
       const m = h.methods[i];
@@ -666,6 +736,12 @@ export class WorkerProcess {
     this.socketEnded = true;
     this.outputsOpen--;
     if (this.state !== "dead") this.connectionEnded();
+    if (this.remote !== null) {
+      // A remote worker's death is its lost connection: status and signal unknown (21.6).
+      this.exited = true;
+      this.finish();
+      return;
+    }
     if (this.outputsOpen === 0 && this.exited && this.exitWait !== null) this.finish();
   }
 
@@ -706,12 +782,31 @@ export class WorkerProcess {
 
   /** Kills the process now (SIGKILL: a stopped worker never acts on SIGTERM). */
   kill(): void {
+    if (this.remote !== null) {
+      // The parent cannot kill a remote process: it closes the connection (21.6); the subprocess
+      // launcher also stops the child it started.
+      this.socket?.destroy();
+      if (this.child !== null && !this.childGone) this.signalChild();
+      if (this.socket === null && this.state !== "dead") {
+        this.exited = true;
+        this.finish();
+      }
+      return;
+    }
     if (this.child !== null && !this.exited) {
       try {
         this.child.kill("SIGKILL");
       } catch {
         // already gone
       }
+    }
+  }
+
+  private signalChild(): void {
+    try {
+      this.child?.kill("SIGKILL");
+    } catch {
+      // already gone
     }
   }
 
@@ -758,7 +853,9 @@ export class WorkerProcess {
     this.stopHeartbeat();
     const death: Death = { exitStatus: this.exitStatus, signal: this.exitSignal, stderrTail: this.stderrTail(), why: this.why };
     this.death = death;
+    if (this.remote !== null && !this.childGone) this.signalChild(); // the launcher stops what it started
     const exitedError = wirepoolError(ErrorCode.WORKER_EXITED, this.describeExit(), {
+      details: this.remote !== null ? { connection: "lost", host: this.host, pid: this.helloPid } : undefined,
       pid: this.pid,
       exitStatus: death.exitStatus,
       signal: death.signal,
@@ -776,6 +873,10 @@ export class WorkerProcess {
   }
 
   private describeExit(): string {
+    if (this.remote !== null) {
+      const where = this.host === null ? `(child pid ${this.pid}) never joined` : `${this.host} pid ${this.helloPid ?? "?"} lost its connection`;
+      return `the remote worker ${where}${this.helloPid === null ? " before its HELLO" : ""}`;
+    }
     const how =
       this.exitSignal !== null
         ? `was killed by signal ${this.exitSignal}`
