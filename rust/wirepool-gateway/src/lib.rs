@@ -85,6 +85,7 @@ pub(crate) struct Limits {
     pub max_body_bytes: usize,
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
+    pub body_timeout: Duration,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
     pub retry_after_secs: u32,
@@ -123,6 +124,7 @@ impl Gateway {
                 max_body_bytes: 1 << 20,
                 max_header_bytes: 16 << 10,
                 header_timeout: Duration::from_secs(10),
+                body_timeout: Duration::from_secs(30),
                 max_connections: 1024,
                 shutdown_grace: Duration::from_secs(10),
                 retry_after_secs: 1,
@@ -155,6 +157,12 @@ impl GatewayBuilder {
     /// is disconnected.
     pub fn header_timeout(mut self, d: Duration) -> Self {
         self.limits.header_timeout = d;
+        self
+    }
+    /// Time a client has to send a whole request body once its head is in (default 30 s):
+    /// slower gets 408 (a trickled body cannot hold a place in `max_pending` for ever).
+    pub fn body_timeout(mut self, d: Duration) -> Self {
+        self.limits.body_timeout = d;
         self
     }
     /// Open connections at most (default 1,024): one more is closed at once.
@@ -196,8 +204,8 @@ impl GatewayBuilder {
         if l.max_header_bytes < 8192 {
             return bad("max_header_bytes must be at least 8192");
         }
-        if l.header_timeout.is_zero() {
-            return bad("header_timeout must be positive");
+        if l.header_timeout.is_zero() || l.body_timeout.is_zero() {
+            return bad("header_timeout and body_timeout must be positive");
         }
         if l.max_connections == 0 || self.max_pending == 0 {
             return bad("max_connections and max_pending must be at least 1");

@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
@@ -111,7 +112,7 @@ fn call_options<B>(req: &Request<B>, codec: Codec) -> Result<CallOptions, Refusa
 
 /// Reads a body of at most `limit` bytes: 413 from `Content-Length` before reading, or when
 /// the body grows past the limit while read.
-async fn read_body<B>(req: Request<B>, limit: usize) -> Result<Bytes, Refusal>
+async fn read_body<B>(req: Request<B>, limit: usize, within: Duration) -> Result<Bytes, Refusal>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -136,7 +137,15 @@ where
             }
         }
     }
-    match Limited::new(req.into_body(), limit).collect().await {
+    let read = tokio::time::timeout(within, Limited::new(req.into_body(), limit).collect());
+    let Ok(read) = read.await else {
+        return Err(Refusal::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "BODY_TIMEOUT",
+            format!("the request body took longer than {within:?}"),
+        ));
+    };
+    match read {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(_) => Err(Refusal::new(
@@ -342,7 +351,13 @@ impl Gateway {
             Ok(p) => p,
             Err(resp) => return *resp,
         };
-        let value = match read_body(req, self.inner.limits.max_body_bytes).await {
+        let value = match read_body(
+            req,
+            self.inner.limits.max_body_bytes,
+            self.inner.limits.body_timeout,
+        )
+        .await
+        {
             Ok(body) => match decode_request(codec, body) {
                 Ok(v) => v,
                 Err(r) => return refuse(r),
@@ -393,7 +408,13 @@ impl Gateway {
             Ok(p) => p,
             Err(resp) => return *resp,
         };
-        let value = match read_body(req, self.inner.limits.max_body_bytes).await {
+        let value = match read_body(
+            req,
+            self.inner.limits.max_body_bytes,
+            self.inner.limits.body_timeout,
+        )
+        .await
+        {
             Ok(body) => match decode_request(codec, body) {
                 Ok(v) => v,
                 Err(r) => return refuse(r),

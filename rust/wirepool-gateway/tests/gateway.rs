@@ -396,7 +396,13 @@ async fn sheds_with_503_when_full() {
 #[tokio::test]
 async fn body_and_header_limits() {
     bounded(30, async {
-        let gw = start(1, |b| b.max_body_bytes(1000)).await;
+        let gw = start(1, |b| b.max_body_bytes(1000).body_timeout(Duration::from_millis(300))).await;
+        // A body trickled slower than the body timeout: 408, and the permit is back.
+        let mut raw = TcpStream::connect(gw.addr).await.unwrap();
+        raw.write_all(b"POST /v1/call/echo HTTP/1.1\r\nhost: t\r\ncontent-length: 10\r\n\r\n1").await.unwrap();
+        let mut head = [0u8; 12];
+        raw.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 408");
         let big = format!("\"{}\"", "x".repeat(2000));
         let (s, _, body) = send(gw.addr, request("POST", "/v1/call/echo", &[], big.clone())).await;
         assert_eq!((s, json(&body)["name"].as_str()), (413, Some("BODY_TOO_LARGE")));
