@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from wirepool import _constants, _shm, _shm_proto, _validate, errors, pool, proto, remote, worker
+from wirepool import (_constants, _pooled_worker, _shm, _shm_proto, _validate, errors, pool, proto,
+                      remote, worker)
 from wirepool.errors import ErrorCode
 
 CONSTANTS = json.loads((Path(__file__).resolve().parents[2] / "spec" / "constants.json")
@@ -99,7 +100,7 @@ GENERATED = [
     (remote.DEFAULT_REFUSAL_LOG_PER_SECOND, "REMOTE_DEFAULT_REFUSAL_LOG_PER_SECOND"),
     (remote.DEFAULT_REMOTE_HEARTBEAT_MS, "REMOTE_DEFAULT_REMOTE_HEARTBEAT_MS"),
     (remote.DEFAULT_POOL_TICKET_TTL, "REMOTE_DEFAULT_POOL_TICKET_TTL_S"),
-    (remote.HEARTBEAT_MISSES, "HEARTBEAT_MISSES"), (pool.HEARTBEAT_MISSES, "HEARTBEAT_MISSES"),
+    (remote.HEARTBEAT_MISSES, "HEARTBEAT_MISSES"), (_pooled_worker.HEARTBEAT_MISSES, "HEARTBEAT_MISSES"),
     (_validate.MAX_TIMEOUT_S * 1000, "MAX_TIMEOUT_MS"),
     (errors.QUOTED_MAX_CHARS, "QUOTED_MAX_CHARS"),
 ]
@@ -158,9 +159,9 @@ def _parent(name: str) -> Any:
     if name == "drain_grace":
         return round(_pool_default("drain_grace") * 1000)
     if name == "goodbye_grace":
-        return round(pool._GOODBYE_GRACE * 1000)
+        return round(_pooled_worker._GOODBYE_GRACE * 1000)
     if name == "stderr_tail_lines":
-        return pool._STDERR_TAIL_LINES
+        return _pooled_worker._STDERR_TAIL_LINES
     return _pool_default(name)
 
 
@@ -214,11 +215,11 @@ def test_shm_lane_defaults() -> None:
     """PROTOCOL.md 20: the windows, the threshold and the idle retirement of both sides."""
     d = CONSTANTS["extensions"]["shm"]["sdk_defaults"]
     assert worker.SHM_WINDOW == d["window"]
-    assert pool.SHM_WINDOW == d["to_worker_window"] == d["to_parent_window"]
-    assert worker.SHM_THRESHOLD == pool.SHM_THRESHOLD == _pool_default("shm_threshold") \
+    assert _pooled_worker.SHM_WINDOW == d["to_worker_window"] == d["to_parent_window"]
+    assert worker.SHM_THRESHOLD == _pooled_worker.SHM_THRESHOLD == _pool_default("shm_threshold") \
         == d["shm_threshold"]
     assert _shm.IDLE_RETIRE == d["shm_idle_retire_ms"] * S["ms"]
-    assert pool.SHM_IDLE_RETIRE == _shm.IDLE_RETIRE
+    assert _pooled_worker.SHM_IDLE_RETIRE == _shm.IDLE_RETIRE
 
 
 def test_the_core_offers_every_operation_of_section_14() -> None:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import wirepool
-from wirepool.pool import _CALLER, _PARKED
+from wirepool._pooled_worker import _CALLER, _PARKED
 
 BASIC = os.path.join(os.path.dirname(__file__), "workers", "basic.py")
 

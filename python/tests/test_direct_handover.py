@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 import wirepool
-from wirepool.pool import _CALLER, _PARKED
+from wirepool._pooled_worker import _CALLER, _PARKED
 
 BASIC = os.path.join(os.path.dirname(__file__), "workers", "basic.py")
 BOUND = 20.0  # seconds any single wait in these tests may take before it counts as a hang

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import wirepool
-from wirepool.pool import _PARKED, _Worker
+from wirepool._pooled_worker import _PARKED, _Worker
 
 HERE = os.path.dirname(__file__)
 # The relay every SDK's heartbeat test uses: DOWN_RATE UP_RATE worker-command...

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 import wirepool
-from wirepool import pool as _pool
+from wirepool import _pooled_worker as _pool
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"),
                                  reason="the lane is Linux only (memfd, seals)"),

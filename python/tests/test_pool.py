@@ -964,7 +964,7 @@ def test_a_picked_worker_is_taken_from_blocking_callers(worker_argv: list[str]) 
     picked a parked worker, a blocking caller's thread claimed it before the loop reclaimed it
     (the core then counted the caller's request, ``requests`` did not), and the burst sized by
     ``requests`` overran max_in_flight. Here the caller's claim lands exactly in that gap."""
-    from wirepool.pool import _LOOP, _PARKED
+    from wirepool._pooled_worker import _LOOP, _PARKED
 
     with wirepool.Pool(worker_argv, workers=1) as p:
         ap = p._apool

@@ -31,8 +31,9 @@ from ._map import _MapRun, _encode_failed, _map_window
 from ._transport import frame_end
 from ._waits import acquire_lock, result_of
 from .errors import ErrorCode, PoolClosed, ProtocolError, WirepoolError, error_from_code
-from .pool import (_DIRECT_WAIT_MS, _NO_LANE, _PARKED, _UNARY, AsyncPool, EventCallback,
-                   PoolMetrics, Stream, _Attempts, _Request, _Worker)
+from ._pooled_worker import (_DIRECT_WAIT_MS, _NO_LANE, _PARKED, _UNARY, EventCallback, _Request,
+                             _Worker)
+from .pool import AsyncPool, PoolMetrics, Stream, _Attempts
 from .proto import MethodKind
 
 __all__ = ["Pool", "SyncStream"]
