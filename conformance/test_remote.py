@@ -51,8 +51,6 @@ TRANSPORT = ("--transport", "tls")
 # Parents without a listener in issue 14's scope: they are not run here, and the check below
 # names them.
 NOT_REMOTE: dict[str, str] = {
-    "node": "the Node parent has no listener: issue 14 builds remote parents in Rust and Python "
-            "only (docs/REMOTE.md); the Node SDK joins as a worker",
 }
 # Parents whose runner does not take --transport tls yet, each with the issue that owes it.
 REMOTE_PENDING: dict[str, str] = {}

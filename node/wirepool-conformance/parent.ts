@@ -3,7 +3,11 @@
  * contract"): runs a scenario file against a `Pool` of any language's conformance worker and
  * prints one JSON line per scenario, `{"scenario", "ok", "detail", "elapsed"}`.
  *
- *     node --expose-gc build/parent.js --scenarios conformance/scenarios.json [--only NAME ...] -- WORKER COMMAND...
+ *     node --expose-gc build/parent.js --scenarios conformance/scenarios.json [--only NAME ...] [--transport socketpair|tls|tcp] -- WORKER COMMAND...
+ *
+ * `--transport tls` (conformance/test_remote.py) runs every pool's workers as children that join
+ * a listener of this runner over TCP + TLS 1.3 with a single-use ticket each (`tcp`: plain
+ * loopback); every WORKER_EXITED must then say `"connection": "lost"` in its details (21.6).
  *
  * Each scenario gets a fresh pool and is bounded by its `timeout_s`. Besides the scenario's own
  * expectation, every scenario that starts a pool checks that nothing is left in flight within
@@ -16,7 +20,10 @@ import { readFileSync, writeFileSync, mkdtempSync, rmSync, readdirSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Pool, RowStream, WirepoolError, type Lease, type PoolOptions } from "wirepool";
+import { Listener, Pool, RowStream, WirepoolError, type Lease, type PoolOptions } from "wirepool";
+
+/** `--transport tls|tcp` (conformance/test_remote.py): the listener every pool's workers join (PROTOCOL.md 21). */
+let LISTENER: Listener | null = null;
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -61,6 +68,7 @@ function poolOptions(cfg: Json, worker: string[], env: NodeJS.ProcessEnv | undef
     // Optional: the SDK's default when a scenario file does not set it.
     ...(cfg.max_message_size != null ? { maxMessageSize: Number(cfg.max_message_size) } : {}),
     codec: "json",
+    ...(LISTENER !== null ? { remote: LISTENER } : {}),
   };
 }
 
@@ -221,6 +229,12 @@ function checkError(suite: Suite, want: Json, e: unknown): void {
   }
   const code = expectedCode(suite, want.code);
   if (e.code !== code) throw new ScenarioFailed(`expected error ${want.code} (${code}), got code ${e.code}: ${e.message}`);
+  if (LISTENER !== null && code === suite.codes.WORKER_EXITED) {
+    // PROTOCOL.md 21.6: a remote worker's end is its connection's, named in the details.
+    const d = e.details as Json;
+    const lost = d !== null && typeof d === "object" ? d.connection : undefined;
+    if (lost !== "lost") throw new ScenarioFailed(`a remote worker's WORKER_EXITED must say "connection": "lost" in its details, got ${canonical(d ?? null)} (${e.message})`);
+  }
   if ("protocol_code" in want) {
     const d = e.details as Json;
     const got = d !== null && typeof d === "object" ? d.protocol_code : undefined;
@@ -748,16 +762,24 @@ async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const sep = argv.indexOf("--");
   if (sep < 0 || sep === argv.length - 1) {
-    process.stderr.write("usage: parent.js --scenarios FILE [--only NAME ...] -- WORKER COMMAND...\n");
+    process.stderr.write("usage: parent.js --scenarios FILE [--only NAME ...] [--transport socketpair|tls|tcp] -- WORKER COMMAND...\n");
     process.exit(2);
   }
   const worker = argv.slice(sep + 1);
   let file = "";
   const only: string[] = [];
+  let transport = "socketpair";
   for (let k = 0; k < sep; k++) {
     if (argv[k] === "--scenarios") file = argv[++k];
     else if (argv[k] === "--only") only.push(argv[++k]);
+    else if (argv[k] === "--transport") transport = argv[++k];
   }
+  if (!["socketpair", "tls", "tcp"].includes(transport)) {
+    process.stderr.write(`--transport must be socketpair, tls or tcp, not ${JSON.stringify(transport)}\n`);
+    process.exit(2);
+  }
+  // Refusals go to stderr (bounded per second by the listener): stdout is the report.
+  if (transport !== "socketpair") LISTENER = await Listener.start({ tls: transport === "tls" });
   const doc = JSON.parse(readFileSync(file, "utf8"));
   const suite: Suite = { codes: doc.error_codes, defaults: doc.defaults, health: doc.health_check };
   // Worker output (scenarios flood it) is read and dropped: this runner's stderr is its report.
@@ -800,6 +822,7 @@ async function main(): Promise<void> {
     const line = { scenario: sc.name, ok, detail, elapsed: (performance.now() - started) / 1000 };
     process.stdout.write(JSON.stringify(line) + "\n");
   }
+  await LISTENER?.close();
 }
 
 main().then(
