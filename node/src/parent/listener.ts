@@ -19,13 +19,12 @@
  * @module
  */
 
-import { createHash, generateKeyPairSync, randomBytes, sign, timingSafeEqual, type KeyObject } from "node:crypto";
+import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } from "node:crypto";
 import net from "node:net";
 import tls from "node:tls";
-import { inspect } from "node:util";
 import { ErrorCode, FrameType, Remote } from "../proto/constants.js";
 import { encodeFrames } from "../proto/frames.js";
-import { isLoopback } from "../worker/remote.js";
+import { isLoopback, Ticket } from "../worker/remote.js";
 import { WirepoolError } from "./errors.js";
 import { invalid } from "./options.js";
 
@@ -37,52 +36,26 @@ const REFUSAL_LINGER_MS = 1000;
 const MAX_TIMEOUT_MS = 2_147_483_647;
 const MAX_TTL_S = 10 * 365 * 86400;
 
-/** A join ticket the listener issued (21.2). Its secret stays out of `inspect`, JSON and messages. */
-export class JoinTicket {
-  readonly #secret: Buffer;
-
+/** A join ticket the listener issued (21.2): the worker's {@link Ticket} (one text form, one parser), plus whether it is forgotten after its first join. Its secret stays out of `inspect`, JSON and messages. */
+export class JoinTicket extends Ticket {
   /** @internal */
   constructor(
-    readonly host: string,
-    readonly port: number,
-    readonly tls: boolean,
-    readonly fingerprint: Buffer | null,
-    readonly id: Buffer,
+    host: string,
+    port: number,
+    tls: boolean,
+    fingerprint: Buffer | null,
+    id: Buffer,
     secret: Buffer,
     /** Unix time in seconds: the last second the ticket is valid. */
-    readonly expires: number,
+    expires: number,
     /** Forgotten after its first join (a launcher's per-worker ticket). */
     readonly singleUse: boolean,
   ) {
-    this.#secret = secret;
+    super(host, port, tls, fingerprint, id, secret, expires);
   }
 
-  /** The ticket's id in hex: how logs and messages name it. */
-  get name(): string {
-    return this.id.toString("hex");
-  }
-
-  /** The text form (`wirepool-ticket-1.` + base64url JSON) a worker reads from `WIREPOOL_TICKET`. A secret: never log it. */
-  encode(): string {
-    const doc: Record<string, unknown> = { v: 1, host: this.host, port: this.port, tls: this.tls };
-    if (this.fingerprint !== null) doc.fingerprint = "sha256:" + this.fingerprint.toString("hex");
-    doc.id = this.name;
-    doc.secret = this.#secret.toString("hex");
-    doc.expires = this.expires;
-    return Remote.ticketPrefix + Buffer.from(JSON.stringify(doc), "utf8").toString("base64url");
-  }
-
-  /** @internal constant-time comparison with a JOIN block's secret. */
-  matches(secret: Buffer): boolean {
-    return secret.length === SECRET_BYTES && timingSafeEqual(this.#secret, secret);
-  }
-
-  toJSON(): object {
-    return { host: this.host, port: this.port, tls: this.tls, id: this.name, expires: this.expires, singleUse: this.singleUse };
-  }
-
-  [inspect.custom](): string {
-    return `JoinTicket { host: ${JSON.stringify(this.host)}, port: ${this.port}, tls: ${this.tls}, id: ${this.name}, expires: ${this.expires} }`;
+  override toJSON(): object {
+    return { ...super.toJSON(), singleUse: this.singleUse };
   }
 }
 

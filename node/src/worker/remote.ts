@@ -80,12 +80,27 @@ export class Ticket {
     return block;
   }
 
+  /** The text form (`wirepool-ticket-1.` + base64url JSON) {@link parseTicket} reads: a secret, never log it. */
+  encode(): string {
+    const doc: Record<string, unknown> = { v: 1, host: this.host, port: this.port, tls: this.tls };
+    if (this.fingerprint !== null) doc.fingerprint = "sha256:" + this.fingerprint.toString("hex");
+    doc.id = this.name;
+    doc.secret = this.#secret.toString("hex");
+    doc.expires = this.expires;
+    return Remote.ticketPrefix + Buffer.from(JSON.stringify(doc), "utf8").toString("base64url");
+  }
+
+  /** Constant-time comparison with a JOIN block's secret (the parent's check, 21.4). */
+  matches(secret: Buffer): boolean {
+    return secret.length === SECRET_BYTES && timingSafeEqual(this.#secret, secret);
+  }
+
   toJSON(): object {
     return { host: this.host, port: this.port, tls: this.tls, id: this.name, expires: this.expires };
   }
 
   [inspect.custom](): string {
-    return `Ticket { host: ${JSON.stringify(this.host)}, port: ${this.port}, tls: ${this.tls}, id: ${this.name}, expires: ${this.expires} }`;
+    return `${this.constructor.name} { host: ${JSON.stringify(this.host)}, port: ${this.port}, tls: ${this.tls}, id: ${this.name}, expires: ${this.expires} }`;
   }
 }
 
