@@ -9,6 +9,9 @@ use wirepool_worker::{BlockingRowSink, Codec, Context, HandlerError, Worker};
 
 /// Requests that ended because the worker saw their CANCEL.
 static CANCELS: AtomicU64 = AtomicU64::new(0);
+/// `sleep` handlers started: a test disconnects once the handler runs (a CANCEL that arrives
+/// earlier ends the request before any handler could count it).
+static SLEEPS: AtomicU64 = AtomicU64::new(0);
 
 fn main() -> std::io::Result<()> {
     Worker::new("gateway-test-worker")
@@ -24,6 +27,7 @@ fn main() -> std::io::Result<()> {
         )
         // Sleeps `ms`, returning early (and counting it) when cancelled.
         .unary("sleep", |ms: u64, ctx: &Context| {
+            SLEEPS.fetch_add(1, SeqCst);
             let end = Instant::now() + Duration::from_millis(ms);
             while Instant::now() < end {
                 if ctx.is_cancelled() {
@@ -36,6 +40,9 @@ fn main() -> std::io::Result<()> {
         })
         .unary("cancels", |_: serde_json::Value, _: &Context| {
             Ok(CANCELS.load(SeqCst))
+        })
+        .unary("sleeps", |_: serde_json::Value, _: &Context| {
+            Ok(SLEEPS.load(SeqCst))
         })
         // `n` rows {"i": i}, then the summary n.
         .stream_blocking(

@@ -312,6 +312,17 @@ impl Gateway {
         }
     }
 
+    /// The request's body within the gateway's size and time limits, decoded in `codec`.
+    async fn request_value<B>(&self, req: Request<B>, codec: Codec) -> Result<Req, Refusal>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let limits = &self.inner.limits;
+        let body = read_body(req, limits.max_body_bytes, limits.body_timeout).await?;
+        decode_request(codec, body)
+    }
+
     fn admit(&self) -> Result<OwnedSemaphorePermit, Box<Response<ResponseBody>>> {
         self.inner
             .admission
@@ -351,17 +362,8 @@ impl Gateway {
             Ok(p) => p,
             Err(resp) => return *resp,
         };
-        let value = match read_body(
-            req,
-            self.inner.limits.max_body_bytes,
-            self.inner.limits.body_timeout,
-        )
-        .await
-        {
-            Ok(body) => match decode_request(codec, body) {
-                Ok(v) => v,
-                Err(r) => return refuse(r),
-            },
+        let value = match self.request_value(req, codec).await {
+            Ok(v) => v,
             Err(r) => return refuse(r),
         };
         let result = self
@@ -408,17 +410,8 @@ impl Gateway {
             Ok(p) => p,
             Err(resp) => return *resp,
         };
-        let value = match read_body(
-            req,
-            self.inner.limits.max_body_bytes,
-            self.inner.limits.body_timeout,
-        )
-        .await
-        {
-            Ok(body) => match decode_request(codec, body) {
-                Ok(v) => v,
-                Err(r) => return refuse(r),
-            },
+        let value = match self.request_value(req, codec).await {
+            Ok(v) => v,
             Err(r) => return refuse(r),
         };
         let mut rows = match self

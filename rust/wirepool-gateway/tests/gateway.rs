@@ -313,14 +313,13 @@ async fn disconnect_cancels_on_the_worker() {
         raw.write_all(b"POST /v1/call/sleep HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n\r\n20000")
             .await
             .unwrap();
-        until("the call reached the worker", 10, || {
-            in_flight(&gw.pool) == 1
-        })
-        .await;
-        drop(raw);
         let pool = gw.pool.clone();
-        let mut seen = 0;
         let end = Instant::now() + Duration::from_secs(10);
+        while worker_sleeps(&pool).await < 1 {
+            assert!(Instant::now() < end, "the call never reached the handler");
+        }
+        drop(raw);
+        let mut seen = 0;
         while seen < 1 {
             assert!(Instant::now() < end, "the worker never saw CANCEL");
             seen = worker_cancels(&pool).await;

@@ -188,3 +188,8 @@ pub fn in_flight(pool: &Pool) -> u64 {
 pub async fn worker_cancels(pool: &Pool) -> u64 {
     pool.call("cancels", &()).await.expect("cancels")
 }
+
+/// How many `sleep` handlers the worker has started.
+pub async fn worker_sleeps(pool: &Pool) -> u64 {
+    pool.call("sleeps", &()).await.expect("sleeps")
+}
