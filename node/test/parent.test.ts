@@ -293,6 +293,22 @@ test("a worker that dies at start-up: WORKER_EXITED's message ends with its stde
   assert.match(quiet.message, /^the worker \(pid \d+\) exited with status 4 before its HELLO$/);
 });
 
+test("a worker that exits 0 before its HELLO, silent: the message asks whether it called serve", T, async () => {
+  // A program that registers nothing and never serves: it ends at once with status 0.
+  const e = await rejection(Pool.start({ command: [process.execPath, "-e", "0"], workers: 1 }));
+  assert.ok(e instanceof WorkerExitedError, `got ${e}`);
+  assert.equal(e.code, ErrorCode.WORKER_EXITED);
+  assert.equal(e.exitStatus, 0);
+  assert.match(e.message, /^the worker \(pid \d+\) exited with status 0 before its HELLO \(did the worker program call its SDK's serve, e\.g\. `await worker\.serve\(\)`\?\)$/);
+  // Not for a status other than 0, nor when it said something on stderr (the tail says why).
+  const loud = await rejection(Pool.start({ command: [process.execPath, "-e", "process.stderr.write('no config\\n')"], workers: 1 }));
+  assert.equal(loud.exitStatus, 0);
+  assert.doesNotMatch(loud.message, /did the worker program call/);
+  assert.match(loud.message, /before its HELLO; stderr tail:\nno config$/);
+  const quiet = await rejection(Pool.start({ command: [process.execPath, "-e", "process.exit(4)"], workers: 1 }));
+  assert.doesNotMatch(quiet.message, /did the worker program call/);
+});
+
 test("a start-up timeout: the message and .stderrTail carry what the silent worker wrote", T, async () => {
   // sh writes within milliseconds, far inside the 1 s timeout; exec: the pool's SIGKILL reaches sleep.
   const e = await rejection(Pool.start({ command: ["/bin/sh", "-c", "echo 'loading a large model' >&2; exec sleep 60"], workers: 1, startupTimeoutMs: 1000 }));

@@ -883,8 +883,12 @@ export class WorkerProcess {
         : this.exitStatus !== null
           ? `exited with status ${this.exitStatus}`
           : "is gone";
-    const before = this.brokenBy === null && this.conn.hello() === null ? " before its HELLO" : "";
-    return `the worker (pid ${this.pid}) ${how}${before}${this.tailSuffix()}`;
+    const beforeHello = this.brokenBy === null && this.conn.hello() === null;
+    const before = beforeHello ? " before its HELLO" : "";
+    // Status 0 and silence before the HELLO: a program that ended without serving (issue 28),
+    // worded as the Python and Rust parents word it.
+    const hint = beforeHello && this.exitSignal === null && this.exitStatus === 0 && this.stderrTail() === "" ? " (did the worker program call its SDK's serve, e.g. `await worker.serve()`?)" : "";
+    return `the worker (pid ${this.pid}) ${how}${before}${hint}${this.tailSuffix()}`;
   }
 
   private tailSuffix(): string {
