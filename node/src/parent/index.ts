@@ -5,6 +5,8 @@
  */
 export { Pool, RowStream, Lease } from "./pool.js";
 export type { PoolOptions, CallOptions, CodecLike, LogEntry, PoolMetrics, WorkerMetrics } from "./pool.js";
+export { MapResults } from "./map.js";
+export type { MapOptions } from "./map.js";
 export * from "./errors.js";
 export { Listener, JoinTicket } from "./listener.js";
 export type { ListenerOptions, ListenerStats, Joined } from "./listener.js";

@@ -29,6 +29,7 @@ import { ErrorCode, MethodKind } from "../proto/constants.js";
 import { ProtocolError } from "../proto/errors.js";
 import type { RowsFrame } from "../proto/frames.js";
 import { encodeRequest } from "./encode.js";
+import { MapResults, type MapOptions } from "./map.js";
 import { WirepoolError, wirepoolError } from "./errors.js";
 import { callSettings, closeGrace, methodName, poolSettings, type Settings } from "./options.js";
 import { quote } from "./quote.js";
@@ -735,13 +736,28 @@ export class Pool extends EventEmitter {
   }
 
   /**
-   * Calls `method` once per request, all at once (the requests to a worker leave in few writes),
-   * and resolves with the results in order; rejects with the first error.
+   * Calls `method` once per request and hands back the results: `await` it for an array (in
+   * order; it rejects with the first error), or read them with `for await` as they come. At
+   * most `window` calls are in flight (default workers x maxInFlight; the requests to a worker
+   * leave in few writes) and at most two windows of requests are taken from `requests` and not
+   * read back: a slow reader stalls the map, nothing queues without bound. `ordered: false`
+   * yields results as the calls finish; `returnExceptions: true` yields a failed call's
+   * {@link WirepoolError} in its place and goes on. A bad option (not a boolean, a window out
+   * of range, a bad call option) is InvalidArgumentError (308) at the first read, before
+   * anything is sent. See {@link MapResults}.
+   *
+   * @example
+   * ```ts
+   * const sums = await pool.map("add", [{ a: 1, b: 1 }, { a: 2, b: 2 }]);
+   * for await (const r of pool.map("fetch", urls(), { ordered: false, returnExceptions: true })) {
+   *   if (r instanceof WirepoolError) console.error(r.codeName, r.message); else use(r);
+   * }
+   * ```
    */
-  map<T = unknown, R = unknown>(method: string, requests: Iterable<T>, opts?: CallOptions): Promise<R[]> {
-    const out: Promise<R>[] = [];
-    for (const r of requests) out.push(this.submitCall<R>(method, r, opts, null));
-    return Promise.all(out);
+  map<T = unknown, R = unknown>(method: string, requests: Iterable<T>, opts: MapOptions & { readonly returnExceptions: true }): MapResults<R | WirepoolError>;
+  map<T = unknown, R = unknown>(method: string, requests: Iterable<T>, opts?: MapOptions): MapResults<R>;
+  map<T = unknown, R = unknown>(method: string, requests: Iterable<T>, opts?: MapOptions): MapResults<R | WirepoolError> {
+    return new MapResults<R | WirepoolError>(this, method, requests, opts, this.settings.workers * this.settings.maxInFlight);
   }
 
   /**
