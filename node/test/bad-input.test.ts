@@ -114,6 +114,8 @@ function rowOptions(row: Row): Record<string, unknown> {
     for (const [k, x] of Object.entries(v)) if (k !== "$") out[camel(k)] = materialize(x);
     return out;
   }
+  // A retry policy's field (as the Rust runner: a policy for one idempotent method).
+  if (row.option === "retry_attempts") return { retry: { methods: ["echo"], attempts: materialize(v) } };
   return { [camel(row.option!)]: materialize(v) };
 }
 

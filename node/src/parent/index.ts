@@ -4,7 +4,7 @@
  * @module
  */
 export { Pool, RowStream, Lease } from "./pool.js";
-export type { PoolOptions, CallOptions, CodecLike, LogEntry, PoolMetrics, WorkerMetrics } from "./pool.js";
+export type { PoolOptions, RetryOptions, CallOptions, CodecLike, LogEntry, PoolMetrics, WorkerMetrics } from "./pool.js";
 export { MapResults } from "./map.js";
 export type { MapOptions } from "./map.js";
 export * from "./errors.js";

@@ -30,6 +30,39 @@ export interface Settings extends WorkerSettings {
   readonly maxRequests: number;
   readonly maxRssBytes: number;
   readonly maxIdleMs: number;
+  /** The retry policy (PROTOCOL.md 21.7), or null: nothing is ever sent again. */
+  readonly retry: RetrySettings | null;
+}
+
+/** A pool's retry option, checked. */
+export interface RetrySettings {
+  readonly methods: ReadonlySet<string>;
+  readonly attempts: number;
+}
+
+/** The most tries a retried call has in all (PROTOCOL.md 22.2 retry_attempts). */
+export const MAX_RETRY_ATTEMPTS = 100;
+/** Tries in all when the retry option gives no `attempts` (as Python's and Rust's RetryPolicy). */
+export const DEFAULT_RETRY_ATTEMPTS = 3;
+
+/** The `retry` option: none, or `{methods, attempts?}` (attempts 1 - 100, never clamped). */
+function retryOption(v: unknown): RetrySettings | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== "object" || Array.isArray(v)) throw invalid("retry", "an object {methods, attempts?}", v);
+  const o = v as { methods?: unknown; attempts?: unknown };
+  const m = o.methods;
+  let methods: Set<string>;
+  if (m === undefined) methods = new Set();
+  else if (typeof m === "string") throw invalid("retry.methods", "an array of method names, not one string", m);
+  else if (m !== null && typeof m === "object" && typeof (m as Iterable<unknown>)[Symbol.iterator] === "function") {
+    methods = new Set();
+    for (const name of m as Iterable<unknown>) {
+      if (typeof name !== "string") throw invalid("retry.methods", "an array of method names (strings)", name);
+      methods.add(name);
+    }
+  } else throw invalid("retry.methods", "an array of method names", m);
+  const attempts = int("retry.attempts", given(o.attempts, DEFAULT_RETRY_ATTEMPTS), 1, MAX_RETRY_ATTEMPTS);
+  return { methods, attempts };
 }
 
 const MAX_MS = CallerInput.maxTimeoutMs;
@@ -152,6 +185,7 @@ export function poolSettings(o: PoolOptions): Settings {
     codec,
     require: required(o.require, codec),
     ...numbers(o),
+    retry: retryOption(o.retry),
   };
 }
 
@@ -173,6 +207,7 @@ export function callSettings(opts: CallOptions | undefined, poolCodec: Codec): C
   const codec = opts.codec === undefined ? poolCodec : codecOption("codec", opts.codec);
   if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) throw invalid("signal", "an AbortSignal", opts.signal);
   if (opts.onEvent !== undefined && typeof opts.onEvent !== "function") throw invalid("onEvent", "a function", opts.onEvent);
+  if (opts.idempotent !== undefined && typeof opts.idempotent !== "boolean") throw invalid("idempotent", "true or false", opts.idempotent);
   return { codec, timeoutMs };
 }
 

@@ -30,8 +30,8 @@ import { ProtocolError } from "../proto/errors.js";
 import type { RowsFrame } from "../proto/frames.js";
 import { encodeRequest } from "./encode.js";
 import { MapResults, type MapOptions } from "./map.js";
-import { WirepoolError, wirepoolError } from "./errors.js";
-import { callSettings, closeGrace, methodName, poolSettings, type Settings } from "./options.js";
+import { WirepoolError, WorkerExitedError, WorkerHungError, wirepoolError } from "./errors.js";
+import { callSettings, closeGrace, invalid, methodName, poolSettings, type Settings } from "./options.js";
 import { quote } from "./quote.js";
 import { tailSuffix, WorkerProcess, type Death, type Route } from "./worker.js";
 
@@ -95,6 +95,26 @@ export interface PoolOptions {
   readonly maxIdleMs?: number | null;
   /** Receives every line the workers write to stdout and stderr (also the `log` event). */
   readonly logger?: (entry: LogEntry) => void;
+  /**
+   * Opt-in retries for methods that are safe to run twice (PROTOCOL.md 21.7; Python's
+   * `RetryPolicy`, Rust's `RetryPolicy`). Without it (the default) nothing is ever sent again.
+   * A `pool.call` of one of `methods` (or made with `idempotent: true`) that ends with
+   * WorkerExitedError or WorkerHungError, and nothing else, is sent again as a new request
+   * (to another worker, or the replacement), up to `attempts` tries in all (default 3, the
+   * first included; an integer 1 - 100, else INVALID_ARGUMENT), within what is left of its
+   * `timeoutMs`. The caller gets the last try's outcome, its error's details with `attempts`;
+   * `metrics().retries` counts the requests sent again. Calls through a lease, streams and
+   * `map` are never retried.
+   */
+  readonly retry?: RetryOptions | null;
+}
+
+/** The pool's retry policy (see {@link PoolOptions.retry}). */
+export interface RetryOptions {
+  /** The idempotent methods: their calls may be sent again. */
+  readonly methods?: Iterable<string>;
+  /** Tries in all, the first included: an integer 1 - 100 (default 3). */
+  readonly attempts?: number;
 }
 
 /** Options of one call or stream. */
@@ -112,6 +132,12 @@ export interface CallOptions {
   readonly codec?: CodecLike;
   /** Progress events the worker sends for this request. */
   readonly onEvent?: (topic: string, data: string) => void;
+  /**
+   * This call's own mark for the pool's retry policy ({@link PoolOptions.retry}): `true` may
+   * send it again when its worker dies although the policy does not list its method (the
+   * pool must have a `retry` option), `false` never does. Only `pool.call` is retried.
+   */
+  readonly idempotent?: boolean;
 }
 
 /** One line of a worker's output. */
@@ -142,6 +168,8 @@ export interface PoolMetrics {
   readonly recycles: number;
   /** Calls waiting for a free worker. */
   readonly queued: number;
+  /** Requests sent again under the retry policy (a worker died or hung while serving them). */
+  readonly retries: number;
   /** Calls and streams started, and those that ended in an error. */
   readonly calls: number;
   readonly failures: number;
@@ -149,6 +177,15 @@ export interface PoolMetrics {
   readonly failuresByCode: Readonly<Record<string, number>>;
 }
 
+
+/** A retried call's final error, its details with the tries made (when an object or empty, 21.7). */
+function withAttempts(e: WirepoolError, attempts: number): WirepoolError {
+  if (!(e instanceof WirepoolError)) return e;
+  const d = e.details;
+  if (d === undefined || d === null) (e as { details: unknown }).details = { attempts };
+  else if (typeof d === "object" && !Array.isArray(d)) (e as { details: unknown }).details = { ...(d as object), attempts };
+  return e;
+}
 
 /** The longest delay a timer holds (larger ones fire at once, with a warning). */
 const MAX_TIMER_MS = 0x7fffffff;
@@ -640,7 +677,7 @@ export class Pool extends EventEmitter {
   private readonly restartTimers = new Set<NodeJS.Timeout>();
   private readonly recycleTimer: NodeJS.Timeout | null = null;
   private clampLogged = false;
-  private stats = { restarts: 0, recycles: 0, calls: 0, failures: 0 };
+  private stats = { restarts: 0, recycles: 0, calls: 0, failures: 0, retries: 0 };
   private readonly failuresByCode: Record<string, number> = {};
   private readonly logger: ((e: LogEntry) => void) | undefined;
   /**
@@ -727,7 +764,50 @@ export class Pool extends EventEmitter {
    * (CancelledError, DeadlineExceededError, WorkerExitedError, WorkerHungError, ...).
    */
   call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
-    return this.submitCall<T>(method, request, opts, null);
+    const policy = this.settings.retry;
+    const mark = opts?.idempotent;
+    // No policy and no mark, a `false` mark, or a mark that is no boolean (refused by the call).
+    if ((policy === null && mark === undefined) || mark === false || (mark !== undefined && typeof mark !== "boolean")) return this.submitCall<T>(method, request, opts, null);
+    if (policy === null) {
+      return Promise.reject(invalid("idempotent", "false or left out when the pool has no retry option (PoolOptions.retry: {methods, attempts})", mark));
+    }
+    const limit = mark === true || (typeof method === "string" && policy.methods.has(method)) ? policy.attempts : 1;
+    if (limit <= 1) return this.submitCall<T>(method, request, opts, null);
+    return this.callRetrying<T>(method, request, opts, limit);
+  }
+
+  /**
+   * A call the retry policy covers (PROTOCOL.md 21.7): sent again, as a new request, while it
+   * ends with WORKER_EXITED or WORKER_HUNG (the parent's own outcomes, never a worker's ERROR)
+   * and tries and time are left; the dead worker has left the routing by then, so another one
+   * (or its replacement) serves it. The caller gets the last try's outcome, with `attempts`.
+   */
+  private async callRetrying<T>(method: string, request: unknown, opts: CallOptions | undefined, limit: number): Promise<T> {
+    let timeoutMs: number | null;
+    try {
+      timeoutMs = callSettings(opts, this.settings.codec).timeoutMs;
+    } catch {
+      return this.submitCall<T>(method, request, opts, null); // refused as any call is
+    }
+    const started = performance.now();
+    const left = () => (timeoutMs === null ? Infinity : timeoutMs - (performance.now() - started));
+    let last: WirepoolError | null = null;
+    for (let made = 1; ; made++) {
+      let tryOpts = opts;
+      if (made > 1 && timeoutMs !== null) tryOpts = { ...opts, timeoutMs: Math.min(Math.max(left(), 0.001), timeoutMs) };
+      let pending: Pending | null = null;
+      try {
+        return await this.submitCall<T>(method, request, tryOpts, null, (p) => (pending = p));
+      } catch (e) {
+        let error = e as WirepoolError;
+        // No worker took the retry within the deadline: the last try's error is the outcome.
+        if (last !== null && error.code === ErrorCode.DEADLINE_EXCEEDED && (pending as Pending | null)?.worker == null) error = last;
+        const again = made < limit && (error instanceof WorkerExitedError || error instanceof WorkerHungError) && left() > 0 && !this.closed;
+        if (!again) throw withAttempts(error, made);
+        last = error;
+        this.stats.retries++;
+      }
+    }
   }
 
   /** Streams `method`'s rows: `for await (const row of pool.stream(...))`. */
@@ -787,7 +867,7 @@ export class Pool extends EventEmitter {
   }
 
   /** @internal */
-  submitCall<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null): Promise<T> {
+  submitCall<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null, track?: (p: Pending) => void): Promise<T> {
     let r: ReturnType<Pool["prepare"]>;
     try {
       r = this.prepare(method, request, opts);
@@ -799,6 +879,7 @@ export class Pool extends EventEmitter {
     }
     return new Promise<T>((resolve, reject) => {
       const p = new UnaryCall<T>(this, r.method, r.codec, r.body, r.timeoutMs ?? 0, lease, opts, resolve, reject);
+      track?.(p);
       this.stats.calls++;
       const early = this.endsAtOnce(opts, r.timeoutMs);
       if (early !== null) p.stop(early);
@@ -1131,6 +1212,7 @@ export class Pool extends EventEmitter {
       restarts: this.stats.restarts,
       recycles: this.stats.recycles,
       queued: this.queue.length - this.queueHead,
+      retries: this.stats.retries,
       calls: this.stats.calls,
       failures: this.stats.failures,
       failuresByCode: { ...this.failuresByCode },
