@@ -178,6 +178,57 @@ export interface PoolMetrics {
 }
 
 
+interface SlotTally {
+  requests: number;
+  rows: number;
+  sentBytes: number;
+  receivedBytes: number;
+}
+
+/** @internal What an exporter is told as it happens (seconds). */
+export interface PoolObserver {
+  queueWait(seconds: number): void;
+  duration(method: string, seconds: number): void;
+}
+
+/** @internal One slot in {@link ExportView}. */
+export interface ExportSlot {
+  readonly slot: number;
+  readonly state: "starting" | "ready" | "leased" | "draining" | "dead";
+  readonly pid: number | null;
+  readonly inFlight: number;
+  readonly requests: number;
+  readonly rows: number;
+  readonly sentBytes: number;
+  readonly receivedBytes: number;
+  readonly rssBytes: number | null;
+  readonly heartbeatRttS: number | null;
+}
+
+/** @internal The pool's numbers as spec/metrics.json names them. */
+export interface ExportView {
+  readonly closed: boolean;
+  readonly size: number;
+  readonly alive: number;
+  readonly callsSent: number;
+  readonly streamsSent: number;
+  readonly retries: number;
+  readonly errorsByCode: Readonly<Record<string, number>>;
+  readonly restartsByCause: Readonly<Record<string, number>>;
+  readonly recyclesByReason: Readonly<Record<string, number>>;
+  readonly slots: readonly ExportSlot[];
+}
+
+/** The contract's restart cause (spec/metrics.json labels.cause) of an unexpected death. */
+function deathCause(w: WorkerProcess, death: Death): string {
+  if (w.killedFor === "cancel_timeout") return "cancel_timeout";
+  if (death.why === "hung") return "hung";
+  if (death.why === "protocol" || death.why === "codec_mismatch") return "protocol_violation";
+  if (death.why === "spawn_failed" || death.why === "startup_timeout" || !w.everReady) return "start_failed";
+  if (death.exitStatus === 0 && death.signal === null) return "left_by_itself";
+  return "crashed";
+}
+
 /** A retried call's final error, its details with the tries made (when an object or empty, 21.7). */
 function withAttempts(e: WirepoolError, attempts: number): WirepoolError {
   if (!(e instanceof WirepoolError)) return e;
@@ -202,6 +253,8 @@ abstract class Pending implements Route {
   /** It keeps the event loop alive (pool.hold) until it is settled and has ended at its worker. */
   private holding = true;
   readonly started = performance.now();
+  /** When it was sent to a worker (0: not sent). */
+  sentAt = 0;
 
   constructor(
     readonly pool: Pool,
@@ -254,7 +307,10 @@ abstract class Pending implements Route {
       if (this.grace === null) {
         this.grace = setTimeout(() => {
           this.grace = null;
-          if (w.inFlight(this.id)) w.kill();
+          if (w.inFlight(this.id)) {
+            w.killedFor = "cancel_timeout";
+            w.kill();
+          }
         }, this.pool.settings.cancelGraceMs);
       }
     }
@@ -284,6 +340,7 @@ abstract class Pending implements Route {
   protected settle(error: WirepoolError | null): void {
     this.settled = true;
     this.pool.counted(error);
+    if (this.sentAt !== 0) this.pool.finished(this);
     if (this.worker === null || !this.worker.inFlight(this.id)) this.ended();
     else this.letGoWhenDone();
   }
@@ -573,6 +630,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   }
 
   rows(frame: RowsFrame): void {
+    this.pool.rowsReceived(this.worker, frame.count);
     if (this.abandoned || this.ended_) {
       this.worker?.consumed(this.id, frame.payloadLength);
       return;
@@ -677,7 +735,13 @@ export class Pool extends EventEmitter {
   private readonly restartTimers = new Set<NodeJS.Timeout>();
   private readonly recycleTimer: NodeJS.Timeout | null = null;
   private clampLogged = false;
-  private stats = { restarts: 0, recycles: 0, calls: 0, failures: 0, retries: 0 };
+  private stats = { restarts: 0, recycles: 0, calls: 0, failures: 0, retries: 0, callsSent: 0, streamsSent: 0 };
+  private readonly restartsBy: Record<string, number> = {};
+  private readonly recyclesBy: Record<string, number> = {};
+  /** Per-slot counters that outlive the worker in the slot (metrics: monotonic across restarts). */
+  private readonly slots = new Map<number, SlotTally>();
+  /** @internal The exporters' hooks (wirepool/prometheus): queue waits and durations, in seconds. */
+  readonly observers = new Set<PoolObserver>();
   private readonly failuresByCode: Record<string, number> = {};
   private readonly logger: ((e: LogEntry) => void) | undefined;
   /**
@@ -745,7 +809,7 @@ export class Pool extends EventEmitter {
   static async start(opts: PoolOptions): Promise<Pool> {
     const pool = new Pool(opts);
     const starts: Promise<void>[] = [];
-    for (let k = 0; k < pool.settings.workers; k++) starts.push(pool.spawnWorker());
+    for (let k = 0; k < pool.settings.workers; k++) starts.push(pool.spawnWorker(k));
     const outcomes = await Promise.allSettled(starts);
     const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === "rejected");
     if (failed !== undefined) {
@@ -961,8 +1025,13 @@ export class Pool extends EventEmitter {
       return;
     }
     p.worker = w;
+    p.sentAt = performance.now();
+    if (p.kind === MethodKind.STREAM) this.stats.streamsSent++;
+    else this.stats.callsSent++;
+    this.slotTally(w.slot).requests++;
+    for (const o of this.observers) o.queueWait((p.sentAt - p.started) / 1000);
     const max = this.settings.maxRequests;
-    if (max > 0 && w.requests >= max && !w.retiring) this.recycle(w);
+    if (max > 0 && w.requests >= max && !w.retiring) this.recycle(w, "requests");
   }
 
   /** Routes waiting calls to workers with room (after a request ended or a worker started). */
@@ -1029,6 +1098,70 @@ export class Pool extends EventEmitter {
     return wirepoolError(ErrorCode.LEASE_LOST, `the leased worker (pid ${lease.pid}) is gone${tailSuffix(d.stderrTail)}`, { pid: lease.pid, exitStatus: d.exitStatus, signal: d.signal, stderrTail: d.stderrTail });
   }
 
+  /** @internal A sent request has its outcome: its duration for the exporters. */
+  finished(p: Pending): void {
+    if (this.observers.size === 0) return;
+    const s = (performance.now() - p.sentAt) / 1000;
+    for (const o of this.observers) o.duration(p.method, s);
+  }
+
+  /** @internal Rows received on a stream (per slot). */
+  rowsReceived(w: WorkerProcess | null, n: number): void {
+    if (w !== null) this.slotTally(w.slot).rows += n;
+  }
+
+  private slotTally(slot: number): SlotTally {
+    let t = this.slots.get(slot);
+    if (t === undefined) {
+      t = { requests: 0, rows: 0, sentBytes: 0, receivedBytes: 0 };
+      this.slots.set(slot, t);
+    }
+    return t;
+  }
+
+  private countIn(m: Record<string, number>, key: string): void {
+    m[key] = (m[key] ?? 0) + 1;
+  }
+
+  /**
+   * @internal The exporter's view (wirepool/prometheus, spec/metrics.json): per slot, the
+   * newest worker in it and the counters kept across its replacements.
+   */
+  exportView(): ExportView {
+    const slots: ExportSlot[] = [];
+    for (let slot = 0; slot < this.settings.workers; slot++) {
+      let w: WorkerProcess | null = null;
+      for (const x of this.workers) if (x.slot === slot && (w === null || x.workerId > w.workerId)) w = x;
+      const t = this.slotTally(slot);
+      const state: ExportSlot["state"] =
+        w === null || w.state === "dead" ? "dead" : w.state === "starting" ? "starting" : w.state === "closing" || w.retiring ? "draining" : w.leasedBy !== null ? "leased" : "ready";
+      slots.push({
+        slot,
+        state,
+        pid: w === null || w.state === "dead" ? null : w.isRemote ? w.helloPid : w.pid || null,
+        inFlight: w?.inFlightCount ?? 0,
+        requests: t.requests,
+        rows: t.rows,
+        sentBytes: t.sentBytes + (w?.bytesOut ?? 0),
+        receivedBytes: t.receivedBytes + (w?.bytesIn ?? 0),
+        rssBytes: w !== null && !w.isRemote && w.state !== "dead" ? w.rssBytes() || null : null,
+        heartbeatRttS: w?.heartbeatRttMs == null ? null : w.heartbeatRttMs / 1000,
+      });
+    }
+    return {
+      closed: this.closed,
+      size: this.settings.workers,
+      alive: slots.filter((x) => x.state === "ready" || x.state === "leased" || x.state === "draining").length,
+      callsSent: this.stats.callsSent,
+      streamsSent: this.stats.streamsSent,
+      retries: this.stats.retries,
+      errorsByCode: { ...this.failuresByCode },
+      restartsByCause: { ...this.restartsBy },
+      recyclesByReason: { ...this.recyclesBy },
+      slots,
+    };
+  }
+
   /** @internal */
   counted(error: WirepoolError | null): void {
     if (error === null) return;
@@ -1039,7 +1172,7 @@ export class Pool extends EventEmitter {
   // ---------------------------------------------------------------------------------------------
   // Workers: spawn, death, restart, recycle
 
-  private spawnWorker(): Promise<void> {
+  private spawnWorker(slot: number): Promise<void> {
     const w = new WorkerProcess(this.nextWorkerId++, this.settings, {
       freed: () => this.pump(),
       exited: (wp, death) => this.onExited(wp, death),
@@ -1056,6 +1189,7 @@ export class Pool extends EventEmitter {
       },
       wantsLines: () => this.logger !== undefined || this.listenerCount("log") > 0,
     });
+    w.slot = slot;
     this.workers.push(w);
     this.hold();
     const starting = w.start();
@@ -1075,6 +1209,9 @@ export class Pool extends EventEmitter {
   private onExited(w: WorkerProcess, death: Death): void {
     const k = this.workers.indexOf(w);
     if (k >= 0) this.workers.splice(k, 1);
+    const tally = this.slotTally(w.slot);
+    tally.sentBytes += w.bytesOut;
+    tally.receivedBytes += w.bytesIn;
     this.emit("exit", { workerId: w.workerId, pid: w.pid, exitStatus: death.exitStatus, signal: death.signal, why: death.why });
     const lease = w.leasedBy as Lease | null;
     if (lease !== null) {
@@ -1089,7 +1226,8 @@ export class Pool extends EventEmitter {
     if (w.retiring) {
       // Recycled (idle, RSS, count) without a replacement yet.
       this.stats.recycles++;
-      this.replace(0);
+      this.countIn(this.recyclesBy, w.recycleReason ?? "requests");
+      this.replace(0, w.slot);
       return;
     }
     // An unexpected death, counted once (12.1 of the standards: the restart limit counts deaths).
@@ -1111,26 +1249,29 @@ export class Pool extends EventEmitter {
     const s = this.settings;
     const delay = Math.min(s.restartBackoffMs * 2 ** (this.consecutiveDeaths - 1), s.restartBackoffMaxMs);
     this.stats.restarts++;
-    this.replace(delay);
+    this.countIn(this.restartsBy, deathCause(w, death));
+    this.replace(delay, w.slot);
   }
 
-  private replace(delayMs: number): void {
+  private replace(delayMs: number, slot: number): void {
     const t = setTimeout(() => {
       this.restartTimers.delete(t);
       if (this.closed) return;
       // A failed start is a death like any other: onExited counts it and schedules the next.
-      this.spawnWorker().catch(() => {});
+      this.spawnWorker(slot).catch(() => {});
     }, delayMs); // ref()ed: a replacement on its way (then starting) is work
     this.restartTimers.add(t);
   }
 
   /** Takes `w` out of routing, starts its replacement, and drains it. */
-  private recycle(w: WorkerProcess): void {
+  private recycle(w: WorkerProcess, reason: "requests" | "rss" | "idle"): void {
     if (w.retiring || this.closed) return;
     w.replaced = true;
+    w.recycleReason = reason;
     this.stats.recycles++;
+    this.countIn(this.recyclesBy, reason);
     w.drain(this.settings.drainGraceMs);
-    this.replace(0);
+    this.replace(0, w.slot);
   }
 
   private checkRecycling(): void {
@@ -1138,8 +1279,8 @@ export class Pool extends EventEmitter {
     const now = performance.now();
     for (const w of [...this.workers]) {
       if (w.state !== "ready" || w.retiring || w.leasedBy !== null) continue;
-      if (s.maxIdleMs > 0 && w.inFlightCount === 0 && now - w.idleSince > s.maxIdleMs) this.recycle(w);
-      else if (s.maxRssBytes > 0 && w.rssBytes() > s.maxRssBytes) this.recycle(w);
+      if (s.maxIdleMs > 0 && w.inFlightCount === 0 && now - w.idleSince > s.maxIdleMs) this.recycle(w, "idle");
+      else if (s.maxRssBytes > 0 && w.rssBytes() > s.maxRssBytes) this.recycle(w, "rss");
     }
   }
 

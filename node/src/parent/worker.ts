@@ -150,8 +150,26 @@ export class WorkerProcess {
   private exitWait: NodeJS.Timeout | null = null;
   /** The liveness judge (8.5, the core's): both clocks and the starvation guard; null: no heartbeat. */
   private judge: Liveness | null = null;
-  /** Bytes read from the worker so far (the judge's frame clock reads it). */
-  private bytesIn = 0;
+  /** Bytes read from the worker so far (the judge's frame clock reads it; the metrics too). */
+  bytesIn = 0;
+  /** Bytes written to the worker's connection so far (metrics). */
+  bytesOut = 0;
+  /** The pool's slot this worker fills (0 to size-1; a replacement takes the same). */
+  slot = 0;
+  /** It finished its handshake once (a death before is a failed start, for the metrics). */
+  everReady = false;
+  /** A remote worker (its pid is the HELLO's, on its own machine; its RSS unknown here). */
+  get isRemote(): boolean {
+    return this.remote !== null;
+  }
+  /** Why the pool recycled it (metrics). */
+  recycleReason: "requests" | "rss" | "idle" | null = null;
+  /** Set by the pool before a kill it decides (the cancel grace ran out): the death's cause. */
+  killedFor: string | null = null;
+  /** The round trip of the last answered PING in ms (null: none answered yet). */
+  heartbeatRttMs: number | null = null;
+  /** PINGs sent and not answered yet: nonce -> when (at most a few: 3 periods is a hang). */
+  private readonly pings = new Map<string, number>();
   /** A local error decided before the exit (hung, protocol violation): what requests get. */
   private brokenBy: WirepoolError | null = null;
   private why = "exited";
@@ -421,6 +439,7 @@ export class WorkerProcess {
     const bufs = this.conn.takeOutput();
     if (sock === null || sock.destroyed || this.writeFailed) return;
     if (bufs.length === 1) {
+      this.bytesOut += bufs[0].length;
       sock.write(bufs[0]);
       return;
     }
@@ -431,11 +450,13 @@ export class WorkerProcess {
   private write(sock: Socket, bufs: Buffer[]): void {
     if (bufs.length === 0) return;
     if (bufs.length === 1) {
+      this.bytesOut += bufs[0].length;
       sock.write(bufs[0]);
       return;
     }
     let total = 0;
     for (const b of bufs) total += b.length;
+    this.bytesOut += total;
     if (total <= 256 * 1024) {
       sock.write(Buffer.concat(bufs, total));
     } else {
@@ -544,6 +565,7 @@ export class WorkerProcess {
       case FrameType.PONG:
         // A PONG answers its PING and every earlier one (8.5): the judge keeps count.
         this.judge?.pong(ev.nonce);
+        this.ponged(ev.nonce);
         return;
       case FrameType.HELLO:
         this.onHello(ev);
@@ -621,6 +643,7 @@ export class WorkerProcess {
     if (this.startTimer !== null) clearTimeout(this.startTimer);
     this.startTimer = null;
     this.state = "ready";
+    this.everReady = true;
     this.idleSince = performance.now();
     if (s.heartbeatMs > 0) {
       // Ticks four times a heartbeat: a verdict comes at most a quarter heartbeat late.
@@ -665,8 +688,22 @@ export class WorkerProcess {
       return;
     }
     if (t.ping === null) return;
+    if (this.pings.size >= 8) this.pings.clear();
+    this.pings.set(Buffer.from(t.ping.buffer, t.ping.byteOffset, t.ping.byteLength).toString("hex"), performance.now());
     this.conn.sendPing(t.ping);
     this.scheduleFlush();
+  }
+
+  /** A PONG answers its PING and every earlier one: the round trip is its PING's. */
+  private ponged(nonce: Uint8Array): void {
+    const key = Buffer.from(nonce.buffer, nonce.byteOffset, nonce.byteLength).toString("hex");
+    const at = this.pings.get(key);
+    if (at === undefined) return;
+    this.heartbeatRttMs = performance.now() - at;
+    for (const k of [...this.pings.keys()]) {
+      this.pings.delete(k);
+      if (k === key) break;
+    }
   }
 
   private hang(why: string): void {
