@@ -43,6 +43,22 @@ w.method("crash_once", (path: string) => {
   return process.pid;
 }, { codecs: ["json"] });
 w.method("crash", () => process.exit(3), { codecs: ["json"] });
+/** A stream that crashes its worker before any row unless the file exists (created first). */
+w.stream("crash_once_stream", function* (path: string) {
+  if (!existsSync(path)) {
+    writeFileSync(path, String(process.pid));
+    process.exit(3);
+  }
+  yield 1;
+  yield 2;
+  return { pid: process.pid };
+}, { codecs: ["json"] });
+/** A stream that sends rows, then crashes its worker (rows reached the caller: never retried). */
+w.stream("rows_then_crash", async function* () {
+  yield 1;
+  await new Promise((resolve) => setTimeout(resolve, 50)); // the row leaves first (the 10 ms flush)
+  process.exit(3);
+}, { codecs: ["json"] });
 w.method("fail", () => {
   throw new Error("the fail method was called");
 }, { codecs: ["json"] });

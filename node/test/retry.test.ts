@@ -1,7 +1,7 @@
 // The pool's retry policy (PROTOCOL.md 21.7, 22.2 retry_attempts; Python's and Rust's
 // RetryPolicy): a call of a listed idempotent method whose worker dies is sent again, to
-// another worker or the replacement; nothing else is. The worker is test/map-fixture.ts
-// (crash_once crashes the first time, by a file it creates). Every test is bounded by its
+// another worker or the replacement (a stream only before any of its rows); nothing else is.
+// The worker is test/map-fixture.ts (crash_once crashes the first time, by a file it creates). Every test is bounded by its
 // timeout and closes its pool; nothing waits on a sleep.
 
 import assert from "node:assert/strict";
@@ -140,4 +140,33 @@ test("bad retry options are INVALID_ARGUMENT (308) before any worker is spawned;
   const none = await rejection(pool.call("whoami", null, { idempotent: true }));
   assert.ok(none instanceof InvalidArgumentError, "idempotent: true needs the pool's retry option");
   assert.equal(await pool.call("whoami", null, { idempotent: false }), pool.metrics().workers[0].pid);
+});
+
+test("a stream is sent again only while none of its rows has reached the caller", T, async () => {
+  const pool = await start({ workers: 2, retry: { methods: ["crash_once_stream", "rows_then_crash"] } });
+  const rows: unknown[] = [];
+  const s = pool.stream("crash_once_stream", marker());
+  for await (const r of s) rows.push(r);
+  assert.deepEqual(rows, [1, 2]);
+  assert.equal(typeof (s.summary as { pid: number }).pid, "number");
+  assert.equal(pool.metrics().retries, 1);
+  const got: unknown[] = [];
+  const e = await rejection(
+    (async () => {
+      for await (const r of pool.stream("rows_then_crash")) got.push(r);
+    })(),
+  );
+  assert.ok(e instanceof WorkerExitedError, String(e));
+  assert.deepEqual(got, [1]);
+  assert.equal((e.details as { attempts: number }).attempts, 1);
+  assert.equal(pool.metrics().retries, 1, "not sent again after a row");
+  // Not listed: not retried.
+  const plain = await start({ retry: { methods: [] } });
+  const e2 = await rejection(
+    (async () => {
+      for await (const _ of plain.stream("crash_once_stream", marker())) void _;
+    })(),
+  );
+  assert.ok(e2 instanceof WorkerExitedError);
+  assert.equal(plain.metrics().retries, 0);
 });

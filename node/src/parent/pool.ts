@@ -98,13 +98,13 @@ export interface PoolOptions {
   /**
    * Opt-in retries for methods that are safe to run twice (PROTOCOL.md 21.7; Python's
    * `RetryPolicy`, Rust's `RetryPolicy`). Without it (the default) nothing is ever sent again.
-   * A `pool.call` of one of `methods` (or made with `idempotent: true`) that ends with
-   * WorkerExitedError or WorkerHungError, and nothing else, is sent again as a new request
-   * (to another worker, or the replacement), up to `attempts` tries in all (default 3, the
-   * first included; an integer 1 - 100, else INVALID_ARGUMENT), within what is left of its
-   * `timeoutMs`. The caller gets the last try's outcome, its error's details with `attempts`;
-   * `metrics().retries` counts the requests sent again. Calls through a lease, streams and
-   * `map` are never retried.
+   * A `pool.call` or `pool.stream` of one of `methods` (or made with `idempotent: true`) that
+   * ends with WorkerExitedError or WorkerHungError, and nothing else, is sent again as a new
+   * request (to another worker, or the replacement), up to `attempts` tries in all (default 3,
+   * the first included; an integer 1 - 100, else INVALID_ARGUMENT), within what is left of its
+   * `timeoutMs`; a stream only while none of its rows has arrived. The caller gets the last try's outcome, its error's details with `attempts`;
+   * `metrics().retries` counts the requests sent again. Calls and streams through a lease, and
+   * `map`, are never retried.
    */
   readonly retry?: RetryOptions | null;
 }
@@ -135,7 +135,8 @@ export interface CallOptions {
   /**
    * This call's own mark for the pool's retry policy ({@link PoolOptions.retry}): `true` may
    * send it again when its worker dies although the policy does not list its method (the
-   * pool must have a `retry` option), `false` never does. Only `pool.call` is retried.
+   * pool must have a `retry` option), `false` never does. Only `pool.call` and `pool.stream`
+   * are retried.
    */
   readonly idempotent?: boolean;
 }
@@ -415,6 +416,9 @@ class UnaryCall<T> extends Pending {
 export class RowStream<T = unknown> extends Pending implements AsyncIterableIterator<T> {
   /** The END's summary, decoded; undefined before the end or when there is none. */
   summary: unknown = undefined;
+  /** @internal The retry policy's tries for this stream (null: never sent again). */
+  retry: { limit: number; made: number } | null = null;
+  private rowsArrived = false;
   private frames: RowsFrame[] = [];
   private head = 0;
   private row = 0;
@@ -630,6 +634,7 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   }
 
   rows(frame: RowsFrame): void {
+    this.rowsArrived = true;
     this.pool.rowsReceived(this.worker, frame.count);
     if (this.abandoned || this.ended_) {
       this.worker?.consumed(this.id, frame.payloadLength);
@@ -654,6 +659,18 @@ export class RowStream<T = unknown> extends Pending implements AsyncIterableIter
   }
 
   fail(error: WirepoolError): void {
+    const r = this.retry;
+    if (r !== null) {
+      // Sent again only while none of its rows has reached the caller (21.7): none arrived.
+      if (!this.ended_ && !this.rowsArrived && r.made < r.limit && (error instanceof WorkerExitedError || error instanceof WorkerHungError) && !this.pool.isClosed && (this.timeoutMs <= 0 || this.remainingMs() > 0.001)) {
+        r.made++;
+        this.worker = null;
+        this.id = 0;
+        this.pool.resend(this);
+        return;
+      }
+      withAttempts(error, r.made);
+    }
     this.ended();
     this.finishWith(error, false);
   }
@@ -828,14 +845,7 @@ export class Pool extends EventEmitter {
    * (CancelledError, DeadlineExceededError, WorkerExitedError, WorkerHungError, ...).
    */
   call<T = unknown>(method: string, request?: unknown, opts?: CallOptions): Promise<T> {
-    const policy = this.settings.retry;
-    const mark = opts?.idempotent;
-    // No policy and no mark, a `false` mark, or a mark that is no boolean (refused by the call).
-    if ((policy === null && mark === undefined) || mark === false || (mark !== undefined && typeof mark !== "boolean")) return this.submitCall<T>(method, request, opts, null);
-    if (policy === null) {
-      return Promise.reject(invalid("idempotent", "false or left out when the pool has no retry option (PoolOptions.retry: {methods, attempts})", mark));
-    }
-    const limit = mark === true || (typeof method === "string" && policy.methods.has(method)) ? policy.attempts : 1;
+    const limit = this.retryLimit(method, opts);
     if (limit <= 1) return this.submitCall<T>(method, request, opts, null);
     return this.callRetrying<T>(method, request, opts, limit);
   }
@@ -876,7 +886,22 @@ export class Pool extends EventEmitter {
 
   /** Streams `method`'s rows: `for await (const row of pool.stream(...))`. */
   stream<T = unknown>(method: string, request?: unknown, opts?: CallOptions): RowStream<T> {
-    return this.submitStream<T>(method, request, opts, null);
+    const limit = this.retryLimit(method, opts);
+    return this.submitStream<T>(method, request, opts, null, limit);
+  }
+
+  /** Tries in all for a pool call or stream of `method` under the retry policy (1: never again). */
+  private retryLimit(method: unknown, opts: CallOptions | undefined): number {
+    const policy = this.settings.retry;
+    const mark = opts?.idempotent;
+    if (policy === null || mark === false || (mark !== undefined && typeof mark !== "boolean")) return 1;
+    return mark === true || (typeof method === "string" && policy.methods.has(method)) ? policy.attempts : 1;
+  }
+
+  /** @internal A retried stream goes back to routing as a new request (counted in retries). */
+  resend(p: Pending): void {
+    this.stats.retries++;
+    this.route(p);
   }
 
   /**
@@ -920,6 +945,9 @@ export class Pool extends EventEmitter {
   private prepare(method: unknown, request: unknown, opts: CallOptions | undefined): { method: string; codec: Codec; timeoutMs: number | null; body: Uint8Array } {
     const name = methodName(method);
     const { codec, timeoutMs } = callSettings(opts, this.settings.codec);
+    if (opts?.idempotent === true && this.settings.retry === null) {
+      throw invalid("idempotent", "false or left out when the pool has no retry option (PoolOptions.retry: {methods, attempts})", true);
+    }
     return { method: name, codec, timeoutMs, body: encodeRequest(codec, request) };
   }
 
@@ -952,7 +980,7 @@ export class Pool extends EventEmitter {
   }
 
   /** @internal */
-  submitStream<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null): RowStream<T> {
+  submitStream<T>(method: string, request: unknown, opts: CallOptions | undefined, lease: Lease | null, retryLimit = 1): RowStream<T> {
     let r: ReturnType<Pool["prepare"]>;
     let refusal: WirepoolError | null = null;
     try {
@@ -962,6 +990,7 @@ export class Pool extends EventEmitter {
       r = { method: String(method), codec: this.settings.codec, timeoutMs: null, body: new Uint8Array(0) };
     }
     const s = new RowStream<T>(this, r.method, r.codec, r.body, r.timeoutMs ?? 0, lease, refusal === null ? opts : undefined);
+    if (retryLimit > 1 && refusal === null) s.retry = { limit: retryLimit, made: 1 };
     this.stats.calls++;
     const early = refusal ?? this.endsAtOnce(opts, r.timeoutMs);
     if (early !== null) s.stop(early);
