@@ -21,6 +21,10 @@ conformance workers have them.
 Matrix mutants (``MATRIX_MUTANTS`` in ``test_hostile.py``) misbehave in answer to one of the
 matrix's own methods instead: a scenario of ``scenarios.json`` that a correct worker passes must
 fail against them (``oversized_summary``: ``big_summary``; ``late_result``: ``hang``).
+
+Probe mutants (``PROBE_MUTANTS``) serve every call right and break one worker MUST that no parent
+sees (an exit status, PONG order, the parent-death signal): ``test_worker_musts.py`` must catch
+each of them.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ MORE = 1
 HELLO, WELCOME, REQUEST, CANCEL, RESULT, ERROR = 0x01, 0x02, 0x10, 0x11, 0x12, 0x13
 ROWS, END, CREDIT, EVENT, PING, PONG = 0x20, 0x21, 0x22, 0x30, 0x31, 0x32
 DRAIN, GOODBYE, CONTINUATION = 0x40, 0x41, 0x7F
+KNOWN_TYPES = {HELLO, WELCOME, REQUEST, CANCEL, RESULT, ERROR, ROWS, END, CREDIT, EVENT, PING,
+               PONG, DRAIN, GOODBYE, CONTINUATION}
 RAW, JSON = 0, 1
 UNARY, STREAM = 1, 2
 
@@ -91,8 +97,9 @@ def end_payload(count: int, summary: bytes = b"") -> bytes:
 class Conn:
     """The worker's end of the socket: frames in, frames out, PINGs answered between frames."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, mode: str = "") -> None:
         self.sock = sock
+        self.mode = mode  # the probe mutants (PROBE_MUTANTS below) bend the exits and PONGs
         self.buf = bytearray()
         self.welcome: dict = {}
         self.credit: dict[int, int] = {}
@@ -120,8 +127,8 @@ class Conn:
             data = self.sock.recv(1 << 20)
         except OSError:
             data = b""
-        if not data:
-            os._exit(0)  # EOF: the parent is gone or gave up on us
+        if not data:  # EOF: the parent is gone or gave up on us (8.4: status 0)
+            os._exit(1 if self.mode == "eof_exits_1" else 0)
         self.buf += data
         return True
 
@@ -137,7 +144,8 @@ class Conn:
 
     def frames(self, timeout: float | None) -> list[tuple[int, int, int, bytes]]:
         """Frames that arrived within ``timeout``, connection housekeeping done (PING, CREDIT)."""
-        self.fill(timeout)
+        if len(self.buf) < 16 or len(self.buf) < 16 + HEADER.unpack_from(self.buf)[0]:
+            self.fill(timeout)  # else a frame read with the WELCOME waits for the next byte
         out = []
         while (f := self.next_frame()) is not None:
             ftype, flags, fid, payload = f
@@ -147,9 +155,12 @@ class Conn:
                 self.credit[fid] = self.credit.get(fid, 0) + struct.unpack_from("<I", payload)[0]
             elif ftype == DRAIN:
                 self.send(frame(GOODBYE, 0, struct.pack("<I", 0)))
-                os._exit(0)
+                os._exit(1 if self.mode == "goodbye_exits_1" else 0)
             elif ftype == ERROR and fid == 0:
-                os._exit(0)  # the parent refused us
+                self.fatal_exit()  # the parent gave up on us
+            elif ftype not in KNOWN_TYPES:
+                self.send(frame(ERROR, 0, error_payload(103, b"unknown frame type")))
+                self.fatal_exit()
             else:
                 out.append(f)
         return out
@@ -198,7 +209,11 @@ class Conn:
                                 "heartbeat_ms": hb, "max_message_size": mms}
                 return
             if f is not None and f[0] == ERROR:
-                os._exit(0)
+                self.fatal_exit()  # a refused handshake
+
+    def fatal_exit(self) -> None:
+        """After a fatal error, sent or received, a worker exits 1 (8.4)."""
+        os._exit(0 if self.mode == "fatal_exits_0" else 1)
 
     @property
     def mfs(self) -> int:
@@ -212,6 +227,8 @@ class Conn:
             return
         self.send(frame(ftype, fid, payload[:mfs], MORE))
         for at in range(mfs, len(payload), mfs):
+            if self.mode != "pong_behind_output":
+                self.pump()  # PINGs are answered at the next frame boundary (8.5)
             last = at + mfs >= len(payload)
             self.send(frame(CONTINUATION, fid, payload[at:at + mfs], 0 if last else MORE))
 
@@ -484,6 +501,17 @@ def call_mode(mode: str, arg: float, conn: Conn) -> Callable[[int, int, int, byt
     return misbehave
 
 
+# Worker MUSTs no parent scenario sees, each broken by one mode (conformance/test_worker_musts.py
+# drives the conformance workers and these with a scripted parent).
+PROBE_MUTANTS = {
+    "pong_behind_output": "a large message's frames written back to back, PINGs read after (8.5)",
+    "goodbye_exits_1": "exit status 1 after DRAIN and GOODBYE 0 (8.4: 0)",
+    "eof_exits_1": "exit status 1 after end of file (8.4: 0)",
+    "fatal_exits_0": "exit status 0 after a fatal error, sent or received (8.4: 1)",
+    "no_pdeathsig": "no parent-death signal: outlives a parent that dies while the socket lives",
+}
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -515,11 +543,12 @@ def die_with_parent() -> None:
 
 
 def main() -> None:
-    die_with_parent()
+    mode = os.environ.get("HOSTILE_MODE", "")
+    if mode != "no_pdeathsig":
+        die_with_parent()
     fd = int(os.environ.pop("WIREPOOL_FD"))
     sock = socket.socket(fileno=fd)
     sock.set_inheritable(False)
-    mode = os.environ.get("HOSTILE_MODE", "")
     arg = float(os.environ.get("HOSTILE_ARG", "0") or 0)
     state = os.environ.get("HOSTILE_STATE")
     on = {int(x) for x in os.environ.get("HOSTILE_ON", "1").split(",") if x}
@@ -534,7 +563,11 @@ def main() -> None:
             mode, arg = "exit_before_hello", 5
     if n not in on:
         mode = ""
-    conn = Conn(sock)
+    conn = Conn(sock, mode)
+    if mode in PROBE_MUTANTS:  # they bend Conn's rules only: every call is answered right
+        conn.hello()
+        conn.serve()
+        return
     if mode and startup_mode(mode, arg, sock, conn):
         return
     conn.hello()
