@@ -1,0 +1,40 @@
+package pool
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/wirepool/wirepool/go/proto"
+)
+
+// Error is every error the pool returns for a call: a section 3 code, its message and the
+// details JSON the worker or the parent attached (nil when none).
+type Error struct {
+	Code    proto.ErrorCode
+	Message string
+	Details json.RawMessage
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("wirepool: %s", e.Code)
+	}
+	return fmt.Sprintf("wirepool: %s: %s", e.Code, e.Message)
+}
+
+// Is matches another *Error with the same Code: errors.Is(err, &pool.Error{Code: proto.CodeCancelled}).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+func errorf(code proto.ErrorCode, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func withDetails(e *Error, d map[string]any) *Error {
+	if b, err := json.Marshal(d); err == nil {
+		e.Details = b
+	}
+	return e
+}
