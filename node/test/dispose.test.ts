@@ -6,18 +6,14 @@
 
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
-import { afterEach, test } from "node:test";
-import { setTimeout as sleep } from "node:timers/promises";
+import { test } from "node:test";
 import { Lease, Pool, PoolClosedError, RowStream, type PoolOptions } from "../src/index.js";
+import { closedAfterEach, inFlight, until } from "./pool-helpers.js";
 
 const FIXTURE = new URL("./parent-fixture.js", import.meta.url).pathname;
 const T = { timeout: 60_000 };
 const OPTS: PoolOptions = { command: [process.execPath, FIXTURE], workers: 1 };
-const pools: Pool[] = [];
-
-afterEach(async () => {
-  await Promise.all(pools.splice(0).map((p) => p.close({ graceMs: 0 })));
-});
+const track = closedAfterEach();
 
 /** Our live child processes (zombies excluded). */
 function liveChildren(): number[] {
@@ -35,18 +31,6 @@ function liveChildren(): number[] {
   return out;
 }
 
-/** Polls the pool's accounting until `cond` holds, bounded. */
-async function until(cond: () => boolean, what: string, ms = 20_000): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!cond()) {
-    if (performance.now() > deadline) assert.fail(`not within ${ms} ms: ${what}`);
-    await sleep(5);
-  }
-}
-
-function inFlight(pool: Pool): number {
-  return pool.metrics().workers.reduce((n, w) => n + w.inFlight, 0);
-}
 
 test("the runtime has Symbol.asyncDispose and the three classes define it", () => {
   assert.equal(typeof Symbol.asyncDispose, "symbol");
@@ -84,7 +68,7 @@ test("await using a pool: an exception in the scope still closes it, and the exc
 
 test("await using a lease: released at the end of the scope, the worker routable again", T, async () => {
   const pool = await Pool.start(OPTS);
-  pools.push(pool);
+  track(pool);
   let kept: Lease;
   {
     await using lease = await pool.lease();
@@ -101,7 +85,7 @@ test("await using a lease: released at the end of the scope, the worker routable
 
 test("await using a stream: leaving the scope early cancels it at the worker", T, async () => {
   const pool = await Pool.start(OPTS);
-  pools.push(pool);
+  track(pool);
   const seen: number[] = [];
   let kept: RowStream<number>;
   {
@@ -120,7 +104,7 @@ test("await using a stream: leaving the scope early cancels it at the worker", T
 
 test("await using a stream read to its end: disposing it changes nothing", T, async () => {
   const pool = await Pool.start(OPTS);
-  pools.push(pool);
+  track(pool);
   let kept: RowStream;
   let n = 0;
   {

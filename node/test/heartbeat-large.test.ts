@@ -10,19 +10,16 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { afterEach, test } from "node:test";
+import { test } from "node:test";
 import { Pool } from "../src/index.js";
+import { closedAfterEach } from "./pool-helpers.js";
 
 const FIXTURE = new URL("./parent-fixture.js", import.meta.url).pathname;
 const RELAY = fileURLToPath(new URL("../../../conformance/tools/slow_relay.py", import.meta.url));
 const RATE = 25_000_000;
 const SIZE = 32 << 20;
 const T = { timeout: 120_000 };
-const pools: Pool[] = [];
-
-afterEach(async () => {
-  await Promise.all(pools.splice(0).map((p) => p.close({ graceMs: 0 })));
-});
+const track = closedAfterEach();
 
 /** A pool of one fixture worker behind the relay: the worker's output at `down`, the pool's at `up` bytes a second. */
 async function start(down: number, up: number): Promise<Pool> {
@@ -33,8 +30,7 @@ async function start(down: number, up: number): Promise<Pool> {
     maxFrameSize: 1 << 20,
     startupTimeoutMs: 20_000,
   });
-  pools.push(pool);
-  return pool;
+  return track(pool);
 }
 
 function pids(pool: Pool): number[] {

@@ -5,33 +5,14 @@
 // never by a clock. Every test is bounded by its timeout and closes its pool.
 
 import assert from "node:assert/strict";
-import { afterEach, test } from "node:test";
-import { setImmediate as turn, setTimeout as sleep } from "node:timers/promises";
-import { ErrorCode, InvalidArgumentError, MapResults, Pool, type PoolOptions, RequestError, WirepoolError } from "../src/index.js";
+import { test } from "node:test";
+import { setImmediate as turn } from "node:timers/promises";
+import { ErrorCode, InvalidArgumentError, MapResults, Pool, RequestError, WirepoolError } from "../src/index.js";
+import { fixturePools, rejectionOf, until } from "./pool-helpers.js";
 
 const FIXTURE = new URL("./map-fixture.js", import.meta.url).pathname;
 const T = { timeout: 60_000 };
-const pools: Pool[] = [];
-
-afterEach(async () => {
-  await Promise.all(pools.splice(0).map((p) => p.close({ graceMs: 0 })));
-});
-
-async function start(opts: Partial<PoolOptions> = {}): Promise<Pool> {
-  const pool = await Pool.start({ command: [process.execPath, FIXTURE], workers: 1, ...opts });
-  pools.push(pool);
-  return pool;
-}
-
-/** Polls the pool's own accounting until `cond` holds, bounded. */
-async function until(cond: () => boolean, what: string, ms = 20_000): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!cond()) {
-    if (performance.now() > deadline) assert.fail(`not within ${ms} ms: ${what}`);
-    await sleep(5);
-  }
-  await turn(); // the map's own reactions to the last outcome run before the caller looks
-}
+const start = fixturePools(FIXTURE);
 
 /** 0 .. n-1, counting what the map has taken. */
 function counted(n: number): { items: Iterable<number>; taken: () => number } {
@@ -45,15 +26,6 @@ function counted(n: number): { items: Iterable<number>; taken: () => number } {
     })(),
     taken: () => taken,
   };
-}
-
-async function rejection(p: PromiseLike<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (e) {
-    return e;
-  }
-  assert.fail("expected a failure");
 }
 
 const idle = (pool: Pool) => pool.metrics().workers.every((w) => w.inFlight === 0) && pool.metrics().queued === 0;
@@ -164,7 +136,7 @@ test("without returnExceptions the first failed result ends the map with its err
   const pool = await start();
   const { items, taken } = counted(1000);
   const seen: number[] = [];
-  const e = await rejection(
+  const e = await rejectionOf(
     (async () => {
       for await (const r of pool.map<number, number>("fail_odd", items, { window: 4 })) seen.push(r);
     })(),
@@ -173,7 +145,7 @@ test("without returnExceptions the first failed result ends the map with its err
   assert.equal(e.code, 1400);
   assert.deepEqual(seen, [0]);
   assert.ok(taken() <= 2 * 4 + 1, `taken ${taken()}`);
-  const awaited = await rejection(pool.map("fail_odd", [0, 2, 3, 4]));
+  const awaited = await rejectionOf(pool.map("fail_odd", [0, 2, 3, 4]));
   assert.ok(awaited instanceof RequestError);
   assert.deepEqual(awaited.details, { n: 3 });
   // Leaving the loop early stops the map the same way; the pool goes on.
@@ -220,7 +192,7 @@ test("bad options are INVALID_ARGUMENT (308) before anything is sent", T, async 
   ];
   const before = pool.metrics().calls;
   for (const opts of bad) {
-    const e = await rejection(pool.map("gated", [{ v: 1 }], opts as never));
+    const e = await rejectionOf(pool.map("gated", [{ v: 1 }], opts as never));
     assert.ok(e instanceof InvalidArgumentError, `${JSON.stringify(opts)}: ${String(e)}`);
     assert.equal(e.code, ErrorCode.INVALID_ARGUMENT);
     const name = Object.keys(opts)[0];
@@ -244,7 +216,7 @@ test("an iterable that throws ends the map with its own error after the results 
     throw boom;
   }
   const seen: unknown[] = [];
-  const e = await rejection(
+  const e = await rejectionOf(
     (async () => {
       for await (const r of pool.map("gated", items())) seen.push(r);
     })(),

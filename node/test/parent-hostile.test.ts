@@ -6,61 +6,26 @@
 
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
-import { afterEach, test } from "node:test";
-import { setTimeout as sleep } from "node:timers/promises";
+import { test } from "node:test";
 import { runInNewContext } from "node:vm";
 import { setFlagsFromString } from "node:v8";
 import {
   ErrorCode,
   Pool,
-  type PoolOptions,
   ProtocolViolationError,
   WirepoolError,
   WorkerExitedError,
 } from "../src/index.js";
+import { alivePids, fixturePools, rejection, until } from "./pool-helpers.js";
 
 const FIXTURE = new URL("./hostile-fixture.js", import.meta.url).pathname;
 const CRASH_LINE = "hostile fixture: crash requested";
 const T = { timeout: 120_000 };
-const pools: Pool[] = [];
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
 
-afterEach(async () => {
-  await Promise.all(pools.splice(0).map((p) => p.close({ graceMs: 0 })));
-});
-
-async function start(opts: Partial<PoolOptions> = {}): Promise<Pool> {
-  const pool = await Pool.start({ command: [process.execPath, FIXTURE], workers: 1, ...opts });
-  pools.push(pool);
-  return pool;
-}
-
-async function rejection(p: Promise<unknown>): Promise<WirepoolError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.ok(e instanceof WirepoolError, `expected a WirepoolError, got ${e}`);
-    return e;
-  }
-  assert.fail("expected the call to fail");
-}
-
-/** Polls `cond` (the pool's accounting or /proc) until it holds, bounded; `each` runs every poll. */
-async function until(cond: () => boolean, what: string, each: () => void = () => {}, ms = 30_000): Promise<void> {
-  const deadline = performance.now() + ms;
-  for (;;) {
-    each();
-    if (cond()) return;
-    if (performance.now() > deadline) assert.fail(`not within ${ms} ms: ${what}`);
-    await sleep(5);
-  }
-}
-
-function alivePids(pool: Pool): number[] {
-  return pool.metrics().workers.filter((w) => w.alive).map((w) => w.pid);
-}
+const start = fixturePools(FIXTURE);
 
 function readyCount(pool: Pool): number {
   return pool.metrics().workers.filter((w) => w.state === "ready").length;
@@ -171,7 +136,7 @@ test("close() with calls and streams in flight: each ends in exactly one outcome
   const first = await idle.next();
   assert.equal(first.value, 0);
   for (let k = 0; k < 4; k++) calls.push(track(`queued-${k}`, pool.call("echo", k)));
-  await until(() => pool.metrics().queued > 0, "calls queued behind the busy workers");
+  await until(() => pool.metrics().queued > 0, "calls queued behind the busy workers", { ms: 30_000 });
   await readLoop;
   const closing = pool.close({ graceMs: 300 });
   const idleEnd = (async () => {
@@ -238,7 +203,7 @@ test("garbage from the worker mid-session: PROTOCOL_VIOLATION for every request 
   }
   assert.ok(streamError instanceof ProtocolViolationError, `the stream ended with ${streamError}`);
   assert.ok(!errors.some((e) => e.requestId === (streamError as WirepoolError).requestId), "the stream's own error");
-  await until(() => readyCount(pool) === 1 && !alivePids(pool).includes(pid), "a replacement worker");
+  await until(() => readyCount(pool) === 1 && !alivePids(pool).includes(pid), "a replacement worker", { ms: 30_000 });
   assert.ok(!liveChildren().includes(pid), "the worker that sent garbage was killed and reaped");
   assert.equal(pool.metrics().restarts, 1);
   assert.equal(await pool.call("echo", "again"), "again");
@@ -261,17 +226,17 @@ test("N workers killed again and again: never more than N, exactly N afterwards,
     const calls = Array.from({ length: 2 * N }, () =>
       pool.call("sleep", 60_000, { signal: ac.signal }).then(() => "ok", (e: unknown) => (e instanceof WirepoolError ? e.codeName : `${e}`)),
     );
-    await until(() => pool.metrics().workers.every((w) => w.inFlight === 2), "two calls in flight on every worker", bounded);
+    await until(() => pool.metrics().workers.every((w) => w.inFlight === 2), "two calls in flight on every worker", { each: bounded, ms: 30_000 });
     for (const pid of victims) process.kill(pid, "SIGKILL");
     deaths += victims.length;
-    await until(() => pool.metrics().restarts === deaths && readyCount(pool) === N, `round ${round}: ${N} ready after ${deaths} deaths`, bounded);
+    await until(() => pool.metrics().restarts === deaths && readyCount(pool) === N, `round ${round}: ${N} ready after ${deaths} deaths`, { each: bounded, ms: 30_000 });
     for (const pid of alivePids(pool)) seen.add(pid);
     // The victims' calls ended WORKER_EXITED; the survivors' are cancelled now: one outcome each.
     ac.abort();
     const outcomes = await Promise.all(calls);
     assert.equal(outcomes.filter((o) => o === "WORKER_EXITED").length, 2 * victims.length, `round ${round}: ${outcomes}`);
     assert.equal(outcomes.filter((o) => o === "CANCELLED").length, 2 * (N - victims.length), `round ${round}: ${outcomes}`);
-    await until(() => pool.metrics().workers.every((w) => w.inFlight === 0), "the cancelled calls ended at the workers", bounded);
+    await until(() => pool.metrics().workers.every((w) => w.inFlight === 0), "the cancelled calls ended at the workers", { each: bounded, ms: 30_000 });
     assert.equal(pool.metrics().restarts, deaths, "each death counted once");
   }
   assert.equal(seen.size, N + deaths, "every death was replaced by a new process");

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
-import { afterEach, test } from "node:test";
+import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   CancelledError,
@@ -13,7 +13,6 @@ import {
   ErrorCode,
   LeaseLostError,
   Pool,
-  type PoolOptions,
   RequestError,
   SpawnFailedError,
   StartupTimeoutError,
@@ -21,47 +20,11 @@ import {
   WorkerExitedError,
   WorkerHungError,
 } from "../src/index.js";
+import { alivePids, fixturePools, inFlight, rejection, until } from "./pool-helpers.js";
 
 const FIXTURE = new URL("./parent-fixture.js", import.meta.url).pathname;
 const T = { timeout: 60_000 };
-const pools: Pool[] = [];
-
-afterEach(async () => {
-  await Promise.all(pools.splice(0).map((p) => p.close({ graceMs: 0 })));
-});
-
-async function start(opts: Partial<PoolOptions> = {}): Promise<Pool> {
-  const pool = await Pool.start({ command: [process.execPath, FIXTURE], workers: 1, ...opts });
-  pools.push(pool);
-  return pool;
-}
-
-async function rejection(p: Promise<unknown>): Promise<WirepoolError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.ok(e instanceof WirepoolError, `expected a WirepoolError, got ${e}`);
-    return e;
-  }
-  assert.fail("expected the call to fail");
-}
-
-/** Polls `cond` (the pool's accounting or /proc) until it holds, bounded. */
-async function until(cond: () => boolean, what: string, ms = 20_000): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!cond()) {
-    if (performance.now() > deadline) assert.fail(`not within ${ms} ms: ${what}`);
-    await sleep(5);
-  }
-}
-
-function alivePids(pool: Pool): number[] {
-  return pool.metrics().workers.filter((w) => w.alive).map((w) => w.pid);
-}
-
-function inFlight(pool: Pool): number {
-  return pool.metrics().workers.reduce((n, w) => n + w.inFlight, 0);
-}
+const start = fixturePools(FIXTURE);
 
 /** Our live child processes (zombies excluded). */
 function liveChildren(): number[] {

@@ -8,36 +8,19 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, afterEach, test } from "node:test";
-import { ErrorCode, InvalidArgumentError, Pool, type PoolOptions, RequestError, WirepoolError, WorkerExitedError } from "../src/index.js";
+import { after, test } from "node:test";
+import { ErrorCode, InvalidArgumentError, Pool, RequestError, WorkerExitedError } from "../src/index.js";
+import { fixturePools, rejection } from "./pool-helpers.js";
 
 const FIXTURE = new URL("./map-fixture.js", import.meta.url).pathname;
 const T = { timeout: 60_000 };
-const pools: Pool[] = [];
 const DIR = mkdtempSync(join(tmpdir(), "wirepool-retry-"));
 let files = 0;
 const marker = () => join(DIR, `crash-${files++}`);
 
-afterEach(async () => {
-  await Promise.all(pools.splice(0).map((p) => p.close({ graceMs: 0 })));
-});
 after(() => rmSync(DIR, { recursive: true, force: true }));
 
-async function start(opts: Partial<PoolOptions> = {}): Promise<Pool> {
-  const pool = await Pool.start({ command: [process.execPath, FIXTURE], workers: 1, restartBackoffMs: 0, ...opts });
-  pools.push(pool);
-  return pool;
-}
-
-async function rejection(p: PromiseLike<unknown>): Promise<WirepoolError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.ok(e instanceof WirepoolError, `expected a WirepoolError, got ${e}`);
-    return e;
-  }
-  assert.fail("expected a failure");
-}
+const start = fixturePools(FIXTURE, { restartBackoffMs: 0 });
 
 test("a listed method whose worker crashes is sent again: success from another worker, counted in retries", T, async () => {
   const pool = await start({ workers: 2, retry: { methods: ["crash_once"], attempts: 3 } });
