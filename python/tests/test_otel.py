@@ -47,6 +47,7 @@ def test_blocking_calls_streams_and_maps_each_get_one_span_under_the_callers() -
     for s in spans:
         assert s.kind == SpanKind.CLIENT
         assert s.attributes["wirepool.worker_pid"] == pid
+        assert s.attributes["wirepool.worker"] == 0  # the slot, as the metrics' worker label
         assert s.attributes["rpc.system"] == "wirepool"
         # The blocking call ran on the pool's loop or in the caller's thread: either way the
         # span is the caller's child.

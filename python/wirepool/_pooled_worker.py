@@ -206,6 +206,8 @@ class _Request:
         if error is not None:
             self.error = error
             self.outcome = (False, error)
+            if isinstance(error, WirepoolError):  # wirepool_errors_total{code}
+                self.worker.pool._errors_by_code[error.name] += 1
             if fut is not None:
                 fut.set_exception(error)
                 fut.exception()  # mark retrieved: an abandoned request must not warn
@@ -237,10 +239,13 @@ class _Request:
 class _Worker(LaneProtocol):
     _ids = itertools.count(1)
 
-    def __init__(self, pool: "AsyncPool") -> None:
+    def __init__(self, pool: "AsyncPool", slot: int = 0) -> None:
         super().__init__(proto.Connection("parent"), pool.loop)
         self.pool = pool
         self.worker_id = next(self._ids)
+        # Its place in the pool, 0 to size-1, taken over by its replacement (spec/metrics.json
+        # labels.worker): the per-worker metrics count by slot across restarts.
+        self.slot = slot
         self.proc: asyncio.subprocess.Process | None = None
         self.pid = 0
         self.requests: dict[int, _Request] = {}
@@ -252,6 +257,10 @@ class _Worker(LaneProtocol):
         self.leased = False
         self.retiring = False
         self.served = 0
+        self.sent_requests = 0  # calls and streams sent to it (loop and blocking callers)
+        self.heartbeat_rtt: float | None = None  # seconds, of the last answered PING
+        self.cancel_timeout = False  # killed for ignoring a CANCEL past the cancel grace
+        self.forgotten = False  # the pool merged its counts into those of gone workers
         self.last_busy = time.monotonic()
         # Direct calls (Pool.call on an idle worker): the loop stops reading an idle worker
         # ("parks" it) and a blocking caller then writes its request and reads the answer itself,
@@ -499,9 +508,12 @@ class _Worker(LaneProtocol):
     # -- direct calls (see ``direct``) -----------------------------------------------------
 
     def observe(self, method: str, seconds: float) -> None:
-        hist = self.latency.get(method)
+        # Requests failed after the pool forgot this worker (its exit status came first) go
+        # straight into the pool's histograms of gone workers.
+        latency = self.pool._latency_gone if self.forgotten else self.latency
+        hist = latency.get(method)
         if hist is None:
-            hist = self.latency[method] = LatencyHistogram()
+            hist = latency[method] = LatencyHistogram()
         hist.observe(seconds)
 
     def _park_if_idle(self) -> None:
@@ -1001,7 +1013,9 @@ class _Worker(LaneProtocol):
             nonce = int.from_bytes(ev.nonce, "little")  # type: ignore[attr-defined]
             pings = self.pings
             while pings and pings[0][0] <= nonce:
-                pings.popleft()
+                sent, at = pings.popleft()
+                if sent == nonce:
+                    self.heartbeat_rtt = time.monotonic() - at
             return
         if t == FrameType.GOODBYE:
             self._stop_routing_then_kill()
@@ -1078,6 +1092,7 @@ class _Worker(LaneProtocol):
         if not id:  # the worker is dying or dead
             req.finish(error=self._failure_for(req))
             return req
+        self.sent_requests += 1
         if timeout is not None:
             req.deadline_handle = self.pool.loop.call_later(
                 timeout + self.pool.deadline_grace, self._deadline_passed, req, timeout)
@@ -1115,6 +1130,7 @@ class _Worker(LaneProtocol):
         now = time.monotonic() if self.pool.latency_histograms else 0.0
         reqs = [_Request(id, self, unary, codec, method, None, sink, now) for id in ids]
         self.requests.update(zip(ids, reqs))
+        self.sent_requests += len(reqs)
         hooks = self.pool.request_hooks
         if hooks is not None:
             for req in reqs:
@@ -1151,6 +1167,7 @@ class _Worker(LaneProtocol):
         if req.id in self.requests:
             log.warning("worker %d (pid %d) ignored CANCEL of request %d for %.1fs: killing it",
                         self.worker_id, self.pid, req.id, self.pool.cancel_grace)
+            self.cancel_timeout = True  # its restart's cause (spec/metrics.json labels.cause)
             self.kill(WorkerExited(ErrorCode.WORKER_EXITED,
                                    f"worker pid {self.pid} killed: request {req.id} ignored "
                                    f"CANCEL for {self.pool.cancel_grace}s"))

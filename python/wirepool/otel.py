@@ -13,8 +13,10 @@ current where the call was made::
         pool.call("add", {"a": 1, "b": 2})   # a "wirepool add" span under "job"
 
 Span attributes: ``rpc.system`` ("wirepool"), ``rpc.method``, ``wirepool.kind`` ("unary" or
-"stream"), ``wirepool.request_id``, ``wirepool.worker_id``, ``wirepool.worker_pid``; a failed
-request sets the span's status to ERROR and ``wirepool.error_code`` / ``wirepool.error_name``.
+"stream"), ``wirepool.request_id``, ``wirepool.worker_id`` (the process), ``wirepool.worker``
+(its slot: the ``worker`` label of :mod:`wirepool.prometheus`'s series), ``wirepool.worker_pid``;
+a failed request sets the span's status to ERROR and ``wirepool.error_code`` /
+``wirepool.error_name`` (the ``code`` label of ``wirepool_errors_total``).
 The span kind is CLIENT. (The Rust parent emits the same fields as a ``tracing`` span, target
 ``wirepool::call``.)
 """
@@ -46,7 +48,7 @@ class _Spans:
                 "rpc.system": "wirepool", "rpc.method": method,
                 "wirepool.kind": "stream" if kind == MethodKind.STREAM else "unary",
                 "wirepool.request_id": request_id, "wirepool.worker_id": worker.worker_id,
-                "wirepool.worker_pid": worker.pid})
+                "wirepool.worker": worker.slot, "wirepool.worker_pid": worker.pid})
 
     def ended(self, span: Any, error: BaseException | None) -> None:
         if error is not None:

@@ -55,7 +55,8 @@ __all__ = ["AsyncPool", "Stream", "Lease", "PoolMetrics", "RetryPolicy"]
 
 
 class PoolMetrics(dict):
-    """A snapshot: ``workers`` (list of per-worker dicts) and pool-wide counters."""
+    """A snapshot: ``workers`` (per process), ``slots`` (per slot, kept across replacements:
+    what :mod:`wirepool.prometheus` exports per ``worker``) and pool-wide counters."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,8 +512,20 @@ class AsyncPool:
         # Direct-call counts of workers no longer in _all.
         self._direct_gone: collections.Counter[str] = collections.Counter()
         self._latency_gone: dict[str, LatencyHistogram] = {}
-        # Replacements by why the worker died: crashed, hung, protocol_violation, start_failed.
+        # Replacements by why the worker died: crashed, hung, protocol_violation,
+        # cancel_timeout, start_failed (spec/metrics.json labels.cause); and by slot.
         self._restart_causes: collections.Counter[str] = collections.Counter()
+        self._slot_restarts: list[collections.Counter[str]] = [
+            collections.Counter() for _ in range(self.size)]
+        # Recycles by limit (requests, rss, idle) and failed requests by error code name.
+        self._recycle_reasons: collections.Counter[str] = collections.Counter()
+        self._errors_by_code: collections.Counter[str] = collections.Counter()
+        # Per slot, the counts of its workers no longer in _all (requests, rows, bytes sent,
+        # bytes received): a slot's counters go on across its replacements.
+        self._slot_gone: list[list[int]] = [[0, 0, 0, 0] for _ in range(self.size)]
+        # Waits for a worker with room (only the calls and streams that waited: the others
+        # waited 0, counted from the calls and streams sent when a snapshot is taken).
+        self._queue_wait = LatencyHistogram()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         # Maps with results from the read being handled: settled (refilled) when it ends.
         self._reading = False
@@ -529,7 +542,7 @@ class AsyncPool:
         self.loop = asyncio.get_running_loop()
         if self.launcher is not None:
             await self.launcher.open(self)
-        results = await asyncio.gather(*(self._spawn() for _ in range(self.size)),
+        results = await asyncio.gather(*(self._spawn(slot) for slot in range(self.size)),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -545,8 +558,8 @@ class AsyncPool:
         # is cancelled at once instead of being given the drain grace.
         await self.close(grace=0 if exc_type is not None else None)
 
-    async def _spawn(self) -> _Worker:
-        w = _Worker(self)
+    async def _spawn(self, slot: int) -> _Worker:
+        w = _Worker(self, slot)
         self._all.add(w)
         try:
             await w.start()
@@ -687,8 +700,11 @@ class AsyncPool:
                     best, best_load = w, load
         return best
 
-    async def _acquire(self) -> _Worker:
-        """The least-loaded accepting worker with room; waits (in FIFO order) while all are full."""
+    async def _acquire(self, queued: bool = True) -> _Worker:
+        """The least-loaded accepting worker with room; waits (in FIFO order) while all are full.
+        A wait is observed in the queue-wait histogram when ``queued`` (a call or a stream, not
+        a lease)."""
+        since = 0.0
         while True:
             broken = self._broken()
             if broken is not None:
@@ -696,7 +712,11 @@ class AsyncPool:
             if not self._slot_waiters or self._slot_waiters[0].done():
                 best = self._pick()
                 if best is not None:
+                    if since and queued:
+                        self._queue_wait.observe(time.monotonic() - since)
                     return best
+            if not since:
+                since = time.monotonic()
             fut = self.loop.create_future()
             self._slot_waiters.append(fut)
             try:
@@ -707,6 +727,8 @@ class AsyncPool:
                 raise
             best = self._pick()
             if best is not None:
+                if queued:
+                    self._queue_wait.observe(time.monotonic() - since)
                 return best
 
     def _request_ended(self, w: _Worker, req: _Request) -> None:
@@ -717,7 +739,7 @@ class AsyncPool:
         if self._slot_waiters or self._idle_waiters:
             self._capacity_changed(n)
         if self.max_requests is not None and w.served >= self.max_requests:
-            self._recycle(w, "served max_requests")
+            self._recycle(w, "requests", "served max_requests")
 
     def _check_recycle(self, w: _Worker) -> None:
         if w.retiring or not w.accepting:
@@ -725,26 +747,28 @@ class AsyncPool:
         if self.max_rss_bytes is not None:
             rss = w.rss_bytes()
             if rss is not None and rss > self.max_rss_bytes:
-                self._recycle(w, f"RSS {rss} above max_rss_bytes")
+                self._recycle(w, "rss", f"RSS {rss} above max_rss_bytes")
                 return
         # A worker that never served anything is not recycled for idling: replacing it with
         # an identical fresh process would only churn.
         if (self.idle_timeout is not None and w.served and not w.requests
                 and time.monotonic() - w.last_busy > self.idle_timeout):
-            self._recycle(w, "idle")
+            self._recycle(w, "idle", "idle")
 
-    def _recycle(self, w: _Worker, why: str) -> None:
+    def _recycle(self, w: _Worker, reason: str, why: str) -> None:
         """Replace ``w`` without failing a request: stop dispatching to it, start its
-        replacement, and drain it (its in-flight requests finish first)."""
+        replacement, and drain it (its in-flight requests finish first). ``reason`` is the
+        limit (requests, rss, idle), ``why`` what the log says."""
         if w.retiring or self._closed:
             return
         log.info("recycling worker %d (pid %d): %s", w.worker_id, w.pid, why)
         w.retiring = True
         w.accepting = False
         self._counters["recycled"] += 1
+        self._recycle_reasons[reason] += 1
         if w in self.workers:
             self.workers.remove(w)
-        self.loop.create_task(self._replace(0.0))
+        self.loop.create_task(self._replace(0.0, w.slot))
         w.drain(int(self.drain_grace * 1000))
 
     def _worker_lost(self, w: _Worker) -> None:
@@ -757,12 +781,14 @@ class AsyncPool:
         self.loop.create_task(self._forget_after_exit(w))
         if not serving or self._closed or w.retiring:
             return
-        if self._count_death(w.failure):
-            self.loop.create_task(self._replace(self._next_backoff()))
+        if self._count_death(w.failure, w.slot, "cancel_timeout" if w.cancel_timeout else None):
+            self.loop.create_task(self._replace(self._next_backoff(), w.slot))
 
-    def _count_death(self, cause: BaseException | None) -> bool:
-        """Counts one unexpected death against the restart-intensity limit; False when the
-        limit is exceeded and the pool stops restarting."""
+    def _count_death(self, cause: BaseException | None, slot: int,
+                     label: str | None = None) -> bool:
+        """Counts one unexpected death in ``slot`` against the restart-intensity limit (under
+        ``label``, else the cause's); False when the limit is exceeded and the pool stops
+        restarting."""
         now = time.monotonic()
         deaths = self._death_times
         deaths.append(now)
@@ -770,7 +796,9 @@ class AsyncPool:
             deaths.popleft()
         if len(deaths) <= self.max_restarts:
             self._counters["restarts"] += 1
-            self._restart_causes[_death_cause(cause)] += 1
+            label = label or _death_cause(cause)
+            self._restart_causes[label] += 1
+            self._slot_restarts[slot][label] += 1
             return True
         # PROTOCOL.md 17 (max_restarts): the program cannot stay up, so the pool closes (its
         # healthy workers drain) rather than fail every call with WORKER_EXITED for ever.
@@ -806,21 +834,27 @@ class AsyncPool:
             self._all.discard(w)
             self._direct_gone.update(calls=w.direct_calls, completed=w.direct_completed,
                                      errors=w.direct_errors)
+            gone = self._slot_gone[w.slot]
+            gone[0] += w.sent_requests + w.direct_calls
+            gone[1] += w.rows_received
+            gone[2] += w.bytes_sent
+            gone[3] += w.bytes_received
             for method, hist in w.latency.items():
                 self._latency_gone.setdefault(method, LatencyHistogram()).merge(hist)
+            w.forgotten = True
 
-    async def _replace(self, delay: float) -> None:
-        """Fill one slot: spawn until a worker serves, each failed start counted as a death."""
+    async def _replace(self, delay: float, slot: int) -> None:
+        """Fill ``slot``: spawn until a worker serves, each failed start counted as a death."""
         while True:
             if delay:
                 await asyncio.sleep(delay)
             if self._closed:
                 return
             try:
-                w = await self._spawn()
+                w = await self._spawn(slot)
             except WirepoolError as e:
                 log.error("could not start a replacement worker: %s", e)
-                if self._closed or not self._count_death(e):
+                if self._closed or not self._count_death(e, slot):
                     return
                 delay = self._next_backoff()
                 continue
@@ -1053,7 +1087,7 @@ class AsyncPool:
     async def lease(self) -> AsyncIterator[Lease]:
         """Reserve one worker for a sequence of calls (e.g. to keep state between them)."""
         while True:
-            w = await self._acquire()
+            w = await self._acquire(queued=False)
             if not w.requests:
                 break
             # Wait for an idle worker so the lease is truly exclusive.
@@ -1073,7 +1107,7 @@ class AsyncPool:
         """A snapshot of the pool's state and counters."""
         workers = []
         for w in list(self._all):
-            workers.append({"worker_id": w.worker_id, "pid": w.pid,
+            workers.append({"worker_id": w.worker_id, "slot": w.slot, "pid": w.pid,
                             "host": getattr(w, "host", None), "alive": w.alive,
                             "accepting": w.accepting, "in_flight": len(w.requests),
                             "served": w.served, "leased": w.leased, "retiring": w.retiring,
@@ -1094,9 +1128,62 @@ class AsyncPool:
                 latency.setdefault(method, LatencyHistogram()).merge(hist)
         m["methods"] = {method: h.snapshot() for method, h in sorted(latency.items())}
         m["restart_causes"] = dict(self._restart_causes)
+        m["recycle_reasons"] = dict(self._recycle_reasons)
+        m["errors_by_code"] = dict(self._errors_by_code)
+        # Every call and stream sent waited: the ones that found room at once waited 0.
+        queue = self._queue_wait.snapshot()
+        sent = m.get("calls", 0) + m.get("streams", 0)
+        if sent > queue["count"]:
+            zeros = sent - queue["count"]
+            first = queue["buckets"][0][1] if queue["buckets"] else 0
+            queue["buckets"][:1] = [(1e-6, first + zeros)]
+            queue["count"] = sent
+        m["queue_wait"] = queue
+        m["slots"] = self._slot_metrics()
+        m["alive"] = sum(1 for s in m["slots"] if s["state"] in ("ready", "leased", "draining"))
         m["size"] = self.size
         m["closed"] = self._closed
         return m
+
+    def _slot_metrics(self) -> list[dict[str, Any]]:
+        """One dict per slot (spec/metrics.json's per-worker series): its newest worker's
+        state, pid, in flight, RSS and heartbeat round trip; its counters summed over every
+        worker that held it."""
+        newest: dict[int, _Worker] = {}
+        sums = [list(gone) for gone in self._slot_gone]
+        for w in list(self._all):
+            n = sums[w.slot]
+            n[0] += w.sent_requests + w.direct_calls
+            n[1] += w.rows_received
+            n[2] += w.bytes_sent
+            n[3] += w.bytes_received
+            if w.slot not in newest or w.worker_id > newest[w.slot].worker_id:
+                newest[w.slot] = w
+        out = []
+        for slot in range(self.size):
+            x = newest.get(slot)
+            running = x is not None and x.alive
+            out.append({
+                "slot": slot, "state": _slot_state(x),
+                "pid": x.pid if x is not None and running and x.pid else None,
+                "in_flight": len(x.requests) if x is not None else 0,
+                "requests": sums[slot][0], "rows": sums[slot][1], "bytes_sent": sums[slot][2],
+                "bytes_received": sums[slot][3],
+                "rss_bytes": x.rss_bytes() if x is not None and running else None,
+                "heartbeat_rtt": x.heartbeat_rtt if x is not None and running else None,
+                "restart_causes": dict(self._slot_restarts[slot])})
+        return out
+
+
+def _slot_state(w: _Worker | None) -> str:
+    """A slot's state label (spec/metrics.json labels.state) from its newest worker."""
+    if w is None or not w.alive:
+        return "dead"
+    if not w.ready.done():
+        return "starting"
+    if w.retiring or not w.accepting:  # recycled, or it said GOODBYE
+        return "draining"
+    return "leased" if w.leased else "ready"
 
 
 def _death_cause(failure: BaseException | None) -> str:

@@ -395,6 +395,7 @@ class Pool:
                 value = c.decode(body)
             except Exception as e:
                 w.direct_errors += 1
+                ap._errors_by_code["DECODE_FAILED"] += 1
                 err = error_from_code(ErrorCode.DECODE_FAILED, f"cannot decode the result as "
                                       f"{c.name}: {e}", id=id)
                 if trace is not None:
