@@ -1,88 +1,57 @@
 package pool
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
+	"github.com/wirepool/wirepool/go/codec"
 	"github.com/wirepool/wirepool/go/proto"
 )
 
-// Codec is a codec id of PROTOCOL.md section 7.
-type Codec uint8
+// Codec is a codec id of PROTOCOL.md section 7 (the codec package's, shared with the worker).
+type Codec = codec.Codec
+
+// Bytes is a body passed through unencoded whatever the codec (a request already encoded, or
+// a result to decode later); []byte and string pass through under Raw.
+type Bytes = codec.Bytes
 
 // The codecs this package encodes and decodes.
 const (
-	Raw     Codec = proto.CodecRaw
-	JSON    Codec = proto.CodecJSON
-	Msgpack Codec = proto.CodecMsgpack
+	Raw     = codec.Raw
+	JSON    = codec.JSON
+	Msgpack = codec.Msgpack
+	CBOR    = codec.CBOR
 )
+
+// Target is where a call goes: a *Pool (its least-loaded worker) or a *Lease (its one worker).
+type Target interface {
+	send(ctx context.Context, m call) (*proc, uint64, *pending, error)
+	options() *Options
+}
+
+func (p *Pool) options() *Options { return &p.opts }
 
 // CallOption configures one call or stream.
 type CallOption func(*callOpts)
 
 type callOpts struct {
-	codec    Codec
-	codecSet bool
+	codec Codec
 }
 
-// WithCodec chooses the codec (default JSON; []byte requests default to Raw).
-func WithCodec(c Codec) CallOption { return func(o *callOpts) { o.codec, o.codecSet = c, true } }
-
-func encode(c Codec, v any) ([]byte, error) {
-	switch b := v.(type) {
-	case []byte:
-		return b, nil
-	}
-	switch c {
-	case Raw:
-		if s, ok := v.(string); ok {
-			return []byte(s), nil
-		}
-		return nil, fmt.Errorf("the raw codec carries []byte or string, not %T", v)
-	case JSON:
-		return json.Marshal(v)
-	case Msgpack:
-		return msgpack.Marshal(v)
-	}
-	return nil, fmt.Errorf("codec %d is not supported by this parent", c)
-}
-
-func decode[T any](c Codec, body []byte, v *T) error {
-	switch p := any(v).(type) {
-	case *[]byte:
-		*p = bytes.Clone(body)
-		return nil
-	case *string:
-		if c == Raw {
-			*p = string(body)
-			return nil
-		}
-	}
-	switch c {
-	case JSON:
-		d := json.NewDecoder(bytes.NewReader(body))
-		d.UseNumber()
-		return d.Decode(v)
-	case Msgpack:
-		return msgpack.Unmarshal(body, v)
-	}
-	return fmt.Errorf("cannot decode codec %d into %T", c, *v)
-}
+// WithCodec chooses the codec (default JSON; []byte and Bytes requests default to Raw).
+func WithCodec(c Codec) CallOption { return func(o *callOpts) { o.codec = c } }
 
 func resolve[Req any](req Req, opts []CallOption) (Codec, []byte, error) {
 	o := callOpts{codec: JSON}
-	if _, ok := any(req).([]byte); ok {
+	switch any(req).(type) {
+	case []byte, Bytes:
 		o.codec = Raw
 	}
 	for _, f := range opts {
 		f(&o)
 	}
-	body, err := encode(o.codec, req)
+	body, err := codec.Encode(o.codec, req)
 	if err != nil {
 		return 0, nil, errorf(proto.CodeInvalidArgument, "encode the request: %v", err)
 	}
@@ -110,13 +79,37 @@ func timeoutOf(ctx context.Context) (uint64, *Error) {
 	return us, nil
 }
 
+// waiting is how long a caller waits for a request's terminal: until ctx is cancelled, or
+// until its deadline plus the deadline grace (the worker answers DEADLINE_EXCEEDED at its own
+// timer, 8.3; the parent's timer is the backstop). stop releases it.
+func waiting(ctx context.Context, grace time.Duration) (wctx context.Context, stop func()) {
+	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	wctx = base
+	var cancelDeadline context.CancelFunc = func() {}
+	if d, ok := ctx.Deadline(); ok {
+		wctx, cancelDeadline = context.WithDeadline(base, d.Add(grace))
+	}
+	unhook := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel(context.Cause(ctx))
+		}
+	})
+	return wctx, func() {
+		unhook()
+		cancelDeadline()
+		cancel(nil)
+	}
+}
+
 // Call sends one request for a unary method and returns its decoded result. Errors are
 // *Error: the worker's (HANDLER_ERROR, BAD_REQUEST, ...), WORKER_EXITED when it died,
-// DEADLINE_EXCEEDED at ctx's deadline, CANCELLED when ctx is cancelled (the worker gets CANCEL,
-// and is killed if it has not ended the request within the cancel grace).
-func Call[Req, Resp any](ctx context.Context, p *Pool, method string, req Req, opts ...CallOption) (Resp, error) {
+// WORKER_HUNG when the liveness clocks ran out, DEADLINE_EXCEEDED at ctx's deadline (the
+// worker's answer, or the parent's own past the deadline grace), CANCELLED when ctx is
+// cancelled (the worker gets CANCEL, and is killed if it has not ended the request within the
+// cancel grace), LEASE_LOST on a lease whose worker is gone.
+func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (Resp, error) {
 	var zero Resp
-	codec, body, err := resolve(req, opts)
+	c, body, err := resolve(req, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -124,39 +117,41 @@ func Call[Req, Resp any](ctx context.Context, p *Pool, method string, req Req, o
 	if terr != nil {
 		return zero, terr
 	}
-	w, id, pr, serr := p.send(ctx, method, uint8(codec), proto.KindUnary, tus, body)
+	w, id, pr, serr := t.send(ctx, call{method, uint8(c), proto.KindUnary, tus, body})
 	if serr != nil {
 		return zero, serr
 	}
+	wctx, stop := waiting(ctx, t.options().DeadlineGrace)
+	defer stop()
 	for {
 		select {
 		case <-pr.sig:
-		case <-ctx.Done():
+		case <-wctx.Done():
 			w.mu.Lock()
 			r, ok := pr.pop()
 			w.mu.Unlock()
 			if ok {
-				return finish[Resp](codec, r)
+				return finish[Resp](c, r)
 			}
 			w.abandon(id)
-			return zero, ctxError(ctx)
+			return zero, ctxError(wctx)
 		}
 		w.mu.Lock()
 		r, ok := pr.pop()
 		w.mu.Unlock()
 		if ok {
-			return finish[Resp](codec, r)
+			return finish[Resp](c, r)
 		}
 	}
 }
 
-func finish[Resp any](codec Codec, r reply) (Resp, error) {
+func finish[Resp any](c Codec, r reply) (Resp, error) {
 	var out Resp
 	if r.err != nil {
 		return out, r.err
 	}
-	if err := decode(codec, r.body, &out); err != nil {
-		return out, errorf(proto.CodeBadRequest, "decode the result: %v", err)
+	if err := codec.Decode(c, r.body, &out); err != nil {
+		return out, errorf(proto.CodeDecodeFailed, "decode the result: %v", err)
 	}
 	return out, nil
 }

@@ -1,7 +1,7 @@
 // Package pool is the wirepool parent: it runs worker processes of any language behind the
 // typed binary wire of spec/PROTOCOL.md and routes typed calls and streams to them. Every
-// protocol decision is the proto core's (a proto.Connection in the Parent role per worker); this
-// package moves bytes, runs clocks and goroutines.
+// protocol decision is the proto core's (a proto.Connection in the Parent role per worker, and
+// its liveness judge); this package moves bytes, runs clocks and goroutines.
 package pool
 
 import (
@@ -18,12 +18,16 @@ import (
 type Pool struct {
 	opts Options
 
-	mu      sync.Mutex // guards procs, closed (taken before any proc's mu)
-	procs   []*proc    // by slot; nil while a slot restarts
-	closed  bool
-	restart sync.WaitGroup
-	life    context.Context
-	stop    context.CancelFunc
+	mu       sync.Mutex // guards the fields below (taken before any proc's mu)
+	procs    []*proc    // by slot: the worker new requests go to; nil while a slot restarts
+	all      map[*proc]struct{}
+	closed   bool
+	closeErr *Error // why the pool closed itself (restart intensity), else nil
+	restarts int
+	crashes  []time.Time // within RestartWindow
+	restart  sync.WaitGroup
+	life     context.Context
+	stop     context.CancelFunc
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed and replaced when room may have appeared
@@ -31,14 +35,16 @@ type Pool struct {
 
 // Start validates o (INVALID_ARGUMENT, nothing spawned), spawns o.Workers workers and completes
 // their handshakes. A worker that fails to start fails Start with its error (STARTUP_TIMEOUT,
-// WORKER_EXITED with its stderr tail, VERSION_MISMATCH, ...), and the others are stopped.
+// WORKER_EXITED with its stderr tail, VERSION_MISMATCH, CODEC_MISMATCH for a missing required
+// method, ...), and the others are stopped.
 func Start(ctx context.Context, o Options) (*Pool, error) {
 	v, err := o.validate()
 	if err != nil {
 		return nil, err
 	}
 	life, stop := context.WithCancel(context.Background())
-	p := &Pool{opts: v, procs: make([]*proc, v.Workers), life: life, stop: stop, wakeCh: make(chan struct{})}
+	p := &Pool{opts: v, procs: make([]*proc, v.Workers), all: map[*proc]struct{}{}, life: life,
+		stop: stop, wakeCh: make(chan struct{})}
 	type res struct {
 		i int
 		w *proc
@@ -70,9 +76,57 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 			}
 		}
 		stop()
+		p.restart.Wait()
 		return nil, first
 	}
+	p.mu.Lock()
+	for _, w := range p.procs {
+		p.all[w] = struct{}{}
+	}
+	p.mu.Unlock()
 	return p, nil
+}
+
+// WorkerStats is one live worker process.
+type WorkerStats struct {
+	Slot     int  // 0 to Workers-1, kept by its replacements
+	Pid      int  // the process id
+	InFlight int  // requests sent and not ended (by the core's accounting)
+	Leased   bool // held by a Lease
+	Retiring bool // recycled or closing: drained, takes no new request
+}
+
+// Stats is a snapshot of the pool.
+type Stats struct {
+	Workers  []WorkerStats // live worker processes, by slot
+	Restarts int           // replacements started since Start (crashes, hangs, recycling)
+	Closed   bool
+}
+
+// Stats returns a snapshot of the pool's workers and counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{Restarts: p.restarts, Closed: p.closed}
+	for w := range p.all {
+		w.mu.Lock()
+		if !w.dead {
+			s.Workers = append(s.Workers, WorkerStats{Slot: w.slot, Pid: w.cmd.Process.Pid,
+				InFlight: w.core.InFlight(), Leased: w.leased, Retiring: w.retiring})
+		}
+		w.mu.Unlock()
+	}
+	slices.SortFunc(s.Workers, func(a, b WorkerStats) int { return a.Slot - b.Slot })
+	return s
+}
+
+// InFlight is the number of requests in flight on every worker.
+func (p *Pool) InFlight() int {
+	n := 0
+	for _, w := range p.Stats().Workers {
+		n += w.InFlight
+	}
+	return n
 }
 
 // wake tells waiters that a request ended or a worker appeared.
@@ -89,31 +143,69 @@ func (p *Pool) waitCh() chan struct{} {
 	return p.wakeCh
 }
 
-// workerDied replaces a worker that ended (restart with backoff) unless the pool is closing.
+// workerDied replaces a worker that ended (restart with backoff) unless the pool is closing or
+// the worker had been retired (its replacement is already on its way). More than MaxRestarts
+// crashes within RestartWindow close the pool (POOL_CLOSED): the program cannot stay up.
 func (p *Pool) workerDied(w *proc) {
 	p.mu.Lock()
 	defer p.wake()
 	defer p.mu.Unlock()
-	if p.procs[w.slot] == w {
+	delete(p.all, w)
+	current := p.procs[w.slot] == w
+	if current {
 		p.procs[w.slot] = nil
 	}
-	if p.closed {
+	if p.closed || !current {
 		return
 	}
+	now := time.Now()
+	p.crashes = slices.DeleteFunc(p.crashes, func(t time.Time) bool { return now.Sub(t) > p.opts.RestartWindow })
+	if len(p.crashes) >= p.opts.MaxRestarts {
+		p.closeErr = errorf(proto.CodePoolClosed, "the pool closed itself: %d workers died within %v (max_restarts); the last: %s",
+			len(p.crashes)+1, p.opts.RestartWindow, w.exitErr.Message)
+		p.closeErr.Details = w.exitErr.Details
+		p.closeLocked()
+		return
+	}
+	p.crashes = append(p.crashes, now)
 	p.restart.Add(1)
-	go p.respawn(w.slot)
+	go p.respawn(w.slot, p.opts.RestartBackoff)
 }
 
-func (p *Pool) respawn(slot int) {
+// closeLocked marks the pool closed and drains every worker; p.mu is held.
+func (p *Pool) closeLocked() {
+	p.closed = true
+	p.stop()
+	for w := range p.all {
+		w.drain(p.opts.DrainGrace)
+	}
+}
+
+// retire takes a worker out of routing (recycling after MaxRequests): DRAIN, and a replacement
+// starts in its slot at once.
+func (p *Pool) retire(w *proc) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.procs[w.slot] != w {
+		return
+	}
+	p.procs[w.slot] = nil
+	w.drain(p.opts.DrainGrace)
+	p.restart.Add(1)
+	go p.respawn(w.slot, 0)
+}
+
+func (p *Pool) respawn(slot int, delay time.Duration) {
 	defer p.restart.Done()
-	delay := p.opts.RestartBackoff
 	for {
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-p.life.Done():
-			t.Stop()
-			return
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-p.life.Done():
+				t.Stop()
+				return
+			}
 		}
 		w, err := p.spawn(p.life, slot)
 		if err == nil {
@@ -125,23 +217,41 @@ func (p *Pool) respawn(slot int) {
 				return
 			}
 			p.procs[slot] = w
+			p.all[w] = struct{}{}
+			p.restarts++
 			p.mu.Unlock()
 			p.wake()
 			return
 		}
-		delay = min(delay*2, p.opts.RestartBackoffMax)
+		if p.life.Err() != nil {
+			return
+		}
+		delay = min(max(2*delay, p.opts.RestartBackoff), p.opts.RestartBackoffMax)
 	}
 }
 
-// send picks the least-loaded worker with room (the core's CanSendRequest) and sends the
-// request, waiting for room until ctx ends.
-func (p *Pool) send(ctx context.Context, method string, codec uint8, kind proto.MethodKind, timeoutUs uint64, body []byte) (*proc, uint64, *pending, error) {
+// closedError is the error of a call on a closed pool.
+func (p *Pool) closedError() *Error {
+	if p.closeErr != nil {
+		return p.closeErr
+	}
+	return errorf(proto.CodePoolClosed, "the pool is closed")
+}
+
+// routable reports whether w may take a new request now; w.mu is held.
+func (w *proc) routable() bool {
+	return !w.dead && !w.retiring && w.core.CanSendRequest()
+}
+
+// send picks the least-loaded worker with room (the core's CanSendRequest) that no lease holds
+// and sends the request, waiting for room until ctx ends.
+func (p *Pool) send(ctx context.Context, m call) (*proc, uint64, *pending, error) {
 	for {
 		wake := p.waitCh()
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, 0, nil, errorf(proto.CodePoolClosed, "the pool is closed")
+			return nil, 0, nil, p.closedError()
 		}
 		var best *proc
 		bestLoad := 0
@@ -150,39 +260,15 @@ func (p *Pool) send(ctx context.Context, method string, codec uint8, kind proto.
 				continue
 			}
 			w.mu.Lock()
-			if !w.dead && w.core.CanSendRequest() && (best == nil || w.core.InFlight() < bestLoad) {
+			if !w.leased && w.routable() && (best == nil || w.core.InFlight() < bestLoad) {
 				best, bestLoad = w, w.core.InFlight()
 			}
 			w.mu.Unlock()
 		}
 		if best != nil {
-			w := best
-			w.mu.Lock()
+			best.mu.Lock()
 			p.mu.Unlock()
-			idx, ok := w.methods[method]
-			if !ok {
-				w.mu.Unlock()
-				return nil, 0, nil, errorf(proto.CodeUnknownMethod, "the worker has no method %q", method)
-			}
-			m := w.core.Hello().Methods[idx]
-			if m.Kind != kind {
-				w.mu.Unlock()
-				return nil, 0, nil, errorf(proto.CodeKindMismatch, "method %q is a %s method", method, m.Kind)
-			}
-			if !slices.Contains(m.Codecs, codec) {
-				w.mu.Unlock()
-				return nil, 0, nil, errorf(proto.CodeCodecUnsupported, "method %q does not accept codec %d", method, codec)
-			}
-			id, err := w.core.SendRequest(uint16(idx), codec, timeoutUs, body)
-			if err != nil {
-				w.mu.Unlock()
-				return nil, 0, nil, errorf(protoCode(err), "%v", err)
-			}
-			pr := newPending()
-			w.reqs[id] = pr
-			w.mu.Unlock()
-			w.flush()
-			return w, id, pr, nil
+			return best.sendLocked(m)
 		}
 		p.mu.Unlock()
 		select {
@@ -193,6 +279,52 @@ func (p *Pool) send(ctx context.Context, method string, codec uint8, kind proto.
 	}
 }
 
+// call is one request to send.
+type call struct {
+	method    string
+	codec     uint8
+	kind      proto.MethodKind
+	timeoutUs uint64
+	body      []byte
+}
+
+// sendLocked checks the method against the worker's HELLO and sends the request; w.mu is held
+// and released here.
+func (w *proc) sendLocked(m call) (*proc, uint64, *pending, error) {
+	fail := func(e *Error) (*proc, uint64, *pending, error) {
+		w.mu.Unlock()
+		return nil, 0, nil, e
+	}
+	idx, ok := w.methods[m.method]
+	if !ok {
+		return fail(errorf(proto.CodeUnknownMethod, "the worker has no method %q", m.method))
+	}
+	hm := w.core.Hello().Methods[idx]
+	if hm.Kind != m.kind {
+		return fail(errorf(proto.CodeKindMismatch, "method %q is a %s method", m.method, hm.Kind))
+	}
+	if !slices.Contains(hm.Codecs, m.codec) {
+		return fail(errorf(proto.CodeCodecUnsupported, "method %q does not accept %s", m.method, Codec(m.codec)))
+	}
+	id, err := w.core.SendRequest(uint16(idx), m.codec, m.timeoutUs, m.body)
+	if err != nil {
+		return fail(errorf(protoCode(err), "%v", err))
+	}
+	pr := newPending()
+	w.reqs[id] = pr
+	w.sent++
+	retire := w.p.opts.MaxRequests > 0 && w.sent >= w.p.opts.MaxRequests && !w.leased
+	if retire {
+		w.retiring = true
+	}
+	w.mu.Unlock()
+	w.flush()
+	if retire {
+		w.p.retire(w)
+	}
+	return w, id, pr, nil
+}
+
 func ctxError(ctx context.Context) *Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return errorf(proto.CodeDeadlineExceeded, "the deadline passed")
@@ -200,8 +332,8 @@ func ctxError(ctx context.Context) *Error {
 	return errorf(proto.CodeCancelled, "cancelled: %v", context.Cause(ctx))
 }
 
-// abandon stops request id after ctx ended: CANCEL, and the worker is killed if the request is
-// still in flight after the cancel grace.
+// abandon stops request id after its caller stopped waiting: CANCEL, and the worker is killed
+// if the request is still in flight after the cancel grace.
 func (w *proc) abandon(id uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -222,36 +354,34 @@ func (w *proc) abandon(id uint64) {
 	})
 }
 
+// drain sends DRAIN (no new request; the worker ends what it has within grace, then GOODBYE).
+// Callers may hold p.mu.
+func (w *proc) drain(grace time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.retiring = true
+	if !w.dead && !w.core.IsDraining() && w.core.SendDrain(uint32(grace/time.Millisecond)) == nil {
+		w.flush()
+	}
+}
+
 // Close drains every worker (DRAIN with the drain grace), waits for each GOODBYE and exit, and
-// kills what is left when ctx ends or the goodbye grace passes. Calls after Close are
+// kills what is left when ctx ends or the drain and goodbye graces pass. Calls after Close are
 // POOL_CLOSED.
 func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
+	if !p.closed {
+		p.closeLocked()
 	}
-	p.closed = true
-	procs := slices.Clone(p.procs)
+	procs := make([]*proc, 0, len(p.all))
+	for w := range p.all {
+		procs = append(procs, w)
+	}
 	p.mu.Unlock()
-	p.stop()
 	p.wake()
-	for _, w := range procs {
-		if w == nil {
-			continue
-		}
-		w.mu.Lock()
-		if !w.dead && w.core.SendDrain(uint32(p.opts.DrainGrace/time.Millisecond)) == nil {
-			w.flush()
-		}
-		w.mu.Unlock()
-	}
 	dctx, cancel := context.WithTimeout(ctx, p.opts.DrainGrace+p.opts.GoodbyeGrace)
 	defer cancel()
 	for _, w := range procs {
-		if w == nil {
-			continue
-		}
 		select {
 		case <-w.done:
 		case <-dctx.Done():

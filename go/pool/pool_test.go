@@ -61,7 +61,7 @@ func TestCallCodecs(t *testing.T) {
 	if err != nil || string(b) != "hi\x00there" {
 		t.Fatalf("echo raw: %q %v", b, err)
 	}
-	m, err := pool.Call[[]byte, []byte](ctx, p, "echo", []byte{0x93, 1, 2, 3}, pool.WithCodec(pool.Msgpack))
+	m, err := pool.Call[pool.Bytes, pool.Bytes](ctx, p, "echo", pool.Bytes{0x93, 1, 2, 3}, pool.WithCodec(pool.Msgpack))
 	if err != nil || len(m) != 4 {
 		t.Fatalf("echo msgpack: %v %v", m, err)
 	}

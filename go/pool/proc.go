@@ -3,11 +3,14 @@ package pool
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,16 +55,23 @@ type proc struct {
 	conn net.Conn
 	tail *tailBuf
 
-	mu      sync.Mutex
-	core    *proto.Connection
-	reqs    map[uint64]*pending
-	methods map[string]int
-	dead    bool
-	exitErr *Error
-	kick    chan struct{} // wakes the writer
-	done    chan struct{} // closed when the reader ended and the process was reaped
-	goodbye chan struct{} // closed at GOODBYE or end of input
-	byeOnce sync.Once
+	mu       sync.Mutex
+	core     *proto.Connection
+	reqs     map[uint64]*pending
+	methods  map[string]int
+	dead     bool
+	exitErr  *Error
+	leased   bool   // held by a Lease: the pool routes nothing to it
+	retiring bool   // recycled or closing: DRAIN sent, nothing new routed to it
+	sent     int    // requests sent, for MaxRequests
+	hung     *Error // the liveness judge's verdict, set before the kill
+	fatal    *Error // a protocol violation, either side's (PROTOCOL_VIOLATION)
+	answered uint64 // the highest PING nonce a PONG answered
+	bytesIn  uint64
+	kick     chan struct{} // wakes the writer
+	done     chan struct{} // closed when the reader ended and the process was reaped
+	goodbye  chan struct{} // closed at GOODBYE or end of input
+	byeOnce  sync.Once
 }
 
 // tailBuf keeps the last lines of a worker's stderr.
@@ -125,6 +135,7 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	tail := &tailBuf{max: proto.ParentDefaultStderrTailLines}
 	cmd.Stderr = tail
+	cmd.Stdout = o.Stdout
 	w := &proc{p: p, slot: slot, cmd: cmd, conn: conn, tail: tail,
 		core: proto.NewConnection(proto.Parent), reqs: map[uint64]*pending{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}), goodbye: make(chan struct{})}
@@ -147,6 +158,9 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	}
 	go w.writer()
 	go w.reader()
+	if o.Heartbeat > 0 {
+		go w.heartbeat()
+	}
 	return w, nil
 }
 
@@ -169,15 +183,20 @@ func (w *proc) handshake(ctx context.Context) error {
 	for {
 		ev, err := w.core.NextEvent()
 		if err != nil {
-			return errorf(protoCode(err), "handshake: %v", err)
+			_ = w.core.SendFatal(err.(*proto.ProtocolError))
+			_, _ = w.conn.Write(w.core.TakeOutput(1 << 30))
+			return w.violation(protoCode(err), "at the handshake: %v", err)
 		}
 		if ev != nil {
 			switch ev := ev.(type) {
 			case *proto.Hello:
 				o := &w.p.opts
 				wel, _, err := proto.Negotiate(ev, proto.Offer{MaxFrameSize: int64(o.MaxFrameSize),
-					InitialCredit: int64(o.InitialCredit), HeartbeatMs: 0, MaxInFlight: int64(o.MaxInFlight),
+					InitialCredit: int64(o.InitialCredit), HeartbeatMs: o.Heartbeat.Milliseconds(), MaxInFlight: int64(o.MaxInFlight),
 					MaxMessageSize: o.MaxMessageSize, WorkerID: uint32(w.slot)})
+				if err == nil {
+					err = checkRequired(ev, o.Require)
+				}
 				if err != nil {
 					_ = w.core.Refuse(protoCode(err), err.Error())
 					_, _ = w.conn.Write(w.core.TakeOutput(1 << 30))
@@ -196,7 +215,7 @@ func (w *proc) handshake(ctx context.Context) error {
 				_ = w.conn.SetReadDeadline(time.Time{})
 				return nil
 			case *proto.ErrorFrame:
-				return errorf(ev.Code, "the worker refused: %s", ev.Message)
+				return w.violation(ev.Code, "the worker sent a fatal ERROR before its handshake ended: %s", ev.Message)
 			}
 			continue
 		}
@@ -278,6 +297,7 @@ func (w *proc) reader() {
 		n, err := w.conn.Read(buf)
 		w.mu.Lock()
 		if n > 0 {
+			w.bytesIn += uint64(n)
 			w.core.Receive(buf[:n])
 			var perr error
 			evs, perr = w.core.NextEvents(evs[:0])
@@ -287,7 +307,10 @@ func (w *proc) reader() {
 			if perr != nil {
 				_ = w.core.SendFatal(perr.(*proto.ProtocolError))
 				w.flush()
-				why = errorf(proto.CodeWorkerExited, "protocol violation: %v", perr)
+				w.fatal = w.violation(protoCode(perr), "the worker broke the protocol: %v", perr)
+			}
+			if w.fatal != nil {
+				why = w.fatal
 			}
 		}
 		if err != nil && why == nil {
@@ -300,6 +323,10 @@ func (w *proc) reader() {
 		w.mu.Unlock()
 	}
 	w.byeOnce.Do(func() { close(w.goodbye) })
+	if why.Code == proto.CodeProtocolViolation {
+		// Whatever the fatal ERROR still has to say gets the goodbye grace; then the close.
+		w.flushOut()
+	}
 	w.conn.Close()
 	// Reap: a worker that closed its connection gets the goodbye grace to exit.
 	exited := make(chan struct{})
@@ -312,8 +339,16 @@ func (w *proc) reader() {
 	}
 	w.mu.Lock()
 	w.dead = true
+	if w.hung != nil {
+		why = w.hung // the judge's kill explains the end
+	}
 	why.Message += w.exitText()
 	status := map[string]any{"exit_status": nil, "signal": nil, "stderr_tail": w.tail.String()}
+	if why.Code == proto.CodeProtocolViolation {
+		var d map[string]any
+		_ = json.Unmarshal(why.Details, &d)
+		maps.Copy(status, d)
+	}
 	if st := w.cmd.ProcessState; st != nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			status["signal"] = int(ws.Signal())
@@ -342,7 +377,13 @@ func (w *proc) onEvent(ev proto.Event) {
 		}
 	case *proto.ErrorFrame:
 		if ev.ID == 0 {
-			return // fatal report: the connection closes next
+			// Fatal for the connection (8.4): PROTOCOL_VIOLATION with the worker's code, and
+			// the worker gets the goodbye grace to exit.
+			if w.fatal == nil {
+				w.fatal = w.violation(ev.Code, "the worker reported a fatal error: %s", ev.Message)
+				w.fatal.Message = ev.Message
+			}
+			return
 		}
 		if pr := w.reqs[ev.ID]; pr != nil {
 			delete(w.reqs, ev.ID)
@@ -366,6 +407,10 @@ func (w *proc) onEvent(ev proto.Event) {
 	case *proto.Ping:
 		_ = w.core.SendPong(ev.Nonce)
 		w.flush()
+	case *proto.Pong:
+		if n := proto.PongNonce(ev.Nonce); n > w.answered {
+			w.answered = n
+		}
 	case *proto.Goodbye:
 		w.byeOnce.Do(func() { close(w.goodbye) })
 	}
@@ -382,4 +427,77 @@ func (pr *pending) pop() (reply, bool) {
 	r := pr.q[0]
 	pr.q = pr.q[1:]
 	return r, true
+}
+
+// violation is the PROTOCOL_VIOLATION error for a 1xx code, the code in its details
+// (protocol_code, as the other parents say it).
+func (w *proc) violation(code proto.ErrorCode, format string, args ...any) *Error {
+	e := errorf(proto.CodeProtocolViolation, format, args...)
+	return withDetails(e, map[string]any{"protocol_code": int(code)})
+}
+
+// flushOut writes what the core still holds (a fatal ERROR), bounded by the goodbye grace.
+func (w *proc) flushOut() {
+	w.mu.Lock()
+	out := w.core.TakeOutput(1 << 20)
+	w.mu.Unlock()
+	if len(out) > 0 {
+		_ = w.conn.SetWriteDeadline(time.Now().Add(w.p.opts.GoodbyeGrace))
+		_, _ = w.conn.Write(out)
+	}
+}
+
+// checkRequired is CODEC_MISMATCH when hello lacks a required method, kind or codec.
+func checkRequired(hello *proto.Hello, req []Requirement) error {
+	for _, r := range req {
+		i := slices.IndexFunc(hello.Methods, func(m proto.Method) bool { return m.Name == r.Method })
+		switch {
+		case i < 0:
+			return &proto.ProtocolError{Code: proto.CodeCodecMismatch, Message: fmt.Sprintf("the worker has no method %q", r.Method)}
+		case hello.Methods[i].Kind != r.Kind:
+			return &proto.ProtocolError{Code: proto.CodeCodecMismatch, Message: fmt.Sprintf("method %q is %s, %s is required", r.Method, hello.Methods[i].Kind, r.Kind)}
+		case !slices.Contains(hello.Methods[i].Codecs, uint8(r.Codec)):
+			return &proto.ProtocolError{Code: proto.CodeCodecMismatch, Message: fmt.Sprintf("method %q does not accept %s", r.Method, r.Codec)}
+		}
+	}
+	return nil
+}
+
+// heartbeat runs the liveness judge (the core's, 8.5) every tick: PINGs as it asks, and the
+// kill with WORKER_HUNG at its verdict.
+func (w *proc) heartbeat() {
+	hb := uint64(w.p.opts.Heartbeat.Milliseconds())
+	tick := min(max(hb/10, 5), 100)
+	start := time.Now()
+	judge := proto.NewLiveness(hb, tick, 0)
+	t := time.NewTicker(time.Duration(tick) * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-w.done:
+			return
+		}
+		w.mu.Lock()
+		if w.dead || w.fatal != nil {
+			w.mu.Unlock()
+			return
+		}
+		v := judge.Tick(uint64(time.Since(start).Milliseconds()), proto.Seen{Answered: w.answered,
+			IncompleteFrame: w.core.IncompleteFrameLen(), BytesIn: w.bytesIn})
+		if v.Ping > 0 && w.core.SendPing(proto.PingNonce(v.Ping)) == nil {
+			w.flush()
+		}
+		if v.Hung {
+			what := "no PONG answered a PING"
+			if v.Stalled {
+				what = "one frame has been arriving"
+			}
+			w.hung = errorf(proto.CodeWorkerHung, "the worker is hung: %s for %d ms (3 heartbeats of %d ms)", what, v.Ms, hb)
+			w.mu.Unlock()
+			w.kill()
+			return
+		}
+		w.mu.Unlock()
+	}
 }

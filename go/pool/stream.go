@@ -4,27 +4,31 @@ import (
 	"context"
 	"iter"
 
+	"github.com/wirepool/wirepool/go/codec"
 	"github.com/wirepool/wirepool/go/proto"
 )
 
 // RowStream is a stream's rows, read with Next (or All), then its summary at END.
 type RowStream[Row, Summary any] struct {
-	ctx     context.Context
-	w       *proc
-	id      uint64
-	pr      *pending
-	codec   Codec
-	batch   [][]byte
-	row     Row
-	summary Summary
-	err     error
-	done    bool
+	ctx        context.Context // the caller's wait: ctx, its deadline plus the deadline grace
+	stop       func()
+	w          *proc
+	id         uint64
+	pr         *pending
+	codec      Codec
+	batch      [][]byte
+	row        Row
+	summary    Summary
+	hasSummary bool
+	err        error
+	done       bool
 }
 
 // Stream sends a request for a stream method. Credit is granted as rows are taken (the core's
-// Consumed and Grant). Errors, at Stream or from Err, are *Error; ctx ending cancels the stream.
-func Stream[Req, Row, Summary any](ctx context.Context, p *Pool, method string, req Req, opts ...CallOption) (*RowStream[Row, Summary], error) {
-	codec, body, err := resolve(req, opts)
+// Consumed and Grant). Errors, at Stream or from Err, are *Error; ctx ending cancels the stream
+// (at its deadline, the worker's DEADLINE_EXCEEDED is waited for up to the deadline grace).
+func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (*RowStream[Row, Summary], error) {
+	c, body, err := resolve(req, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -32,11 +36,12 @@ func Stream[Req, Row, Summary any](ctx context.Context, p *Pool, method string, 
 	if terr != nil {
 		return nil, terr
 	}
-	w, id, pr, serr := p.send(ctx, method, uint8(codec), proto.KindStream, tus, body)
+	w, id, pr, serr := t.send(ctx, call{method, uint8(c), proto.KindStream, tus, body})
 	if serr != nil {
 		return nil, serr
 	}
-	return &RowStream[Row, Summary]{ctx: ctx, w: w, id: id, pr: pr, codec: codec}, nil
+	wctx, stop := waiting(ctx, t.options().DeadlineGrace)
+	return &RowStream[Row, Summary]{ctx: wctx, stop: stop, w: w, id: id, pr: pr, codec: c}, nil
 }
 
 // Next advances to the next row; false at END or on an error (see Err).
@@ -53,8 +58,8 @@ func (s *RowStream[Row, Summary]) Next() bool {
 			b := s.batch[0]
 			s.batch = s.batch[1:]
 			var r Row
-			if err := decode(s.codec, b, &r); err != nil {
-				s.fail(errorf(proto.CodeBadRequest, "decode a row: %v", err))
+			if err := codec.Decode(s.codec, b, &r); err != nil {
+				s.fail(errorf(proto.CodeDecodeFailed, "decode a row: %v", err))
 				return false
 			}
 			s.row = r
@@ -72,14 +77,15 @@ func (s *RowStream[Row, Summary]) Next() bool {
 				s.batch = r.rows
 				continue
 			}
-			s.done = true
+			s.finish()
 			if r.err != nil {
 				s.err = r.err
 				return false
 			}
 			if len(r.body) > 0 {
-				if err := decode(s.codec, r.body, &s.summary); err != nil {
-					s.err = errorf(proto.CodeBadRequest, "decode the summary: %v", err)
+				s.hasSummary = true
+				if err := codec.Decode(s.codec, r.body, &s.summary); err != nil {
+					s.err = errorf(proto.CodeDecodeFailed, "decode the summary: %v", err)
 				}
 			}
 			return false
@@ -87,14 +93,17 @@ func (s *RowStream[Row, Summary]) Next() bool {
 		select {
 		case <-s.pr.sig:
 		case <-s.ctx.Done():
-			s.fail(ctxError(s.ctx))
-			return false
 		}
 	}
 }
 
-func (s *RowStream[Row, Summary]) fail(err error) {
+func (s *RowStream[Row, Summary]) finish() {
 	s.done = true
+	s.stop()
+}
+
+func (s *RowStream[Row, Summary]) fail(err error) {
+	s.finish()
 	s.err = err
 	s.w.abandon(s.id)
 }
@@ -108,12 +117,13 @@ func (s *RowStream[Row, Summary]) Err() error { return s.err }
 // Summary is END's summary (zero when the stream sent none or has not ended).
 func (s *RowStream[Row, Summary]) Summary() Summary { return s.summary }
 
-// Close stops a stream not read to its end (CANCEL).
+// HasSummary reports whether END carried a summary.
+func (s *RowStream[Row, Summary]) HasSummary() bool { return s.hasSummary }
+
+// Close stops a stream not read to its end (CANCEL); Err is then CANCELLED.
 func (s *RowStream[Row, Summary]) Close() {
 	if !s.done {
-		s.done = true
-		s.err = errorf(proto.CodeCancelled, "the stream was closed")
-		s.w.abandon(s.id)
+		s.fail(errorf(proto.CodeCancelled, "the stream was closed"))
 	}
 }
 

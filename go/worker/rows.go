@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/wirepool/wirepool/go/codec"
 	"github.com/wirepool/wirepool/go/proto"
 )
 
@@ -21,9 +22,9 @@ type Rows[T any] struct {
 // should then return), or for a row that cannot fit in a ROWS frame (ROW_TOO_LARGE: the stream
 // ends with it whatever the handler returns).
 func (r *Rows[T]) Send(row T) error {
-	b, err := encode(r.codec, row)
+	b, err := codec.Encode(r.codec, row)
 	if err != nil {
-		return Errorf(CodeHandlerError, "a row could not be encoded as %s: %v", codecName(r.codec), err)
+		return Errorf(CodeHandlerError, "a row could not be encoded as %s: %v", r.codec, err)
 	}
 	if _, raw := any(row).(Bytes); raw {
 		b = append([]byte(nil), b...)

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wirepool/wirepool/go/codec"
 	"github.com/wirepool/wirepool/go/proto"
 )
 
@@ -145,7 +146,7 @@ func Method[Req, Resp any](w *Worker, name string, h func(ctx context.Context, r
 	m := &method{name: name, kind: proto.KindUnary, codecs: defaultCodecs[Req]()}
 	m.run = func(ctx context.Context, c *call, body []byte) (o outcome) {
 		var req Req
-		if err := decode(c.codec, body, &req); err != nil {
+		if err := codec.Decode(c.codec, body, &req); err != nil {
 			return badRequest(c, err)
 		}
 		defer recoverPanic(&o)
@@ -153,9 +154,9 @@ func Method[Req, Resp any](w *Worker, name string, h func(ctx context.Context, r
 		if err != nil {
 			return outcome{err: err}
 		}
-		b, err := encode(c.codec, resp)
+		b, err := codec.Encode(c.codec, resp)
 		if err != nil {
-			return outcome{err: Errorf(CodeHandlerError, "the result could not be encoded as %s: %v", codecName(c.codec), err)}
+			return outcome{err: Errorf(CodeHandlerError, "the result could not be encoded as %s: %v", c.codec, err)}
 		}
 		return outcome{body: b}
 	}
@@ -172,7 +173,7 @@ func Stream[Req, Row, Sum any](w *Worker, name string, h func(ctx context.Contex
 	noSummary := reflect.TypeFor[Sum]() == reflect.TypeFor[NoSummary]()
 	m.run = func(ctx context.Context, c *call, body []byte) (o outcome) {
 		var req Req
-		if err := decode(c.codec, body, &req); err != nil {
+		if err := codec.Decode(c.codec, body, &req); err != nil {
 			return badRequest(c, err)
 		}
 		rows := &Rows[Row]{ctx: ctx, s: c.stream, codec: c.codec}
@@ -184,9 +185,9 @@ func Stream[Req, Row, Sum any](w *Worker, name string, h func(ctx context.Contex
 		if noSummary {
 			return outcome{body: []byte{}}
 		}
-		b, err := encode(c.codec, sum)
+		b, err := codec.Encode(c.codec, sum)
 		if err != nil {
-			return outcome{err: Errorf(CodeHandlerError, "the summary could not be encoded as %s: %v", codecName(c.codec), err)}
+			return outcome{err: Errorf(CodeHandlerError, "the summary could not be encoded as %s: %v", c.codec, err)}
 		}
 		return outcome{body: b}
 	}
@@ -194,34 +195,20 @@ func Stream[Req, Row, Sum any](w *Worker, name string, h func(ctx context.Contex
 }
 
 func defaultCodecs[T any]() []Codec {
-	if isBytes[T]() {
+	if codec.IsBytes[T]() {
 		return []Codec{Raw}
 	}
 	return []Codec{JSON}
 }
 
 func badRequest(c *call, err error) outcome {
-	return outcome{err: Errorf(uint32(proto.CodeBadRequest), "the request could not be decoded as %s: %v", codecName(c.codec), err)}
+	return outcome{err: Errorf(uint32(proto.CodeBadRequest), "the request could not be decoded as %s: %v", c.codec, err)}
 }
 
 func recoverPanic(o *outcome) {
 	if r := recover(); r != nil {
 		*o = outcome{err: Error{Code: CodeHandlerPanic, Message: fmt.Sprintf("the handler panicked: %v", r)}}
 	}
-}
-
-func codecName(c Codec) string {
-	switch c {
-	case Raw:
-		return "raw"
-	case JSON:
-		return "json"
-	case Msgpack:
-		return "msgpack"
-	case CBOR:
-		return "cbor"
-	}
-	return fmt.Sprintf("codec %d", c)
 }
 
 // outcome is what a handler's goroutine hands the I/O goroutine: the encoded result or
