@@ -322,6 +322,9 @@ def test_scenario_list_is_consistent() -> None:
             assert sc["max_ahead_rows"] == bound, "max_ahead_rows follows its formula"
             # Without flow control the producer would run far past the bound.
             assert sc["n"] > 10 * bound
+        if "clamp_notices" in sc.get("expect", {}):  # the conformance workers offer 64
+            pool = {**SCENARIOS["defaults"]["pool"], **sc.get("pool", {})}
+            assert pool["max_in_flight"] > 64, f"{sc['name']}: no clamp at {pool['max_in_flight']}"
         if sc["kind"] == "lease":  # the matrix asserts one exact code per call
             assert len(sc["crash_codes"]) == 1, sc["name"]
             assert sc["crash_codes"][0] in codes, sc["name"]
@@ -383,6 +386,8 @@ def mutants() -> list[dict]:
         expect={"rows": {"shape": "decl"}}))
     mutant("lease_then_lease_lost", "crash_lease_lost",
            lambda sc: sc.update(crash_codes=["LEASE_LOST"]))
+    mutant("max_in_flight_clamped_once", "per_worker", expect(clamp_notices=2))
+    mutant("echo_raw_4_kib", "clamped", expect(clamp_notices=1))
     mutant("cancel_call", "never_in_flight", lambda sc: sc.update(
         method="no_such_method", settle_s=1.0))
     return out

@@ -726,6 +726,23 @@ const PROCEDURES: Record<string, (suite: Suite, sc: Json, pool: Pool) => Promise
   any_outcome: anyOutcome,
 };
 
+/**
+ * The pool's clamp notices (PROTOCOL.md 4.2: max_in_flight above the worker's max_concurrency,
+ * said once per pool) since the scenario's pool started: process warnings with that text.
+ */
+const CLAMP_TEXT = "is above the worker's max_concurrency";
+let clampNotices = 0;
+process.on("warning", (w) => {
+  if (w.message.includes(CLAMP_TEXT)) clampNotices++;
+});
+
+function checkClampNotices(sc: Json): void {
+  const want = sc.expect?.clamp_notices;
+  if (typeof want === "number" && clampNotices !== want) {
+    throw new ScenarioFailed(`the pool logged ${clampNotices} clamp notice(s) (max_in_flight above the worker's max_concurrency), expected ${want}`);
+  }
+}
+
 async function runIn(suite: Suite, sc: Json, worker: string[], tmp: string, scope: Scope): Promise<string> {
   const cfg = poolConfig(suite, sc);
   const env = workerEnv(sc, tmp);
@@ -733,6 +750,7 @@ async function runIn(suite: Suite, sc: Json, worker: string[], tmp: string, scop
   if (sc.kind === "shutdown_in_flight") return shutdownInFlight(suite, sc, worker, cfg, env, scope);
   const procedure = PROCEDURES[sc.kind];
   if (procedure === undefined) throw new ScenarioFailed(`unknown scenario kind ${JSON.stringify(sc.kind)}`);
+  clampNotices = 0;
   let pool: Pool;
   try {
     pool = await scope.start(poolOptions(cfg, worker, env));
@@ -743,6 +761,7 @@ async function runIn(suite: Suite, sc: Json, worker: string[], tmp: string, scop
   const before = snapshot(pool);
   const detail = await procedure(suite, sc, pool);
   await after(suite, sc, pool, before);
+  checkClampNotices(sc);
   return detail;
 }
 

@@ -815,6 +815,31 @@ async def run_scenario(suite: Suite, sc: dict, worker: list[str]) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class ClampNotices(logging.Handler):
+    """Counts the pool's clamp notices (PROTOCOL.md 4.2: max_in_flight above the worker's
+    max_concurrency is said once per pool) logged since the last reset."""
+
+    TEXT = "is above the worker's max_concurrency"
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.TEXT in record.getMessage():
+            self.count += 1
+
+
+CLAMP_NOTICES = ClampNotices()
+
+
+def check_clamp_notices(sc: dict) -> None:
+    want = sc.get("expect", {}).get("clamp_notices")
+    if want is not None and CLAMP_NOTICES.count != int(want):
+        raise ScenarioFailed(f"the pool logged {CLAMP_NOTICES.count} clamp notice(s) "
+                             f"(max_in_flight above the worker's max_concurrency), expected {want}")
+
+
 async def run_in(suite: Suite, sc: dict, worker: list[str], tmp: str) -> str:
     cfg = {**suite.pool_config(sc), "env": worker_env(sc, tmp)}
     if sc["kind"] == "startup":
@@ -824,6 +849,7 @@ async def run_in(suite: Suite, sc: dict, worker: list[str], tmp: str) -> str:
     procedure = PROCEDURES.get(sc["kind"])
     if procedure is None:
         raise ScenarioFailed(f"unknown scenario kind {sc['kind']!r}")
+    CLAMP_NOTICES.count = 0
     pool = wirepool.AsyncPool(worker, codec="json", **pool_options(cfg))
     try:
         await pool.start()
@@ -834,6 +860,7 @@ async def run_in(suite: Suite, sc: dict, worker: list[str], tmp: str) -> str:
         before = snapshot(pool)
         detail = await procedure(suite, sc, pool)
         await after(suite, sc, pool, before)
+        check_clamp_notices(sc)
         return detail
     finally:
         await asyncio.wait_for(pool.close(grace=1.0), 15.0)
@@ -892,6 +919,10 @@ def main() -> None:
     worker_log = logging.getLogger("wirepool.worker")
     worker_log.addHandler(logging.NullHandler())
     worker_log.propagate = False
+    # The pool's own warnings: counted (clamp notices) and still printed, as without a handler.
+    pool_log = logging.getLogger("wirepool.pool")
+    pool_log.addHandler(CLAMP_NOTICES)
+    pool_log.addHandler(logging.StreamHandler(sys.stderr))
     with open(args.scenarios, encoding="utf-8") as f:
         doc = json.load(f)
     suite = Suite(doc)

@@ -1214,7 +1214,9 @@ export class Pool extends EventEmitter {
       clamped: (configured, offered) => {
         if (this.clampLogged) return;
         this.clampLogged = true;
-        process.emitWarning(`wirepool: max_in_flight ${configured} is above the worker's max_concurrency ${offered}; using ${offered}`);
+        process.emitWarning(`wirepool: max_in_flight ${configured} is above the worker's max_concurrency ${offered}: using ${offered}`, {
+          code: "WIREPOOL_MAX_IN_FLIGHT_CLAMPED",
+        });
       },
       wantsLines: () => this.logger !== undefined || this.listenerCount("log") > 0,
     });

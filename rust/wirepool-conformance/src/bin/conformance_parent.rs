@@ -17,6 +17,9 @@
 //! that the pool still serves the suite's health-check call. The procedure of each scenario kind
 //! is described in `conformance/README.md`; the Python runner implements the same one.
 
+#[path = "conformance_parent/notices.rs"]
+mod notices;
+
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::sync::OnceLock;
@@ -89,6 +92,7 @@ fn main() {
         health: doc["health_check"].clone(),
     };
     let scenarios = doc["scenarios"].as_array().cloned().unwrap_or_default();
+    notices::install();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -973,6 +977,7 @@ async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String], tmp: &str) -
     if kind_name == "shutdown_in_flight" {
         return shutdown_in_flight(suite, sc, worker, &cfg).await;
     }
+    notices::reset();
     let pool = builder(worker, &cfg)
         .start()
         .await
@@ -991,11 +996,25 @@ async fn run_scenario(suite: &Suite, sc: &Value, worker: &[String], tmp: &str) -
         other => Err(format!("unknown scenario kind {other:?}")),
     };
     let result = match detail {
-        Ok(detail) => after(suite, sc, &pool, &before).await.map(|_| detail),
+        Ok(detail) => after(suite, sc, &pool, &before)
+            .await
+            .and_then(|_| check_clamp_notices(sc))
+            .map(|_| detail),
         Err(e) => Err(e),
     };
     pool.shutdown().await;
     result
+}
+
+/// The scenario's `clamp_notices`, if it has one, against the notices counted since its pool started.
+fn check_clamp_notices(sc: &Value) -> Check {
+    match sc["expect"]["clamp_notices"].as_u64() {
+        Some(want) if notices::count() as u64 != want => Err(format!(
+            "the pool logged {} clamp notice(s) (max_in_flight above the worker's max_concurrency), expected {want}",
+            notices::count()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// What every scenario checks once its outcome is in.
