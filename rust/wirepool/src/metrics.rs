@@ -1,4 +1,7 @@
 //! Metrics: per-worker counters and per-method latency histograms, read as a snapshot.
+//!
+//! What [`crate::prometheus`] exports from it is the shared metrics contract,
+//! `spec/metrics.json` (PROTOCOL.md section 23).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -136,7 +139,8 @@ const LATENCY_BOUNDS_NS: [u64; 23] = [
     300_000_000_000,
 ];
 
-/// Latency percentiles of one method (bucket upper bounds, so slightly pessimistic).
+/// Latency of one method: a histogram on the contract's bounds, and percentiles interpolated
+/// inside the internal buckets, never above the observed maximum.
 ///
 /// A unary call counts from when it was sent (the call itself reads the clock when its worker
 /// had nothing else in flight or it has a timeout; otherwise the writer task stamps the batch
@@ -180,10 +184,45 @@ pub enum WorkerState {
     Dead,
 }
 
+impl LatencySnapshot {
+    /// The same histogram with `n` more observations of 0 (every bucket counts them).
+    pub(crate) fn with_zeros(mut self, n: u64) -> LatencySnapshot {
+        if n == 0 {
+            return self;
+        }
+        for (_, c) in &mut self.buckets {
+            *c += n;
+        }
+        self.count += n;
+        self.mean = Duration::from_nanos(
+            (self.sum.as_nanos() / u128::from(self.count)).min(u128::from(u64::MAX)) as u64,
+        );
+        self
+    }
+}
+
+/// The name of an error code as `spec/constants.json` lists it; a code the table does not list
+/// gets its range's name (PROTOCOL.md section 3: `APPLICATION` for a handler's own code).
+pub(crate) fn code_name(code: u32) -> &'static str {
+    use wirepool_proto::{ErrorClass, ErrorCode};
+    match ErrorCode::from_code(code) {
+        Some(c) => c.name(),
+        None => match ErrorClass::of(code) {
+            ErrorClass::Protocol => "PROTOCOL",
+            ErrorClass::Request => "REQUEST_ERROR",
+            ErrorClass::Local => "LOCAL_ERROR",
+            ErrorClass::Application => "APPLICATION",
+            ErrorClass::Unassigned => "UNKNOWN",
+        },
+    }
+}
+
 /// Counters of one worker slot.
 #[derive(Default)]
 pub(crate) struct SlotCounters {
     pub requests: AtomicU64,
+    /// The streams among `requests`.
+    pub streams: AtomicU64,
     pub rows: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
@@ -208,8 +247,10 @@ pub struct WorkerMetrics {
     pub state: WorkerState,
     /// Requests in flight right now.
     pub in_flight: u64,
-    /// Requests sent over the slot's lifetime.
+    /// Requests (calls and streams) sent over the slot's lifetime.
     pub requests: u64,
+    /// The streams among `requests`.
+    pub streams: u64,
     /// Stream rows received.
     pub rows: u64,
     /// Bytes received from the worker (frames, headers included).
@@ -218,7 +259,8 @@ pub struct WorkerMetrics {
     pub bytes_out: u64,
     /// Times the slot's worker was replaced.
     pub restarts: u64,
-    /// Replacements by cause.
+    /// Replacements by cause ([`ExitCause`](crate::ExitCause) names, and `start_failed` for
+    /// a replacement that failed to start).
     pub restart_causes: BTreeMap<String, u64>,
     /// Requests the slot's workers failed by dying (`WORKER_EXITED`, `WORKER_HUNG`) that the
     /// pool's retry policy sent again (PROTOCOL.md 21.7; [`RetryPolicy`](crate::RetryPolicy)).
@@ -226,6 +268,9 @@ pub struct WorkerMetrics {
     /// Resident set size of the current process, in bytes (read now from /proc; for a remote
     /// worker only when it is a child of this process).
     pub rss_bytes: Option<u64>,
+    /// Round trip of the current worker's last answered heartbeat PING (`None` before its
+    /// first PONG, or with heartbeats off).
+    pub heartbeat_rtt: Option<Duration>,
 }
 
 /// A snapshot of the whole pool.
@@ -235,6 +280,14 @@ pub struct PoolMetrics {
     pub workers: Vec<WorkerMetrics>,
     /// Latency of completed calls and streams, by method name.
     pub methods: BTreeMap<String, LatencySnapshot>,
+    /// Calls and streams that ended in an error, by the code's name (`HANDLER_ERROR`,
+    /// `WORKER_EXITED`, `APPLICATION` for a handler's own code...).
+    pub errors: BTreeMap<String, u64>,
+    /// How long calls and streams waited for a worker with room before they were sent (0 for
+    /// the ones that found room at once).
+    pub queue_wait: LatencySnapshot,
+    /// The pool is shut down (or gave up restarting): its exporter exports no samples.
+    pub closed: bool,
 }
 
 impl PoolMetrics {
@@ -249,6 +302,26 @@ impl PoolMetrics {
     /// Total rows received over all slots.
     pub fn total_rows(&self) -> u64 {
         self.workers.iter().map(|w| w.rows).sum()
+    }
+    /// Total requests (calls and streams) sent over all slots.
+    pub fn total_requests(&self) -> u64 {
+        self.workers.iter().map(|w| w.requests).sum()
+    }
+    /// Total streams sent over all slots.
+    pub fn total_streams(&self) -> u64 {
+        self.workers.iter().map(|w| w.streams).sum()
+    }
+    /// Slots whose worker runs and finished its handshake (ready, leased or draining).
+    pub fn workers_alive(&self) -> usize {
+        self.workers
+            .iter()
+            .filter(|w| {
+                matches!(
+                    w.state,
+                    WorkerState::Ready | WorkerState::Leased | WorkerState::Draining
+                )
+            })
+            .count()
     }
 }
 

@@ -18,7 +18,9 @@ use crate::config::{
 };
 use crate::error::{codes, Error, ExitCause, Result};
 use crate::events::EventSender;
-use crate::metrics::{PoolMetrics, SlotCounters, WorkerMetrics, WorkerState};
+use crate::metrics::{
+    code_name, LatencyHistogram, PoolMetrics, SlotCounters, WorkerMetrics, WorkerState,
+};
 use crate::spawn::{self, WorkerCommand, WorkerOutput};
 use crate::stream::{Resend, RowQueue, RowStream, StreamRetry};
 use crate::worker::{self, Awaiting, Incarnation, NotSent, PoolShared, Worker, WorkerRequest};
@@ -375,6 +377,9 @@ pub(crate) struct PoolInner {
     next_worker_id: AtomicU32,
     crash_times: Mutex<VecDeque<Instant>>,
     rotate: AtomicUsize,
+    /// Waits in `acquire` for a worker with room (only those that waited: the requests sent
+    /// without waiting count as 0 in the snapshot).
+    queue_wait: LatencyHistogram,
 }
 
 impl Pool {
@@ -399,6 +404,7 @@ impl Pool {
             state_changed: Notify::new(),
             epoch: Instant::now(),
             methods: OnceLock::new(),
+            errors: Mutex::new(BTreeMap::new()),
         });
         let inner = Arc::new(PoolInner {
             shared: shared.clone(),
@@ -419,6 +425,7 @@ impl Pool {
             next_worker_id: AtomicU32::new(1),
             crash_times: Mutex::new(VecDeque::new()),
             rotate: AtomicUsize::new(0),
+            queue_wait: LatencyHistogram::new(),
         });
         // The first worker defines the method table; the others start together after it.
         let mut first = Vec::with_capacity(n);
@@ -882,6 +889,11 @@ impl PoolInner {
         // `Worker::release_slots`).
         self.shared.slot_waiters.fetch_add(1, SeqCst);
         let _waiting = WaitingForSlot(&self.shared.slot_waiters);
+        let since = Instant::now();
+        let waited = |w: Arc<Worker>| -> Result<Arc<Worker>> {
+            self.queue_wait.record(since.elapsed());
+            Ok(w)
+        };
         loop {
             let notified = self.shared.capacity.notified();
             tokio::pin!(notified);
@@ -891,12 +903,12 @@ impl PoolInner {
                     return Err(Error::LeaseLost(w.exit_info()));
                 }
                 if w.try_reserve(true) {
-                    return Ok(w.clone());
+                    return waited(w.clone());
                 }
             } else {
                 self.check_open()?;
                 if let Some(w) = self.pick() {
-                    return Ok(w);
+                    return waited(w);
                 }
             }
             notified.await;
@@ -1055,6 +1067,7 @@ impl PoolInner {
                         && leased.is_none()
                         && tries < self.retry_limit(method_no, idempotent) =>
                 {
+                    self.shared.count_error(&e);
                     let now = Instant::now();
                     if deadline.is_some_and(|d| now >= d) {
                         return Err(e.with_attempts(tries));
@@ -1072,7 +1085,12 @@ impl PoolInner {
                     attempts = 0;
                     last = Some(e);
                 }
-                other => return other.map_err(|e| e.with_attempts(tries)),
+                other => {
+                    return other.map_err(|e| {
+                        self.shared.count_error(&e);
+                        e.with_attempts(tries)
+                    })
+                }
             }
         }
     }
@@ -1206,13 +1224,15 @@ impl PoolInner {
         self.live_changed.notify_waiters();
     }
 
-    fn record_cause(&self, slot: usize, cause: ExitCause) {
+    /// Counts a replacement of `slot`'s worker under `cause`: an [`ExitCause`] name, or
+    /// `start_failed` for a replacement that did not start.
+    fn record_cause(&self, slot: usize, cause: &str) {
         self.slots[slot].counters.restarts.fetch_add(1, Relaxed);
         *self.slots[slot]
             .causes
             .lock()
             .unwrap()
-            .entry(cause.as_str().to_string())
+            .entry(cause.to_string())
             .or_default() += 1;
     }
 
@@ -1269,6 +1289,7 @@ impl PoolInner {
                     state,
                     in_flight: cur.as_ref().map(|w| w.in_flight() as u64).unwrap_or(0),
                     requests: s.counters.requests.load(Relaxed),
+                    streams: s.counters.streams.load(Relaxed),
                     rows: s.counters.rows.load(Relaxed),
                     bytes_in: s.counters.bytes_in.load(Relaxed),
                     bytes_out: s.counters.bytes_out.load(Relaxed),
@@ -1279,6 +1300,7 @@ impl PoolInner {
                         .as_ref()
                         .filter(|w| w.local_pid > 0)
                         .and_then(|w| spawn::rss_bytes(w.local_pid)),
+                    heartbeat_rtt: cur.as_ref().and_then(|w| w.heartbeat_rtt()),
                 }
             })
             .collect();
@@ -1292,7 +1314,27 @@ impl PoolInner {
                 .collect(),
             None => BTreeMap::new(),
         };
-        PoolMetrics { workers, methods }
+        let errors =
+            self.shared
+                .errors
+                .locked()
+                .iter()
+                .fold(BTreeMap::new(), |mut m, (code, n)| {
+                    *m.entry(code_name(*code).to_string()).or_default() += n;
+                    m
+                });
+        let mut m = PoolMetrics {
+            workers,
+            methods,
+            errors,
+            queue_wait: Default::default(),
+            closed: self.closed.load(Acquire),
+        };
+        // Every request sent waited: those that found room at once waited 0.
+        let waited = self.queue_wait.snapshot();
+        let zeros = m.total_requests().saturating_sub(waited.count);
+        m.queue_wait = waited.with_zeros(zeros);
+        m
     }
 }
 
@@ -1318,7 +1360,7 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
                 Ok(inc) => inc,
                 Err(e) => {
                     tracing::warn!(slot, error = %e, "worker failed to start");
-                    inner.record_cause(slot, ExitCause::Crashed);
+                    inner.record_cause(slot, "start_failed");
                     if !inner.allow_crash_restart() {
                         inner.close_restart_intensity(slot);
                         continue;
@@ -1344,7 +1386,7 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
                 let cause = cause.unwrap_or(ExitCause::Shutdown);
                 inner.publish(slot, None);
                 if cause != ExitCause::Shutdown {
-                    inner.record_cause(slot, cause);
+                    inner.record_cause(slot, cause.as_str());
                 }
                 let inner2 = inner.clone();
                 tokio::spawn(async move {
@@ -1360,7 +1402,7 @@ async fn run_slot(inner: Arc<PoolInner>, slot: usize, mut first: Option<Incarnat
                 if inner.closed.load(Acquire) {
                     continue;
                 }
-                inner.record_cause(slot, cause);
+                inner.record_cause(slot, cause.as_str());
                 if started.elapsed() >= policy.reset_after {
                     backoff = policy.initial_backoff;
                 }

@@ -45,6 +45,8 @@ pub(crate) struct PoolShared {
     /// Where remote workers join (PROTOCOL.md 21), when a slot has a remote launcher.
     #[cfg(feature = "remote")]
     pub listener: Option<crate::remote::Listener>,
+    /// Calls and streams that ended in an error, by code (off the hot path: errors only).
+    pub errors: Mutex<std::collections::BTreeMap<u32, u64>>,
 }
 
 pub(crate) struct MethodTable {
@@ -68,6 +70,11 @@ impl PoolShared {
 
     pub fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Counts a call or stream that ended with `e` (`wirepool_errors_total`).
+    pub fn count_error(&self, e: &Error) {
+        *self.errors.locked().entry(e.code()).or_default() += 1;
     }
 }
 
@@ -143,7 +150,12 @@ impl Route {
                 }
             }
             done @ Some(Sink::Unary(UnaryCell::Done(_))) => self.sink = done,
-            Some(Sink::Stream(s)) => s.finish(outcome),
+            Some(Sink::Stream(s)) => {
+                if let Err(e) = &outcome {
+                    pool.count_error(e);
+                }
+                s.finish(outcome)
+            }
             None => {}
         }
     }
@@ -308,6 +320,10 @@ pub(crate) struct Worker {
     last_ping: AtomicU64,
     /// The highest nonce a PONG answered (it answers every earlier PING too).
     last_pong: AtomicU64,
+    /// When the PING `last_ping` left, in ns since the pool's epoch.
+    ping_sent_ns: AtomicU64,
+    /// Round trip of the last PING answered by its own PONG, in ns (0: none yet).
+    heartbeat_rtt_ns: AtomicU64,
     last_request_ms: AtomicU64,
     requests: AtomicU64,
     /// GOODBYE reason + 1, or 0 before any GOODBYE.
@@ -362,6 +378,14 @@ impl Worker {
 
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Relaxed)
+    }
+
+    /// Round trip of the last heartbeat PING its own PONG answered (`None` before the first).
+    pub fn heartbeat_rtt(&self) -> Option<Duration> {
+        match self.heartbeat_rtt_ns.load(Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
     }
 
     pub fn exit_info(&self) -> Option<Arc<ExitInfo>> {
@@ -444,12 +468,16 @@ impl Worker {
             Ok(wire) => wire,
             Err(e) => return Err(self.not_sent(e)),
         };
+        let stream = matches!(awaiting, Awaiting::Stream(_));
         let (id, started) =
             match self.queue_request(wire, method_no, codec, timeout, body, awaiting, events) {
                 Ok(sent) => sent,
                 Err(e) => return Err(self.not_sent(e)),
             };
         self.counters.requests.fetch_add(1, Relaxed);
+        if stream {
+            self.counters.streams.fetch_add(1, Relaxed);
+        }
         if let Some(now) = started {
             self.last_request_ms.store(
                 now.saturating_duration_since(self.pool.epoch).as_millis() as u64,
@@ -1066,6 +1094,8 @@ pub(crate) async fn start(
         control: control_tx,
         last_ping: AtomicU64::new(0),
         last_pong: AtomicU64::new(0),
+        ping_sent_ns: AtomicU64::new(0),
+        heartbeat_rtt_ns: AtomicU64::new(0),
         last_request_ms: AtomicU64::new(pool.now_ms()),
         requests: AtomicU64::new(0),
         goodbye: AtomicU32::new(0),
@@ -1649,8 +1679,14 @@ fn handle_read(
             Event::Pong { nonce } => {
                 // Our nonces count up; one we never sent answers nothing (unsolicited).
                 let nonce = u64::from_le_bytes(nonce);
-                if nonce <= worker.last_ping.load(Acquire) {
+                let last = worker.last_ping.load(Acquire);
+                if nonce <= last {
                     worker.last_pong.fetch_max(nonce, Release);
+                }
+                if nonce == last {
+                    let sent = worker.ping_sent_ns.load(Acquire);
+                    let rtt = (worker.pool.epoch.elapsed().as_nanos() as u64).saturating_sub(sent);
+                    worker.heartbeat_rtt_ns.store(rtt.max(1), Relaxed);
                 }
             }
             Event::Goodbye { reason } => {
@@ -2005,7 +2041,9 @@ impl Watch {
             self.liveness = None;
         } else if let Some(nonce) = due.ping {
             // Published before the PING leaves, so its PONG is never taken for an unsolicited
-            // one.
+            // one; its time first, so the PONG that matches `last_ping` finds it.
+            let sent = worker.pool.epoch.elapsed().as_nanos() as u64;
+            worker.ping_sent_ns.store(sent, Release);
             worker.last_ping.store(nonce, Release);
             let mut driver = worker.driver.locked();
             let c = &mut *driver;

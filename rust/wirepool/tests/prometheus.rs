@@ -1,15 +1,19 @@
-//! `PoolMetrics::to_prometheus`: the series move with calls, streams and crashes, the text parses
-//! as the exposition format, and the `metrics` example serves it over HTTP.
+//! `PoolMetrics::to_prometheus` against the shared metrics contract (`spec/metrics.json`): a real
+//! pool's exposition is parsed and every family, help text, type, label set and bucket bound is
+//! compared with the contract, and every required series must be there (a renamed series fails
+//! here); then the values after calls, a stream, errors, a retry and two restarts. The `metrics`
+//! example serves it over HTTP.
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{bounded, builder};
-
+use serde_json::Value;
 /// Samples by (name, labels as written), checking every line on the way: `# HELP`/`# TYPE`
 /// once per family and before its samples, `name{k="v",...} number` otherwise.
 fn parse(text: &str) -> BTreeMap<(String, String), f64> {
@@ -71,13 +75,196 @@ fn sum(samples: &BTreeMap<(String, String), f64>, name: &str, label: &str) -> f6
         .sum()
 }
 
+fn count(samples: &BTreeMap<(String, String), f64>, name: &str) -> usize {
+    samples.keys().filter(|(n, _)| n == name).count()
+}
+
+/// spec/metrics.json and the error code names of spec/constants.json (None outside the
+/// repository's tree).
+fn contract() -> Option<(Value, BTreeSet<String>)> {
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spec");
+    let read = |f: &str| -> Option<Value> {
+        let text = std::fs::read_to_string(spec.join(f)).ok()?;
+        Some(serde_json::from_str(&text).expect("valid JSON"))
+    };
+    let (metrics, constants) = (read("metrics.json")?, read("constants.json")?);
+    let mut codes: BTreeSet<String> = constants["error_codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    // The names PROTOCOL.md section 3 gives a code the table does not list, by range (a
+    // handler's own code >= 1000 is APPLICATION).
+    for n in [
+        "PROTOCOL",
+        "REQUEST_ERROR",
+        "LOCAL_ERROR",
+        "APPLICATION",
+        "UNKNOWN",
+    ] {
+        codes.insert(n.to_string());
+    }
+    Some((metrics, codes))
+}
+
+/// A label set as written, in order: `k="v",...` (values unescaped enough for the contract's
+/// label values, which hold no quotes).
+fn labels(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (k, after) = rest.split_once("=\"").expect("k=\"v\"");
+        let mut end = 0;
+        let bytes = after.as_bytes();
+        while bytes[end] != b'"' {
+            end += if bytes[end] == b'\\' { 2 } else { 1 };
+        }
+        out.push((k.to_string(), after[..end].to_string()));
+        rest = after[end + 1..]
+            .strip_prefix(',')
+            .unwrap_or(&after[end + 1..]);
+    }
+    out
+}
+
+/// Every family the text exports is the contract's (HELP, TYPE, labels and their values,
+/// buckets), and every required one is there.
+fn check_against_contract(text: &str, c: &Value, codes: &BTreeSet<String>, pool: &str) {
+    let mut help: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut kind: BTreeMap<&str, &str> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, h) = rest.split_once(' ').unwrap();
+            help.insert(name, h);
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, k) = rest.split_once(' ').unwrap();
+            kind.insert(name, k);
+        }
+    }
+    let series: BTreeMap<&str, &Value> = c["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s))
+        .collect();
+    let prefix = c["prefix"].as_str().unwrap();
+    for name in kind.keys() {
+        assert!(
+            !name.starts_with(prefix) || series.contains_key(name),
+            "{name} is not in the contract"
+        );
+    }
+    for (name, s) in &series {
+        if s["required"].as_bool().unwrap() {
+            assert!(kind.contains_key(name), "{name} is missing");
+        }
+        let Some(k) = kind.get(name) else { continue };
+        assert_eq!(*k, s["type"].as_str().unwrap(), "{name}'s TYPE");
+        assert_eq!(help.get(name).copied(), s["help"].as_str(), "{name}'s HELP");
+        let want: BTreeSet<&str> = s["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        let mut les: BTreeMap<Vec<(String, String)>, Vec<f64>> = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series_text, value) = line.rsplit_once(' ').unwrap();
+            let (sample, label_text) = series_text.split_once('{').unwrap_or((series_text, "}"));
+            let suffix = sample.strip_prefix(*name);
+            let ok = matches!(
+                (*k, suffix),
+                ("histogram", Some("_bucket" | "_sum" | "_count")) | (_, Some(""))
+            );
+            if !ok {
+                continue;
+            }
+            let ls = labels(label_text.strip_suffix('}').unwrap());
+            let got: BTreeSet<&str> = ls
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .filter(|k| *k != "le" || !sample.ends_with("_bucket"))
+                .collect();
+            assert_eq!(got, want, "{line}: labels");
+            assert_eq!(
+                ls.len(),
+                want.len() + usize::from(sample.ends_with("_bucket")),
+                "{line}"
+            );
+            let v: f64 = value.parse().unwrap_or_else(|_| panic!("{line}"));
+            assert!(v.is_finite(), "{line}");
+            for (key, val) in &ls {
+                if key == "pool" {
+                    assert_eq!(val, pool, "{line}");
+                }
+                let rule = &c["labels"][key.as_str()];
+                if let Some(values) = rule["values"].as_array() {
+                    assert!(
+                        values.iter().any(|x| x == val.as_str()),
+                        "{line}: {key}={val}"
+                    );
+                }
+                if let Some(p) = rule["pattern"].as_str() {
+                    assert_eq!(p, "^(0|[1-9][0-9]*)$", "the test knows this pattern only");
+                    assert!(
+                        val == "0" || (!val.starts_with('0') && val.parse::<u64>().is_ok()),
+                        "{line}: {key}"
+                    );
+                }
+                if key == "code" {
+                    assert!(codes.contains(val), "{line}: code {val}");
+                }
+            }
+            if sample.ends_with("_bucket") {
+                let le = &ls.iter().find(|(k, _)| k == "le").unwrap().1;
+                let rest: Vec<_> = ls.iter().filter(|(k, _)| k != "le").cloned().collect();
+                let bound = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                les.entry(rest).or_default().push(bound);
+            }
+        }
+        if *k == "histogram" {
+            let mut bounds: Vec<f64> = c["buckets"][s["buckets"].as_str().unwrap()]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_f64().unwrap())
+                .collect();
+            bounds.push(f64::INFINITY);
+            for (key, got) in &les {
+                assert_eq!(got, &bounds, "{name}{key:?}'s buckets");
+            }
+        }
+    }
+}
+
 #[tokio::test]
-async fn series_move_with_calls_streams_and_crashes() {
+async fn the_series_are_the_contracts_and_follow_the_pool() {
+    let Some((c, codes)) = contract() else {
+        eprintln!("no spec/metrics.json: skipped");
+        return;
+    };
     bounded(60, async {
-        let pool = builder(2).start().await.unwrap();
-        let before = parse(&pool.metrics().to_prometheus("t"));
+        let pool = builder(2)
+            .heartbeat(Duration::from_millis(100))
+            .retry(wirepool::RetryPolicy::idempotent(["crash"]).attempts(2))
+            .start()
+            .await
+            .unwrap();
+        assert!(pool.wait_ready(Duration::from_secs(10)).await);
+        // Before any call: every required family, the per-worker ones for slots 0 and 1.
+        let text = pool.metrics().to_prometheus("t");
+        check_against_contract(&text, &c, &codes, "t");
+        let before = parse(&text);
         assert_eq!(sum(&before, "wirepool_worker_requests_total", ""), 0.0);
         assert_eq!(sum(&before, "wirepool_workers", "pool=\"t\""), 2.0);
+        assert_eq!(count(&before, "wirepool_worker_pid"), 2);
+        let first_pids = pool.worker_pids();
+
         for i in 0..25i64 {
             assert_eq!(pool.call::<_, i64>("add", &(i, 1)).await.unwrap(), i + 1);
         }
@@ -89,12 +276,58 @@ async fn series_move_with_calls_streams_and_crashes() {
             row.unwrap();
         }
         drop(rows);
-        let pids = pool.worker_pids();
-        let s = parse(&pool.metrics().to_prometheus("t"));
-        assert_eq!(sum(&s, "wirepool_worker_requests_total", ""), 26.0);
+        let e = pool.call::<_, ()>("panic", &()).await.unwrap_err();
+        assert_eq!(e.code(), 204, "{e}"); // HANDLER_PANIC
+        let e = pool.call::<_, ()>("fail", &1042u32).await.unwrap_err();
+        assert_eq!(e.code(), 1042, "{e}");
+        // Two tries, two deaths, two replacements.
+        let err = pool.call::<_, ()>("crash", &3).await.unwrap_err();
+        assert!(matches!(err, wirepool::Error::WorkerExited(_)), "{err}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (text, s) = loop {
+            let text = pool.metrics().to_prometheus("t");
+            let s = parse(&text);
+            if sum(&s, "wirepool_workers_alive", "") == 2.0
+                && count(&s, "wirepool_worker_heartbeat_rtt_seconds") == 2
+                && sum(&s, "wirepool_restarts_total", "") == 2.0
+            {
+                break (text, s);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "two workers alive and pinged:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        check_against_contract(&text, &c, &codes, "t");
+        assert_eq!(sum(&s, "wirepool_calls_total", ""), 25.0 + 2.0 + 2.0);
+        assert_eq!(sum(&s, "wirepool_streams_total", ""), 1.0);
+        assert_eq!(sum(&s, "wirepool_retries_total", ""), 1.0);
+        assert_eq!(
+            sum(&s, "wirepool_errors_total", "code=\"HANDLER_PANIC\""),
+            1.0
+        );
+        assert_eq!(
+            sum(&s, "wirepool_errors_total", "code=\"APPLICATION\""),
+            1.0
+        );
+        assert_eq!(
+            sum(&s, "wirepool_errors_total", "code=\"WORKER_EXITED\""),
+            2.0
+        );
+        assert_eq!(sum(&s, "wirepool_errors_total", ""), 4.0);
+        assert_eq!(sum(&s, "wirepool_restarts_total", "cause=\"crashed\""), 2.0);
+        assert_eq!(
+            sum(&s, "wirepool_worker_restarts_total", "cause=\"crashed\""),
+            2.0
+        );
+        assert_eq!(count(&s, "wirepool_recycles_total"), 0);
+        // The slots' counters, kept across the replacements.
+        // 25 adds, the stream, the panic, the fail, two crashes.
+        assert_eq!(sum(&s, "wirepool_worker_requests_total", ""), 30.0);
         assert_eq!(sum(&s, "wirepool_worker_rows_total", ""), 300.0);
         assert!(sum(&s, "wirepool_worker_received_bytes_total", "") > 300.0 * 20.0);
-        assert!(sum(&s, "wirepool_worker_sent_bytes_total", "") > 26.0 * 16.0);
+        assert!(sum(&s, "wirepool_worker_sent_bytes_total", "") > 30.0 * 16.0);
         assert_eq!(sum(&s, "wirepool_worker_in_flight", ""), 0.0);
         assert_eq!(sum(&s, "wirepool_worker_state", "state=\"ready\""), 2.0);
         assert_eq!(sum(&s, "wirepool_worker_state", ""), 2.0); // one state per slot
@@ -104,10 +337,17 @@ async fn series_move_with_calls_streams_and_crashes() {
             .map(|(_, v)| *v as u32)
             .collect();
         seen_pids.sort();
-        let mut want = pids.clone();
+        let mut want = pool.worker_pids();
         want.sort();
         assert_eq!(seen_pids, want);
+        assert_ne!(want, first_pids);
         assert!(sum(&s, "wirepool_worker_rss_bytes", "") > 1e6);
+        for ((n, l), v) in &s {
+            if n == "wirepool_worker_heartbeat_rtt_seconds" {
+                assert!(*v > 0.0 && *v < 5.0, "{l}: {v}");
+            }
+        }
+        assert_eq!(sum(&s, "wirepool_queue_wait_seconds_count", ""), 30.0);
         // The histogram: every call counted once, buckets cumulative up to +Inf.
         let add = "method=\"add\"";
         assert_eq!(sum(&s, "wirepool_method_duration_seconds_count", add), 25.0);
@@ -128,7 +368,7 @@ async fn series_move_with_calls_streams_and_crashes() {
             })
             .collect();
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        assert!(buckets.len() > 10, "{buckets:?}");
+        assert_eq!(buckets.len(), 24, "{buckets:?}");
         assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
         let total = sum(&s, "wirepool_method_duration_seconds_sum", add);
         assert!(total > 0.0 && total < 25.0 * 10.0, "{total}");
@@ -140,30 +380,51 @@ async fn series_move_with_calls_streams_and_crashes() {
             ),
             1.0
         );
-
-        // A crash: one restart, counted under its cause, on the slot that had it.
-        let err = pool.call::<_, ()>("crash", &3).await.unwrap_err();
-        assert!(matches!(err, wirepool::Error::WorkerExited(_)), "{err}");
-        let restarted = loop {
-            let s = parse(&pool.metrics().to_prometheus("t"));
-            if sum(&s, "wirepool_worker_state", "state=\"ready\"") == 2.0
-                && sum(&s, "wirepool_worker_restarts_total", "") == 1.0
-            {
-                break s;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        assert_eq!(
-            sum(
-                &restarted,
-                "wirepool_worker_restarts_total",
-                "cause=\"crashed\""
-            ),
-            1.0
+        // The quantiles of the snapshot: interpolated, never above the slowest call.
+        let add_lat = &pool.metrics().methods["add"];
+        assert!(
+            add_lat.p50 <= add_lat.max && add_lat.p99 <= add_lat.max,
+            "{add_lat:?}"
         );
         pool.shutdown().await;
+        // A shut-down pool: the families, no samples.
+        let text = pool.metrics().to_prometheus("t");
+        check_against_contract(&text, &c, &codes, "t");
+        assert!(text.lines().all(|l| l.starts_with('#')), "{text}");
     })
     .await
+}
+
+#[test]
+fn a_renamed_series_fails_the_check() {
+    let Some((c, codes)) = contract() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let text = rt.block_on(bounded(30, async {
+        let pool = builder(1).start().await.unwrap();
+        let text = pool.metrics().to_prometheus("t");
+        pool.shutdown().await;
+        text
+    }));
+    check_against_contract(&text, &c, &codes, "t");
+    let renamed = text.replace(
+        "wirepool_worker_rows_total",
+        "wirepool_worker_rows_received_total",
+    );
+    let err = std::panic::catch_unwind(|| check_against_contract(&renamed, &c, &codes, "t"))
+        .expect_err("a renamed series fails");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("not in the contract"), "{msg}");
+    let dropped: String = text
+        .lines()
+        .filter(|l| !l.contains("wirepool_retries_total"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let err = std::panic::catch_unwind(|| check_against_contract(&dropped, &c, &codes, "t"))
+        .expect_err("a missing series fails");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("wirepool_retries_total is missing"), "{msg}");
 }
 
 #[test]
