@@ -71,6 +71,9 @@ type proc struct {
 	kick     chan struct{} // wakes the writer
 	done     chan struct{} // closed when the reader ended and the process was reaped
 	goodbye  chan struct{} // closed at GOODBYE or end of input
+	exited   chan struct{} // closed once the process was reaped
+	waitOnce sync.Once
+	eof      bool // the reader saw end of input (the liveness clocks stop)
 	byeOnce  sync.Once
 }
 
@@ -138,7 +141,8 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	cmd.Stdout = o.Stdout
 	w := &proc{p: p, slot: slot, cmd: cmd, conn: conn, tail: tail,
 		core: proto.NewConnection(proto.Parent), reqs: map[uint64]*pending{},
-		kick: make(chan struct{}, 1), done: make(chan struct{}), goodbye: make(chan struct{})}
+		kick: make(chan struct{}, 1), done: make(chan struct{}), goodbye: make(chan struct{}),
+		exited: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		childF.Close()
 		conn.Close()
@@ -150,9 +154,12 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	if err := w.handshake(hctx); err != nil {
 		w.kill()
 		conn.Close()
-		_ = cmd.Wait()
-		if e := new(Error); errors.As(err, &e) && e.Code == proto.CodeWorkerExited {
-			e.Message += w.exitText()
+		w.reap(0)
+		if e := new(Error); errors.As(err, &e) {
+			if e.Code == proto.CodeWorkerExited {
+				e.Message += w.exitText()
+			}
+			w.addExit(e)
 		}
 		return nil, err
 	}
@@ -228,8 +235,10 @@ func (w *proc) handshake(ctx context.Context) error {
 			return errorf(proto.CodeStartupTimeout, "no HELLO within %v%s", w.p.opts.StartupTimeout, w.tailText())
 		}
 		if err != nil {
-			_ = w.cmd.Wait()
 			msg := "the worker exited before its HELLO"
+			if !w.reap(w.p.opts.GoodbyeGrace) {
+				msg = "the worker closed its connection before its HELLO and was killed"
+			}
 			if st := w.cmd.ProcessState; st != nil && st.ExitCode() == 0 && w.tail.String() == "" {
 				msg += " (did the worker program call its SDK's serve?)"
 			}
@@ -290,15 +299,19 @@ func (w *proc) writer() {
 }
 
 func (w *proc) reader() {
-	buf := make([]byte, 256<<10)
 	var evs []proto.Event
 	var why *Error
 	for why == nil {
+		// Zero-copy: the socket is read into the core's own buffer, the rest of a large frame
+		// in one piece, so a continued message costs its bytes and no copies (section 5).
+		w.mu.Lock()
+		buf := w.core.ReadBuffer(64 << 10)
+		w.mu.Unlock()
 		n, err := w.conn.Read(buf)
 		w.mu.Lock()
 		if n > 0 {
 			w.bytesIn += uint64(n)
-			w.core.Receive(buf[:n])
+			w.core.Received(n)
 			var perr error
 			evs, perr = w.core.NextEvents(evs[:0])
 			for _, ev := range evs {
@@ -312,6 +325,9 @@ func (w *proc) reader() {
 			if w.fatal != nil {
 				why = w.fatal
 			}
+		}
+		if err != nil {
+			w.eof = true
 		}
 		if err != nil && why == nil {
 			if e := w.core.EndOfInput(); e != nil {
@@ -329,34 +345,14 @@ func (w *proc) reader() {
 	}
 	w.conn.Close()
 	// Reap: a worker that closed its connection gets the goodbye grace to exit.
-	exited := make(chan struct{})
-	go func() { _ = w.cmd.Wait(); close(exited) }()
-	select {
-	case <-exited:
-	case <-time.After(w.p.opts.GoodbyeGrace):
-		w.kill()
-		<-exited
-	}
+	w.reap(w.p.opts.GoodbyeGrace)
 	w.mu.Lock()
 	w.dead = true
 	if w.hung != nil {
 		why = w.hung // the judge's kill explains the end
 	}
 	why.Message += w.exitText()
-	status := map[string]any{"exit_status": nil, "signal": nil, "stderr_tail": w.tail.String()}
-	if why.Code == proto.CodeProtocolViolation {
-		var d map[string]any
-		_ = json.Unmarshal(why.Details, &d)
-		maps.Copy(status, d)
-	}
-	if st := w.cmd.ProcessState; st != nil {
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			status["signal"] = int(ws.Signal())
-		} else {
-			status["exit_status"] = st.ExitCode()
-		}
-	}
-	withDetails(why, status)
+	w.addExit(why)
 	w.exitErr = why
 	for id, pr := range w.reqs {
 		delete(w.reqs, id)
@@ -413,6 +409,14 @@ func (w *proc) onEvent(ev proto.Event) {
 		}
 	case *proto.Goodbye:
 		w.byeOnce.Do(func() { close(w.goodbye) })
+		// A worker that says GOODBYE and stays costs its requests one grace, never a hang (8.4).
+		time.AfterFunc(w.p.opts.GoodbyeGrace, func() {
+			select {
+			case <-w.exited:
+			default:
+				w.kill()
+			}
+		})
 	}
 	if w.p != nil {
 		w.p.wake()
@@ -479,7 +483,8 @@ func (w *proc) heartbeat() {
 			return
 		}
 		w.mu.Lock()
-		if w.dead || w.fatal != nil {
+		if w.dead || w.fatal != nil || w.eof || w.core.IsGoodbye() {
+			// The goodbye grace bounds what is left; the judge has nothing to judge.
 			w.mu.Unlock()
 			return
 		}
@@ -500,4 +505,49 @@ func (w *proc) heartbeat() {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// reap waits for the process to exit, at most grace (0: until it exits), then kills it and
+// waits; false when it had to be killed.
+func (w *proc) reap(grace time.Duration) bool {
+	w.waitOnce.Do(func() {
+		go func() {
+			_ = w.cmd.Wait()
+			close(w.exited)
+		}()
+	})
+	if grace == 0 {
+		<-w.exited
+		return true
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-w.exited:
+		return true
+	case <-t.C:
+		w.kill()
+		<-w.exited
+		return false
+	}
+}
+
+// addExit adds how the process ended to e's details: exit_status or signal (one of them null),
+// and the stderr tail, beside what e's details already say.
+func (w *proc) addExit(e *Error) {
+	status := map[string]any{"exit_status": nil, "signal": nil, "stderr_tail": w.tail.String()}
+	if len(e.Details) > 0 {
+		var d map[string]any
+		if json.Unmarshal(e.Details, &d) == nil {
+			maps.Copy(status, d)
+		}
+	}
+	if st := w.cmd.ProcessState; st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			status["signal"] = int(ws.Signal())
+		} else {
+			status["exit_status"] = st.ExitCode()
+		}
+	}
+	withDetails(e, status)
 }

@@ -30,9 +30,26 @@ type request struct {
 
 // inMsg is a continued message being received (section 5).
 type inMsg struct {
-	first Frame // *Request, *Result or *End, its chunk in body
-	body  []byte
-	size  uint64 // payload bytes so far, prefix included
+	first  Frame    // *Request, *Result or *End, its chunk first in chunks
+	chunks [][]byte // the body's parts as they arrived (aliasing the receive buffer), joined at the end
+	size   uint64   // payload bytes so far, prefix included
+}
+
+// body joins the chunks: one copy, made once the message is complete, so a message refused as
+// it grows (MESSAGE_TOO_LARGE) never costs more than the bytes received.
+func (p *inMsg) body() []byte {
+	if len(p.chunks) == 1 {
+		return p.chunks[0]
+	}
+	n := 0
+	for _, c := range p.chunks {
+		n += len(c)
+	}
+	b := make([]byte, 0, n)
+	for _, c := range p.chunks {
+		b = append(b, c...)
+	}
+	return b
 }
 
 // outMsg is a continued message being sent.
@@ -331,8 +348,7 @@ func workerReceives(t FrameType) bool {
 }
 
 func (c *Connection) startInbound(first Frame, chunk []byte, size uint64) error {
-	p := &inMsg{first: first, size: size}
-	p.body = append(make([]byte, 0, len(chunk)), chunk...)
+	p := &inMsg{first: first, size: size, chunks: [][]byte{chunk}}
 	c.inbound[first.RequestID()] = p
 	c.inSum += size
 	return c.checkInSum()
@@ -361,7 +377,7 @@ func (c *Connection) continueInbound(p *inMsg, f *Continuation, size uint64) (Ev
 	if err := c.checkInSum(); err != nil {
 		return nil, err
 	}
-	p.body = append(p.body, f.Body...) // checked before it grows
+	p.chunks = append(p.chunks, f.Body) // checked before it grows
 	if f.More {
 		return nil, nil
 	}
@@ -370,14 +386,14 @@ func (c *Connection) continueInbound(p *inMsg, f *Continuation, size uint64) (Ev
 	switch first := p.first.(type) {
 	case *Request:
 		r := *first
-		r.More, r.Body = false, p.body
+		r.More, r.Body = false, p.body()
 		return c.accept(&r), nil
 	case *Result:
 		delete(c.reqs, id)
-		return &Result{ID: id, Body: p.body}, nil
+		return &Result{ID: id, Body: p.body()}, nil
 	case *End:
 		delete(c.reqs, id)
-		return &End{ID: id, RowCount: first.RowCount, Summary: p.body}, nil
+		return &End{ID: id, RowCount: first.RowCount, Summary: p.body()}, nil
 	}
 	panic("unreachable")
 }
