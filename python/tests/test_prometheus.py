@@ -323,8 +323,8 @@ def test_the_example_serves_metrics_over_http() -> None:
 
 
 def test_the_rust_example_is_read_by_prometheus_own_parser() -> None:
-    """The Rust encoder (wirepool::prometheus) checked by the reference parser, not only by the
-    Rust test's own."""
+    """The Rust encoder (wirepool::prometheus) checked by the reference parser and against
+    spec/metrics.json by this test's check, not only by the Rust test's own."""
     done = subprocess.run(["cargo", "build", "-q", "-p", "wirepool", "--example", "metrics"],
                           cwd=REPO / "rust", capture_output=True, text=True,
                           timeout=BUILD_TIMEOUT_S)
@@ -347,9 +347,11 @@ def test_the_rust_example_is_read_by_prometheus_own_parser() -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    assert families["wirepool_method_duration_seconds"].type == "histogram"
-    assert families["wirepool_worker_requests"].type == "counter"
+    # The same contract check as the Python exporter's: one dashboard reads both.
+    check_against_contract(contract(), families(text), "example")
+    parsed = {f.name: f for f in text_string_to_metric_families(text)}
+    assert parsed["wirepool_method_duration_seconds"].type == "histogram"
+    assert parsed["wirepool_worker_requests"].type == "counter"
     samples = parse(text)
     assert total(samples, "wirepool_worker_requests_total") == 26
     assert total(samples, "wirepool_worker_rows_total") == 1000
