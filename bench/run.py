@@ -35,7 +35,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH / "runners"))
 
 from harness import analysis, execute, history, icount, report, scenarios, setup  # noqa: E402
-from registry import RUNNERS  # noqa: E402
+from registry import LANGS as _LANGS, RUNNERS  # noqa: E402
 
 HISTORY = BENCH / "history" / "ratios.jsonl"
 BENCHMARK_DATA = BENCH / "history" / "benchmark-data.json"  # github-action-benchmark's format
@@ -261,6 +261,8 @@ def run(args: argparse.Namespace, venv_failure: str | None) -> int:
                       for sc in catalogue],
         "results": results,
         "comparisons": analysis.compare(results, kinds),
+        # The founding workload's report (harness/founding.py): each runner's languages.
+        "founding_langs": _LANGS,
     }
 
     plots: list[str] = []

@@ -137,6 +137,35 @@ def render(results: dict[str, Any], out_dir: Path) -> list[str]:
         fig.savefig(out_dir / "arrow_batches.png", dpi=110)
         plt.close(fig)
         written.append("arrow_batches.png")
+
+    # The founding workload: one horizontal bar per (runner, codec) and shape, median with
+    # min-max whiskers, wirepool pairs first, then the incumbents and the codec alone.
+    from . import founding
+    from .scenarios import FOUNDING_SHAPES
+
+    tabs = founding.tables(results, results.get("founding_langs") or {})
+    for shape in FOUNDING_SHAPES:
+        rows = tabs.get(shape)
+        if not rows:
+            continue
+        rows = rows[::-1]
+        fig, ax = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.6))
+        for i, r in enumerate(rows):
+            med = r["median"]
+            ax.barh(i, med, color=colors.get(r["runner"]),
+                    xerr=[[med - r["min"]], [r["max"] - med]], capsize=2)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"{r['runner']} ({r['codec'] if r['kind'] != 'incumbent' else 'own'})"
+                            for r in rows], fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("rows/s (median, min-max)")
+        ax.set_title(f"{shape}: wirepool end to end, incumbents, codec alone")
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        fig.tight_layout()
+        name = f"founding_{shape}.png"
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        written.append(name)
     return written
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import founding
 from .analysis import fmt_duration
-from .scenarios import WORKLOAD_TITLES
+from .scenarios import FOUNDING_SHAPES, WORKLOAD_TITLES
 
 # Repeats whose max - min exceeds half the median are marked `~` in the tables.
 NOISY_SPREAD = 0.5
@@ -105,6 +106,47 @@ def _workload_table(results: dict[str, Any], workload: str, runners: list[dict[s
             cells.append(STATUS_CELL.get(res["status"], res["status"]) if res else "-")
         cells.append("-")
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+FOUNDING_NOTE = (
+    "The founding workload (issue 26, `bench/shapes/founding.json`): every runner makes the same "
+    "rows (the digests are checked by `bench/tests/test_founding.py`), the worker yields one row "
+    "at a time, the parent reads each row into a typed struct (Rust, serde), a dict (Python) or an "
+    "object (Node) and checks its index. Three ways in one run: wirepool end to end; the "
+    "incumbents (their own codec: ipc-channel bincode, Pipe pickle, fork JSON / V8, procwire "
+    "msgpack; per message and batched by hand 256 rows per message); the codec alone (encode + "
+    "decode of the same rows in one process with the SDK's own codec functions). `codec alone` "
+    "of a mixed pair is the worker language's encode plus the parent language's decode per row; "
+    "`e2e / codec` is the end-to-end median over it. `vs incumbent` is the median over the best "
+    "incumbent of the parent's language in this run (any variant).")
+
+
+def founding_section(results: dict[str, Any], langs: dict[str, tuple[str, str]]) -> list[str]:
+    """One table per founding shape (harness/founding.py): rows/s min / median / max, the codec
+    alone, end to end / codec alone, and the ratio to the best incumbent of the same language."""
+    tabs = founding.tables(results, langs)
+    lines: list[str] = []
+    for shape in FOUNDING_SHAPES:
+        rows = tabs.get(shape)
+        if not rows:
+            continue
+        lines += ["", f"## {WORKLOAD_TITLES[shape]}", "", FOUNDING_NOTE, "",
+                  "| pair | runner | codec | rows/s median | min - max | codec alone | "
+                  "e2e / codec | best incumbent (same language) | vs incumbent |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            codec = r["codec"] if r["kind"] != "incumbent" else "own"
+            if r["kind"] == "codec":
+                alone = f"encode {fmt(r.get('encode'))}, decode {fmt(r.get('decode'))}"
+            else:
+                alone = fmt(r["codec_alone"])
+            best = r["best_incumbent"]
+            best_cell = f"{best['runner']} {fmt(best['median'])}" if best else "-"
+            lines.append(
+                f"| {founding.pair_label(r)} | {r['runner']} | {codec} | {fmt(r['median'])} | "
+                f"{fmt(r['min'])} - {fmt(r['max'])} | {alone} | {fmt_ratio(r['vs_codec'])} | "
+                f"{best_cell} | {fmt_ratio(r['vs_incumbent'])} |")
     return lines
 
 
@@ -238,6 +280,7 @@ def render(results: dict[str, Any], plots: list[str]) -> str:
             if wl == "W4":
                 lines += [CODEC_NOTE, ""]
             lines += table
+    lines += founding_section(results, results.get("founding_langs") or {})
     mem = _memory_table(results, runners)
     if mem:
         lines += ["", f"## {WORKLOAD_TITLES['W6']}", "",

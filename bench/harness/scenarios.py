@@ -22,7 +22,23 @@ WORKLOAD_TITLES = {
     "W5": "W5 pool scaling, CPU-bound tasks",
     "W6": "W6 memory: peak RSS of parent and children",
     "W7": "W7 Arrow record batches, worker to parent",
+    "small_rows_8192": "small_rows_8192: the founding workload's declaration-like rows (97 B of JSON)",
+    "large_rows_512": "large_rows_512: the founding workload's 4 KiB payload rows (4,154 B of JSON)",
 }
+
+# The founding workload (issue 26; bench/shapes/founding.json): its two named shapes in every
+# wirepool pair and codec, the codec alone per language, and the incumbents (their own codec,
+# per message and batched by hand), in one run. The JSON scenario has the shape's name as its
+# id (the incumbents run there); `<shape>.msgpack` / `.cbor` borrow its best incumbent.
+FOUNDING_SHAPES = ("small_rows_8192", "large_rows_512")
+FOUNDING_CODECS = ("json", "msgpack", "cbor")
+FOUNDING_WIREPOOL = ("wirepool_rust", "wirepool_rust_pyworker", "wirepool_rust_nodeworker",
+                     "wirepool_python", "wirepool_python_rsworker", "wirepool_python_nodeworker",
+                     "wirepool_node", "wirepool_node_rsworker")
+FOUNDING_CODEC_ALONE = ("codec_rust", "codec_python", "codec_node")
+FOUNDING_INCUMBENTS = ("ipc_channel", "ipc_channel_unbatched", "mp_pipe", "mp_pipe_unbatched",
+                       "node_fork_json", "node_fork_json_unbatched", "node_fork_advanced",
+                       "node_fork_advanced_unbatched", "procwire", "procwire_unbatched")
 
 
 # Codecs of the W4 small-rows scenarios, JSON first (every runner's rows scenarios use JSON or
@@ -174,11 +190,28 @@ def build(mode: str, every_scenario: bool = False) -> list[dict[str, Any]]:
         payload=33_554_928, inflight=1, duration_s=window, min_calls=3, warmup_s=0, x=w7_rows,
         only=["floor_c", *w7])
 
+    # The founding workload: full mode every codec, 5 repeats; quick mode JSON only, 3 repeats
+    # (the shapes' own sizes are small: starting the runners is most of their time).
+    import json as _json
+    from pathlib import Path as _Path
+    spec = _json.loads((_Path(__file__).resolve().parent.parent / "shapes" / "founding.json")
+                       .read_text())["shapes"]
+    for shape in FOUNDING_SHAPES:
+        n = spec[shape]["n" if full else "quick_n"]
+        for codec in FOUNDING_CODECS if full else FOUNDING_CODECS[:1]:
+            runners = FOUNDING_WIREPOOL + FOUNDING_CODEC_ALONE
+            if codec == "json":
+                runners += FOUNDING_INCUMBENTS
+            add(id=shape if codec == "json" else f"{shape}.{codec}", workload=shape, kind="rows",
+                shape=shape, n=n, codec=codec, founding=True, duration_s=window, x=n,
+                only=list(runners))
+
     n_slow = 16384 if full else 4096
     add(id=f"W6.slow_consumer.large_rows.{count_label(n_slow)}", workload="W6",
         kind="slow_rows", shape="large_rows", n=n_slow, codec="json", every=n_slow // 256,
         pause_ms=1.0, repeats=1 if not full else 3, x=n_slow)
-    return out if full or every_scenario else [sc for sc in out if _kept_in_quick(sc)]
+    return out if full or every_scenario else [sc for sc in out if _kept_in_quick(sc)
+                                               or sc.get("founding")]
 
 
 def select(scenarios: list[dict[str, Any]], only: list[str] | None) -> list[dict[str, Any]]:

@@ -22,6 +22,9 @@ from common import figure, load_scenario, ok, unsupported
 HERE = Path(__file__).resolve().parent
 CRATE = HERE.parent.parent / "rust" / "wirepool-bench" / "ipc-channel-incumbent"
 SHAPES = {"small_rows": "small", "large_rows": "large"}
+# The founding workload's rows (bench/shapes/founding.json): bench/founding-rs's founding-ipc,
+# built by wirepool_rust.sh --prepare, with the same arguments.
+FOUNDING_IPC = HERE.parent / ".build" / "founding" / "release" / "founding-ipc"
 
 
 def binary() -> Path:
@@ -41,14 +44,16 @@ def main() -> int:
     batch = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 256
     runner = "ipc_channel" if batch > 1 else "ipc_channel_unbatched"
     sc = load_scenario()
-    if sc["kind"] != "rows" or sc["shape"] not in SHAPES:
+    founding = bool(sc.get("founding"))
+    if sc["kind"] != "rows" or (sc["shape"] not in SHAPES and not founding):
         unsupported(runner, sc, "ipc-channel is measured on the W4 rows only")
         return 0
-    exe = binary()
+    exe = FOUNDING_IPC if founding else binary()
     if not exe.is_file():
-        unsupported(runner, sc, f"{exe} is not built (ipc_channel --prepare)")
+        unsupported(runner, sc, f"{exe} is not built (ipc_channel / wirepool_rust --prepare)")
         return 0
-    out = subprocess.run([str(exe), SHAPES[sc["shape"]], str(sc["n"]), str(batch),
+    shape = sc["shape"] if founding else SHAPES[sc["shape"]]
+    out = subprocess.run([str(exe), shape, str(sc["n"]), str(batch),
                           str(sc["repeats"])], capture_output=True, text=True, check=True).stdout
     rates, parent, child = [], None, None
     for line in out.splitlines():

@@ -1,13 +1,15 @@
 """Baselines from Python's standard library: multiprocessing.Pool, ProcessPoolExecutor, and a
 multiprocessing Process + Pipe pair.
 
-Usage: mp_py.py pool|ppe|pipe '<scenario json>'
+Usage: mp_py.py pool|ppe|pipe|pipe1 '<scenario json>'
 
 Each is driven the way its documentation shows: Pool.apply_async and Pool.imap(chunksize=...),
 Executor.submit and Executor.map(chunksize=...), Connection.send_bytes/recv_bytes for bytes and
 Connection.send/recv (pickle) for objects. Start method: the platform default (fork on Linux with
 Python 3.11). Payloads are bytes. Rows are produced in the child and unpickled into dicts in the
 parent; the Pipe variant batches 256 rows per message by hand, Pool/Executor use chunksize=256.
+``pipe1`` (runner ``mp_pipe_unbatched``) is the Pipe with one row per message, the founding
+workload's rows only (bench/shapes/founding.json), where every row's index is checked.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from common import (echo_figures, figure, load_scenario, make_row, max_peak_rss_
                     unsupported)
 
 VARIANT = sys.argv[1]
-RUNNER = {"pool": "mp_pool", "ppe": "process_pool_executor", "pipe": "mp_pipe"}[VARIANT]
+RUNNER = {"pool": "mp_pool", "ppe": "process_pool_executor", "pipe": "mp_pipe",
+          "pipe1": "mp_pipe_unbatched"}[VARIANT]
 ROW_BATCH = 256
+PIPE_BATCH = 1 if VARIANT == "pipe1" else ROW_BATCH
 
 
 def echo(payload: bytes) -> bytes:
@@ -180,6 +184,24 @@ def pipe_child(conn) -> None:
         elif op == "oneway":
             for _ in range(msg[1]):
                 conn.send(len(conn.recv_bytes()))
+        elif op == "founding_rows":
+            # One row made at a time, sent alone or `batch` rows per message.
+            from founding import row_factory
+
+            _, shape, n, batch = msg
+            make = row_factory(shape)
+            if batch == 1:
+                for i in range(n):
+                    conn.send(make(i))
+                continue
+            rows = []
+            for i in range(n):
+                rows.append(make(i))
+                if len(rows) == batch:
+                    conn.send(rows)
+                    rows = []
+            if rows:
+                conn.send(rows)
         elif op == "rows":
             _, shape, n = msg
             for base in range(0, n, ROW_BATCH):
@@ -213,7 +235,36 @@ def pipe_echo(sc: dict, conn) -> list[dict]:
                                                      sc["duration_s"]))
 
 
+def pipe_founding_rows(sc: dict, conn) -> list[dict]:
+    """The founding workload: rows of a founding shape, each index checked."""
+
+    def read(n: int) -> None:
+        conn.send(("founding_rows", sc["shape"], n, PIPE_BATCH))
+        seen = 0
+        if PIPE_BATCH == 1:
+            while seen < n:
+                if conn.recv()["id"] != seen:
+                    raise RuntimeError("row stream out of order")
+                seen += 1
+            return
+        while seen < n:
+            for row in conn.recv():
+                if row["id"] != seen:
+                    raise RuntimeError("row stream out of order")
+                seen += 1
+
+    read(min(sc["n"], 256))
+    rates = []
+    for _ in range(sc["repeats"]):
+        start = time.perf_counter()
+        read(sc["n"])
+        rates.append(sc["n"] / (time.perf_counter() - start))
+    return [figure("rows_per_s", "rows/s", rates)]
+
+
 def pipe_rows(sc: dict, conn) -> list[dict]:
+    if sc.get("founding"):
+        return pipe_founding_rows(sc, conn)
     n, every, pause = sc["n"], sc.get("every", 0), sc.get("pause_ms", 0) / 1000.0
     rates = []
     for _ in range(sc["repeats"]):
@@ -297,8 +348,8 @@ def run_pipe(sc: dict) -> None:
     finally:
         proc.kill()
         proc.join()
-    notes = ("rows batched 256 per message by hand" if kind.endswith("rows")
-             else "send_bytes/recv_bytes")
+    notes = ("one row per message (send/recv, pickle)" if PIPE_BATCH == 1 else
+             "rows batched 256 per message by hand") if kind.endswith("rows") else "send_bytes/recv_bytes"
     ok(RUNNER, sc, figs, peak_rss_kib(), child_kib, notes)
 
 
@@ -306,7 +357,9 @@ def main() -> None:
     sc = load_scenario()
     if sc["kind"] == "frames":
         unsupported(RUNNER, sc, "floor-only scenario")
-    elif VARIANT == "pipe":
+    elif VARIANT == "pipe1" and not sc.get("founding"):
+        unsupported(RUNNER, sc, "one row per message: the founding workload's rows only")
+    elif VARIANT in ("pipe", "pipe1"):
         run_pipe(sc)
     else:
         run_executor(sc)

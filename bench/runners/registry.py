@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Runner:
     name: str
-    kind: str  # "floor" (the physical floor), "incumbent" (a baseline), "wirepool" (ours)
+    # "floor" (the physical floor), "incumbent" (a baseline), "wirepool" (ours), "codec" (the
+    # founding workload's codec alone, one process: the microbenchmark beside the end to end)
+    kind: str
     label: str
     argv: tuple[str, ...] = ()
     discover: str | None = None
@@ -54,6 +56,25 @@ RUNNERS: list[Runner] = [
            discover="ipc_channel"),
     Runner("ipc_channel_unbatched", "incumbent", "ipc-channel (Rust), one row per message",
            ("{python}", "{bench}/runners/ipc_channel.py", "--batch", "1")),
+    # The founding workload's incumbents one row per message (bench/shapes/founding.json only),
+    # beside the hand-batched variants above (256 rows per message).
+    Runner("mp_pipe_unbatched", "incumbent", "Python multiprocessing Process + Pipe, one row per message",
+           ("{python}", "{bench}/runners/mp_py.py", "pipe1")),
+    Runner("node_fork_json_unbatched", "incumbent", "Node child_process.fork, 'json', one row per message",
+           ("{node}", "{bench}/incumbents/node/fork_parent.mjs", "json", "--batch", "1")),
+    Runner("node_fork_advanced_unbatched", "incumbent",
+           "Node child_process.fork, 'advanced', one row per message",
+           ("{node}", "{bench}/incumbents/node/fork_parent.mjs", "advanced", "--batch", "1")),
+    Runner("procwire_unbatched", "incumbent", "procwire 1.5 (npm), one row per stream chunk",
+           ("{node}", "{bench}/incumbents/node/procwire_parent.mjs", "--batch", "1"), needs=("npm",)),
+    # The founding workload's codec alone, per language (encode + decode in one process, the
+    # SDK's own codec functions): the Rust one is built by wirepool_rust's --prepare.
+    Runner("codec_rust", "codec", "codec alone, Rust (wirepool_codec into serde structs)",
+           ("{bench}/.build/founding/release/founding-codec",)),
+    Runner("codec_python", "codec", "codec alone, Python (wirepool.codecs into dicts)",
+           ("{python}", "{bench}/runners/codec_py.py"), needs=("venv",)),
+    Runner("codec_node", "codec", "codec alone, Node (node/dist codecs into objects)",
+           ("{node}", "{bench}/runners/codec_node.mjs")),
     Runner("wirepool_rust", "wirepool", "wirepool, Rust parent + Rust worker",
            discover="wirepool_rust"),
     Runner("wirepool_rust_pyworker", "wirepool", "wirepool, Rust parent + Python worker",
@@ -119,6 +140,23 @@ RUNNERS: list[Runner] = [
            "wirepool shared-memory lane transport, Python parent + Rust worker (not yet the pool)",
            ("{python}", "{bench}/runners/shm_lane_py.py"), needs=("venv",)),
 ]
+
+
+# The founding workload's report: each runner's parent and worker language (a codec-alone runner
+# and an incumbent have one), which picks its codec-alone reference and its incumbents.
+LANGS: dict[str, tuple[str, str]] = {
+    "wirepool_rust": ("rust", "rust"), "wirepool_rust_pyworker": ("rust", "python"),
+    "wirepool_rust_nodeworker": ("rust", "node"), "wirepool_python": ("python", "python"),
+    "wirepool_python_rsworker": ("python", "rust"), "wirepool_python_nodeworker": ("python", "node"),
+    "wirepool_node": ("node", "node"), "wirepool_node_rsworker": ("node", "rust"),
+    "codec_rust": ("rust", "rust"), "codec_python": ("python", "python"),
+    "codec_node": ("node", "node"),
+    "ipc_channel": ("rust", "rust"), "ipc_channel_unbatched": ("rust", "rust"),
+    "mp_pipe": ("python", "python"), "mp_pipe_unbatched": ("python", "python"),
+    **{f"node_fork_{s}{b}": ("node", "node") for s in ("json", "advanced")
+       for b in ("", "_unbatched")},
+    "procwire": ("node", "node"), "procwire_unbatched": ("node", "node"),
+}
 
 
 def by_name() -> dict[str, Runner]:

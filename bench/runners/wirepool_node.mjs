@@ -17,6 +17,8 @@ const WORKER_LANG = process.argv.includes("--worker") ? process.argv[process.arg
 const RUNNER = WORKER_LANG === "rust" ? "wirepool_node_rsworker" : "wirepool_node";
 const TARGET = process.env.CARGO_TARGET_DIR ?? fileURLToPath(new URL("../../rust/target", import.meta.url));
 const RUST_WORKER = `${TARGET}/release/wirepool-bench-worker`;
+// The founding workload's Rust worker (bench/founding-rs, built by wirepool_rust.sh --prepare).
+const FOUNDING_WORKER = fileURLToPath(new URL("../.build/founding/release/founding-worker", import.meta.url));
 const MAX_FRAME = 16 << 20;
 
 function prepare() {
@@ -25,8 +27,8 @@ function prepare() {
   npm(["run", "build", "--silent"]);
 }
 
-function workerCommand() {
-  if (WORKER_LANG === "rust") return [RUST_WORKER];
+function workerCommand(sc) {
+  if (WORKER_LANG === "rust") return [sc?.founding ? FOUNDING_WORKER : RUST_WORKER];
   // $WIREPOOL_BENCH_NODE (as for the Rust parent's runner): e.g. a wrapper running
   // `node --cpu-prof --cpu-prof-dir=DIR "$@"` profiles the worker alone.
   return [process.env.WIREPOOL_BENCH_NODE || process.execPath, fileURLToPath(new URL("./wirepool_node_worker.mjs", import.meta.url))];
@@ -55,6 +57,7 @@ async function runEcho(Pool, sc) {
 }
 
 async function readRows(pool, sc) {
+  if (sc.founding) return readFoundingRows(pool, sc, sc.n);
   const codec = sc.codec ?? "json";
   const every = sc.every ?? 0;
   const pause = sc.pause_ms ?? 0;
@@ -79,10 +82,24 @@ async function readRows(pool, sc) {
   return count;
 }
 
+// The founding workload: every row's index checked, as a consumer reads each row.
+async function readFoundingRows(pool, sc, n) {
+  let count = 0;
+  for await (const batch of pool.stream("rows", { shape: sc.shape, n }, { codec: sc.codec ?? "json" }).batches()) {
+    for (const row of batch) {
+      if (row.id !== count) throw new Error(`row ${count} carried index ${row.id}`);
+      count++;
+    }
+  }
+  return count;
+}
+
 async function runRows(Pool, sc) {
-  const pool = await Pool.start({ command: workerCommand(), workers: 1, maxInFlight: 4, maxFrameSize: MAX_FRAME, startupTimeoutMs: 20_000 });
+  const pool = await Pool.start({ command: workerCommand(sc), workers: 1, maxInFlight: 4, maxFrameSize: MAX_FRAME, startupTimeoutMs: 20_000 });
   try {
     const rates = [];
+    // One untimed stream first (the founding workload, as every runner of it): start-up and JIT.
+    if (sc.founding) await readFoundingRows(pool, sc, Math.min(sc.n, 256));
     for (let r = 0; r < sc.repeats; r++) {
       const start = performance.now();
       const got = await readRows(pool, sc);
@@ -133,9 +150,9 @@ async function main() {
   if (!existsSync(DIST)) return unsupported(RUNNER, sc, "node/dist is not built (bench/runners/wirepool_node.mjs --prepare)");
   if (WORKER_LANG === "rust") {
     try {
-      accessSync(RUST_WORKER, constants.X_OK);
+      accessSync(workerCommand(sc)[0], constants.X_OK);
     } catch {
-      return unsupported(RUNNER, sc, `${RUST_WORKER} not built (bench/runners/wirepool_rust.sh --prepare)`);
+      return unsupported(RUNNER, sc, `${workerCommand(sc)[0]} not built (bench/runners/wirepool_rust.sh --prepare)`);
     }
   }
   const { Pool } = await import(DIST.href);

@@ -2,7 +2,8 @@
 
 Same methods as the Rust bench worker (rust/wirepool-bench/src/bin/wirepool-bench-worker.rs):
 ``echo`` and ``oneway`` (raw), ``rows`` (json, msgpack or cbor, whichever this interpreter has:
-``{"shape", "n"}`` -> the rows of bench/README.md, in the request's codec),
+``{"shape", "n"}`` -> the rows of bench/README.md, or of a founding shape of
+bench/shapes/founding.json, in the request's codec),
 ``raw_rows`` (raw: ``b"N"`` -> the small rows' JSON text as bytes) and ``spin`` (JSON: burn ``us``
 of thread CPU time), and ``mark`` (raw: calls ``os.getpgrp()``, a phase boundary of the
 instruction-count gate, bench/harness/icount.py); ``arrow_batch`` (raw, with pyarrow: ``b"N"`` -> the
@@ -50,7 +51,15 @@ ROW_CODECS = [c for c in ("json", "msgpack", "cbor") if _installed(c)]
 @wirepool.stream(codecs=ROW_CODECS)
 def rows(req: dict):
     n = req["n"]
-    if req["shape"] == "large_rows":
+    if req["shape"] not in ("small_rows", "large_rows"):
+        # The founding workload (bench/shapes/founding.json): one row made and yielded at a time.
+        # Imported here: the gate's handshake counts never pay for it.
+        from founding import row_factory
+
+        make = row_factory(req["shape"])
+        for i in range(n):
+            yield make(i)
+    elif req["shape"] == "large_rows":
         for i in range(n):
             yield {"i": i, "name": f"decl_{i}", "kind": "theorem", "blob": f"{i:08d}" + LARGE_TAIL}
     else:

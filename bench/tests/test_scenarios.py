@@ -55,7 +55,8 @@ def test_full_mode_repeats_five_times_and_three_only_where_one_repeat_takes_seco
 def test_quick_mode_keeps_every_workload_and_both_ends_of_each_axis():
     quick = scenarios.build("quick")
     assert all(s["repeats"] == 3 for s in quick if s["workload"] != "W6")
-    assert {s["workload"] for s in quick} == {"W1", "W2", "W3", "W4", "W5", "W6"}
+    assert {s["workload"] for s in quick} == {"W1", "W2", "W3", "W4", "W5", "W6",
+                                              *scenarios.FOUNDING_SHAPES}
     # Every workload keeps a scenario that every runner runs (none floor-only or codec-only),
     # so each runner is exercised on each workload.
     for wl in ("W1", "W2", "W3", "W4", "W5", "W6"):
@@ -122,7 +123,8 @@ def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
 def test_small_rows_come_in_every_codec_and_baselines_are_not_applicable_there():
     kinds = {r.kind for r in RUNNERS}
     for mode in ("quick", "full"):
-        rows = [s for s in scenarios.build(mode) if s["kind"] in ("rows", "slow_rows")]
+        rows = [s for s in scenarios.build(mode) if s["kind"] in ("rows", "slow_rows")
+                and not s.get("founding")]  # (test_founding.py)
         # Every rows scenario names its codec, so the report can say which one a figure used.
         assert all(s["codec"] in scenarios.CODECS for s in rows)
         for s in rows:

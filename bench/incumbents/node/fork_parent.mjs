@@ -1,5 +1,6 @@
 // Baseline: Node.js child_process.fork with 'json' or 'advanced' serialization.
-// Usage: node fork_parent.mjs json|advanced '<scenario json>'
+// Usage: node fork_parent.mjs json|advanced [--batch 1] '<scenario json>'
+// (--batch 1: the founding workload's rows one per message, runners node_fork_*_unbatched.)
 // Payloads are strings for 'json' (JSON has no bytes) and Buffers for 'advanced'. Rows are sent
 // 256 per message (batched by hand; one message per row is several times slower) and arrive as
 // objects. A "pool" is N forked children with two requests in flight each.
@@ -11,7 +12,8 @@ import {
 } from "./common.mjs";
 
 const serialization = process.argv[2];
-const RUNNER = serialization === "advanced" ? "node_fork_advanced" : "node_fork_json";
+const BATCH = process.argv.includes("--batch") ? Number(process.argv[process.argv.indexOf("--batch") + 1]) : 256;
+const RUNNER = (serialization === "advanced" ? "node_fork_advanced" : "node_fork_json") + (BATCH === 1 ? "_unbatched" : "");
 const CHILD = fileURLToPath(new URL("./fork_child.mjs", import.meta.url));
 
 class Child {
@@ -63,8 +65,31 @@ class RowQueue {
   }
 }
 
+// The founding workload (bench/shapes/founding.json): every row's index checked.
+async function readFounding(sc, child, n) {
+  child.rowSink = new RowQueue();
+  const done = child.call({ op: "founding_rows", shape: sc.shape, n, batch: BATCH });
+  let seen = 0;
+  while (seen < n) {
+    for (const row of await child.rowSink.next()) {
+      if (row.id !== seen) throw new Error("row stream out of order");
+      seen++;
+    }
+  }
+  await done;
+}
+
 async function runRows(sc, child) {
   const rates = [];
+  if (sc.founding) {
+    await readFounding(sc, child, Math.min(sc.n, 256));
+    for (let r = 0; r < sc.repeats; r++) {
+      const start = process.hrtime.bigint();
+      await readFounding(sc, child, sc.n);
+      rates.push(sc.n / (Number(process.hrtime.bigint() - start) / 1e9));
+    }
+    return [figure("rows_per_s", "rows/s", rates)];
+  }
   for (let r = 0; r < sc.repeats; r++) {
     const start = process.hrtime.bigint();
     child.rowSink = new RowQueue();
@@ -94,6 +119,7 @@ async function main() {
     await Promise.all(workers.map((w) => w.close()));
     return ok(RUNNER, sc, figs, peakRssKib(), childKib, "hand-rolled pool: 2 requests in flight per child");
   }
+  if (BATCH === 1 && !sc.founding) return unsupported(RUNNER, sc, "one row per message: the founding workload's rows only");
   const child = new Child();
   let figs;
   if (sc.kind === "rows" || sc.kind === "slow_rows") {
@@ -109,7 +135,7 @@ async function main() {
   }
   const childKib = peakRssKib(child.proc.pid);
   await child.close();
-  const notes = sc.kind.endsWith("rows") ? "rows batched 256 per message by hand"
+  const notes = sc.kind.endsWith("rows") ? (BATCH === 1 ? "one row per message (a one-row array)" : "rows batched 256 per message by hand")
     : `payload as a ${serialization === "advanced" ? "Buffer" : "string"}`;
   ok(RUNNER, sc, figs, peakRssKib(), childKib, notes);
 }

@@ -1,5 +1,6 @@
 // Baseline: procwire (npm @procwire/core + @procwire/client), Node parent, Node child.
-// Usage: node procwire_parent.mjs '<scenario json>'
+// Usage: node procwire_parent.mjs [--batch 1] '<scenario json>'
+// (--batch 1: the founding workload's rows one per chunk, runner procwire_unbatched.)
 // Payloads use rawCodec (Buffers, its fastest path); rows are a msgpack "stream" method, 256 rows
 // per chunk (batched by hand). procwire has no pool: a "pool" is N modules with two requests in
 // flight each, which is what its README leaves a user to write.
@@ -11,7 +12,8 @@ import {
   runPoolScenario, sleep, unsupported,
 } from "./common.mjs";
 
-const RUNNER = "procwire";
+const BATCH = process.argv.includes("--batch") ? Number(process.argv[process.argv.indexOf("--batch") + 1]) : 256;
+const RUNNER = BATCH === 1 ? "procwire_unbatched" : "procwire";
 const CHILD = fileURLToPath(new URL("./procwire_child.mjs", import.meta.url));
 
 function defineWorker(name) {
@@ -42,8 +44,29 @@ function childPids() {
   return pids;
 }
 
+// The founding workload (bench/shapes/founding.json): every row's index checked.
+async function readFounding(sc, worker, n) {
+  let seen = 0;
+  for await (const chunk of worker.stream("rows", { shape: sc.shape, n, batch: BATCH })) {
+    for (const row of BATCH === 1 ? [chunk] : chunk) {
+      if (row.id !== seen) throw new Error("row stream out of order");
+      seen++;
+    }
+  }
+  if (seen !== n) throw new Error(`got ${seen} rows, expected ${n}`);
+}
+
 async function runRows(sc, worker) {
   const rates = [];
+  if (sc.founding) {
+    await readFounding(sc, worker, Math.min(sc.n, 256));
+    for (let r = 0; r < sc.repeats; r++) {
+      const start = process.hrtime.bigint();
+      await readFounding(sc, worker, sc.n);
+      rates.push(sc.n / (Number(process.hrtime.bigint() - start) / 1e9));
+    }
+    return [figure("rows_per_s", "rows/s", rates)];
+  }
   for (let r = 0; r < sc.repeats; r++) {
     const start = process.hrtime.bigint();
     let seen = 0, last = null;
@@ -63,13 +86,14 @@ async function runRows(sc, worker) {
 async function main() {
   const sc = loadScenario();
   if (sc.kind === "frames") return unsupported(RUNNER, sc, "floor-only scenario");
+  if (BATCH === 1 && !sc.founding) return unsupported(RUNNER, sc, "one row per chunk: the founding workload's rows only");
   const manager = new ModuleManager();
   const count = sc.kind === "pool" ? sc.workers : 1;
   const workers = Array.from({ length: count }, (_, i) => defineWorker(`w${i}`));
   for (const w of workers) manager.register(w);
   try {
     await manager.spawn();
-    let figs, notes = sc.kind.endsWith("rows") ? "msgpack stream method, 256 rows per chunk"
+    let figs, notes = sc.kind.endsWith("rows") ? (BATCH === 1 ? "msgpack stream method, one row per chunk" : "msgpack stream method, 256 rows per chunk")
       : "rawCodec (Buffer) payloads";
     if (sc.kind === "pool") {
       figs = await runPoolScenario(sc, workers, (w, us) => w.send("spin", { us }));
