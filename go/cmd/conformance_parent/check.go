@@ -65,12 +65,14 @@ func (s *suite) checkError(want obj, err error) error {
 	if d, ok := want["details"]; ok && !same(native(d), errorDetails(e)) {
 		return failf("error details %s differ from the expected %s", describe(errorDetails(e)), describe(native(d)))
 	}
-	for _, k := range []string{"signal", "exit_status"} {
-		if w, ok := want[k]; ok {
-			got, _ := detail(e, k)
-			if !same(native(w), got) {
-				return failf("expected the worker's %s %v, got %v (%v)", k, w, got, e)
-			}
+	if w, ok := want["signal"]; ok {
+		if got, _ := detail(e, "signal"); !same(native(w), got) {
+			return failf("expected the worker to die by signal %v, got %v (%v)", w, got, e)
+		}
+	}
+	if w, ok := want["exit_status"]; ok {
+		if got, _ := detail(e, "exit_status"); !same(native(w), got) {
+			return failf("expected the worker to exit with status %v, got %v (%v)", w, got, e)
 		}
 	}
 	if part, ok := want["stderr_contains"].(string); ok {
