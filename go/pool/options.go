@@ -2,6 +2,7 @@ package pool
 
 import (
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/wirepool/wirepool/go/proto"
@@ -31,6 +32,7 @@ type Options struct {
 	MaxRequests       int           // recycle a worker after this many requests (0: never)
 	Require           []Requirement // methods every worker must offer, else Start fails CODEC_MISMATCH
 	Stdout            io.Writer     // the workers' stdout (default: discarded)
+	Logger            *slog.Logger  // the pool's warnings (default slog.Default()): the max_in_flight clamp, once per pool (4.2)
 }
 
 // NoHeartbeat, as Options.Heartbeat, turns PINGs and both liveness clocks off (heartbeat_ms 0):
@@ -114,6 +116,9 @@ func (o *Options) validate() (Options, error) {
 		if *d.d == 0 {
 			*d.d = time.Duration(d.def) * time.Millisecond
 		}
+	}
+	if v.Logger == nil {
+		v.Logger = slog.Default()
 	}
 	for _, r := range v.Require {
 		if r.Method == "" || (r.Kind != proto.KindUnary && r.Kind != proto.KindStream) {

@@ -7,6 +7,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -28,6 +29,8 @@ type Pool struct {
 	restart  sync.WaitGroup
 	life     context.Context
 	stop     context.CancelFunc
+
+	clampOnce sync.Once // the max_in_flight clamp is said once per pool (4.2)
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed and replaced when room may have appeared
@@ -391,4 +394,14 @@ func (p *Pool) Close(ctx context.Context) error {
 	}
 	p.restart.Wait()
 	return nil
+}
+
+// clamped says, once per pool, that max_in_flight is above a worker's max_concurrency and the
+// worker's offer is used (PROTOCOL.md 4.2).
+func (p *Pool) clamped(offer int, hello uint32) {
+	p.clampOnce.Do(func() {
+		p.opts.Logger.Warn(fmt.Sprintf("wirepool: max_in_flight %d is above the worker's max_concurrency %d: "+
+			"each worker takes at most %d requests at once (said once per pool)", offer, hello, hello),
+			"max_in_flight", offer, "max_concurrency", hello)
+	})
 }

@@ -198,7 +198,7 @@ func (w *proc) handshake(ctx context.Context) error {
 			switch ev := ev.(type) {
 			case *proto.Hello:
 				o := &w.p.opts
-				wel, _, err := proto.Negotiate(ev, proto.Offer{MaxFrameSize: int64(o.MaxFrameSize),
+				wel, clamped, err := proto.Negotiate(ev, proto.Offer{MaxFrameSize: int64(o.MaxFrameSize),
 					InitialCredit: int64(o.InitialCredit), HeartbeatMs: o.Heartbeat.Milliseconds(), MaxInFlight: int64(o.MaxInFlight),
 					MaxMessageSize: o.MaxMessageSize, WorkerID: uint32(w.slot)})
 				if err == nil {
@@ -208,6 +208,9 @@ func (w *proc) handshake(ctx context.Context) error {
 					_ = w.core.Refuse(protoCode(err), err.Error())
 					_, _ = w.conn.Write(w.core.TakeOutput(1 << 30))
 					return errorf(protoCode(err), "%v", err)
+				}
+				if clamped {
+					w.p.clamped(o.MaxInFlight, ev.MaxConcurrency)
 				}
 				if err := w.core.SendWelcome(wel); err != nil {
 					return errorf(protoCode(err), "%v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"slices"
@@ -16,11 +17,12 @@ import (
 
 // scenario is one scenario being run: its settings, pool options and context.
 type scenario struct {
-	s    *suite
-	sc   obj
-	cfg  obj
-	opts pool.Options
-	ctx  context.Context // ends at the scenario's timeout_s
+	s       *suite
+	sc      obj
+	cfg     obj
+	opts    pool.Options
+	ctx     context.Context // ends at the scenario's timeout_s
+	notices notices         // the pools' warnings, clamp notices counted
 }
 
 func (x *scenario) settle() time.Duration { return dur(x.s.setting(x.sc, "settle_s")) }
@@ -124,7 +126,8 @@ func (s *suite) run(ctx context.Context, sc obj, worker []string) (string, error
 	}
 	defer os.RemoveAll(tmp)
 	cfg := s.poolConfig(sc)
-	x := &scenario{s: s, sc: sc, cfg: cfg, ctx: ctx, opts: options(cfg, worker, workerEnv(sc, tmp))}
+	x := &scenario{s: s, sc: sc, cfg: cfg, ctx: ctx, opts: options(cfg, worker, workerEnv(sc, tmp)), notices: newNotices()}
+	x.opts.Logger = slog.New(x.notices)
 	switch str(sc, "kind") {
 	case "startup":
 		return x.startup()
@@ -150,7 +153,10 @@ func (s *suite) run(ctx context.Context, sc obj, worker []string) (string, error
 	if err != nil {
 		return d, err
 	}
-	return d, x.after(p, before)
+	if err := x.after(p, before); err != nil {
+		return d, err
+	}
+	return d, x.checkClampNotices()
 }
 
 // after is what every scenario checks once its outcome is in.
