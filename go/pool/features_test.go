@@ -1,0 +1,170 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wirepool/wirepool/go/pool"
+	"github.com/wirepool/wirepool/go/proto"
+)
+
+func pids(p *pool.Pool) []int {
+	var out []int
+	for _, w := range p.Stats().Workers {
+		out = append(out, w.Pid)
+	}
+	return out
+}
+
+func TestHeartbeatFindsAStoppedWorker(t *testing.T) {
+	p := start(t, pool.Options{Heartbeat: 100 * time.Millisecond})
+	before := pids(p)
+	started := time.Now()
+	_, err := pool.Call[any, any](bounded(t), p, "freeze", nil)
+	if code(err) != proto.CodeWorkerHung || time.Since(started) > 3*time.Second {
+		t.Fatalf("freeze: %v after %v", err, time.Since(started))
+	}
+	r, err := pool.Call[map[string]int, addResp](bounded(t), p, "add", map[string]int{"a": 1, "b": 2})
+	if err != nil || r.Sum != 3 {
+		t.Fatalf("after the hang: %v %v", r, err)
+	}
+	if after := pids(p); len(after) != 1 || after[0] == before[0] || p.Stats().Restarts != 1 {
+		t.Fatalf("not replaced: %v -> %v", before, after)
+	}
+}
+
+func TestParentDeadlineIsTheBackstop(t *testing.T) {
+	// No heartbeat: only the parent's own deadline (plus the grace) ends a frozen worker's call.
+	p := start(t, pool.Options{Heartbeat: pool.NoHeartbeat, DeadlineGrace: 200 * time.Millisecond,
+		CancelGrace: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	started := time.Now()
+	_, err := pool.Call[any, any](ctx, p, "freeze", nil)
+	if elapsed := time.Since(started); code(err) != proto.CodeDeadlineExceeded || elapsed < 300*time.Millisecond {
+		t.Fatalf("freeze: %v after %v (the deadline plus the grace is 300 ms)", err, elapsed)
+	}
+	// The request stays in flight until the cancel grace kills the worker: a call sent to it
+	// meanwhile ends with it; the next reaches the replacement.
+	_, err = pool.Call[map[string]int, addResp](bounded(t), p, "add", map[string]int{"a": 2, "b": 2})
+	var e *pool.Error
+	if code(err) != proto.CodeWorkerExited || !errors.As(err, &e) || !strings.Contains(string(e.Details), `"signal":9`) {
+		t.Fatalf("a call on the frozen worker: %v", err)
+	}
+	r, err := pool.Call[map[string]int, addResp](bounded(t), p, "add", map[string]int{"a": 2, "b": 2})
+	if err != nil || r.Sum != 4 {
+		t.Fatalf("after the kill: %v %v", r, err)
+	}
+}
+
+func TestRecycleByRequestCount(t *testing.T) {
+	p := start(t, pool.Options{MaxRequests: 3})
+	seen := map[int]bool{}
+	for i := range 10 {
+		pid, err := pool.Call[any, int](bounded(t), p, "whoami", nil)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		seen[pid] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("10 calls, 3 per worker: %d workers served", len(seen))
+	}
+}
+
+func TestLease(t *testing.T) {
+	p := start(t, pool.Options{Workers: 2})
+	ctx := bounded(t)
+	l, err := p.Lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	for range 5 {
+		if pid, err := pool.Call[any, int](ctx, l, "whoami", nil); err != nil || pid != l.Pid() {
+			t.Fatalf("lease call: %v %v (lease of %d)", pid, err, l.Pid())
+		}
+		if pid, err := pool.Call[any, int](ctx, p, "whoami", nil); err != nil || pid == l.Pid() {
+			t.Fatalf("pool call: %v %v (lease of %d)", pid, err, l.Pid())
+		}
+	}
+	_, crashed := pool.Call[any, any](ctx, l, "crash", nil)
+	_, lost := pool.Call[any, any](ctx, l, "whoami", nil)
+	var e *pool.Error
+	if code(crashed) != proto.CodeWorkerExited || code(lost) != proto.CodeLeaseLost || !errors.As(lost, &e) ||
+		!strings.Contains(string(e.Details), `"signal":6`) {
+		t.Fatalf("crash %v, then %v", crashed, lost)
+	}
+	l.Release()
+	if _, err := pool.Call[any, any](ctx, l, "whoami", nil); code(err) != proto.CodeLeaseLost {
+		t.Fatalf("released: %v", err)
+	}
+}
+
+func TestRestartIntensityClosesThePool(t *testing.T) {
+	p := start(t, pool.Options{MaxRestarts: 2})
+	ctx := bounded(t)
+	for i := range 3 {
+		if _, err := pool.Call[any, any](ctx, p, "crash", nil); code(err) != proto.CodeWorkerExited {
+			t.Fatalf("crash %d: %v", i, err)
+		}
+	}
+	_, err := pool.Call[any, any](ctx, p, "whoami", nil)
+	if code(err) != proto.CodePoolClosed || !strings.Contains(err.Error(), "max_restarts") || !p.Stats().Closed {
+		t.Fatalf("after 3 crashes with max_restarts 2: %v", err)
+	}
+}
+
+func TestRequiredMethods(t *testing.T) {
+	ctx := bounded(t)
+	for _, r := range []pool.Requirement{
+		{Method: "add", Kind: proto.KindUnary, Codec: pool.Msgpack},
+		{Method: "decls", Kind: proto.KindUnary, Codec: pool.JSON},
+		{Method: "no_such", Kind: proto.KindUnary, Codec: pool.JSON},
+	} {
+		_, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Require: []pool.Requirement{r}})
+		if code(err) != proto.CodeCodecMismatch {
+			t.Fatalf("%+v: %v", r, err)
+		}
+	}
+	start(t, pool.Options{Require: []pool.Requirement{{Method: "decls", Kind: proto.KindStream, Codec: pool.CBOR}}})
+	_, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Require: []pool.Requirement{{Method: "x"}}})
+	if code(err) != proto.CodeInvalidArgument {
+		t.Fatalf("a requirement without a kind: %v", err)
+	}
+}
+
+// countWarnings counts the records a pool logs at WARN or above.
+type countWarnings struct{ n *atomic.Int64 }
+
+func (c countWarnings) Enabled(context.Context, slog.Level) bool { return true }
+func (c countWarnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && strings.Contains(r.Message, "is above the worker's max_concurrency") {
+		c.n.Add(1)
+	}
+	return nil
+}
+func (c countWarnings) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c countWarnings) WithGroup(string) slog.Handler      { return c }
+
+func TestClampSaidOncePerPool(t *testing.T) {
+	n := new(atomic.Int64)
+	p := start(t, pool.Options{Workers: 2, MaxInFlight: 1000, MaxRequests: 2, Logger: slog.New(countWarnings{n})})
+	for range 6 { // replacements clamp too, and say nothing more
+		if _, err := pool.Call[any, int](bounded(t), p, "whoami", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n.Load() != 1 {
+		t.Fatalf("%d clamp notices", n.Load())
+	}
+	start(t, pool.Options{MaxInFlight: 64, Logger: slog.New(countWarnings{n})})
+	if n.Load() != 1 {
+		t.Fatalf("a pool that does not clamp said it: %d", n.Load())
+	}
+}
