@@ -115,7 +115,7 @@ func TestRestartIntensityClosesThePool(t *testing.T) {
 		}
 	}
 	_, err := pool.Call[any, any](ctx, p, "whoami", nil)
-	if code(err) != proto.CodePoolClosed || !strings.Contains(err.Error(), "max_restarts") || !p.Stats().Closed {
+	if code(err) != proto.CodePoolClosed || !strings.Contains(err.Error(), "restart intensity exceeded") || !p.Stats().Closed {
 		t.Fatalf("after 3 crashes with max_restarts 2: %v", err)
 	}
 }
@@ -166,5 +166,26 @@ func TestClampSaidOncePerPool(t *testing.T) {
 	start(t, pool.Options{MaxInFlight: 64, Logger: slog.New(countWarnings{n})})
 	if n.Load() != 1 {
 		t.Fatalf("a pool that does not clamp said it: %d", n.Load())
+	}
+}
+
+func TestReplacementsThatNeverStartCountAgainstTheLimit(t *testing.T) {
+	// Only the first process is a worker; every replacement exits 5 before its HELLO.
+	dir := t.TempDir()
+	script := `if [ -e "$0/started" ]; then exit 5; fi; touch "$0/started"; exec "$1"`
+	p := start(t, pool.Options{Command: []string{"sh", "-c", script, dir, workerBin}, MaxRestarts: 2})
+	ctx := bounded(t)
+	if _, err := pool.Call[any, any](ctx, p, "crash", nil); code(err) != proto.CodeWorkerExited {
+		t.Fatalf("crash: %v", err)
+	}
+	// The crash and two failed starts are the two restarts allowed and one more death.
+	_, err := pool.Call[any, any](ctx, p, "whoami", nil)
+	var e *pool.Error
+	if code(err) != proto.CodePoolClosed || !errors.As(err, &e) || !strings.Contains(e.Message, "restart intensity exceeded") ||
+		!strings.Contains(string(e.Details), `"exit_status":5`) {
+		t.Fatalf("after the failed replacements: %v (%s)", err, e.Details)
+	}
+	if _, err := pool.Start(ctx, pool.Options{Command: []string{"/no/such/program"}}); code(err) != proto.CodeSpawnFailed {
+		t.Fatalf("no such program: %v", err)
 	}
 }

@@ -27,7 +27,7 @@ type Options struct {
 	GoodbyeGrace      time.Duration // after GOODBYE/EOF the worker is killed past it (default 1 s)
 	RestartBackoff    time.Duration // first restart delay (default 10 ms), doubled up to RestartBackoffMax
 	RestartBackoffMax time.Duration // default 5 s
-	MaxRestarts       int           // more crash restarts than this within RestartWindow close the pool (default 10)
+	MaxRestarts       int           // restarts (crashes, hangs, failed starts) allowed within RestartWindow; one more death closes the pool (default 10)
 	RestartWindow     time.Duration // default 60 s
 	MaxRequests       int           // recycle a worker after this many requests (0: never)
 	Require           []Requirement // methods every worker must offer, else Start fails CODEC_MISMATCH

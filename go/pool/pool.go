@@ -158,21 +158,29 @@ func (p *Pool) workerDied(w *proc) {
 	if current {
 		p.procs[w.slot] = nil
 	}
-	if p.closed || !current {
+	if p.closed || !current || p.gaveUp(w.exitErr) {
 		return
 	}
-	now := time.Now()
-	p.crashes = slices.DeleteFunc(p.crashes, func(t time.Time) bool { return now.Sub(t) > p.opts.RestartWindow })
-	if len(p.crashes) >= p.opts.MaxRestarts {
-		p.closeErr = errorf(proto.CodePoolClosed, "the pool closed itself: %d workers died within %v (max_restarts); the last: %s",
-			len(p.crashes)+1, p.opts.RestartWindow, w.exitErr.Message)
-		p.closeErr.Details = w.exitErr.Details
-		p.closeLocked()
-		return
-	}
-	p.crashes = append(p.crashes, now)
 	p.restart.Add(1)
 	go p.respawn(w.slot, p.opts.RestartBackoff)
+}
+
+// gaveUp counts a death (a crash, a hang, a replacement that failed to start) against the
+// restart intensity: with MaxRestarts restarts already made within RestartWindow, the pool
+// closes itself (POOL_CLOSED, "restart intensity exceeded", the last death's details) and
+// gaveUp is true. p.mu is held.
+func (p *Pool) gaveUp(why *Error) bool {
+	now := time.Now()
+	p.crashes = slices.DeleteFunc(p.crashes, func(t time.Time) bool { return now.Sub(t) > p.opts.RestartWindow })
+	if len(p.crashes) < p.opts.MaxRestarts {
+		p.crashes = append(p.crashes, now)
+		return false
+	}
+	p.closeErr = errorf(proto.CodePoolClosed, "restart intensity exceeded: %d restarts within %v (max_restarts %d), then: %s",
+		len(p.crashes), p.opts.RestartWindow, p.opts.MaxRestarts, why.Message)
+	p.closeErr.Details = why.Details
+	p.closeLocked()
+	return true
 }
 
 // closeLocked marks the pool closed and drains every worker; p.mu is held.
@@ -227,6 +235,17 @@ func (p *Pool) respawn(slot int, delay time.Duration) {
 			return
 		}
 		if p.life.Err() != nil {
+			return
+		}
+		var e *Error
+		if !errors.As(err, &e) {
+			e = errorf(proto.CodeSpawnFailed, "%v", err)
+		}
+		p.mu.Lock()
+		stop := p.closed || p.gaveUp(e)
+		p.mu.Unlock()
+		if stop {
+			p.wake()
 			return
 		}
 		delay = min(max(2*delay, p.opts.RestartBackoff), p.opts.RestartBackoffMax)

@@ -120,7 +120,7 @@ func (t *tailBuf) String() string {
 func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, errorf(proto.CodeWorkerExited, "socketpair: %v", err)
+		return nil, errorf(proto.CodeSpawnFailed, "socketpair: %v", err)
 	}
 	parentF := os.NewFile(uintptr(fds[0]), "wirepool-parent")
 	childF := os.NewFile(uintptr(fds[1]), "wirepool-child")
@@ -128,7 +128,7 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	parentF.Close()
 	if err != nil {
 		childF.Close()
-		return nil, errorf(proto.CodeWorkerExited, "socketpair: %v", err)
+		return nil, errorf(proto.CodeSpawnFailed, "socketpair: %v", err)
 	}
 	o := &p.opts
 	cmd := exec.Command(o.Command[0], o.Command[1:]...)
@@ -146,7 +146,7 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		childF.Close()
 		conn.Close()
-		return nil, errorf(proto.CodeWorkerExited, "start %q: %v", o.Command[0], err)
+		return nil, errorf(proto.CodeSpawnFailed, "start %q: %v", o.Command[0], err)
 	}
 	childF.Close()
 	hctx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
