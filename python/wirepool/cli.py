@@ -8,6 +8,7 @@ Everything after ``--`` is the worker's command (run directly, never through a s
     wirepool call -- python worker.py add '{"a": 1, "b": 2}'
     wirepool stream -- python worker.py decls '{"n": 1000}' > rows.ndjson
     wirepool bench --workers 4 --in-flight 64 -- ./my_worker add '{"a": 1, "b": 2}'
+    wirepool top http://127.0.0.1:9464/metrics        # a live view of a running pool (no --)
 
 Exit codes: 0 success; 1 the worker or the call failed (``CODE NAME: message`` on stderr, e.g.
 ``206 DEADLINE_EXCEEDED: ...``); 2 bad usage; 130 interrupted.
@@ -32,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence, TextIO
 
+from . import _top
 from . import codecs as _codecs
 from . import proto
 from .errors import ErrorCode, ProtocolError, SpawnFailed, StartupTimeout, WirepoolError, WorkerExited
@@ -383,6 +385,7 @@ _USAGES = {
     "call": "wirepool call [options] -- CMD [ARGS...] METHOD JSON",
     "stream": "wirepool stream [options] -- CMD [ARGS...] METHOD JSON",
     "bench": "wirepool bench [options] -- CMD [ARGS...] METHOD JSON",
+    "top": "wirepool top URL [--interval S] [--once]",
 }
 
 
@@ -432,6 +435,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--count", type=_positive_int, default=None, metavar="N",
                    help="run exactly N calls or streams instead of --duration")
     b.add_argument("--json", action="store_true", help="print one JSON object")
+    _top.add_parser(sub)
     return p
 
 
@@ -439,8 +443,10 @@ def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.N
                                                                        list[str]]:
     """Options before ``--``, the worker's command (and METHOD JSON) after it."""
     if "--" not in argv:
-        # --help, or an error naming what is missing; then the hint, with what came unmarked.
         args, unmarked = parser.parse_known_args(argv)
+        if args.command == "top":  # reads a metrics endpoint: no worker command
+            return parser.parse_args(argv), []
+        # --help, or an error naming what is missing; then the hint, with what came unmarked.
         came = f" (got {' '.join(unmarked)!r} without it)" if unmarked else ""
         parser.error(f"the worker's command must follow --{came}; usage: "
                      f"{_USAGES[args.command]}")
@@ -465,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         stream=sys.stderr, format="%(name)s: %(message)s")
     try:
+        if args.command == "top":
+            return _top.run(args)
         if args.command == "describe":
             if not rest:
                 raise _Usage("describe needs the worker's command after --")
