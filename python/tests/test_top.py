@@ -350,6 +350,76 @@ def test_usage_errors() -> None:
         assert e.value.code == 2
 
 
+NODE_DIST = PYTHON_DIR.parent / "node" / "dist"
+NODE_PARENT = """
+import http from "node:http";
+import { createRequire } from "node:module";
+import { pathToFileURL } from "node:url";
+const [dist, python, worker] = process.argv.slice(2);
+const { Pool } = await import(pathToFileURL(`${dist}/index.js`).href);
+const { exportPool } = await import(pathToFileURL(`${dist}/prometheus.js`).href);
+const { Registry } = createRequire(`${dist}/prometheus.js`)("prom-client");
+const pool = await Pool.start({ command: [python, worker], workers: 2 });
+const registry = new Registry();
+await exportPool(pool, { registry, name: "node" });
+const server = http.createServer(async (_req, res) => {
+  res.setHeader("Content-Type", registry.contentType);
+  res.end(await registry.metrics());
+});
+server.listen(0, "127.0.0.1", () => console.log(`http://127.0.0.1:${server.address().port}/metrics`));
+let stop = false;
+process.stdin.on("end", () => { stop = true; }).resume();  // the test closes stdin: stop
+while (!stop) await pool.call("add", { a: 1, b: 2 });
+server.close();
+await pool.close();
+"""
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+@pytest.mark.skipif(shutil.which("node") is None or not (NODE_DIST / "prometheus.js").exists(),
+                    reason="needs node and the built Node SDK (node/dist: cd node && npm run build)")
+def test_once_reads_the_node_exporter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Any SDK's endpoint: a Node parent (its wirepool/prometheus exporter) of Python workers."""
+    script = tmp_path / "parent.mjs"
+    script.write_text(NODE_PARENT)
+    node = subprocess.Popen(["node", str(script), str(NODE_DIST), *WORKER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert node.stdout is not None and node.stdin is not None
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: got.append(node.stdout.readline()))  # type: ignore[union-attr]
+        reader.start()
+        reader.join(SCREEN_TIMEOUT_S)  # the parent prints its address once it listens
+        assert got and got[0].startswith("http://"), (got, node.poll())
+        url = got[0].strip()
+        assert main(["top", url, "--once", "--interval", "0.5"]) == 0
+        out = capsys.readouterr().out
+        header = re.search(r"^pool node: workers 2/2 alive  calls/s (\S+)", out, re.M)
+        assert header and header.group(1) not in ("-", "0"), out
+        rows = _rows(out)
+        assert set(rows) == {"0", "1"}, out
+        for pid in rows.values():  # the pids shown are the Node parent's own workers
+            assert _parent_of(pid) == node.pid, (pid, out)
+        assert re.search(r"^  add\s+\d", out, re.M), out
+    finally:
+        if node.stdin is not None:
+            node.stdin.close()
+        try:
+            node.wait(30)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait()
+        if node.stdout is not None:
+            node.stdout.close()
+        if node.stderr is not None:
+            node.stderr.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # The live view in tmux
 # ---------------------------------------------------------------------------------------------
