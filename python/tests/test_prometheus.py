@@ -286,6 +286,24 @@ def test_a_crash_keeps_the_slot_and_its_counters() -> None:
     assert value(after, "wirepool_worker_state", worker="0", state="ready") == 1
 
 
+def test_a_worker_that_exits_by_itself_is_told_from_a_crash() -> None:
+    """Exit status 0 unasked: ``left_by_itself`` (as the Rust and Node pools say), by slot too."""
+    registry = CollectorRegistry()
+    with wirepool.Pool(CONFORMANCE_WORKER, workers=1, restart_backoff=0.01,
+                       worker_output="discard") as pool:
+        registry.register(PoolCollector(pool, name="quits"))
+        with pytest.raises(wirepool.WorkerExited):
+            pool.call("exit", {"status": 0})
+        deadline = time.monotonic() + 20
+        while value(m := scrape_text(registry), "wirepool_restarts_total") < 1:
+            assert time.monotonic() < deadline, "the restart counted"
+            time.sleep(0.01)
+    check_against_contract(contract(), m, "quits")
+    assert value(m, "wirepool_restarts_total", cause="left_by_itself") == 1
+    assert value(m, "wirepool_restarts_total", cause="crashed") == 0
+    assert value(m, "wirepool_worker_restarts_total", worker="0", cause="left_by_itself") == 1
+
+
 def test_async_pool_scraped_from_another_thread() -> None:
     async def main() -> Samples:
         registry = CollectorRegistry()

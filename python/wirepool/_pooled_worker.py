@@ -261,6 +261,7 @@ class _Worker(LaneProtocol):
         self.heartbeat_rtt: float | None = None  # seconds, of the last answered PING
         self.cancel_timeout = False  # killed for ignoring a CANCEL past the cancel grace
         self.forgotten = False  # the pool merged its counts into those of gone workers
+        self.label_at_exit = False  # its restart's cause waits for its exit status
         self.last_busy = time.monotonic()
         # Direct calls (Pool.call on an idle worker): the loop stops reading an idle worker
         # ("parks" it) and a blocking caller then writes its request and reads the answer itself,

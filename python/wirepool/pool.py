@@ -781,14 +781,19 @@ class AsyncPool:
         self.loop.create_task(self._forget_after_exit(w))
         if not serving or self._closed or w.retiring:
             return
-        if self._count_death(w.failure, w.slot, "cancel_timeout" if w.cancel_timeout else None):
+        label = "cancel_timeout" if w.cancel_timeout else _death_cause(w.failure)
+        if label == "crashed" and w.proc is not None:
+            # Crashed or left by itself (exit status 0): told by its exit status, which
+            # _forget_after_exit waits for.
+            label, w.label_at_exit = "", True
+        if self._count_death(w.failure, w.slot, label):
             self.loop.create_task(self._replace(self._next_backoff(), w.slot))
 
     def _count_death(self, cause: BaseException | None, slot: int,
                      label: str | None = None) -> bool:
         """Counts one unexpected death in ``slot`` against the restart-intensity limit (under
-        ``label``, else the cause's); False when the limit is exceeded and the pool stops
-        restarting."""
+        ``label``, else the cause's; ``""``: labelled later by :meth:`_count_cause`); False when
+        the limit is exceeded and the pool stops restarting."""
         now = time.monotonic()
         deaths = self._death_times
         deaths.append(now)
@@ -796,9 +801,10 @@ class AsyncPool:
             deaths.popleft()
         if len(deaths) <= self.max_restarts:
             self._counters["restarts"] += 1
-            label = label or _death_cause(cause)
-            self._restart_causes[label] += 1
-            self._slot_restarts[slot][label] += 1
+            if label is None:
+                label = _death_cause(cause)
+            if label:
+                self._count_cause(slot, label)
             return True
         # PROTOCOL.md 17 (max_restarts): the program cannot stay up, so the pool closes (its
         # healthy workers drain) rather than fail every call with WORKER_EXITED for ever.
@@ -810,6 +816,11 @@ class AsyncPool:
             self.loop.create_task(self.close())
         self._capacity_changed()
         return False
+
+    def _count_cause(self, slot: int, label: str) -> None:
+        """A replacement of ``slot``'s worker under ``label`` (spec/metrics.json labels.cause)."""
+        self._restart_causes[label] += 1
+        self._slot_restarts[slot][label] += 1
 
     def _broken(self) -> WirepoolError | None:
         """The error for a call once the pool is closed (by the user, or by its restart limit,
@@ -829,6 +840,9 @@ class AsyncPool:
     async def _forget_after_exit(self, w: _Worker) -> None:
         with contextlib.suppress(Exception):
             await w.exited
+        if w.label_at_exit:
+            w.label_at_exit = False
+            self._count_cause(w.slot, "left_by_itself" if w.exit_status == 0 else "crashed")
         await asyncio.sleep(0)
         if w in self._all:
             self._all.discard(w)
