@@ -76,9 +76,10 @@ def tables(results: dict[str, Any], langs: dict[str, tuple[str, str]]) -> dict[s
                 row["encode"] = _median(res, "encode_rows_per_s")
                 row["decode"] = _median(res, "decode_rows_per_s")
             else:
-                alone = codec_alone(here, parent, worker)
-                row["codec_alone"] = alone
-                row["vs_codec"] = fig["median"] / alone if alone else None
+                if kind == "wirepool":  # (an incumbent has a codec of its own)
+                    alone = codec_alone(here, parent, worker)
+                    row["codec_alone"] = alone
+                    row["vs_codec"] = fig["median"] / alone if alone else None
                 if parent in best:
                     row["best_incumbent"] = {"runner": best[parent][0], "median": best[parent][1],
                                              "scenario": shape}

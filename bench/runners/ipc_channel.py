@@ -53,8 +53,10 @@ def main() -> int:
         unsupported(runner, sc, f"{exe} is not built (ipc_channel / wirepool_rust --prepare)")
         return 0
     shape = sc["shape"] if founding else SHAPES[sc["shape"]]
-    out = subprocess.run([str(exe), shape, str(sc["n"]), str(batch),
-                          str(sc["repeats"])], capture_output=True, text=True, check=True).stdout
+    argv = [str(exe), shape, str(sc["n"]), str(batch), str(sc["repeats"])]
+    if founding:  # a repeat: whole streams for the scenario's window
+        argv.append(str(sc.get("duration_s", 0.25)))
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     rates, parent, child = [], None, None
     for line in out.splitlines():
         words = line.split()

@@ -11,7 +11,9 @@
 
 use std::time::Instant;
 
-use founding_rows::{figure, json_lines, load_scenario, peak_rss_kib, FoundingRow, LargeRow, SmallRow};
+use founding_rows::{
+    figure, json_lines, load_scenario, peak_rss_kib, FoundingRow, LargeRow, SmallRow,
+};
 use serde_json::json;
 use wirepool_codec::Codec;
 
@@ -94,8 +96,11 @@ fn main() {
         "msgpack" => Codec::MsgPack,
         "cbor" => Codec::Cbor,
         other => {
-            println!("{}", json!({"runner": "codec_rust", "scenario": id, "status": "unsupported",
-                                  "reason": format!("codec {other:?}")}));
+            println!(
+                "{}",
+                json!({"runner": "codec_rust", "scenario": id, "status": "unsupported",
+                                  "reason": format!("codec {other:?}")})
+            );
             return;
         }
     };
@@ -103,8 +108,11 @@ fn main() {
         SmallRow::SHAPE => run::<SmallRow>(&sc, codec),
         LargeRow::SHAPE => run::<LargeRow>(&sc, codec),
         other => {
-            println!("{}", json!({"runner": "codec_rust", "scenario": id, "status": "unsupported",
-                                  "reason": format!("not a founding shape: {other:?}")}));
+            println!(
+                "{}",
+                json!({"runner": "codec_rust", "scenario": id, "status": "unsupported",
+                                  "reason": format!("not a founding shape: {other:?}")})
+            );
             return;
         }
     };

@@ -4,7 +4,10 @@
 //! the parent decodes each message into typed structs and checks every index.
 //!
 //! ```sh
-//! founding-ipc SHAPE N BATCH REPEATS     # small_rows_8192 | large_rows_512
+//! founding-ipc SHAPE N BATCH REPEATS [WINDOW_S]    # small_rows_8192 | large_rows_512
+//! ```
+//! A repeat is as many whole streams of N rows as fit in WINDOW_S seconds (default 0.25).
+//! ```text
 //! ```
 //! Prints `rows_per_s R` per repeat and `rss_kib parent P child C` (read by
 //! `bench/runners/ipc_channel.py`).
@@ -37,8 +40,11 @@ fn child<R: FoundingRow>(server: String, batch: usize) {
         for i in 0..n {
             rows.push(R::make(&gen, i));
             if rows.len() == batch {
-                tx.send(Msg::Rows(std::mem::replace(&mut rows, Vec::with_capacity(batch))))
-                    .unwrap();
+                tx.send(Msg::Rows(std::mem::replace(
+                    &mut rows,
+                    Vec::with_capacity(batch),
+                )))
+                .unwrap();
             }
         }
         if !rows.is_empty() {
@@ -48,7 +54,7 @@ fn child<R: FoundingRow>(server: String, batch: usize) {
     }
 }
 
-fn parent<R: FoundingRow>(n: u64, batch: usize, repeats: usize) {
+fn parent<R: FoundingRow>(n: u64, batch: usize, repeats: usize, window: f64) {
     let (server, name) = IpcOneShotServer::<Msg<R>>::new().unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
@@ -79,8 +85,12 @@ fn parent<R: FoundingRow>(n: u64, batch: usize, repeats: usize) {
     read(n.min(256));
     for _ in 0..repeats {
         let t = Instant::now();
-        read(n);
-        println!("rows_per_s {:.0}", n as f64 / t.elapsed().as_secs_f64());
+        let mut rows = 0u64;
+        while rows == 0 || t.elapsed().as_secs_f64() < window {
+            read(n);
+            rows += n;
+        }
+        println!("rows_per_s {:.0}", rows as f64 / t.elapsed().as_secs_f64());
     }
     println!(
         "rss_kib parent {} child {}",
@@ -104,9 +114,10 @@ fn main() {
     let n = args.get(1).map_or(8192, |v| v.parse().unwrap());
     let batch = args.get(2).map_or(256, |v| v.parse().unwrap());
     let repeats = args.get(3).map_or(3, |v| v.parse().unwrap());
+    let window = args.get(4).map_or(0.25, |v| v.parse().unwrap());
     match args.first().map(String::as_str) {
-        Some(SmallRow::SHAPE) => parent::<SmallRow>(n, batch, repeats),
-        Some(LargeRow::SHAPE) => parent::<LargeRow>(n, batch, repeats),
+        Some(SmallRow::SHAPE) => parent::<SmallRow>(n, batch, repeats, window),
+        Some(LargeRow::SHAPE) => parent::<LargeRow>(n, batch, repeats, window),
         other => panic!("shape {other:?}: small_rows_8192 or large_rows_512"),
     }
 }

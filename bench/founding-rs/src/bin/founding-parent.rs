@@ -3,7 +3,7 @@
 //! ```sh
 //! founding-parent [--worker rust|python|node] '<scenario json>'   # one JSON result line
 //! ```
-//! One pool of one worker; per repeat one `rows` stream of the scenario's shape and `n`, in its
+//! One pool of one worker; per repeat whole `rows` streams for the scenario's window, each of the scenario's shape and `n`, in its
 //! codec, read with `pool.stream_with::<_, SmallRow|LargeRow>` one typed struct per `next()`
 //! (serde, owned strings), every index checked. The workers: `founding-worker` (next to this
 //! binary), `bench/runners/wirepool_python_worker.py`, `bench/runners/wirepool_node_worker.mjs`.
@@ -11,7 +11,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use founding_rows::{figure, load_scenario, peak_rss_kib, FoundingRow, LargeRow, RowsReq, SmallRow};
+use founding_rows::{
+    figure, load_scenario, peak_rss_kib, FoundingRow, LargeRow, RowsReq, SmallRow,
+};
 use serde_json::json;
 use wirepool::{CallOptions, Codec, Pool, WorkerCommand};
 
@@ -57,7 +59,11 @@ async fn read<R: FoundingRow>(pool: &Pool, req: &RowsReq, codec: Codec) -> wirep
     Ok(count)
 }
 
-async fn run(sc: &serde_json::Value, lang: &str, codec: Codec) -> wirepool::Result<(Vec<f64>, Option<u64>)> {
+async fn run(
+    sc: &serde_json::Value,
+    lang: &str,
+    codec: Codec,
+) -> wirepool::Result<(Vec<f64>, Option<u64>)> {
     let shape = sc["shape"].as_str().unwrap_or("").to_string();
     let n = sc["n"].as_u64().unwrap_or(0);
     let repeats = sc["repeats"].as_u64().unwrap_or(3);
@@ -68,27 +74,43 @@ async fn run(sc: &serde_json::Value, lang: &str, codec: Codec) -> wirepool::Resu
         .startup_timeout(Duration::from_secs(20))
         .start()
         .await?;
-    let req = RowsReq { shape: shape.clone(), n };
+    let req = RowsReq {
+        shape: shape.clone(),
+        n,
+    };
     // One untimed stream first: the worker's first call pays for its imports and JIT.
-    let warm = RowsReq { shape: shape.clone(), n: n.min(256) };
+    let warm = RowsReq {
+        shape: shape.clone(),
+        n: n.min(256),
+    };
     let large = shape == LargeRow::SHAPE;
     if large {
         read::<LargeRow>(&pool, &warm, codec).await?;
     } else {
         read::<SmallRow>(&pool, &warm, codec).await?;
     }
+    // A repeat is as many whole streams as fit in the scenario's window (at least one).
+    let window = sc["duration_s"].as_f64().unwrap_or(0.25);
     let mut rates = Vec::new();
     for _ in 0..repeats {
         let t = Instant::now();
-        let got = if large {
-            read::<LargeRow>(&pool, &req, codec).await?
-        } else {
-            read::<SmallRow>(&pool, &req, codec).await?
-        };
-        assert_eq!(got, n, "row count");
-        rates.push(n as f64 / t.elapsed().as_secs_f64());
+        let mut rows = 0u64;
+        while rows == 0 || t.elapsed().as_secs_f64() < window {
+            let got = if large {
+                read::<LargeRow>(&pool, &req, codec).await?
+            } else {
+                read::<SmallRow>(&pool, &req, codec).await?
+            };
+            assert_eq!(got, n, "row count");
+            rows += got;
+        }
+        rates.push(rows as f64 / t.elapsed().as_secs_f64());
     }
-    let children = pool.worker_pids().into_iter().filter_map(peak_rss_kib).max();
+    let children = pool
+        .worker_pids()
+        .into_iter()
+        .filter_map(peak_rss_kib)
+        .max();
     pool.shutdown().await;
     Ok((rates, children))
 }
@@ -113,15 +135,21 @@ fn main() {
         "msgpack" => Codec::MsgPack,
         "cbor" => Codec::Cbor,
         other => {
-            println!("{}", json!({"runner": runner, "scenario": id, "status": "unsupported",
-                                  "reason": format!("codec {other:?}: json, msgpack, cbor only")}));
+            println!(
+                "{}",
+                json!({"runner": runner, "scenario": id, "status": "unsupported",
+                                  "reason": format!("codec {other:?}: json, msgpack, cbor only")})
+            );
             return;
         }
     };
     let shape = sc["shape"].as_str().unwrap_or("");
     if shape != SmallRow::SHAPE && shape != LargeRow::SHAPE {
-        println!("{}", json!({"runner": runner, "scenario": id, "status": "unsupported",
-                              "reason": format!("founding-parent knows the founding shapes only, not {shape:?}")}));
+        println!(
+            "{}",
+            json!({"runner": runner, "scenario": id, "status": "unsupported",
+                              "reason": format!("founding-parent knows the founding shapes only, not {shape:?}")})
+        );
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread()
