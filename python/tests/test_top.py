@@ -484,7 +484,7 @@ def _calls_per_s(screen: str) -> float:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: the live "
                     "view is tested by reading a tmux pane")
 @pytest.mark.parametrize("quit_key", ["q", "C-c"])
-def test_top_in_tmux_shows_the_pools_workers_and_quits(quit_key: str, tmp_path: Path) -> None:
+def test_top_in_tmux_shows_the_pools_workers_and_quits(quit_key: str) -> None:
     registry = prometheus_client.CollectorRegistry()
     tmux = Tmux()
     session = "top"
@@ -536,7 +536,7 @@ def test_top_in_tmux_shows_the_pools_workers_and_quits(quit_key: str, tmp_path: 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: the live "
                     "view is tested by reading a tmux pane")
-def test_top_in_tmux_shows_a_failed_scrape_and_retries(tmp_path: Path) -> None:
+def test_top_in_tmux_shows_a_failed_scrape_and_retries() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
