@@ -51,9 +51,15 @@ func resolve[Req any](req Req, opts []CallOption) (Codec, []byte, error) {
 	for _, f := range opts {
 		f(&o)
 	}
+	switch o.codec {
+	case Raw, JSON, Msgpack, CBOR:
+	default:
+		return 0, nil, withDetails(errorf(proto.CodeInvalidArgument, "codec %s is not one this parent encodes", o.codec), map[string]any{"field": "codec"})
+	}
 	body, err := codec.Encode(o.codec, req)
 	if err != nil {
-		return 0, nil, errorf(proto.CodeInvalidArgument, "encode the request: %v", err)
+		// 22.4: a value the codec cannot encode is BAD_REQUEST, before anything is sent.
+		return 0, nil, errorf(proto.CodeBadRequest, "the request cannot be encoded as %s: %v", o.codec, err)
 	}
 	return o.codec, body, nil
 }
@@ -71,6 +77,10 @@ func timeoutOf(ctx context.Context) (uint64, *Error) {
 	left := time.Until(d)
 	if left <= 0 {
 		return 0, errorf(proto.CodeDeadlineExceeded, "the deadline passed before the call was sent")
+	}
+	if left > time.Duration(proto.MaxTimeoutMs)*time.Millisecond {
+		// 22.3: a budget above max_timeout_ms (~24.8 days) is a caller's mistake, not "forever".
+		return 0, withDetails(errorf(proto.CodeInvalidArgument, "timeout %v above the largest, %d ms", left, proto.MaxTimeoutMs), map[string]any{"field": "timeout"})
 	}
 	us := uint64(left / time.Microsecond)
 	if us == 0 {

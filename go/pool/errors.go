@@ -38,3 +38,13 @@ func withDetails(e *Error, d map[string]any) *Error {
 	}
 	return e
 }
+
+// quote is a caller's string in an error message: quoted, cut to proto.QuotedMaxChars
+// characters, saying how long it was when cut (22.4).
+func quote(s string) string {
+	r := []rune(s)
+	if len(r) <= proto.QuotedMaxChars {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q... (%d characters)", string(r[:proto.QuotedMaxChars]), len(r))
+}

@@ -189,3 +189,36 @@ func TestReplacementsThatNeverStartCountAgainstTheLimit(t *testing.T) {
 		t.Fatalf("no such program: %v", err)
 	}
 }
+
+func TestCallerInput(t *testing.T) {
+	p := start(t, pool.Options{MaxFrameSize: 65536, MaxMessageSize: 65536})
+	ctx := bounded(t)
+	long := strings.Repeat("m", 1<<20)
+	for name, c := range map[string]struct {
+		err  error
+		want proto.ErrorCode
+	}{
+		"empty method":               {second(pool.Call[any, any](ctx, p, "", 1)), proto.CodeUnknownMethod},
+		"stream method through Call": {second(pool.Call[any, any](ctx, p, "decls", nil)), proto.CodeUnknownMethod},
+		"1 MiB name":                 {second(pool.Call[any, any](ctx, p, long, 1)), proto.CodeUnknownMethod},
+		"unencodable value":          {second(pool.Call[any, any](ctx, p, "echo", make(chan int))), proto.CodeBadRequest},
+		"not bytes under raw":        {second(pool.Call[any, any](ctx, p, "echo", 12, pool.WithCodec(pool.Raw))), proto.CodeBadRequest},
+		"unknown codec":              {second(pool.Call[any, any](ctx, p, "echo", 1, pool.WithCodec(pool.Codec(9)))), proto.CodeInvalidArgument},
+		"above max_message_size":     {second(pool.Call[[]byte, []byte](ctx, p, "echo", make([]byte, 70000))), proto.CodeMessageTooLarge},
+	} {
+		if code(c.err) != c.want || len(c.err.Error()) > 1000 {
+			t.Errorf("%s: %.300v, want %d", name, c.err, c.want)
+		}
+	}
+	far, cancel := context.WithTimeout(context.Background(), 25*24*time.Hour) // above max_timeout_ms (~24.8 days)
+	defer cancel()
+	if _, err := pool.Call[any, any](far, p, "echo", 1); code(err) != proto.CodeInvalidArgument {
+		t.Errorf("a 25-day timeout: %v", err)
+	}
+	// Nothing was poisoned.
+	if r, err := pool.Call[map[string]int, addResp](ctx, p, "add", map[string]int{"a": 1, "b": 2}); err != nil || r.Sum != 3 {
+		t.Fatalf("after the refusals: %v %v", r, err)
+	}
+}
+
+func second(_ any, err error) error { return err }

@@ -319,14 +319,15 @@ func (w *proc) sendLocked(m call) (*proc, uint64, *pending, error) {
 	}
 	idx, ok := w.methods[m.method]
 	if !ok {
-		return fail(errorf(proto.CodeUnknownMethod, "the worker has no method %q", m.method))
+		return fail(errorf(proto.CodeUnknownMethod, "the worker has no method %s", quote(m.method)))
 	}
 	hm := w.core.Hello().Methods[idx]
 	if hm.Kind != m.kind {
-		return fail(errorf(proto.CodeKindMismatch, "method %q is a %s method", m.method, hm.Kind))
+		// 22.4: not a method of this kind (a stream method through Call, or the reverse).
+		return fail(errorf(proto.CodeUnknownMethod, "the worker has no %s method %s (it is a %s method)", m.kind, quote(m.method), hm.Kind))
 	}
 	if !slices.Contains(hm.Codecs, m.codec) {
-		return fail(errorf(proto.CodeCodecUnsupported, "method %q does not accept %s", m.method, Codec(m.codec)))
+		return fail(errorf(proto.CodeCodecUnsupported, "method %s does not accept %s", quote(m.method), Codec(m.codec)))
 	}
 	id, err := w.core.SendRequest(uint16(idx), m.codec, m.timeoutUs, m.body)
 	if err != nil {

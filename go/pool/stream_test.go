@@ -84,7 +84,7 @@ func TestStreamErrorsAndCancel(t *testing.T) {
 		t.Fatalf("after streams: %v %v", r, err)
 	}
 	_, err = pool.Call[any, any](ctx, p, "decls", nil)
-	if code(err) != proto.CodeKindMismatch {
+	if code(err) != proto.CodeUnknownMethod {
 		t.Fatalf("call of a stream: %v", err)
 	}
 }
