@@ -337,6 +337,20 @@ def test_once_against_nothing_fails_without_a_traceback(capsys: pytest.CaptureFi
     assert err.startswith("wirepool top: SCRAPE_CONNECT: ") and "Traceback" not in err
 
 
+def test_a_bad_url_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for once in ([], ["--once"]):
+        assert main(["top", "localhost:9464/metrics", *once]) == 2
+        assert "SCRAPE_URL: not an http(s) URL" in capsys.readouterr().err
+
+
+def test_a_pid_that_is_not_a_number_shows_as_unknown() -> None:
+    text = ('wirepool_workers{pool="p"} 1\n'
+            'wirepool_worker_state{pool="p",worker="0",state="ready"} 1\n'
+            'wirepool_worker_pid{pool="p",worker="0"} NaN\n')
+    [view] = build_views(Scrape(1.0, parse_text(text, "builtin")), None)
+    assert [(r.slot, r.pid, r.state) for r in view.rows] == [("0", None, "ready")]
+
+
 def test_live_view_needs_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["top", "http://127.0.0.1:9/metrics"]) == 2  # pytest's stdout is no terminal
     assert "use --once" in capsys.readouterr().err

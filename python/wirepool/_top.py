@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
 __all__ = ["ScrapeError", "Scrape", "PoolView", "WorkerView", "MethodView", "scrape",
-           "parse_text", "build_views", "render", "quantile", "add_parser", "run"]
+           "parse_text", "check_url", "build_views", "render", "quantile", "add_parser", "run"]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a pool of 1,000 workers and 100 methods is ~3 MB
 MAX_LINE_BYTES = 64 * 1024
@@ -81,11 +81,19 @@ class Scrape:
 # ---------------------------------------------------------------------------------------------
 
 
+def check_url(url: str) -> None:
+    """Raise :class:`ScrapeError` ``SCRAPE_URL`` unless ``url`` is an http(s) URL with a host."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as e:
+        raise ScrapeError("SCRAPE_URL", f"not a URL: {url!r} ({e})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ScrapeError("SCRAPE_URL", f"not an http(s) URL: {url!r}")
+
+
 def fetch(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
     """GET ``url``: its body as text, at most :data:`MAX_BODY_BYTES` (raises :class:`ScrapeError`)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ScrapeError("SCRAPE_URL", f"not an http(s) URL: {url!r}")
+    check_url(url)
     request = urllib.request.Request(url, headers={"Accept": "text/plain; version=0.0.4",
                                                    "User-Agent": "wirepool-top"})
     try:
@@ -384,7 +392,8 @@ def build_views(cur: Scrape, prev: Scrape | None) -> list[PoolView]:
         for slot in sorted(slots, key=_slot_key):
             pid = cur.total("wirepool_worker_pid", pool=pool, worker=slot)
             rows.append(WorkerView(
-                slot=slot, pid=None if pid is None else int(pid), state=states.get(slot, "?"),
+                slot=slot, pid=int(pid) if pid is not None and math.isfinite(pid) else None,
+                state=states.get(slot, "?"),
                 in_flight=cur.total("wirepool_worker_in_flight", pool=pool, worker=slot),
                 requests_per_s=_rate(cur, prev, "wirepool_worker_requests_total", pool=pool,
                                      worker=slot),
@@ -518,8 +527,13 @@ def _title(url: str, interval: float) -> str:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``wirepool top`` with parsed ``args``; returns the exit code (0, 1 a failed --once,
-    2 no terminal, 130 interrupted)."""
+    2 a bad URL or no terminal, 130 interrupted)."""
     out = sys.stdout if out is None else out
+    try:
+        check_url(args.url)
+    except ScrapeError as e:
+        sys.stderr.write(f"wirepool top: {e}\n")
+        return 2
     if args.once:
         try:
             first = scrape(args.url, args.timeout)
@@ -559,7 +573,7 @@ def _live(stdscr: Any, args: argparse.Namespace) -> None:
         now = time.monotonic()
         if now >= next_at:
             try:
-                cur = scrape(args.url, min(args.timeout, max(args.interval, 1.0)))
+                cur = scrape(args.url, args.timeout)
                 views, error, prev = build_views(cur, prev), None, cur
             except ScrapeError as e:
                 error = str(e)
