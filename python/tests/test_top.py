@@ -9,6 +9,7 @@ read its screen until the worker rows show, and quit it with ``q`` or Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import math
 import os
@@ -455,6 +456,7 @@ class Tmux:
 
     def __init__(self) -> None:
         self.socket = f"wirepool-top-test-{os.getpid()}-{time.monotonic_ns()}"
+        self.path: str | None = None  # the server's socket file, removed by kill()
 
     def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
@@ -477,8 +479,16 @@ class Tmux:
     def has(self, target: str) -> bool:
         return self("has-session", "-t", target, check=False).returncode == 0
 
+    def start(self, *args: str) -> None:
+        """new-session with ``args``; remembers the server's socket file."""
+        self("new-session", *args)
+        self.path = self("display-message", "-p", "#{socket_path}", check=False).stdout.strip()
+
     def kill(self) -> None:
         self("kill-server", check=False)
+        if self.path:  # tmux leaves the file of a killed server behind
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
 
 
 def _rows(screen: str) -> dict[str, int]:
@@ -517,7 +527,7 @@ def test_top_in_tmux_shows_the_pools_workers_and_quits(quit_key: str) -> None:
         # bash waits for top through a Ctrl-C (top exits 0 on it), then says how it exited.
         script = (f"cd {shlex.quote(str(PYTHON_DIR))} && {top}; "
                   "echo \"top exited with $?\"; read _")
-        tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "40", "bash", "-c", script)
+        tmux.start("-d", "-s", session, "-x", "160", "-y", "40", "bash", "-c", script)
 
         pids = {str(w["slot"]): w["pid"] for w in pool.metrics()["slots"]}
         assert len(pids) == 3 and all(pids.values())
@@ -559,7 +569,7 @@ def test_top_in_tmux_shows_a_failed_scrape_and_retries() -> None:
         top = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "wirepool.cli", "top",
                                                 f"http://127.0.0.1:{port}/metrics",
                                                 "--interval", "0.2"])
-        tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "40", "bash", "-c",
+        tmux.start("-d", "-s", "top", "-x", "160", "-y", "40", "bash", "-c",
              f"cd {shlex.quote(str(PYTHON_DIR))} && {top}; echo \"top exited with $?\"; read _")
         first = tmux.wait_for("top", lambda s: "scrape failed: SCRAPE_CONNECT" in s,
                               "the scrape failure")
