@@ -304,6 +304,26 @@ def test_a_worker_that_exits_by_itself_is_told_from_a_crash() -> None:
     assert value(m, "wirepool_worker_restarts_total", worker="0", cause="left_by_itself") == 1
 
 
+def test_a_recycle_is_a_recycle_not_a_restart() -> None:
+    registry = CollectorRegistry()
+    with wirepool.Pool(CONFORMANCE_WORKER, workers=1, max_requests=3) as pool:
+        registry.register(PoolCollector(pool, name="r"))
+        for i in range(3):
+            pool.call("add", {"a": i, "b": 1})
+        deadline = time.monotonic() + 20
+        while True:
+            m = scrape_text(registry)
+            if (value(m, "wirepool_recycles_total") == 1
+                    and value(m, "wirepool_worker_state", state="ready") == 1):
+                break
+            assert time.monotonic() < deadline, "the recycle"
+            time.sleep(0.01)
+    check_against_contract(contract(), m, "r")
+    assert value(m, "wirepool_recycles_total", reason="requests") == 1
+    assert not m["wirepool_restarts_total"].samples
+    assert value(m, "wirepool_worker_requests_total", worker="0") == 3
+
+
 def test_async_pool_scraped_from_another_thread() -> None:
     async def main() -> Samples:
         registry = CollectorRegistry()

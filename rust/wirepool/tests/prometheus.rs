@@ -395,6 +395,51 @@ async fn the_series_are_the_contracts_and_follow_the_pool() {
     .await
 }
 
+#[tokio::test]
+async fn a_recycle_is_a_recycle_not_a_restart() {
+    let Some((c, codes)) = contract() else {
+        return;
+    };
+    bounded(60, async {
+        let pool = builder(1)
+            .recycle_policy(wirepool::RecyclePolicy {
+                max_requests: Some(3),
+                ..Default::default()
+            })
+            .start()
+            .await
+            .unwrap();
+        for i in 0..3i64 {
+            assert_eq!(pool.call::<_, i64>("add", &(i, 1)).await.unwrap(), i + 1);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (text, s) = loop {
+            let text = pool.metrics().to_prometheus("r");
+            let s = parse(&text);
+            if sum(&s, "wirepool_recycles_total", "") == 1.0
+                && sum(&s, "wirepool_workers_alive", "") == 1.0
+            {
+                break (text, s);
+            }
+            assert!(Instant::now() < deadline, "the recycle:\n{text}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        check_against_contract(&text, &c, &codes, "r");
+        assert_eq!(
+            sum(&s, "wirepool_recycles_total", "reason=\"requests\""),
+            1.0
+        );
+        assert_eq!(count(&s, "wirepool_restarts_total"), 0, "{text}");
+        assert_eq!(count(&s, "wirepool_worker_restarts_total"), 0, "{text}");
+        assert_eq!(
+            sum(&s, "wirepool_worker_requests_total", "worker=\"0\""),
+            3.0
+        );
+        pool.shutdown().await;
+    })
+    .await
+}
+
 #[test]
 fn a_renamed_series_fails_the_check() {
     let Some((c, codes)) = contract() else {
