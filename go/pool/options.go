@@ -3,6 +3,7 @@ package pool
 import (
 	"io"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/wirepool/wirepool/go/proto"
@@ -14,7 +15,7 @@ type Options struct {
 	Command           []string      // the worker program and its arguments (required)
 	Env               []string      // extra environment (KEY=VALUE), added to the parent's
 	Dir               string        // working directory of the workers
-	Workers           int           // number of workers (default 1)
+	Workers           int           // number of workers, 1 to 4,096 (default: the CPUs, runtime.NumCPU)
 	MaxInFlight       int           // per worker (default 64), clamped to the HELLO's max_concurrency
 	MaxFrameSize      int           // offered max_frame_size (default 4 MiB)
 	InitialCredit     int           // stream credit per request (default 1 MiB)
@@ -61,7 +62,7 @@ func (o *Options) validate() (Options, error) {
 		def    int
 		lo, hi int
 	}{
-		{"workers", &v.Workers, 1, 1, proto.MaxCount},
+		{"workers", &v.Workers, runtime.NumCPU(), 1, proto.MaxWorkers},
 		{"max_in_flight", &v.MaxInFlight, proto.ParentDefaultMaxInFlight, 1, proto.MaxCount},
 		{"max_frame_size", &v.MaxFrameSize, proto.ParentDefaultMaxFrameSize, proto.MinMaxFrameSize, proto.MaxMaxFrameSize},
 		{"initial_credit", &v.InitialCredit, proto.ParentDefaultInitialCredit, 1, proto.MaxCredit},
@@ -116,6 +117,9 @@ func (o *Options) validate() (Options, error) {
 		if *d.d == 0 {
 			*d.d = time.Duration(d.def) * time.Millisecond
 		}
+	}
+	if v.RestartBackoff > v.RestartBackoffMax {
+		return bad("restart_backoff", "is above restart_backoff_max")
 	}
 	if v.Logger == nil {
 		v.Logger = slog.Default()

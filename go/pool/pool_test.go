@@ -17,6 +17,9 @@ func start(t *testing.T, o pool.Options) *pool.Pool {
 	if o.Command == nil {
 		o.Command = []string{workerBin}
 	}
+	if o.Workers == 0 {
+		o.Workers = 1 // the tests count on one worker unless they say otherwise
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	p, err := pool.Start(ctx, o)
