@@ -180,6 +180,9 @@ def test_the_series_are_the_contracts_and_follow_the_pool() -> None:
         assert info.value.name == "HANDLER_ERROR"
         with pytest.raises(wirepool.WorkerError):
             pool.call("fail_app", {})  # code 1042: APPLICATION
+        with pytest.raises(wirepool.WirepoolError) as info:
+            pool.call("no_such_method", {})  # an error, but never sent
+        assert info.value.name == "UNKNOWN_METHOD"
         with pytest.raises(wirepool.WorkerExited):
             pool.call("crash", {})  # two tries, two deaths, two replacements
         # The replacements start and each answers a heartbeat.
@@ -200,7 +203,8 @@ def test_the_series_are_the_contracts_and_follow_the_pool() -> None:
     assert value(m, "wirepool_errors_total", code="HANDLER_ERROR") == 1
     assert value(m, "wirepool_errors_total", code="APPLICATION") == 1
     assert value(m, "wirepool_errors_total", code="WORKER_EXITED") == 2
-    assert value(m, "wirepool_errors_total") == 4
+    assert value(m, "wirepool_errors_total", code="UNKNOWN_METHOD") == 1
+    assert value(m, "wirepool_errors_total") == 5
     assert value(m, "wirepool_restarts_total", cause="crashed") == 2
     assert value(m, "wirepool_worker_restarts_total", cause="crashed") == 2
     assert value(m, "wirepool_recycles_total") == 0

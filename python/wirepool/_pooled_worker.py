@@ -258,6 +258,7 @@ class _Worker(LaneProtocol):
         self.retiring = False
         self.served = 0
         self.sent_requests = 0  # calls and streams sent to it (loop and blocking callers)
+        self.sent_streams = 0  # the streams among them
         self.heartbeat_rtt: float | None = None  # seconds, of the last answered PING
         self.cancel_timeout = False  # killed for ignoring a CANCEL past the cancel grace
         self.forgotten = False  # the pool merged its counts into those of gone workers

@@ -521,8 +521,8 @@ class AsyncPool:
         self._recycle_reasons: collections.Counter[str] = collections.Counter()
         self._errors_by_code: collections.Counter[str] = collections.Counter()
         # Per slot, the counts of its workers no longer in _all (requests, rows, bytes sent,
-        # bytes received): a slot's counters go on across its replacements.
-        self._slot_gone: list[list[int]] = [[0, 0, 0, 0] for _ in range(self.size)]
+        # bytes received, streams): a slot's counters go on across its replacements.
+        self._slot_gone: list[list[int]] = [[0, 0, 0, 0, 0] for _ in range(self.size)]
         # Waits for a worker with room (only the calls and streams that waited: the others
         # waited 0, counted from the calls and streams sent when a snapshot is taken).
         self._queue_wait = LatencyHistogram()
@@ -853,6 +853,7 @@ class AsyncPool:
             gone[1] += w.rows_received
             gone[2] += w.bytes_sent
             gone[3] += w.bytes_received
+            gone[4] += w.sent_streams
             for method, hist in w.latency.items():
                 self._latency_gone.setdefault(method, LatencyHistogram()).merge(hist)
             w.forgotten = True
@@ -1095,7 +1096,10 @@ class AsyncPool:
         except Exception as e:
             raise _encode_failed(c, e) from None
         self._counters["streams"] += 1
-        return w.submit(method, body, c, timeout, on_event, MethodKind.STREAM)
+        req = w.submit(method, body, c, timeout, on_event, MethodKind.STREAM)
+        if req.id:  # sent (a refused one has no id)
+            w.sent_streams += 1
+        return req
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[Lease]:
@@ -1144,16 +1148,16 @@ class AsyncPool:
         m["restart_causes"] = dict(self._restart_causes)
         m["recycle_reasons"] = dict(self._recycle_reasons)
         m["errors_by_code"] = dict(self._errors_by_code)
+        m["slots"] = self._slot_metrics()
         # Every call and stream sent waited: the ones that found room at once waited 0.
         queue = self._queue_wait.snapshot()
-        sent = m.get("calls", 0) + m.get("streams", 0)
+        sent = sum(s["requests"] for s in m["slots"])
         if sent > queue["count"]:
             zeros = sent - queue["count"]
             first = queue["buckets"][0][1] if queue["buckets"] else 0
             queue["buckets"][:1] = [(1e-6, first + zeros)]
             queue["count"] = sent
         m["queue_wait"] = queue
-        m["slots"] = self._slot_metrics()
         m["alive"] = sum(1 for s in m["slots"] if s["state"] in ("ready", "leased", "draining"))
         m["size"] = self.size
         m["closed"] = self._closed
@@ -1171,6 +1175,7 @@ class AsyncPool:
             n[1] += w.rows_received
             n[2] += w.bytes_sent
             n[3] += w.bytes_received
+            n[4] += w.sent_streams
             if w.slot not in newest or w.worker_id > newest[w.slot].worker_id:
                 newest[w.slot] = w
         out = []
@@ -1182,7 +1187,7 @@ class AsyncPool:
                 "pid": x.pid if x is not None and running and x.pid else None,
                 "in_flight": len(x.requests) if x is not None else 0,
                 "requests": sums[slot][0], "rows": sums[slot][1], "bytes_sent": sums[slot][2],
-                "bytes_received": sums[slot][3],
+                "bytes_received": sums[slot][3], "streams": sums[slot][4],
                 "rss_bytes": x.rss_bytes() if x is not None and running else None,
                 "heartbeat_rtt": x.heartbeat_rtt if x is not None and running else None,
                 "restart_causes": dict(self._slot_restarts[slot])})

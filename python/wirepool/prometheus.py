@@ -192,8 +192,10 @@ def _add(f: dict[str, Any], pool: str, m: PoolMetrics) -> None:
     """One open pool's samples."""
     f["wirepool_workers"].add_metric([pool], m["size"])
     f["wirepool_workers_alive"].add_metric([pool], m["alive"])
-    f["wirepool_calls_total"].add_metric([pool], m.get("calls", 0))
-    f["wirepool_streams_total"].add_metric([pool], m.get("streams", 0))
+    # Sent to a worker: the slots' requests (a call refused before it left is not one).
+    streams = sum(s["streams"] for s in m["slots"])
+    f["wirepool_calls_total"].add_metric([pool], sum(s["requests"] for s in m["slots"]) - streams)
+    f["wirepool_streams_total"].add_metric([pool], streams)
     f["wirepool_retries_total"].add_metric([pool], m.get("retries", 0))
     for name, key in (("wirepool_errors_total", "errors_by_code"),
                       ("wirepool_restarts_total", "restart_causes"),

@@ -863,7 +863,12 @@ impl PoolInner {
         } else {
             table.by_name.get(method).copied()
         }
-        .ok_or_else(|| Error::UnknownMethod(method.to_string()))?;
+        .ok_or_else(|| {
+            // The call's outcome (wirepool_errors_total), though nothing is sent.
+            let e = Error::UnknownMethod(method.to_string());
+            self.shared.count_error(&e);
+            e
+        })?;
         let codec = codec
             .or_else(|| {
                 self.shared
@@ -1033,7 +1038,15 @@ impl PoolInner {
                     return Err(Error::LeaseLost(worker.exit_info()))
                 }
                 Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => {
-                    return Err(last.map_or(e, |e| e.with_attempts(tries - 1)))
+                    // Refused before it left (an unknown method, a body too large): an error
+                    // of the call all the same; a retry's refusal returns the death counted.
+                    return Err(match last {
+                        Some(last) => last.with_attempts(tries - 1),
+                        None => {
+                            self.shared.count_error(&e);
+                            e
+                        }
+                    });
                 }
             };
             last = None;
@@ -1124,7 +1137,10 @@ impl PoolInner {
                 Err(NotSent::WorkerGone(_)) if leased.is_some() => {
                     return Err(Error::LeaseLost(worker.exit_info()))
                 }
-                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => return Err(e),
+                Err(NotSent::WorkerGone(e) | NotSent::Final(e)) => {
+                    self.shared.count_error(&e);
+                    return Err(e);
+                }
             }
         }
     }

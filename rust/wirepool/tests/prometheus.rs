@@ -280,7 +280,9 @@ async fn the_series_are_the_contracts_and_follow_the_pool() {
         assert_eq!(e.code(), 204, "{e}"); // HANDLER_PANIC
         let e = pool.call::<_, ()>("fail", &1042u32).await.unwrap_err();
         assert_eq!(e.code(), 1042, "{e}");
-        // Two tries, two deaths, two replacements.
+        let e = pool.call::<_, ()>("no_such_method", &()).await.unwrap_err();
+        assert_eq!(e.code(), wirepool::codes::UNKNOWN_METHOD, "{e}"); // an error, never sent
+                                                                      // Two tries, two deaths, two replacements.
         let err = pool.call::<_, ()>("crash", &3).await.unwrap_err();
         assert!(matches!(err, wirepool::Error::WorkerExited(_)), "{err}");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -315,7 +317,11 @@ async fn the_series_are_the_contracts_and_follow_the_pool() {
             sum(&s, "wirepool_errors_total", "code=\"WORKER_EXITED\""),
             2.0
         );
-        assert_eq!(sum(&s, "wirepool_errors_total", ""), 4.0);
+        assert_eq!(
+            sum(&s, "wirepool_errors_total", "code=\"UNKNOWN_METHOD\""),
+            1.0
+        );
+        assert_eq!(sum(&s, "wirepool_errors_total", ""), 5.0);
         assert_eq!(sum(&s, "wirepool_restarts_total", "cause=\"crashed\""), 2.0);
         assert_eq!(
             sum(&s, "wirepool_worker_restarts_total", "cause=\"crashed\""),
