@@ -318,6 +318,9 @@ func (w *proc) reader() {
 			var perr error
 			evs, perr = w.core.NextEvents(evs[:0])
 			for _, ev := range evs {
+				if w.fatal != nil {
+					break // after a fatal ERROR (id 0) nothing more is delivered (8.4)
+				}
 				w.onEvent(ev)
 			}
 			if perr != nil {
