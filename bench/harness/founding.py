@@ -98,3 +98,69 @@ def pair_label(row: dict[str, Any]) -> str:
     if row["kind"] == "incumbent":
         return f"{LANG_NAME[row['parent']]} incumbent"
     return f"{LANG_NAME[row['parent']]} parent x {LANG_NAME[row['worker']]} worker"
+
+
+def summarize(docs: list[dict[str, Any]], langs: dict[str, tuple[str, str]]
+              ) -> dict[str, list[dict[str, Any]]]:
+    """Several runs' tables merged: per (shape, runner, scenario) the median over the runs of
+    each run's median and ratios, and the smallest and largest run median."""
+    import statistics
+
+    merged: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    order: list[tuple[str, str, str]] = []
+    for doc in docs:
+        for shape, rows in tables(doc, langs).items():
+            for r in rows:
+                key = (shape, r["runner"], r["scenario"])
+                if key not in merged:
+                    order.append(key)
+                merged.setdefault(key, []).append(r)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in order:
+        runs = merged[key]
+
+        def med(field: str) -> float | None:
+            vals = [r[field] for r in runs if r.get(field) is not None]
+            return statistics.median(vals) if vals else None
+
+        first = runs[0]
+        best = [r["best_incumbent"]["runner"] for r in runs if r["best_incumbent"]]
+        out.setdefault(key[0], []).append({
+            **{k: first[k] for k in ("scenario", "codec", "runner", "kind", "parent", "worker")},
+            "runs": len(runs), "median": med("median"),
+            "min": min(r["median"] for r in runs), "max": max(r["median"] for r in runs),
+            "codec_alone": med("codec_alone"), "vs_codec": med("vs_codec"),
+            "vs_incumbent": med("vs_incumbent"),
+            "best_incumbent": max(set(best), key=best.count) if best else None})
+    return out
+
+
+def main(argv: list[str]) -> None:
+    """``python3 -m harness.founding RESULTS.json...``: the merged table as Markdown."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runners"))
+    from registry import LANGS
+
+    from .report import fmt, fmt_ratio
+
+    docs = [json.loads(Path(p).read_text()) for p in argv]
+    for shape, rows in summarize(docs, LANGS).items():
+        print(f"\n{shape} ({len(docs)} runs: median of the run medians, min - max of them)\n")
+        print("| pair | runner | codec | rows/s median | min - max | e2e / codec | "
+              "vs best incumbent (which) |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            codec = r["codec"] if r["kind"] != "incumbent" else "own"
+            which = f" ({r['best_incumbent']})" if r["best_incumbent"] else ""
+            vs = f"{fmt_ratio(r['vs_incumbent'])}{which}" if r["kind"] != "codec" else "-"
+            print(f"| {pair_label(r)} | {r['runner']} | {codec} | {fmt(r['median'])} | "
+                  f"{fmt(r['min'])} - {fmt(r['max'])} | {fmt_ratio(r['vs_codec'])} | {vs} |")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
