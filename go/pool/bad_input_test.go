@@ -71,8 +71,6 @@ var goPending = map[string]string{
 	"pool.retry_attempts.zero":        "issue 27: go/pool has no retries",
 	"pool.retry_attempts.101":         "issue 27: go/pool has no retries",
 	"pool.retry_attempts.largest":     "issue 27: go/pool has no retries",
-	"call.timeout_ms.negative":        "issue 27: a Go deadline is a context's; one in the past has expired (206), there is no negative timeout to refuse with 308",
-	"stream.timeout_ms.negative":      "issue 27: a Go deadline is a context's; one in the past has expired (206)",
 	"request.json.bigint":             "issue 27: encoding/json writes a *big.Int 2^64 as an exact JSON number; the parent sends it",
 	"request.json.opaque_object":      "issue 27: encoding/json writes a struct without exported fields as {}",
 	"request.msgpack.opaque_object":   "issue 27: msgpack writes a struct without exported fields as an empty map",
@@ -270,25 +268,19 @@ func (b *badInput) outcome(r badRow) error {
 		if err != nil {
 			return err
 		}
+		opts := []pool.CallOption{pool.WithCodec(codecNamed(r.Codec))}
 		if r.Kind == "call_option" && r.Option == "timeout_ms" {
-			n, err := number(r.Value)
-			if err != nil {
-				var f float64
-				if json.Unmarshal(r.Value, &f) != nil {
-					return errNoForm
-				}
-				n = 0
-				ctx, cancel = context.WithTimeout(ctx, time.Duration(f*float64(time.Millisecond)))
-			} else {
-				ctx, cancel = context.WithTimeout(context.Background(), time.Duration(n)*time.Millisecond)
+			var f float64
+			if json.Unmarshal(r.Value, &f) != nil {
+				return errNoForm
 			}
-			defer cancel()
+			opts = append(opts, pool.WithTimeout(time.Duration(f*float64(time.Millisecond))))
 		} else if r.Kind == "call_option" {
 			return errNoForm
 		}
 		name, _ := method.(string)
 		if r.Stream {
-			s, err := pool.Stream[any, any, any](ctx, p, name, req, pool.WithCodec(codecNamed(r.Codec)))
+			s, err := pool.Stream[any, any, any](ctx, p, name, req, opts...)
 			if err != nil {
 				return err
 			}
@@ -296,7 +288,7 @@ func (b *badInput) outcome(r badRow) error {
 			}
 			return s.Err()
 		}
-		_, err = pool.Call[any, any](ctx, p, name, req, pool.WithCodec(codecNamed(r.Codec)))
+		_, err = pool.Call[any, any](ctx, p, name, req, opts...)
 		return err
 	case "lifecycle":
 		return b.lifecycle(ctx, r.Action)

@@ -36,32 +36,59 @@ func (p *Pool) options() *Options { return &p.opts }
 type CallOption func(*callOpts)
 
 type callOpts struct {
-	codec Codec
+	codec      Codec
+	timeout    time.Duration
+	hasTimeout bool
 }
 
 // WithCodec chooses the codec (default JSON; []byte and Bytes requests default to Raw).
 func WithCodec(c Codec) CallOption { return func(o *callOpts) { o.codec = c } }
 
-func resolve[Req any](req Req, opts []CallOption) (Codec, []byte, error) {
-	o := callOpts{codec: JSON}
+// WithTimeout bounds the call or stream by d from now, besides ctx's deadline (the earlier
+// wins): 0 has expired (DEADLINE_EXCEEDED, nothing sent), a negative d or one above
+// max_timeout_ms is INVALID_ARGUMENT (22.3).
+func WithTimeout(d time.Duration) CallOption {
+	return func(o *callOpts) { o.timeout, o.hasTimeout = d, true }
+}
+
+// withTimeout applies WithTimeout to ctx; cancel releases it.
+func (o *callOpts) withTimeout(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if !o.hasTimeout {
+		return ctx, func() {}, nil
+	}
+	if o.timeout < 0 || o.timeout > time.Duration(proto.MaxTimeoutMs)*time.Millisecond {
+		return nil, nil, withDetails(errorf(proto.CodeInvalidArgument, "timeout %v out of range 0-%d ms", o.timeout, proto.MaxTimeoutMs),
+			map[string]any{"field": "timeout"})
+	}
+	if o.timeout == 0 {
+		return nil, nil, errorf(proto.CodeDeadlineExceeded, "a timeout of 0 has expired")
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	return ctx, cancel, nil
+}
+
+func resolve[Req any](req Req, opts []CallOption) (Codec, []byte, *callOpts, error) {
+	o := &callOpts{codec: JSON}
 	switch any(req).(type) {
 	case []byte, Bytes:
 		o.codec = Raw
 	}
 	for _, f := range opts {
-		f(&o)
+		if f != nil {
+			f(o)
+		}
 	}
 	switch o.codec {
 	case Raw, JSON, Msgpack, CBOR:
 	default:
-		return 0, nil, withDetails(errorf(proto.CodeInvalidArgument, "codec %s is not one this parent encodes", o.codec), map[string]any{"field": "codec"})
+		return 0, nil, nil, withDetails(errorf(proto.CodeInvalidArgument, "codec %s is not one this parent encodes", o.codec), map[string]any{"field": "codec"})
 	}
 	body, err := codec.Encode(o.codec, req)
 	if err != nil {
 		// 22.4: a value the codec cannot encode is BAD_REQUEST, before anything is sent.
-		return 0, nil, errorf(proto.CodeBadRequest, "the request cannot be encoded as %s: %v", o.codec, err)
+		return 0, nil, nil, errorf(proto.CodeBadRequest, "the request cannot be encoded as %s: %v", o.codec, err)
 	}
-	return o.codec, body, nil
+	return o.codec, body, o, nil
 }
 
 // timeoutOf is the request's timeout_us from ctx's deadline (0: none); an expired deadline is
@@ -119,10 +146,15 @@ func waiting(ctx context.Context, grace time.Duration) (wctx context.Context, st
 // cancel grace), LEASE_LOST on a lease whose worker is gone.
 func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (Resp, error) {
 	var zero Resp
-	c, body, err := resolve(req, opts)
+	c, body, o, err := resolve(req, opts)
 	if err != nil {
 		return zero, err
 	}
+	ctx, cancel, err := o.withTimeout(ctx)
+	if err != nil {
+		return zero, err
+	}
+	defer cancel()
 	tus, terr := timeoutOf(ctx)
 	if terr != nil {
 		return zero, terr

@@ -204,6 +204,9 @@ func TestCallerInput(t *testing.T) {
 		"unencodable value":          {second(pool.Call[any, any](ctx, p, "echo", make(chan int))), proto.CodeBadRequest},
 		"not bytes under raw":        {second(pool.Call[any, any](ctx, p, "echo", 12, pool.WithCodec(pool.Raw))), proto.CodeBadRequest},
 		"unknown codec":              {second(pool.Call[any, any](ctx, p, "echo", 1, pool.WithCodec(pool.Codec(9)))), proto.CodeInvalidArgument},
+		"negative timeout":           {second(pool.Call[any, any](ctx, p, "echo", 1, pool.WithTimeout(-time.Millisecond))), proto.CodeInvalidArgument},
+		"zero timeout":               {second(pool.Call[any, any](ctx, p, "echo", 1, pool.WithTimeout(0))), proto.CodeDeadlineExceeded},
+		"nil option":                 {second(pool.Call[any, any](ctx, p, "no_such", 1, nil)), proto.CodeUnknownMethod},
 		"above max_message_size":     {second(pool.Call[[]byte, []byte](ctx, p, "echo", make([]byte, 70000))), proto.CodeMessageTooLarge},
 	} {
 		if code(c.err) != c.want || len(c.err.Error()) > 1000 {

@@ -28,20 +28,26 @@ type RowStream[Row, Summary any] struct {
 // Consumed and Grant). Errors, at Stream or from Err, are *Error; ctx ending cancels the stream
 // (at its deadline, the worker's DEADLINE_EXCEEDED is waited for up to the deadline grace).
 func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (*RowStream[Row, Summary], error) {
-	c, body, err := resolve(req, opts)
+	c, body, o, err := resolve(req, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := o.withTimeout(ctx)
 	if err != nil {
 		return nil, err
 	}
 	tus, terr := timeoutOf(ctx)
 	if terr != nil {
+		cancel()
 		return nil, terr
 	}
 	w, id, pr, serr := t.send(ctx, call{method, uint8(c), proto.KindStream, tus, body})
 	if serr != nil {
+		cancel()
 		return nil, serr
 	}
 	wctx, stop := waiting(ctx, t.options().DeadlineGrace)
-	return &RowStream[Row, Summary]{ctx: wctx, stop: stop, w: w, id: id, pr: pr, codec: c}, nil
+	return &RowStream[Row, Summary]{ctx: wctx, stop: func() { stop(); cancel() }, w: w, id: id, pr: pr, codec: c}, nil
 }
 
 // Next advances to the next row; false at END or on an error (see Err).
