@@ -246,6 +246,17 @@ def test_bench_stream_counts_rows(worker: list[str]) -> None:
     assert r["rows_per_s"] > 0
 
 
+def test_bench_duration_bounds_a_stream_that_never_ends() -> None:
+    # The warm-up reads one row, and --duration cuts the streams still going (their rows count).
+    out = wirepool("bench", "--json", "--duration", "0.5", "--in-flight", "4", "--", *PY_WORKER,
+                   "forever", "{}")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["calls"] == 0 and r["streams_cut"] == r["concurrency"] > 0, r
+    assert r["rows"] > 0
+    assert 0.5 <= r["seconds"] < 2.5, r["seconds"]
+
+
 def test_bench_unknown_method_exits_1() -> None:
     out = wirepool("bench", "--count", "1", "--", *PY_WORKER, "nope", "{}")
     assert out.returncode == 1

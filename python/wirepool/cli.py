@@ -293,19 +293,21 @@ async def _bench(args: argparse.Namespace, argv: list[str], method: str, request
     async with AsyncPool(argv, workers=args.workers, codec=args.codec,
                          max_in_flight=args.in_flight,
                          startup_timeout=args.startup_timeout) as pool:
-        # Warm-up: every worker answers once before the clock starts.
+        # Warm-up: every worker answers once before the clock starts (a stream's first row).
         for _ in range(args.workers):
             if is_stream:
-                async for _row in pool.stream(method, request, timeout=args.timeout):
-                    pass
+                async with pool.stream(method, request, timeout=args.timeout) as s:
+                    async for _row in s:
+                        break
             else:
                 await pool.call(method, request, timeout=args.timeout)
         started = time.perf_counter()
         stop_at = started + args.duration
         remaining = [args.count] if args.count else None
+        cut = 0
 
         async def one_caller() -> None:
-            nonlocal rows
+            nonlocal rows, cut
             while True:
                 if remaining is not None:
                     if remaining[0] <= 0:
@@ -318,6 +320,11 @@ async def _bench(args: argparse.Namespace, argv: list[str], method: str, request
                     async with pool.stream(method, request, timeout=args.timeout) as s:
                         async for _batch in s.batches():
                             rows += len(_batch)
+                            # --duration bounds the run: a stream still going is cut there
+                            # (cancelled on leaving the block), its rows counted, not its time.
+                            if remaining is None and time.perf_counter() >= stop_at:
+                                cut += 1
+                                return
                 else:
                     await pool.call(method, request, timeout=args.timeout)
                 latencies.append(time.perf_counter() - t0)
@@ -337,6 +344,7 @@ async def _bench(args: argparse.Namespace, argv: list[str], method: str, request
     if is_stream:
         report["rows"] = rows
         report["rows_per_s"] = rows / elapsed if elapsed > 0 else 0.0
+        report["streams_cut"] = cut
     return report
 
 
@@ -350,8 +358,8 @@ def _run_bench(args: argparse.Namespace, argv: list[str], method: str, request: 
     if args.json:
         sys.stdout.write(json.dumps(r) + "\n")
         return EXIT_OK
-    what = (f"{r['calls']:,} streams, {r['rows']:,} rows" if r["kind"] == "stream"
-            else f"{r['calls']:,} calls")
+    what = (f"{r['calls']:,} streams (+{r['streams_cut']:,} cut at --duration), {r['rows']:,} rows"
+            if r["kind"] == "stream" else f"{r['calls']:,} calls")
     rate = (f"{_rate(r['rows_per_s'])} rows/s, {_rate(r['calls_per_s'])} streams/s"
             if r["kind"] == "stream" else f"{_rate(r['calls_per_s'])} calls/s")
     sys.stdout.write(f"{method}: {what} in {r['seconds']:.2f} s: {rate}\n"
