@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import sys
@@ -204,6 +205,12 @@ class External(Launcher):
     ``on_ticket(ticket)`` is called once the listener is up (before the pool waits for its
     workers): write the ticket where your workers read it (``ticket.encode()`` into
     ``WIREPOOL_TICKET`` or a file named by ``WIREPOOL_TICKET_FILE``), or start them from there.
+    A plain function runs in a thread of the pool's event loop's default executor
+    (``asyncio.to_thread``), never on the loop itself, so it may block (write to a slow disk,
+    ``ssh`` a worker up and wait for it) while the listener goes on accepting and
+    authenticating the workers that join meanwhile; the pool waits for it to return before its
+    slots wait for workers. A coroutine function (``async def``) is awaited on the loop (it
+    must not block). It is called once per launcher; what it raises, the pool's start raises.
     Each of the pool's ``workers`` slots waits ``join_wait`` seconds (default: the pool's
     ``startup_timeout``) for a worker to join; a worker that dies is replaced by the next one
     that joins."""
@@ -218,8 +225,13 @@ class External(Launcher):
         await super().open(pool)
         if first and self.on_ticket is not None:
             assert self.ticket is not None
-            result = self.on_ticket(self.ticket)
-            if asyncio.iscoroutine(result):
+            if inspect.iscoroutinefunction(self.on_ticket):
+                result = self.on_ticket(self.ticket)
+            else:
+                # Off the loop: a blocking callback must not stall the listener, whose TLS
+                # handshakes (bounded by join_timeout, and by the worker's own 5 s) run on it.
+                result = await asyncio.to_thread(self.on_ticket, self.ticket)
+            if inspect.isawaitable(result):
                 await result
 
 
