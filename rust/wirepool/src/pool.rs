@@ -1459,7 +1459,7 @@ async fn open_remote(mut cfg: PoolConfig) -> Result<(PoolConfig, Option<crate::r
             })?,
     };
     for launcher in &cfg.launchers {
-        launcher.opened(&listener);
+        launcher.opened(&listener).await;
     }
     Ok((cfg, Some(listener)))
 }

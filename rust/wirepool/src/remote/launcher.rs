@@ -129,6 +129,12 @@ impl Launcher {
     /// External: called once with the pool ticket when the listener is up, before the pool
     /// waits for its workers: write it where your workers read it (`WIREPOOL_TICKET`, or a file
     /// named by `WIREPOOL_TICKET_FILE`), or start them from here. No effect on other kinds.
+    ///
+    /// It runs on tokio's blocking pool ([`tokio::task::spawn_blocking`]), never on a runtime
+    /// thread, so it may block (a slow disk, `ssh` starting a worker and waiting for it) while
+    /// the listener goes on accepting and authenticating the workers that join meanwhile, on a
+    /// `current_thread` runtime too; [`PoolBuilder::start`](crate::PoolBuilder::start) waits
+    /// for it to return. A panic in it is resumed in the caller of `start`.
     pub fn on_ticket(mut self, f: impl Fn(&Ticket) + Send + Sync + 'static) -> Launcher {
         if let Kind::External { on_ticket, .. } = &mut self.kind {
             *on_ticket = Some(Arc::new(f));
@@ -169,15 +175,22 @@ impl Launcher {
         matches!(self.kind, Kind::Local)
     }
 
-    /// The listener is up: an external launcher hands out the pool ticket (once).
-    pub(crate) fn opened(&self, listener: &Listener) {
+    /// The listener is up: an external launcher hands out the pool ticket (once), off the
+    /// runtime's threads, so a hook that blocks does not stall the listener's accept loop and
+    /// TLS handshakes (the worker gives up after 5 s).
+    pub(crate) async fn opened(&self, listener: &Listener) {
         if let Kind::External {
             on_ticket: Some(f),
             told,
         } = &self.kind
         {
             if told.set(()).is_ok() {
-                f(&listener.ticket());
+                let (f, ticket) = (f.clone(), listener.ticket());
+                if let Err(e) = tokio::task::spawn_blocking(move || f(&ticket)).await {
+                    if e.is_panic() {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
+                }
             }
         }
     }
