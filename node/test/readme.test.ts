@@ -82,11 +82,11 @@ const BLOCKS: Record<string, Record<string, Plan>> = {
     'import { Pool, WirepoolError, WorkerExitedError } from "wirepool";': {
       kind: "program", files: PY_WORKER, stdout: /\{ i: 999, name: 'decl_999' \}\n\{ rows: 1000 \}\nCANCELLED\n$/,
     },
-    'for await (const r of pool.map("resize", images(), { ordered: false, returnExceptions: true, window: 32 })) {': {
-      kind: "not run", reason: "a fragment: `pool`, `images()` and `save` are the reader's; test/map-options.test.ts runs these options",
+    'import { Pool, WirepoolError } from "wirepool";': {
+      kind: "program", files: PY_WORKER, stdout: /^(\{ path: 'img_\d+\.png', width: 64 \}\n){100}$/,
     },
     'import { Pool } from "wirepool";': { kind: "program", files: PY_WORKER },
-    "{": { kind: "not run", reason: "a fragment: `found(row)` is the reader's; test/dispose.test.ts runs the same scopes" },
+    "// await using: Node 20.4 or newer": { kind: "program", files: PY_WORKER, stdout: /^$/ },
     'import { Registry } from "prom-client";': {
       kind: "not run", reason: "a fragment: `pool` and `http` are the reader's and it serves forever; test/prometheus.test.ts scrapes exportPool",
     },
