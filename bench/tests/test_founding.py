@@ -153,3 +153,43 @@ def test_a_tiny_real_run_reports_the_ratios(tmp_path):
     assert "## small_rows_8192" in text and "e2e / codec" in text
     assert f"{wp['vs_incumbent']:.2f}x |" in text
     assert (out / "founding_small_rows_8192.png").is_file()
+
+
+REPO = BENCH.parent
+WORKERS = {
+    "python": [sys.executable, str(BENCH / "runners" / "wirepool_python_worker.py")],
+    "node": ["node", str(BENCH / "runners" / "wirepool_node_worker.mjs")],
+    "rust": [str(BENCH / ".build" / "founding" / "release" / "founding-worker")],
+}
+
+
+@pytest.mark.parametrize("lang", sorted(WORKERS))
+def test_every_wirepool_worker_streams_the_generators_rows(lang):
+    """The rows a worker really sends (read by a Python parent, JSON) are the shape's rows."""
+    argv = WORKERS[lang]
+    if lang == "rust" and not Path(argv[0]).is_file():
+        pytest.skip(f"{argv[0]} is not built (bench/runners/wirepool_rust.sh --prepare)")
+    if lang == "node" and (shutil.which("node") is None
+                           or not (REPO / "node" / "dist" / "index.js").is_file()):
+        pytest.skip("node or node/dist (bench/runners/wirepool_node.mjs --prepare) is missing")
+    sys.path.insert(0, str(REPO / "python"))
+    import asyncio
+
+    import wirepool
+
+    async def hashes() -> dict[str, str]:
+        out = {}
+        env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+        async with wirepool.AsyncPool(argv, workers=1, startup_timeout=20.0, env=env) as pool:
+            for shape, n in (("small_rows_8192", 1500), ("large_rows_512", 130)):
+                h = hashlib.sha256()
+                stream = pool.stream("rows", {"shape": shape, "n": n}, codec="json")
+                async for batch in stream.batches():
+                    for row in batch:
+                        h.update(founding.row_json(row) + b"\n")
+                out[shape] = h.hexdigest()
+        return out
+
+    got = asyncio.run(asyncio.wait_for(hashes(), 60))
+    assert got == {"small_rows_8192": founding.digest("small_rows_8192", 1500),
+                   "large_rows_512": founding.digest("large_rows_512", 130)}
