@@ -225,3 +225,25 @@ func TestCallerInput(t *testing.T) {
 }
 
 func second(_ any, err error) error { return err }
+
+// A worker that dies between the pool's choice of it and the send is not sent to (the request
+// would be in a dead worker's table, never ended): the call goes to its replacement.
+func TestWorkerDyingAsItIsPickedIsNotSentTo(t *testing.T) {
+	p := start(t, pool.Options{RestartBackoff: time.Millisecond})
+	ctx := bounded(t)
+	if _, err := pool.Call[addReq, addResp](ctx, p, "add", addReq{1, 2}); err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	first := p.Stats().Workers[0].Pid
+	restore := pool.KillRoutedOnce()
+	defer restore()
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := pool.Call[addReq, addResp](wait, p, "add", addReq{A: 2, B: 3})
+	if err != nil || r.Sum != 5 {
+		t.Fatalf("add after its worker died as it was picked: %v %v (want 5 from the replacement)", r, err)
+	}
+	if st := p.Stats(); len(st.Workers) != 1 || st.Workers[0].Pid == first || st.Restarts != 1 {
+		t.Fatalf("stats %+v: want one replacement worker, not pid %d", st, first)
+	}
+}

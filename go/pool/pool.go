@@ -260,10 +260,16 @@ func (p *Pool) closedError() *Error {
 	return errorf(proto.CodePoolClosed, "the pool is closed")
 }
 
-// routable reports whether w may take a new request now; w.mu is held.
+// routable reports whether w may take a new request now: alive, its connection not ended
+// (a worker whose input ended cannot answer; it is reaped and replaced), not retiring, with
+// room. w.mu is held.
 func (w *proc) routable() bool {
-	return !w.dead && !w.retiring && w.core.CanSendRequest()
+	return !w.dead && !w.eof && !w.retiring && w.core.CanSendRequest()
 }
+
+// testHookRouted, set by the tests alone, runs when send has picked a worker, before it locks
+// it to send.
+var testHookRouted func(w *proc)
 
 // send picks the least-loaded worker with room (the core's CanSendRequest) that no lease holds
 // and sends the request, waiting for room until ctx ends.
@@ -288,7 +294,17 @@ func (p *Pool) send(ctx context.Context, m call) (*proc, uint64, *pending, error
 			w.mu.Unlock()
 		}
 		if best != nil {
+			if testHookRouted != nil {
+				testHookRouted(best)
+			}
 			best.mu.Lock()
+			if !best.routable() || best.leased {
+				// It died (or was leased) between the scan and this lock: a request added to a
+				// dead worker's table would never end. Pick again.
+				best.mu.Unlock()
+				p.mu.Unlock()
+				continue
+			}
 			p.mu.Unlock()
 			return best.sendLocked(m)
 		}
