@@ -77,8 +77,9 @@ test-ray: $(VPY)
 	$(VPY) -m pytest -q python/tests/test_ray_launcher.py
 
 # The Node SDK (node/): npm ci from its lock file, tsc, then node --test over the compiled tests;
-# then examples/node (its one dependency is a link to node/, so npm install fetches nothing).
-test-node:
+# then examples/node (its one dependency is a link to node/, so npm install fetches nothing). The venv:
+# test/readme.test.ts runs the README's Python workers with it.
+test-node: $(VPY)
 	cd node && npm ci --no-audit --no-fund --loglevel=error && npm test
 	cd examples/node && npm install --no-audit --no-fund --loglevel=error && npm test
 
