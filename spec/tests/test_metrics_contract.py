@@ -179,3 +179,29 @@ def test_protocol_md_points_at_the_contract() -> None:
     assert m, "PROTOCOL.md has a Metrics section"
     assert "spec/metrics.json" in m.group(0)
     assert f"section {m.group(1)}" in CONTRACT["about"]
+
+
+# Every parent of conformance/languages.json has an exporter on the contract and a test that
+# scrapes it against this file, or is named here with the issue that owes one (parity: the
+# capability's test says plainly which SDK lacks it).
+EXPORTER_TESTS = {
+    "python": "python/tests/test_prometheus.py",
+    "rust": "rust/wirepool/tests/prometheus.rs",
+    "node": "node/test/prometheus.test.ts",
+}
+EXPORTER_PENDING = {
+    "go": "issue 27: go/pool has no Prometheus exporter yet (go/README.md says so)",
+}
+
+
+def test_every_parent_exports_the_contract_or_is_named_pending() -> None:
+    languages = json.loads((SPEC.parent / "conformance" / "languages.json").read_text("utf-8"))
+    parents = {lang["name"] for lang in languages["languages"] if "parent" in lang}
+    assert not set(EXPORTER_TESTS) & set(EXPORTER_PENDING)
+    assert parents == set(EXPORTER_TESTS) | set(EXPORTER_PENDING), (
+        f"parents {sorted(parents)}: each needs an exporter test or a pending entry")
+    for lang, path in EXPORTER_TESTS.items():
+        text = (SPEC.parent / path).read_text(encoding="utf-8")
+        assert "metrics.json" in text, f"{path} ({lang}) does not read the contract"
+    for lang, why in EXPORTER_PENDING.items():
+        print(f"NOTICE: the {lang} parent exports no metrics: {why}")
