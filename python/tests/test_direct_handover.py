@@ -194,7 +194,9 @@ def test_a_worker_hanging_while_the_caller_reads_is_found_by_the_heartbeat() -> 
         try:
             started = time.monotonic()
             with pytest.raises(wirepool.WorkerHung):
-                p.call("add_inline", {"a": 1, "b": 1})
+                # A handler that takes 2 s: an inline add can be answered (by a worker watching
+                # its socket) before the SIGSTOP lands, and the call then rightly succeeds.
+                p.call("sleep", {"seconds": 2.0})
             assert time.monotonic() - started < BOUND
         finally:
             try:
