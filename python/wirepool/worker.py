@@ -67,6 +67,25 @@ SDK_VERSION = "0.1.0"
 ROWS_FLUSH_BYTES = _c.WORKER_DEFAULT_ROWS_BATCH_BYTES  # a ROWS frame is sent once this full (or max_frame_size)
 ROWS_FLUSH_INTERVAL = _c.WORKER_DEFAULT_ROWS_FLUSH_INTERVAL_MS / 1000  # ... or, from a slow generator, within about this interval
 MAX_BUILT_FRAMES = 2  # frames built and waiting for credit before a stream's producer waits
+# ROWS frames are handed to the transport only while it holds at most this many unwritten bytes
+# (and nothing waits in the backlog); the rest wait in their streams (MAX_BUILT_FRAMES each, their
+# producers wait) until it drains to half of it. Without this, every stream's credit window
+# (1 MiB each) queued ahead of anything else written: a terminal, e.g. a cancelled stream's
+# ERROR, reached the parent after 16 busy streams' 12 MB of rows (3 s). With it, a terminal waits
+# for at most this plus one frame, and the kernel's socket buffer.
+ROWS_HANDED_AHEAD = 131_072
+# A sync stream's producer thread, between its passes, waits for the loop to catch up (to have
+# nothing ready: it is about to sleep in its selector), LOOP_GIVE_WAY_MAX at most, when the loop
+# has not come back to its selector for LOOP_STALE (twice the flush timers' interval, which wake
+# it while a stream runs): the loop is starved of the GIL. With 16 busy producer threads it held
+# the GIL ~3% of the time and its passes came up to 1.5 s apart, so a CANCEL (CREDIT, PING) was
+# read that late and a finished producer's outcome taken that late; the producers, which only
+# produce what the loop sends, now give way to it.
+LOOP_STALE = 2 * ROWS_FLUSH_INTERVAL
+# ... and only once the producer has made this many passes without a turn of the loop (under
+# valgrind, where time runs ~50 times slower, the loop's turns come on time in passes).
+GIVE_WAY_PASSES = 8
+LOOP_GIVE_WAY_MAX = 0.1  # seconds: the loop may be busy (an inline handler), not starved
 # A sync generator's rows are taken and encoded by C iterators, at most this many per pass
 # (fewer for larger rows: a pass holds about half a frame), so a row costs no bytecode of ours.
 ROWS_PER_PASS = 256
@@ -238,7 +257,8 @@ class _Call:
     __slots__ = ("id", "method", "ctx", "task", "credit_changed", "rows", "pad", "timer",
                  "deadline_handle", "event_handle", "last_event", "frames",
                  "pack_lock", "space", "packs", "packs_seen", "pump_scheduled", "prefixes",
-                 "slot", "bare", "stop", "building", "passes", "passes_seen")
+                 "slot", "bare", "stop", "building", "passes", "passes_seen", "turns_seen",
+                 "unseen")
 
     def __init__(self, id: int, method: _Method, ctx: Context) -> None:
         self.id = id
@@ -258,6 +278,8 @@ class _Call:
         self.stop: list[None] | None = None
         self.passes = 0  # a sync producer's passes so far (the flush timer ends a long one)
         self.passes_seen = 0
+        self.turns_seen = 0  # the loop's turns (_LoopSelector.turns) at the producer's last look
+        self.unseen = 0  # the producer's passes since the loop's last turn
         self.frames: collections.deque[proto.RowsBuilder] | None = None
         self.pack_lock: threading.Lock | None = None
         self.space: threading.Event | None = None
@@ -427,6 +449,12 @@ class _Runtime(LaneProtocol):
             if m.inline and not m.wants_ctx else None for m in methods]
         self._taken: list[Any] = []  # Connection.take_requests' output, reused
         self.closed = False  # end of input, or a fatal error: nothing more is sent
+        # Streams with frames they may send (credit) that wait for the transport to drain
+        # (ROWS_HANDED_AHEAD), in order: one entry per stream, so bounded by max_in_flight.
+        self._rows_waiting: dict[int, _Call] = {}
+        # The loop's selector, which tells producer threads when the loop last came back to it
+        # and when it caught up (LOOP_STALE); None: producers never wait for the loop.
+        self.beat: _LoopSelector | None = None
 
     def idle(self) -> bool:
         """No request in flight and the connection open (the loop may watch for the next)."""
@@ -436,6 +464,11 @@ class _Runtime(LaneProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # pause_writing above ROWS_HANDED_AHEAD, resume_writing (streams waiting: _pump) at half
+        # of it; the backlog's feed (FrameProtocol) is resumed at the same point.
+        self._limits_set = True
+        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
+            high=ROWS_HANDED_AHEAD, low=ROWS_HANDED_AHEAD // 2)
         self._write(self.conn.send_hello(self.hello))
 
     def data_received(self, data: bytes) -> None:
@@ -475,6 +508,17 @@ class _Runtime(LaneProtocol):
             # Everything answered while handling this read (inline handlers, PONGs) leaves in
             # one write now, not a loop pass later.
             self._flush_out()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()  # the backlog first, in order
+        waiting = self._rows_waiting
+        if waiting and not self._backlog:
+            calls = list(waiting.values())
+            waiting.clear()
+            for call in calls:  # in the order they waited; one that finds no room waits again
+                self._pump(call)
+                if call.credit_changed is not None:
+                    call.credit_changed.set()  # an async producer or a stream's end waits
 
     def eof_received(self) -> bool:
         self.closed = True
@@ -943,6 +987,8 @@ class _Runtime(LaneProtocol):
     def _finish(self, call: _Call, terminal: proto.Frame) -> None:
         if self.calls.pop(call.id, None) is None:
             return
+        if self._rows_waiting:
+            self._rows_waiting.pop(call.id, None)
         for h in (call.timer, call.deadline_handle, call.event_handle):
             if h is not None:
                 h.cancel()
@@ -1147,6 +1193,15 @@ class _Runtime(LaneProtocol):
         MAX_BUILT_FRAMES wait for credit. Returns the average size of the rows in the frame
         being filled (length fields included; 0 when it is empty). A row too large for any
         frame raises ROW_TOO_LARGE here (the core's builder)."""
+        beat = self.beat
+        if beat is not None:
+            if beat.turns != call.turns_seen:
+                call.turns_seen = beat.turns
+                call.unseen = 0
+            else:
+                call.unseen += 1
+                if call.unseen >= GIVE_WAY_PASSES and time.monotonic() - beat.seen > LOOP_STALE:
+                    self._give_way(call, beat)
         packs = call.packs
         size = self._pack(call, full_only)
         if call.packs == packs:
@@ -1164,12 +1219,25 @@ class _Runtime(LaneProtocol):
                 space.wait(1.0)
         return size
 
+    @staticmethod
+    def _give_way(call: _Call, beat: _LoopSelector) -> None:
+        """In a producer's thread: the loop has not come back to its selector for LOOP_STALE
+        (other threads hold the GIL); wait until it has caught up (LOOP_GIVE_WAY_MAX at most:
+        it may be busy, not starved), so that it reads and writes before this thread produces
+        more."""
+        caught_up = beat.caught_up
+        caught_up.clear()
+        beat.waited = True
+        if time.monotonic() - beat.seen > LOOP_STALE and call.ctx._cancel_code is None:
+            caught_up.wait(LOOP_GIVE_WAY_MAX)
+
     async def _wait_credit(self, call: _Call) -> bool:
-        """Wait for the parent's next CREDIT (or a cancellation); False if the stream is over."""
+        """Wait for the parent's next CREDIT and room in the transport (or a cancellation);
+        False if the stream is over."""
         event = call.credit_changed
         assert event is not None
         while call.ctx._cancel_code is None and call.id in self.calls:
-            if self.conn.credit(call.id) > 0:
+            if self.conn.credit(call.id) > 0 and call.id not in self._rows_waiting:
                 return True
             event.clear()
             await event.wait()
@@ -1250,8 +1318,16 @@ class _Runtime(LaneProtocol):
         conn = self.conn
         id = call.id
         sent = False
+        t = self.transport
         while frames and call.ctx._cancel_code is None and conn.can_send_rows(id):
-            self._write(frames.popleft().finish())
+            if t is None or self._backlog or t.get_write_buffer_size() > ROWS_HANDED_AHEAD:
+                # Nothing more ahead of other frames (a terminal): resume_writing pumps it.
+                # (The transport paused when it went above the bound, so that comes.)
+                self._rows_waiting[id] = call
+                break
+            # Handed now, not at the end of the loop pass: the transport's size is then what
+            # the next check (this stream's next frame, another stream's) needs.
+            self._write_now(frames.popleft().finish())
             sent = True
         if sent:
             call.space.set()  # type: ignore[union-attr]
@@ -1437,7 +1513,28 @@ async def _join(ticket: _remote.Ticket, runtime: _Runtime) -> bool:
     return True
 
 
-class _BusyPollSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _LoopSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The loop's selector, which notes when the loop last came to it (``seen``) and sets
+    ``caught_up`` when the loop is about to sleep (nothing ready): stream producer threads give
+    way to a loop starved of the GIL (LOOP_STALE)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = time.monotonic()
+        self.turns = 0
+        self.caught_up = threading.Event()
+        self.waited = False  # a producer cleared caught_up since the loop last set it
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        self.seen = time.monotonic()
+        self.turns += 1
+        if self.waited and (timeout is None or timeout > 0):
+            self.waited = False
+            self.caught_up.set()
+        return super().select(timeout)
+
+
+class _BusyPollSelector(_LoopSelector):
     """The loop's selector, which first watches the parent's socket (:class:`BusyPoll`) before
     the loop sleeps, while ``idle()`` (no request in flight): the next request of a parent
     calling one at a time is then read without a wake-up. With ``read_now`` (the transport's
@@ -1549,7 +1646,8 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     methods = list(_registry.values())
     lane = (shm_lane and ticket is None and _shm.AVAILABLE
             and os.environ.get("WIREPOOL_SHM", "1") not in ("0", "off", "false"))
-    selector = _BusyPollSelector(fd, busy_poll_us / 1e6) if busy_poll_us and fd >= 0 else None
+    selector = (_BusyPollSelector(fd, busy_poll_us / 1e6) if busy_poll_us and fd >= 0
+                else _LoopSelector())
     status = _run_loop(_serve_async(fd, methods, max_concurrency, max_frame_size, ticket,
                                     SHM_WINDOW if lane else None, selector), selector)
     sys.stdout.flush()
@@ -1561,12 +1659,13 @@ def serve(*, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
 async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
                        max_frame_size: int, ticket: _remote.Ticket | None = None,
                        shm_window: int | None = None,
-                       selector: _BusyPollSelector | None = None) -> int:
+                       selector: _LoopSelector | None = None) -> int:
     loop = asyncio.get_running_loop()
     if hasattr(asyncio, "eager_task_factory"):  # 3.12+: a handler starts in the same loop pass
         loop.set_task_factory(asyncio.eager_task_factory)
     runtime = _Runtime(methods, max_concurrency, max_frame_size, loop, shm_window)
-    if selector is not None:
+    runtime.beat = selector
+    if isinstance(selector, _BusyPollSelector):
         selector.idle = runtime.idle
         selector.ready = getattr(loop, "_ready", None)  # CPython's loops; else no serving there
     if ticket is not None:
@@ -1577,7 +1676,7 @@ async def _serve_async(fd: int, methods: list[_Method], max_concurrency: int,
         sock.setblocking(False)
         if shm_window is not None and sock.family == socket.AF_UNIX:
             transport = LaneTransport(loop, sock, runtime)  # recvmsg from the HELLO on (20.5)
-            if selector is not None:
+            if isinstance(selector, _BusyPollSelector):
                 selector.read_now = transport.read_now
         else:
             if shm_window is not None:  # not a Unix socket: no descriptors, no lane
