@@ -23,6 +23,7 @@ HERE = os.path.dirname(__file__)
 RELAY = os.path.join(HERE, "..", "..", "conformance", "tools", "slow_relay.py")
 BASIC = os.path.join(HERE, "workers", "basic.py")
 RATE = 40_000_000
+pytestmark = pytest.mark.serial  # 600 ms without a PONG is hung: not beside another test's load
 
 
 def test_a_large_request_over_a_slow_link_keeps_its_worker_alive_with_a_short_heartbeat(
