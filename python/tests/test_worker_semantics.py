@@ -47,8 +47,9 @@ class FakeParent:
                                  heartbeat_ms=0, max_in_flight=8))
 
     def write(self, frame: proto.Frame) -> None:
-        for part in self.conn.send(frame):
-            self.sock.sendall(part)
+        # One write: a worker that exits on this frame (ERROR id 0) may be gone before a second
+        # write of its parts, which then fails with EPIPE (seen beside another pytest worker).
+        self.sock.sendall(b"".join(bytes(part) for part in self.conn.send(frame)))
 
     def next(self) -> Any:
         """The next event; EOFError when the worker closed the connection."""
