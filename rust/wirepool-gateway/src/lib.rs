@@ -20,7 +20,6 @@
 //!     .start()
 //!     .await?;
 //! let gateway = Gateway::builder(pool.clone())
-//!     .method("echo", MethodKind::Unary) // listed by GET /v1/methods
 //!     .max_pending(2 * 64 + 128)         // in flight + queued; beyond: 503
 //!     .build()?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -57,7 +56,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
-use wirepool::{MethodKind, Pool};
+use wirepool::Pool;
 
 pub use routes::ResponseBody;
 pub use serve::shutdown_signal;
@@ -97,7 +96,6 @@ pub(crate) struct Inner {
     /// Requests admitted (in flight on the pool or queued for a worker); beyond it, 503.
     pub admission: Arc<Semaphore>,
     pub max_pending: usize,
-    pub methods: Vec<(String, MethodKind)>,
     pub stats: stats::Stats,
 }
 
@@ -112,7 +110,6 @@ pub struct GatewayBuilder {
     pool: Pool,
     limits: Limits,
     max_pending: usize,
-    methods: Vec<(String, MethodKind)>,
 }
 
 impl Gateway {
@@ -130,7 +127,6 @@ impl Gateway {
                 retry_after_secs: 1,
             },
             max_pending: 256,
-            methods: Vec::new(),
         }
     }
 
@@ -186,14 +182,6 @@ impl GatewayBuilder {
         self.limits.retry_after_secs = secs;
         self
     }
-    /// A method listed by `GET /v1/methods` (declare the same with
-    /// [`PoolBuilder::require_method`](wirepool::PoolBuilder::require_method) to have the
-    /// workers' HELLO checked at start-up). Calls are not limited to the listed methods.
-    pub fn method(mut self, name: impl Into<String>, kind: MethodKind) -> Self {
-        self.methods.push((name.into(), kind));
-        self
-    }
-
     /// The gateway, or `InvalidArgument` for an option out of range.
     pub fn build(self) -> Result<Gateway, GatewayError> {
         let l = &self.limits;
@@ -219,7 +207,6 @@ impl GatewayBuilder {
                 limits: self.limits,
                 admission: Arc::new(Semaphore::new(self.max_pending)),
                 max_pending: self.max_pending,
-                methods: self.methods,
                 stats: stats::Stats::default(),
             }),
         })

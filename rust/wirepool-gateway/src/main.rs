@@ -33,8 +33,9 @@ struct Args {
     /// Time in-flight requests get to finish on SIGTERM / ctrl-c.
     #[arg(long, default_value = "10s", value_parser = duration)]
     grace: Duration,
-    /// A method the workers must offer (checked at start-up), listed by GET /v1/methods:
-    /// NAME for a unary method, NAME:stream for a stream. Repeatable.
+    /// A method the workers must offer, checked against their HELLO at start-up (GET
+    /// /v1/methods lists what they offer): NAME for a unary method, NAME:stream for a
+    /// stream. Repeatable.
     #[arg(long = "method", value_parser = method)]
     methods: Vec<(String, MethodKind)>,
     /// The worker program and its arguments (after `--`).
@@ -96,15 +97,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .workers
         .saturating_mul(args.max_in_flight as usize)
         .saturating_add(args.queue);
-    let mut gateway = Gateway::builder(pool.clone())
+    let gateway = Gateway::builder(pool.clone())
         .max_pending(pending)
         .max_body_bytes(args.max_body_bytes)
         .header_timeout(args.header_timeout)
-        .shutdown_grace(args.grace);
-    for (name, kind) in args.methods {
-        gateway = gateway.method(name, kind);
-    }
-    let gateway = gateway.build()?;
+        .shutdown_grace(args.grace)
+        .build()?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     eprintln!(
         "wirepool-gateway: listening on http://{}",

@@ -284,16 +284,19 @@ impl Gateway {
                 full(status, JSON, Bytes::from(body.to_string()))
             }
             "methods" => {
+                // The workers' own list (their HELLO), not a declared one.
                 let list: Vec<_> = self
                     .inner
-                    .methods
+                    .pool
+                    .methods()
                     .iter()
-                    .map(|(name, kind)| {
-                        let kind = match kind {
+                    .map(|m| {
+                        let kind = match m.kind {
                             MethodKind::Stream => "stream",
                             _ => "unary",
                         };
-                        serde_json::json!({"name": name, "kind": kind})
+                        let codecs: Vec<&str> = m.codecs.iter().map(|c| c.name()).collect();
+                        serde_json::json!({"name": m.name, "kind": kind, "codecs": codecs})
                     })
                     .collect();
                 let body = serde_json::json!({ "methods": list });

@@ -23,10 +23,21 @@ async fn routes_health_ready_methods_metrics() {
         assert_eq!(json(&body)["live_workers"], 1);
         let (s, _, body) = send(gw.addr, request("GET", "/v1/methods", &[], "")).await;
         assert_eq!(s, 200);
+        // The workers' HELLO, also the methods the pool was not told to require.
+        let methods = json(&body)["methods"].as_array().unwrap().clone();
+        let find = |name: &str| {
+            methods
+                .iter()
+                .find(|m| m["name"] == name)
+                .unwrap_or_else(|| panic!("{name} not in {methods:?}"))
+                .clone()
+        };
         assert_eq!(
-            json(&body)["methods"],
-            serde_json::json!([{"name": "echo", "kind": "unary"}, {"name": "count", "kind": "stream"}])
+            find("echo"),
+            serde_json::json!({"name": "echo", "kind": "unary", "codecs": ["json", "msgpack", "cbor"]})
         );
+        assert_eq!(find("echo_raw")["codecs"], serde_json::json!(["raw"]));
+        assert_eq!(find("count")["kind"], "stream");
         let (s, _, _) = send(gw.addr, request("GET", "/nope", &[], "")).await;
         assert_eq!(s, 404);
         let (s, h, _) = send(gw.addr, request("GET", "/v1/call/echo", &[], "")).await;
@@ -598,9 +609,12 @@ async fn binary_serves_and_stops_on_sigterm() {
         let (s, _, body) = send(addr, request("POST", "/v1/stream/count", &[], "1")).await;
         assert_eq!((s, &body[..]), (200, &b"{\"i\":0}\n{\"summary\":1}\n"[..]));
         let (s, _, body) = send(addr, request("GET", "/v1/methods", &[], "")).await;
+        let count = json(&body)["methods"]
+            .as_array()
+            .and_then(|l| l.iter().find(|m| m["name"] == "count").cloned());
         assert_eq!(
-            (s, json(&body)["methods"][0]["kind"].as_str()),
-            (200, Some("stream"))
+            (s, count.map(|m| m["kind"].clone())),
+            (200, Some("stream".into()))
         );
         let pid = child.id().unwrap() as i32;
         // SAFETY: kill(2) on our own child's pid.

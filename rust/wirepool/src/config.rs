@@ -8,6 +8,18 @@ use crate::spawn::{WorkerCommand, WorkerOutput};
 
 pub use wirepool_proto::MethodKind;
 
+/// A method as the workers offer it in their HELLO (PROTOCOL.md section 4): what
+/// [`Pool::methods`](crate::Pool::methods) lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OfferedMethod {
+    /// The method's name.
+    pub name: String,
+    /// Unary or stream.
+    pub kind: MethodKind,
+    /// The codecs it accepts, in the worker's order (ids this version does not know are left out).
+    pub codecs: Vec<Codec>,
+}
+
 /// A method the pool will call, checked against every worker's HELLO at start-up: a worker that
 /// lacks it, offers the other kind, or does not accept the codec is refused with
 /// `CODEC_MISMATCH` before any call is made.

@@ -75,7 +75,9 @@ mod worker;
 
 #[cfg(target_os = "linux")]
 pub use body::BodyBuf;
-pub use config::{MethodKind, MethodSpec, RecyclePolicy, RestartPolicy, RetryPolicy};
+pub use config::{
+    MethodKind, MethodSpec, OfferedMethod, RecyclePolicy, RestartPolicy, RetryPolicy,
+};
 pub use error::{codes, Error, ExitCause, ExitInfo, Result};
 pub use events::{event_channel, EventReceiver, EventSender, WorkerEvent};
 pub use metrics::{LatencySnapshot, PoolMetrics, WorkerMetrics, WorkerState};

@@ -601,6 +601,18 @@ impl Pool {
         }
     }
 
+    /// The methods the workers offer, from the first worker's HELLO (every later worker is
+    /// mapped onto it by name): what a gateway or a CLI lists. Empty until a worker has said
+    /// HELLO, which [`PoolBuilder::start`] waits for.
+    pub fn methods(&self) -> Vec<crate::OfferedMethod> {
+        self.inner
+            .shared
+            .methods
+            .get()
+            .map(|t| t.offered.clone())
+            .unwrap_or_default()
+    }
+
     /// A snapshot of every worker's counters and the per-method latencies.
     pub fn metrics(&self) -> PoolMetrics {
         self.inner.metrics()

@@ -53,6 +53,8 @@ pub(crate) struct MethodTable {
     pub by_name: HashMap<String, usize, wirepool_proto::IdBuildHasher>,
     pub names: Vec<String>,
     pub latency: Vec<LatencyHistogram>,
+    /// The first HELLO's method list, as `Pool::methods` returns it.
+    pub offered: Vec<crate::config::OfferedMethod>,
 }
 
 impl PoolShared {
@@ -1403,6 +1405,19 @@ fn wire_methods(pool: &PoolShared, hello: &Hello) -> Vec<Option<WireMethod>> {
                 .collect(),
             latency: names.iter().map(|_| LatencyHistogram::new()).collect(),
             names,
+            offered: hello
+                .methods
+                .iter()
+                .map(|m| crate::config::OfferedMethod {
+                    name: m.name.clone(),
+                    kind: m.kind,
+                    codecs: m
+                        .codecs
+                        .iter()
+                        .filter_map(|&id| wirepool_codec::Codec::from_id(id))
+                        .collect(),
+                })
+                .collect(),
         }
     });
     let mut wire: Vec<Option<WireMethod>> = vec![None; table.names.len()];

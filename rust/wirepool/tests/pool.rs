@@ -75,6 +75,34 @@ async fn unary_calls_return_typed_results_in_every_codec() {
     .await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_lists_the_workers_hello_with_kinds_and_codecs() {
+    bounded(30, async {
+        // Nothing required: the list comes from the workers, not from the builder.
+        let pool = builder(1).start().await.unwrap();
+        let methods = pool.methods();
+        let find = |name: &str| {
+            methods
+                .iter()
+                .find(|m| m.name == name)
+                .unwrap_or_else(|| panic!("{name} missing from {methods:?}"))
+        };
+        let echo = find("echo");
+        assert_eq!(echo.kind, MethodKind::Unary);
+        assert_eq!(echo.codecs, [Codec::Json, Codec::MsgPack, Codec::Cbor]);
+        assert_eq!(find("echo_raw").codecs, [Codec::Raw]);
+        assert_eq!(find("decls").kind, MethodKind::Stream);
+        let mut names: Vec<&str> = methods.iter().map(|m| m.name.as_str()).collect();
+        let listed = names.len();
+        names.dedup();
+        assert_eq!(names.len(), listed, "each method once");
+        let pids = pool.worker_pids();
+        pool.shutdown().await;
+        assert_reaped(&pids);
+    })
+    .await
+}
+
 async fn futures_join<F: std::future::Future + Send + 'static>(
     futs: impl Iterator<Item = F>,
 ) -> Vec<F::Output>

@@ -79,13 +79,9 @@ pub async fn start(
     configure: impl FnOnce(GatewayBuilder) -> GatewayBuilder,
 ) -> Running {
     let pool = pool(workers).await;
-    let gateway = configure(
-        Gateway::builder(pool.clone())
-            .method("echo", MethodKind::Unary)
-            .method("count", MethodKind::Stream),
-    )
-    .build()
-    .expect("gateway options");
+    let gateway = configure(Gateway::builder(pool.clone()))
+        .build()
+        .expect("gateway options");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
