@@ -637,12 +637,35 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
+/// Raises this process's soft descriptor limit to `want` (or the hard limit, if lower).
+fn raise_fd_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+    assert!(
+        lim.rlim_cur >= 2100,
+        "the crowd test needs 2,100 descriptors; the hard limit is {}",
+        lim.rlim_max
+    );
+}
+
 #[tokio::test]
 async fn silent_crowd_is_closed_and_fds_stay_flat() {
     bounded(60, async {
+        // 1,000 client sockets and the gateway's 1,000 in this one process.
+        raise_fd_limit(4096);
         let gw = start(1, |b| {
             b.header_timeout(Duration::from_millis(500))
-                .max_connections(150)
+                .max_connections(800)
         })
         .await;
         // One served request first, so every lazily opened descriptor exists.
@@ -650,10 +673,10 @@ async fn silent_crowd_is_closed_and_fds_stay_flat() {
         assert_eq!(s, 200);
         let before = open_fds();
         for round in 0..2 {
-            // 200 connections that never send (50 over max_connections): every one is closed,
-            // the extra ones at accept, the others at the header timeout.
+            // 1,000 connections that never send (200 over max_connections): every one is
+            // closed, the extra ones at accept, the others at the header timeout.
             let mut crowd = Vec::new();
-            for _ in 0..200 {
+            for _ in 0..1000 {
                 crowd.push(TcpStream::connect(gw.addr).await.unwrap());
             }
             let started = Instant::now();
