@@ -44,14 +44,14 @@ fn main() -> std::io::Result<()> {
         .unary("sleeps", |_: serde_json::Value, _: &Context| {
             Ok(SLEEPS.load(SeqCst))
         })
-        // `n` rows {"i": i}, then the summary n.
+        // `n` rows {"i": i}, then the summary n (none for n = 0: an empty END summary).
         .stream_blocking(
             "count",
             |n: u64, _: &Context, rows: &BlockingRowSink<serde_json::Value>| {
                 for i in 0..n {
                     rows.send(serde_json::json!({ "i": i }))?;
                 }
-                Ok(Some(n))
+                Ok((n > 0).then_some(n))
             },
         )
         .codecs(&[Codec::Json, Codec::MsgPack, Codec::Cbor])

@@ -221,6 +221,24 @@ async fn ndjson_and_sse_streams() {
             std::str::from_utf8(&body).unwrap(),
             "data: {\"i\":0}\n\ndata: {\"i\":1}\n\nevent: summary\ndata: 2\n\n"
         );
+        // A stream whose worker sent no summary (an empty one on the wire) ends with null, in
+        // both framings (it printed `{"summary":}`, not JSON, for the Python worker's streams).
+        let (s, _, body) = send(gw.addr, request("POST", "/v1/stream/count", &[], "0")).await;
+        assert_eq!((s, &body[..]), (200, &b"{\"summary\":null}\n"[..]));
+        let (s, _, body) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/stream/count",
+                &[("accept", "text/event-stream")],
+                "0",
+            ),
+        )
+        .await;
+        assert_eq!(
+            (s, &body[..]),
+            (200, &b"event: summary\ndata: null\n\n"[..])
+        );
         // A stream that fails before its first row gets its status.
         let (s, _, _) = send(gw.addr, request("POST", "/v1/stream/echo", &[], "1")).await;
         assert_eq!(s, 404);
