@@ -253,6 +253,18 @@ func ParseTicket(text string) (*Ticket, error) {
 	return t, nil
 }
 
+// Encode is the ticket's text form (21.2): the prefix and the base64url (unpadded) JSON object;
+// ParseTicket reads it back. It holds the secret: pass it to one worker, never log it.
+func (t *Ticket) Encode() string {
+	doc := map[string]any{"v": 1, "host": t.Host, "port": t.Port, "tls": t.TLS,
+		"id": hex.EncodeToString(t.ID[:]), "secret": hex.EncodeToString(t.Secret[:]), "expires": t.Expires}
+	if t.TLS {
+		doc["fingerprint"] = "sha256:" + hex.EncodeToString(t.Fingerprint[:])
+	}
+	b, _ := json.Marshal(doc) // strings, integers and booleans: cannot fail
+	return proto.RemoteTicketPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
 func jsonText(v any) string {
 	if v == nil {
 		return "(missing)"

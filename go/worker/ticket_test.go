@@ -243,3 +243,20 @@ func TestTicketFromEnv(t *testing.T) {
 		t.Fatalf("a ticket with trailing spaces past 4,160 bytes: %v, %v", tk, err)
 	}
 }
+
+func TestTicketEncodeRoundTrips(t *testing.T) {
+	tk, err := ParseTicket(encodeTicket(t, goodDoc()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseTicket(tk.Encode())
+	if err != nil || *back != *tk {
+		t.Fatalf("%v: %+v != %+v", err, back, tk)
+	}
+	plain := *tk
+	plain.Host, plain.TLS, plain.Fingerprint = "127.0.0.1", false, [32]byte{}
+	back, err = ParseTicket(plain.Encode())
+	if err != nil || *back != plain {
+		t.Fatalf("%v: %+v != %+v", err, back, plain)
+	}
+}
