@@ -3,11 +3,21 @@ every chunk D ms each way (optionally capping the rate) and holds a bounded numb
 
 The relay's own checks: a round trip through it takes at least 2 D, and a receiver that does not
 read makes the relay stop reading from its sender once it holds its cap (it is not an
-unbounded queue). The file runs in a few seconds.
+unbounded queue).
+
+Then the Python parent runner with ``--transport tls`` (as test_remote.py runs it) against the
+Python worker behind the relay at ``WAN_DELAY_MS`` each way (100 ms RTT): the relay stands in for
+the worker (``delay_relay.py --worker``), so the worker joins through it and TLS runs end to end.
+``WAN_SCENARIOS`` of the remote list must pass unchanged, plus ``WAN_EXTRA``: calls lasting several
+heartbeat intervals must not end WORKER_HUNG. At 100 ms RTT these defaults hold: heartbeat_ms
+1000 (the SDK default, PROTOCOL.md 17; hung after 3 misses) and 250, deadline_grace_s 0.5,
+startup_timeout_s 20, window 1 MiB. A frozen worker is still found hung (``worker_hung``): the
+relay does not hide a hang. The whole file: about 40 s with ``-n 2`` (the WAN run ~27 s).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import threading
@@ -15,12 +25,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
 
 from delay_relay import DelayRelay  # noqa: E402
+
+import test_matrix as matrix  # noqa: E402
+import test_remote as remote  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -162,3 +176,59 @@ def test_stop_joins_every_thread_and_closes_its_sockets() -> None:
     leftover = [t for t in set(threading.enumerate()) - before if t.is_alive()]
     assert not leftover, leftover
     assert relay.listener.fileno() == -1
+
+
+WAN_DELAY_MS = 50
+WAN_WORKER = "python_behind_a_wan"
+WAN_SCENARIOS = [
+    "add_typed_json",                   # a unary call answers
+    "echo_raw_1_mb_one_frame",
+    "stream_100k_rows_json",            # rows arrive whole and in order (row k is checked as k)
+    "stream_rows_larger_than_window",
+    "deadline",                         # deadlines hold: DEADLINE_EXCEEDED in 0.3-5 s
+    "deadline_stream",
+    "call_within_deadline",
+    "worker_hung",                      # a frozen worker is still found hung
+    "heartbeat_during_cpu_bound_handlers",
+]
+WAN_EXTRA: list[dict[str, Any]] = [
+    # Four intervals of the default heartbeat (1000 ms; hung after 3 misses) in one call.
+    {"name": "wan_call_over_4_default_heartbeats", "kind": "call", "method": "sleep",
+     "codec": "json", "request": {"value": 4000}, "expect": {"result": {"value": 4000},
+                                                              "min_elapsed_s": 4.0}},
+    # Twelve intervals of a 250 ms heartbeat: hung after 750 ms of silence, 7.5 RTTs.
+    {"name": "wan_call_over_12_heartbeats_of_250_ms", "kind": "call", "method": "sleep",
+     "codec": "json", "pool": {"heartbeat_ms": 250}, "request": {"value": 3000},
+     "expect": {"result": {"value": 3000}, "min_elapsed_s": 3.0}},
+]
+
+
+def test_python_parent_and_worker_over_tls_at_100_ms_rtt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One runner invocation for every WAN scenario (one test, so that ``-n 2`` does not run it
+    twice); every scenario's failure is listed."""
+    doc = remote.remote_doc()
+    by_name = {sc["name"]: sc for sc in doc["scenarios"]}
+    path = tmp_path / "scenarios.json"
+    path.write_text(json.dumps({**doc, "scenarios": [by_name[n] for n in WAN_SCENARIOS]
+                                + WAN_EXTRA}), encoding="utf-8")
+    worker = matrix.BY_NAME["python"]["worker"]
+    monkeypatch.setitem(matrix.BY_NAME, WAN_WORKER, {
+        "name": WAN_WORKER,
+        "worker": ["{python}", "{repo}/conformance/tools/delay_relay.py", "--worker",
+                   str(WAN_DELAY_MS), "--", *worker]})
+    t0 = time.monotonic()
+    run = matrix.run_runner("python", WAN_WORKER, path, remote.TRANSPORT)
+    took = time.monotonic() - t0
+    assert run.error is None, f"{run.error}\n{run.stderr_tail}"
+    names = WAN_SCENARIOS + [sc["name"] for sc in WAN_EXTRA]
+    elapsed = {n: round(r.get("elapsed", 0), 2) for n, r in run.reports.items()}
+    print(f"WAN run ({2 * WAN_DELAY_MS} ms RTT) {took:.1f} s; per scenario: {elapsed}")
+    failed = {n: f"{r.get('detail')} after {r.get('elapsed')} s"
+              for n, r in run.reports.items() if r.get("ok") is not True}
+    assert not failed, f"at {2 * WAN_DELAY_MS} ms RTT: {failed}\n{run.stderr_tail}"
+    assert sorted(list(run.reports)) == sorted(names), (list(run.reports), run.stderr_tail)
+    assert run.returncode == 0, f"runner exit status {run.returncode}:\n{run.stderr_tail}"
+    assert not run.leaked, run.leaked
+    # A unary call's round trip takes at least one RTT: the run really went through the relay.
+    assert run.reports["add_typed_json"].get("elapsed", 0) >= 2 * WAN_DELAY_MS / 1000, elapsed

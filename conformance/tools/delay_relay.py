@@ -14,19 +14,33 @@ In a test::
 As a command::
 
     python3 delay_relay.py [--port P] [--rate BYTES_S] [--cap BYTES] DELAY_MS HOST:PORT
+
+In a remote worker's place (``--worker``, as ``slow_relay.py`` stands in for a local worker): a
+pool's launcher starts it with the worker's join ticket in ``WIREPOOL_TICKET`` (PROTOCOL.md
+21.2); it starts a relay to the ticket's host:port, gives the worker command a copy of the ticket
+that names the relay's port instead (the certificate pin and the secret unchanged: TLS runs end
+to end through the relay), and exits with the worker's status::
+
+    python3 delay_relay.py --worker [--rate BYTES_S] [--cap BYTES] DELAY_MS -- worker-command...
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import collections
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
 
 DEFAULT_CAP = 256 * 1024
 CHUNK = 65536
+TICKET_PREFIX = "wirepool-ticket-1."  # REMOTE_TICKET_PREFIX of spec/constants.json
 
 
 class _Pipe:
@@ -226,15 +240,64 @@ class DelayRelay:
         self.stop()
 
 
+def retarget(ticket: str, host: str, port: int) -> tuple[str, tuple[str, int]]:
+    """The ticket's text with ``host``:``port`` in its place, and where it pointed before."""
+    if not ticket.strip().startswith(TICKET_PREFIX):
+        raise ValueError("not a wirepool ticket")
+    body = ticket.strip()[len(TICKET_PREFIX):].rstrip("=")
+    doc = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    was = (str(doc["host"]).strip("[]"), int(doc["port"]))
+    doc["host"], doc["port"] = host, port
+    raw = json.dumps(doc, separators=(",", ":")).encode()
+    return TICKET_PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii"), was
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when this process dies (Linux prctl
+    PR_SET_PDEATHSIG)."""
+    import ctypes
+    import signal
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def stand_in(a: argparse.Namespace) -> int:
+    """``--worker``: relay the worker's join, run it, exit with its status."""
+    ticket = os.environ.get("WIREPOOL_TICKET")
+    if ticket is None:
+        print("delay_relay --worker: no WIREPOOL_TICKET", file=sys.stderr)
+        return 2
+    # The relay listens on the ticket's own host (loopback in the tests), a port of its own.
+    _, target = retarget(ticket, "127.0.0.1", 1)
+    relay = DelayRelay(target, a.delay_ms, rate=a.rate, cap=a.cap, host=target[0])
+    with relay:
+        new, _ = retarget(ticket, target[0], relay.address[1])
+        # The pool stops a hung worker by killing its process, this one: the worker must go
+        # with it even when it is too frozen to see its connection close.
+        child = subprocess.Popen(a.command, env=dict(os.environ, WIREPOOL_TICKET=new),
+                                 preexec_fn=_die_with_parent)
+        try:
+            return child.wait()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("delay_ms", type=float, help="delay each way, in ms")
-    ap.add_argument("target", help="HOST:PORT to relay to")
+    if "--worker" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]:
+        ap.add_argument("--worker", action="store_true", help="stand in for a remote worker")
+        ap.add_argument("command", nargs="+", help="the worker's command (after --)")
+    else:
+        ap.add_argument("target", help="HOST:PORT to relay to")
     ap.add_argument("--port", type=int, default=0, help="port to listen on (0: ephemeral)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--rate", type=float, default=0, help="bytes/s per direction (0: no cap)")
     ap.add_argument("--cap", type=int, default=DEFAULT_CAP, help="bytes held per direction")
     a = ap.parse_args()
+    if getattr(a, "worker", False):
+        sys.exit(stand_in(a))
     host, _, port = a.target.rpartition(":")
     relay = DelayRelay((host.strip("[]"), int(port)), a.delay_ms, rate=a.rate, cap=a.cap,
                        host=a.host, port=a.port)
