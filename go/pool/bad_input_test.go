@@ -57,24 +57,23 @@ var goInexpressible = map[string]string{
 }
 
 var goPending = map[string]string{
-	"pool.workers.zero":               "issue 27: Options' zero value means the default (the CPUs): an explicit 0 is not told apart",
-	"pool.max_in_flight.zero":         "issue 27: Options' zero value means the default (64)",
-	"pool.startup_timeout_ms.zero":    "issue 27: Options' zero value means the default (10 s)",
-	"pool.initial_credit.zero":        "issue 27: Options' zero value means the default (1 MiB)",
-	"pool.restart_window_ms.zero":     "issue 27: Options' zero value means the default (60 s)",
-	"pool.max_requests.zero":          "issue 27: MaxRequests 0 means never recycle",
-	"pool.stderr_tail_lines.negative": "issue 27: go/pool has no stderr_tail_lines option (20 lines, fixed)",
-	"pool.max_rss_bytes.zero":         "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
-	"pool.max_rss_bytes.negative":     "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
-	"pool.max_idle_ms.zero":           "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
-	"pool.max_idle_ms.negative":       "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
-	"pool.retry_attempts.zero":        "issue 27: go/pool has no retries",
-	"pool.retry_attempts.101":         "issue 27: go/pool has no retries",
-	"pool.retry_attempts.largest":     "issue 27: go/pool has no retries",
-	"request.json.bigint":             "issue 27: encoding/json writes a *big.Int 2^64 as an exact JSON number; the parent sends it",
-	"request.json.opaque_object":      "issue 27: encoding/json writes a struct without exported fields as {}",
-	"request.msgpack.opaque_object":   "issue 27: msgpack writes a struct without exported fields as an empty map",
-	"request.msgpack.bigint":          "issue 27: vmihailenco/msgpack writes a *big.Int 2^64 without an error; the parent sends it",
+	"pool.workers.zero":             "issue 27: Options' zero value means the default (the CPUs): an explicit 0 is not told apart",
+	"pool.max_in_flight.zero":       "issue 27: Options' zero value means the default (64)",
+	"pool.startup_timeout_ms.zero":  "issue 27: Options' zero value means the default (10 s)",
+	"pool.initial_credit.zero":      "issue 27: Options' zero value means the default (1 MiB)",
+	"pool.restart_window_ms.zero":   "issue 27: Options' zero value means the default (60 s)",
+	"pool.max_requests.zero":        "issue 27: MaxRequests 0 means never recycle",
+	"pool.max_rss_bytes.zero":       "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
+	"pool.max_rss_bytes.negative":   "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
+	"pool.max_idle_ms.zero":         "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
+	"pool.max_idle_ms.negative":     "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
+	"pool.retry_attempts.zero":      "issue 27: go/pool has no retries",
+	"pool.retry_attempts.101":       "issue 27: go/pool has no retries",
+	"pool.retry_attempts.largest":   "issue 27: go/pool has no retries",
+	"request.json.bigint":           "issue 27: encoding/json writes a *big.Int 2^64 as an exact JSON number; the parent sends it",
+	"request.json.opaque_object":    "issue 27: encoding/json writes a struct without exported fields as {}",
+	"request.msgpack.opaque_object": "issue 27: msgpack writes a struct without exported fields as an empty map",
+	"request.msgpack.bigint":        "issue 27: vmihailenco/msgpack writes a *big.Int 2^64 without an error; the parent sends it",
 }
 
 type badRow struct {
@@ -168,7 +167,8 @@ func setOption(o *pool.Options, name string, v json.RawMessage) error {
 		return err
 	}
 	ints := map[string]*int{"workers": &o.Workers, "max_in_flight": &o.MaxInFlight, "max_frame_size": &o.MaxFrameSize,
-		"initial_credit": &o.InitialCredit, "max_restarts": &o.MaxRestarts, "max_requests": &o.MaxRequests}
+		"initial_credit": &o.InitialCredit, "max_restarts": &o.MaxRestarts, "max_requests": &o.MaxRequests,
+		"stderr_tail_lines": &o.StderrTailLines}
 	durs := map[string]*time.Duration{"startup_timeout_ms": &o.StartupTimeout, "heartbeat_ms": &o.Heartbeat,
 		"cancel_grace_ms": &o.CancelGrace, "deadline_grace_ms": &o.DeadlineGrace, "drain_grace_ms": &o.DrainGrace,
 		"goodbye_grace_ms": &o.GoodbyeGrace, "restart_backoff_ms": &o.RestartBackoff,

@@ -9,10 +9,17 @@ import (
 
 // Error is every error the pool returns for a call: a section 3 code, its message and the
 // details JSON the worker or the parent attached (nil when none).
+//
+// When a worker process ended (WORKER_EXITED, WORKER_HUNG, STARTUP_TIMEOUT, a failed start,
+// LEASE_LOST for a dead leased worker), StderrTail holds the last Options.StderrTailLines
+// lines it wrote to stderr, oldest first, each cut to 4,096 bytes (marked " [...truncated]");
+// Message quotes the tail's end, at most one cut line's worth (4,111 bytes), and Details'
+// "stderr_tail" the whole tail joined by newlines. It is nil otherwise.
 type Error struct {
-	Code    proto.ErrorCode
-	Message string
-	Details json.RawMessage
+	Code       proto.ErrorCode
+	Message    string
+	Details    json.RawMessage
+	StderrTail []string
 }
 
 func (e *Error) Error() string {

@@ -81,7 +81,7 @@ func (l *Lease) send(ctx context.Context, m call) (*proc, uint64, *pending, erro
 		w.mu.Lock()
 		if w.dead {
 			e := &Error{Code: proto.CodeLeaseLost, Message: "the leased worker is gone: " + w.exitErr.Message,
-				Details: w.exitErr.Details}
+				Details: w.exitErr.Details, StderrTail: w.exitErr.StderrTail}
 			w.mu.Unlock()
 			return nil, 0, nil, e
 		}

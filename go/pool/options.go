@@ -32,6 +32,7 @@ type Options struct {
 	RestartWindow     time.Duration // default 60 s
 	MaxRequests       int           // recycle a worker after this many requests (0: never)
 	Require           []Requirement // methods every worker must offer, else Start fails CODEC_MISMATCH
+	StderrTailLines   int           // last lines of each worker's stderr kept for Error.StderrTail, each cut to 4,096 bytes (default 20)
 	Stdout            io.Writer     // the workers' stdout (default: discarded)
 	Logger            *slog.Logger  // the pool's warnings (default slog.Default()): the max_in_flight clamp, once per pool (4.2)
 }
@@ -68,6 +69,7 @@ func (o *Options) validate() (Options, error) {
 		{"initial_credit", &v.InitialCredit, proto.ParentDefaultInitialCredit, 1, proto.MaxCredit},
 		{"max_restarts", &v.MaxRestarts, proto.ParentDefaultMaxRestarts, 1, proto.MaxCount},
 		{"max_requests", &v.MaxRequests, 0, 0, proto.MaxCount},
+		{"stderr_tail_lines", &v.StderrTailLines, proto.ParentDefaultStderrTailLines, 1, proto.MaxCount},
 	}
 	for _, f := range ints {
 		if *f.v < 0 || *f.v > f.hi {

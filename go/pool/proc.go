@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -77,43 +78,113 @@ type proc struct {
 	byeOnce  sync.Once
 }
 
-// tailBuf keeps the last lines of a worker's stderr.
+// stderrLineMax bounds each line a worker's stderr tail keeps, in bytes (as the Rust parent's,
+// rust/wirepool/src/spawn.rs): a longer line is cut there and marked stderrCut, so a worker
+// printing one 100 MB line costs one cut line.
+const stderrLineMax = 4096
+
+// stderrCut marks a line of the tail cut at stderrLineMax.
+const stderrCut = " [...truncated]"
+
+// stderrMessageMax bounds the stderr tail an error's Message quotes, in bytes: its last lines,
+// cut at the front ("..."), room for one whole cut line; Error.StderrTail and the details
+// carry all of it.
+const stderrMessageMax = stderrLineMax + len(stderrCut)
+
+// tailBuf keeps the last max lines of a worker's stderr: a ring, each line cut to
+// stderrLineMax bytes. It is the worker's stderr writer and never blocks it.
 type tailBuf struct {
 	mu    sync.Mutex
-	lines []string
-	part  []byte
+	ring  []string // up to max lines; once full, head is the oldest
+	head  int
 	max   int
+	part  []byte // the line being written, at most stderrLineMax bytes
+	cut   bool   // part lost bytes past stderrLineMax
+	dirty bool   // part has something (possibly an empty cut line)
 }
 
 func (t *tailBuf) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.part = append(t.part, b...)
-	for {
-		i := bytes.IndexByte(t.part, '\n')
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		chunk := b
+		if i >= 0 {
+			chunk = b[:i]
+		}
+		if room := stderrLineMax - len(t.part); len(chunk) > room {
+			chunk = chunk[:room]
+			t.cut = true
+		}
+		t.part = append(t.part, chunk...)
+		t.dirty = true
 		if i < 0 {
 			break
 		}
-		t.lines = append(t.lines, string(t.part[:i]))
-		t.part = t.part[i+1:]
-		if len(t.lines) > t.max {
-			t.lines = t.lines[len(t.lines)-t.max:]
-		}
+		t.push(t.line())
+		b = b[i+1:]
 	}
-	if len(t.part) > 8192 {
-		t.part = t.part[len(t.part)-8192:]
-	}
-	return len(b), nil
+	return n, nil
 }
 
-func (t *tailBuf) String() string {
+// line is the line being written, valid UTF-8, marked when cut; it starts the next. mu is held.
+func (t *tailBuf) line() string {
+	s := strings.ToValidUTF8(string(t.part), "\uFFFD")
+	if t.cut {
+		s += stderrCut
+	}
+	t.part, t.cut, t.dirty = t.part[:0], false, false
+	return s
+}
+
+// push adds a whole line, dropping the oldest past max; mu is held.
+func (t *tailBuf) push(s string) {
+	switch {
+	case t.max <= 0:
+	case len(t.ring) < t.max:
+		t.ring = append(t.ring, s)
+	default:
+		t.ring[t.head] = s
+		t.head = (t.head + 1) % t.max
+	}
+}
+
+// Lines is the tail, oldest first, with a last line not yet ended by a newline.
+func (t *tailBuf) Lines() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := append([]string(nil), t.lines...)
-	if len(t.part) > 0 {
-		l = append(l, string(t.part))
+	l := make([]string, 0, len(t.ring)+1)
+	l = append(append(l, t.ring[t.head:]...), t.ring[:t.head]...)
+	if t.dirty && t.max > 0 {
+		s := strings.ToValidUTF8(string(t.part), "\uFFFD")
+		if t.cut {
+			s += stderrCut
+		}
+		l = append(l, s)
+		if len(l) > t.max {
+			l = l[1:]
+		}
 	}
-	return strings.Join(l, "\n")
+	if len(l) == 0 {
+		return nil
+	}
+	return l
+}
+
+func (t *tailBuf) String() string { return strings.Join(t.Lines(), "\n") }
+
+// message is the tail for an error's Message: at most stderrMessageMax bytes, its end.
+func (t *tailBuf) message() string {
+	s := t.String()
+	if len(s) <= stderrMessageMax {
+		return s
+	}
+	s = s[len(s)-stderrMessageMax:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return "..." + s
 }
 
 // spawn starts one worker and completes the handshake (section 1, 4).
@@ -136,7 +207,7 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	cmd.Env = append(append(os.Environ(), o.Env...), "WIREPOOL_FD=3")
 	cmd.ExtraFiles = []*os.File{childF}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	tail := &tailBuf{max: proto.ParentDefaultStderrTailLines}
+	tail := &tailBuf{max: o.StderrTailLines}
 	cmd.Stderr = tail
 	cmd.Stdout = o.Stdout
 	w := &proc{p: p, slot: slot, cmd: cmd, conn: conn, tail: tail,
@@ -176,10 +247,7 @@ func (w *proc) exitText() string {
 	if st := w.cmd.ProcessState; st != nil {
 		s = fmt.Sprintf(" (%s)", st.String())
 	}
-	if t := w.tail.String(); t != "" {
-		s += "; stderr: " + t
-	}
-	return s
+	return s + w.tailText()
 }
 
 // handshake reads HELLO, negotiates and sends WELCOME.
@@ -251,7 +319,7 @@ func (w *proc) handshake(ctx context.Context) error {
 }
 
 func (w *proc) tailText() string {
-	if t := w.tail.String(); t != "" {
+	if t := w.tail.message(); t != "" {
 		return "; stderr: " + t
 	}
 	return ""
@@ -556,4 +624,5 @@ func (w *proc) addExit(e *Error) {
 		}
 	}
 	withDetails(e, status)
+	e.StderrTail = w.tail.Lines()
 }
