@@ -503,6 +503,55 @@ async fn hostile_clients_garbage_and_slowloris() {
     .await;
 }
 
+/// Writes `bytes` on a new connection and reads until the gateway closes it.
+async fn raw_exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> String {
+    let mut raw = TcpStream::connect(addr).await.unwrap();
+    raw.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let _ = raw.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn hostile_requests_get_their_status_and_a_close() {
+    bounded(30, async {
+        let gw = start(1, |b| b.header_timeout(Duration::from_millis(500))).await;
+        // Invalid UTF-8 in a path: raw bytes are not a valid request target; percent-encoded
+        // ones are not a method name.
+        let out = raw_exchange(gw.addr, b"POST /v1/call/\xff\xfe HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert!(out.starts_with("HTTP/1.1 400"), "{out:?}");
+        let out = raw_exchange(
+            gw.addr,
+            b"POST /v1/call/%ff%fe HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\nconnection: close\r\n\r\n1",
+        )
+        .await;
+        assert!(out.starts_with("HTTP/1.1 400"), "{out:?}");
+        assert!(out.contains("BAD_METHOD_NAME"), "{out:?}");
+        // An HTTP method no route has: 405 with Allow.
+        let out = raw_exchange(
+            gw.addr,
+            b"BREW /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(out.starts_with("HTTP/1.1 405"), "{out:?}");
+        assert!(out.to_ascii_lowercase().contains("allow: get"), "{out:?}");
+        // Garbage pipelined behind a valid request: the first is answered, then 400 and a close.
+        let out = raw_exchange(
+            gw.addr,
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n\x00\x01 NOT HTTP \xff\r\n\r\n",
+        )
+        .await;
+        assert!(out.starts_with("HTTP/1.1 200"), "{out:?}");
+        let second = out.find("HTTP/1.1 400").unwrap_or_else(|| panic!("{out:?}"));
+        assert!(second > 0, "{out:?}");
+        // The gateway still serves.
+        let (s, _, _) = send(gw.addr, request("GET", "/healthz", &[], "")).await;
+        assert_eq!(s, 200);
+        gw.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn shutdown_drains_in_flight_requests() {
     bounded(30, async {
