@@ -22,9 +22,6 @@ from common import figure, load_scenario, ok, unsupported
 HERE = Path(__file__).resolve().parent
 CRATE = HERE.parent.parent / "rust" / "wirepool-bench" / "ipc-channel-incumbent"
 SHAPES = {"small_rows": "small", "large_rows": "large"}
-# The founding workload's rows (bench/shapes/founding.json): bench/founding-rs's founding-ipc,
-# built by wirepool_rust.sh --prepare, with the same arguments.
-FOUNDING_IPC = HERE.parent / ".build" / "founding" / "release" / "founding-ipc"
 
 
 def binary() -> Path:
@@ -48,7 +45,9 @@ def main() -> int:
     if sc["kind"] != "rows" or (sc["shape"] not in SHAPES and not founding):
         unsupported(runner, sc, "ipc-channel is measured on the W4 rows only")
         return 0
-    exe = FOUNDING_IPC if founding else binary()
+    # The founding workload's rows (bench/shapes/founding.json): the same crate's founding-ipc,
+    # with the same arguments.
+    exe = binary().with_name("founding-ipc") if founding else binary()
     if not exe.is_file():
         unsupported(runner, sc, f"{exe} is not built (ipc_channel / wirepool_rust --prepare)")
         return 0

@@ -68,9 +68,10 @@ RUNNERS: list[Runner] = [
     Runner("procwire_unbatched", "incumbent", "procwire 1.5 (npm), one row per stream chunk",
            ("{node}", "{bench}/incumbents/node/procwire_parent.mjs", "--batch", "1"), needs=("npm",)),
     # The founding workload's codec alone, per language (encode + decode in one process, the
-    # SDK's own codec functions): the Rust one is built by wirepool_rust's --prepare.
+    # SDK's own codec functions): the Rust one is wirepool-bench's founding-codec, built by
+    # wirepool_rust's --prepare.
     Runner("codec_rust", "codec", "codec alone, Rust (wirepool_codec into serde structs)",
-           ("{bench}/.build/founding/release/founding-codec",)),
+           ("bash", "{bench}/runners/wirepool_rust.sh", "--founding-codec")),
     Runner("codec_python", "codec", "codec alone, Python (wirepool.codecs into dicts)",
            ("{python}", "{bench}/runners/codec_py.py"), needs=("venv",)),
     Runner("codec_node", "codec", "codec alone, Node (node/dist codecs into objects)",

@@ -17,8 +17,8 @@ const WORKER_LANG = process.argv.includes("--worker") ? process.argv[process.arg
 const RUNNER = WORKER_LANG === "rust" ? "wirepool_node_rsworker" : "wirepool_node";
 const TARGET = process.env.CARGO_TARGET_DIR ?? fileURLToPath(new URL("../../rust/target", import.meta.url));
 const RUST_WORKER = `${TARGET}/release/wirepool-bench-worker`;
-// The founding workload's Rust worker (bench/founding-rs, built by wirepool_rust.sh --prepare).
-const FOUNDING_WORKER = fileURLToPath(new URL("../.build/founding/release/founding-worker", import.meta.url));
+// The founding workload's Rust worker (wirepool-bench's, built by wirepool_rust.sh --prepare).
+const FOUNDING_WORKER = `${TARGET}/release/founding-worker`;
 const MAX_FRAME = 16 << 20;
 
 function prepare() {

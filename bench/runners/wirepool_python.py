@@ -43,8 +43,8 @@ RUNNER = "wirepool_python_sync" if SYNC else {
     WORKER_LANG, "wirepool_python")
 RUST_WORKER = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "rust", "target")),
                            "release", "wirepool-bench-worker")
-# The founding workload's Rust worker (bench/founding-rs, built by wirepool_rust.sh --prepare).
-FOUNDING_WORKER = os.path.join(REPO, "bench", ".build", "founding", "release", "founding-worker")
+# The founding workload's Rust worker (wirepool-bench's, built by wirepool_rust.sh --prepare).
+FOUNDING_WORKER = os.path.join(os.path.dirname(RUST_WORKER), "founding-worker")
 NODE_DIST = os.path.join(REPO, "node", "dist", "index.js")
 MAX_FRAME = 16 << 20
 

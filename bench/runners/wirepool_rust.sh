@@ -3,17 +3,14 @@
 # wirepool_rust_pyworker.sh runs the same binary against Python workers.
 #   wirepool_rust.sh --prepare                       # cargo build --release -p wirepool-bench
 #   wirepool_rust.sh [--worker rust|python] '<scenario json>'
-# The founding workload's scenarios ("founding": true) run bench/founding-rs's founding-parent
-# (its own crate, built here too, into bench/.build/founding) with the same arguments.
+# The founding workload's scenarios ("founding": true) run wirepool-bench's founding-parent with
+# the same arguments; `wirepool_rust.sh --founding-codec '<scenario>'` runs its founding-codec
+# (the registry's codec_rust: the codec alone on the same rows).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 target="${CARGO_TARGET_DIR:-$repo/rust/target}"
-founding="$repo/bench/.build/founding/release"
 if [[ "${1:-}" == "--prepare" ]]; then
-    cargo build --release --quiet --manifest-path "$repo/bench/founding-rs/Cargo.toml" \
-        --target-dir "$repo/bench/.build/founding" >&2 ||
-        echo "wirepool_rust: the founding crate (bench/founding-rs) did not build" >&2
     cd "$repo/rust"
     if cargo build --release --quiet -p wirepool-bench >&2; then
         exit 0
@@ -30,8 +27,12 @@ if [[ -x "$repo/bench/.venv/bin/python" ]]; then
     export WIREPOOL_BENCH_PYTHON="$repo/bench/.venv/bin/python"
 fi
 export WIREPOOL_REPO="$repo"
+if [[ "${1:-}" == "--founding-codec" ]]; then
+    shift
+    exec "$target/release/founding-codec" "$@"
+fi
 founding_re='"founding": ?true'
 if [[ "${*: -1}" =~ $founding_re ]]; then
-    exec "$founding/founding-parent" "$@"
+    exec "$target/release/founding-parent" "$@"
 fi
 exec "$target/release/wirepool-bench" "$@"

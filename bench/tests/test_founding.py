@@ -23,7 +23,9 @@ from harness import founding as three_way  # noqa: E402
 from harness import report, scenarios  # noqa: E402
 from registry import LANGS, RUNNERS  # noqa: E402
 
-RUST_LINES = BENCH / ".build" / "founding" / "release" / "founding-codec"
+# wirepool-bench's founding binaries (wirepool_rust.sh --prepare builds them).
+RUST_RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", BENCH.parent / "rust" / "target")) / "release"
+RUST_LINES = RUST_RELEASE / "founding-codec"
 # make test runs these tests before anything is built (bench/run.py builds on its first run):
 # what is not built yet is skipped there; CI runs them again after `make bench` with this set,
 # and then a missing build fails instead of skipping.
@@ -169,7 +171,7 @@ REPO = BENCH.parent
 WORKERS = {
     "python": [sys.executable, str(BENCH / "runners" / "wirepool_python_worker.py")],
     "node": ["node", str(BENCH / "runners" / "wirepool_node_worker.mjs")],
-    "rust": [str(BENCH / ".build" / "founding" / "release" / "founding-worker")],
+    "rust": [str(RUST_RELEASE / "founding-worker")],
 }
 
 

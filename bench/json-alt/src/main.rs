@@ -1,11 +1,11 @@
 //! sonic-rs and simd-json against serde_json on the founding rows (issue 26): every row of a
 //! shape encoded into a reused buffer, then decoded back into the same typed struct
-//! (`founding_rows::SmallRow` / `LargeRow`, serde derive), one row at a time; each library's
+//! (`founding::SmallRow` / `LargeRow`, serde derive), one row at a time; each library's
 //! encode and decode timed apart, RUNS runs of at least 0.2 s each, min / median / max printed.
 //!
 //! ```sh
-//! cargo build --release --manifest-path bench/json-alt/Cargo.toml --target-dir bench/.build/founding
-//! bench/.build/founding/release/json-alt [RUNS]
+//! cargo build --release --manifest-path bench/json-alt/Cargo.toml --target-dir bench/.build/json-alt
+//! bench/.build/json-alt/release/json-alt [RUNS]
 //! ```
 //! serde_json decodes with `from_str` after one UTF-8 check per row (as `wirepool_codec` does);
 //! simd-json parses in place, so its decode includes copying each row into a scratch buffer it
@@ -13,7 +13,11 @@
 
 use std::time::Instant;
 
-use founding_rows::{FoundingRow, LargeRow, SmallRow};
+#[path = "../../../rust/wirepool-bench/src/founding.rs"]
+#[allow(dead_code)]
+mod founding;
+
+use founding::{FoundingRow, LargeRow, SmallRow};
 
 type Enc<R> = fn(&R, &mut Vec<u8>);
 type Dec<R> = fn(&[u8], &mut Vec<u8>) -> R;

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod founding;
+
 /// The `rows` method's request: which shape, how many rows.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct RowsReq {
@@ -89,4 +91,22 @@ pub fn arrow_batch(n: usize) -> arrow_array::RecordBatch {
         ("name", Arc::new(name) as _, true),
     ])
     .expect("a valid batch")
+}
+
+/// The scenario JSON of the runner contract: the last argument that is neither a flag nor a
+/// worker language, if it is an object, else stdin.
+pub fn load_scenario() -> serde_json::Value {
+    let last = std::env::args()
+        .skip(1)
+        .rfind(|a| !a.starts_with("--") && !["rust", "python", "node"].contains(&a.as_str()));
+    let text = match last {
+        Some(a) if a.trim_start().starts_with('{') => a,
+        _ => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),
+    };
+    serde_json::from_str(&text).expect("scenario JSON")
+}
+
+/// One figure of the runner contract; `better` is `higher` or `lower`.
+pub fn figure(name: &str, unit: &str, values: &[f64], better: &str) -> serde_json::Value {
+    serde_json::json!({"name": name, "unit": unit, "better": better, "values": values})
 }

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use wirepool::{CallOptions, Codec, Pool, WorkerCommand};
-use wirepool_bench::{payload_bytes, peak_rss_kib, LargeRow, RowsReq, SmallRow};
+use wirepool_bench::{
+    figure, load_scenario, payload_bytes, peak_rss_kib, LargeRow, RowsReq, SmallRow,
+};
 
 const MAX_FRAME: u32 = 16 << 20;
 
@@ -110,10 +112,6 @@ async fn start_pool(
         })
         .start()
         .await
-}
-
-fn figure(name: &str, unit: &str, values: &[f64], better: &str) -> Value {
-    json!({"name": name, "unit": unit, "better": better, "values": values})
 }
 
 /// Nearest-rank percentile of sorted nanoseconds, in microseconds (same rule as floor.c).
@@ -518,17 +516,6 @@ async fn run_pool(
     pool.shutdown().await;
     Ok((vec![figure("tasks_per_s", "tasks/s", &rates, "higher")], children,
         "pool.call(\"spin\") from 2 x workers tasks, max_in_flight 2 per worker; the worker spins on thread CPU time, one task at a time".into()))
-}
-
-fn load_scenario() -> Value {
-    let last = std::env::args()
-        .skip(1)
-        .rfind(|a| !a.starts_with("--") && !["rust", "python", "node"].contains(&a.as_str()));
-    let text = match last {
-        Some(a) if a.trim_start().starts_with('{') => a,
-        _ => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),
-    };
-    serde_json::from_str(&text).expect("scenario JSON")
 }
 
 fn main() {

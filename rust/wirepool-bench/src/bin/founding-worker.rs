@@ -2,8 +2,8 @@
 //! of `{"shape", "n"}` one at a time (`RowSink::send_ref`), each refilled in place by the shape's
 //! generator. Started by a wirepool parent (it needs `WIREPOOL_FD`).
 
-use founding_rows::{FoundingRow, LargeRow, RowsReq, SmallRow};
 use serde::Serialize;
+use wirepool_bench::founding::{FoundingRow, LargeRow, RowsReq, SmallRow};
 use wirepool_worker::{Codec, Context, HandlerError, RowSink, Worker};
 
 /// Either shape, serialized as the row itself.

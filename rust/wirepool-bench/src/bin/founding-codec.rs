@@ -11,10 +11,9 @@
 
 use std::time::Instant;
 
-use founding_rows::{
-    figure, json_lines, load_scenario, peak_rss_kib, FoundingRow, LargeRow, SmallRow,
-};
 use serde_json::json;
+use wirepool_bench::founding::{json_lines, FoundingRow, LargeRow, SmallRow};
+use wirepool_bench::{figure, load_scenario, peak_rss_kib};
 use wirepool_codec::Codec;
 
 /// (encode + decode, encode alone, decode alone) rows/s of one repeat.
@@ -119,9 +118,9 @@ fn main() {
     println!(
         "{}",
         json!({"runner": "codec_rust", "scenario": id, "status": "ok",
-               "figures": [figure("rows_per_s", "rows/s", &figs[0]),
-                           figure("encode_rows_per_s", "rows/s", &figs[1]),
-                           figure("decode_rows_per_s", "rows/s", &figs[2])],
+               "figures": [figure("rows_per_s", "rows/s", &figs[0], "higher"),
+                           figure("encode_rows_per_s", "rows/s", &figs[1], "higher"),
+                           figure("decode_rows_per_s", "rows/s", &figs[2], "higher")],
                "rss_kib": {"parent": peak_rss_kib(0), "children": null},
                "notes": format!("wirepool_codec::Codec::{codec:?} encode into a reused Vec + decode into the typed struct, one row at a time, one process (rows_per_s: both; encode/decode alone beside)")})
     );

@@ -14,7 +14,13 @@
 
 use std::time::Instant;
 
-use founding_rows::{peak_rss_kib, FoundingRow, LargeRow, SmallRow};
+// The founding rows and their generator: wirepool-bench's module, compiled in (this crate stays
+// out of the workspace, so it does not depend on wirepool-bench).
+#[path = "../../../src/founding.rs"]
+#[allow(dead_code)]
+mod founding;
+
+use founding::{FoundingRow, LargeRow, SmallRow};
 use ipc_channel::ipc::{IpcOneShotServer, IpcReceiver, IpcSender};
 use serde::{Deserialize, Serialize};
 
@@ -120,4 +126,18 @@ fn main() {
         Some(LargeRow::SHAPE) => parent::<LargeRow>(n, batch, repeats, window),
         other => panic!("shape {other:?}: small_rows_8192 or large_rows_512"),
     }
+}
+
+/// VmHWM (peak resident set) of a process in KiB, `pid` 0 for this one.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let path = if pid == 0 {
+        "/proc/self/status".to_string()
+    } else {
+        format!("/proc/{pid}/status")
+    };
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
 }

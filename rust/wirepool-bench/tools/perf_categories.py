@@ -3,8 +3,8 @@ into categories (copies, allocation, UTF-8 validation, escaping scans, the rest 
 the wirepool runtime, the kernel's socket and scheduling work), per process.
 
     perf record -e cpu-clock -F 2000 -g -o perf.data \\
-        bench/.build/founding/release/founding-parent '<scenario with "repeats": 1500>'
-    python3 bench/founding-rs/tools/perf_categories.py perf.data [TOP]
+        rust/target/release/founding-parent '<scenario with "repeats": 1500>'
+    python3 rust/wirepool-bench/tools/perf_categories.py perf.data [TOP]
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 //! their generator, which interprets the shape's field list from that file: the Rust side of the
 //! rows every runner of `bench/` produces (`bench/tests/test_founding.py` checks the digests).
 //!
-//! Binaries: `founding-worker` (a wirepool worker streaming the rows one at a time),
-//! `founding-parent` (the wirepool runner with a Rust parent: Rust, Python or Node worker),
-//! `founding-codec` (the codec alone on the same rows), `founding-ipc` (the ipc-channel
-//! incumbent, one row per message or batched by hand).
+//! Binaries of this crate: `founding-worker` (a wirepool worker streaming the rows one at a
+//! time), `founding-parent` (the wirepool runner with a Rust parent: Rust, Python or Node
+//! worker), `founding-codec` (the codec alone on the same rows). `founding-ipc` (the ipc-channel
+//! incumbent, one row per message or batched by hand) lives in `ipc-channel-incumbent/`, kept
+//! out of the workspace, and `bench/json-alt` compares JSON libraries on these rows: both
+//! compile this file in with `#[path]`, so it depends on serde, serde_json and itoa only.
 
 use std::fmt::Write as _;
 
@@ -13,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// The shape file, compiled in (the same file every other runner reads).
-pub const SPEC: &str = include_str!("../../shapes/founding.json");
+pub const SPEC: &str = include_str!("../../../bench/shapes/founding.json");
 
 /// A declaration-like row of `small_rows_8192` (97 bytes of JSON at its reference row).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
@@ -200,35 +202,4 @@ pub fn json_lines<R: FoundingRow>(n: u64, out: &mut impl std::io::Write) -> std:
         out.write_all(b"\n")?;
     }
     Ok(())
-}
-
-/// VmHWM (peak resident set) of a process in KiB, `pid` 0 for this one.
-pub fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let path = if pid == 0 {
-        "/proc/self/status".to_string()
-    } else {
-        format!("/proc/{pid}/status")
-    };
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// The scenario JSON: the last argument that looks like an object, else stdin.
-pub fn load_scenario() -> serde_json::Value {
-    let text = match std::env::args()
-        .skip(1)
-        .rfind(|a| a.trim_start().starts_with('{'))
-    {
-        Some(a) => a,
-        None => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),
-    };
-    serde_json::from_str(&text).expect("scenario JSON")
-}
-
-/// One figure of the runner contract.
-pub fn figure(name: &str, unit: &str, values: &[f64]) -> serde_json::Value {
-    serde_json::json!({"name": name, "unit": unit, "better": "higher", "values": values})
 }

@@ -11,11 +11,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use founding_rows::{
-    figure, load_scenario, peak_rss_kib, FoundingRow, LargeRow, RowsReq, SmallRow,
-};
 use serde_json::json;
 use wirepool::{CallOptions, Codec, Pool, WorkerCommand};
+use wirepool_bench::founding::{FoundingRow, LargeRow, RowsReq, SmallRow};
+use wirepool_bench::{figure, load_scenario, peak_rss_kib};
 
 fn repo_root() -> PathBuf {
     std::env::var_os("WIREPOOL_REPO")
@@ -160,7 +159,7 @@ fn main() {
         Ok((rates, children)) => println!(
             "{}",
             json!({"runner": runner, "scenario": id, "status": "ok",
-                   "figures": [figure("rows_per_s", "rows/s", &rates)],
+                   "figures": [figure("rows_per_s", "rows/s", &rates, "higher")],
                    "rss_kib": {"parent": peak_rss_kib(0), "children": children},
                    "notes": format!("pool.stream_with::<_, {}> ({codec:?}, serde into typed structs, one row per next()); {lang} worker yielding one row at a time",
                                     if shape == LargeRow::SHAPE { "LargeRow" } else { "SmallRow" })})
