@@ -1,31 +1,32 @@
-//! The JSON encoder of the `json-sonic` feature: sonic-rs's serializer (SIMD string escaping),
-//! producing exactly the bytes of the serde_json encoder it replaces, or nothing.
+//! The JSON encoder of the `json-sonic` feature: serde_json's serializer, except that a long
+//! string value is escaped by sonic-rs (SIMD) and written as serde_json's raw fragment.
 //!
-//! Measured on the founding rows (issue 26, `bench/json-alt`): sonic-rs encodes a 4 KiB string
-//! row 6.6x faster than serde_json, whose byte-at-a-time escaping scan is 28% of a Rust worker's
-//! time streaming such rows. Decoding stays with serde_json (faster on small rows, equal on
-//! 4 KiB ones).
+//! Measured on the founding rows (issue 26, `bench/json-alt`): sonic-rs escapes a 4 KiB string
+//! 6-7x faster than serde_json, whose byte-at-a-time scan is 28% of a Rust worker's time
+//! streaming such rows; on short strings it gains nothing and costs more instructions. So only
+//! string values of [`LONG`] bytes or more take it, and everything else (structure, keys, numbers,
+//! errors, `RawValue`) is serde_json's own: the bytes are serde_json's by construction except
+//! for the escaping of those strings, which `tests/json_sonic.rs` checks against serde_json on
+//! every character class. Decoding stays serde_json's.
 //!
-//! The same bytes as serde_json, by construction where sonic-rs differs:
-//! - floats are written by serde_json's own formatter (ryu; sonic-rs uses another algorithm);
-//! - integers outside the 64-bit range, and every error sonic-rs reports, make [`encode`] return
-//!   `false`: the caller encodes again with serde_json, so errors (and their messages) are
-//!   serde_json's;
-//! - a struct whose name starts with `$` (serde_json's `RawValue` and arbitrary-precision
-//!   `Number`, sonic-rs's own raw types: private tokens each library treats specially) also
-//!   returns `false`, so such a value is serde_json's job as before.
-//!
-//! sonic-rs writes into a contiguous buffer it reserves ahead (`WriteExt`), which a generic
-//! `BufMut` cannot offer: the value is encoded into a per-thread scratch vector, then appended
-//! to the caller's buffer in one copy (a few percent of the escaping time saved on a 4 KiB row).
+//! [`Fast`] wraps `&mut serde_json::Serializer`, forwarding every call, compound serializers
+//! wrapping their elements; a long `serialize_str` is escaped into a per-thread scratch vector
+//! and handed to serde_json as a raw value (its `raw_value` token, which writes the fragment as
+//! is). Map keys and the fields of a struct named with a private token (`$...`: serde_json's
+//! `RawValue` and `Number`) pass through untouched.
 
 use std::cell::RefCell;
 use std::fmt::Display;
-use std::io;
 
-use bytes::BufMut;
-use serde::ser::{self, Serialize};
-use serde_json::ser::Formatter as _;
+use serde::ser::{self, Serialize, SerializeStruct as _};
+use sonic_rs::format::Formatter as _;
+
+/// String values at least this long are escaped by sonic-rs.
+pub(crate) const LONG: usize = 64;
+
+/// serde_json's raw-value token (`serde_json::value::RawValue` serialises as a struct of this
+/// name with one field of this name: serde_json writes the field's string as is).
+const RAW_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// A scratch buffer above this capacity is dropped after use instead of kept for the thread.
 const KEEP_SCRATCH: usize = 1 << 20;
@@ -34,75 +35,55 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Appends the JSON of `value` to `out` and returns `true`, or leaves `out` untouched and returns
-/// `false` when sonic-rs cannot give serde_json's bytes for it (see the module docs).
-pub(crate) fn encode<T: Serialize + ?Sized, B: BufMut>(value: &T, out: &mut B) -> bool {
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut scratch) => {
-            scratch.clear();
-            let done = encode_via(value, &mut scratch, out);
-            if scratch.capacity() > KEEP_SCRATCH {
-                *scratch = Vec::new();
-            }
-            done
-        }
-        // A `Serialize` impl that encodes JSON itself (re-entered on this thread).
-        Err(_) => encode_via(value, &mut Vec::new(), out),
-    })
+/// The wrapper of serde_json's serializer `S` (see the module docs); `raw`: pass strings through.
+pub(crate) struct Fast<S> {
+    s: S,
+    raw: bool,
 }
 
-fn encode_via<T: Serialize + ?Sized, B: BufMut>(
-    value: &T,
-    scratch: &mut Vec<u8>,
-    out: &mut B,
-) -> bool {
-    let mut ser = sonic_rs::Serializer::with_formatter(&mut *scratch, SameAsSerdeJson);
-    if value.serialize(Guard(&mut ser)).is_err() {
-        return false;
-    }
-    out.put_slice(scratch);
-    true
-}
-
-/// sonic-rs's compact format with serde_json's floats, refusing integers outside 64 bits.
-#[derive(Clone, Copy)]
-struct SameAsSerdeJson;
-
-impl sonic_rs::format::Formatter for SameAsSerdeJson {
-    #[inline]
-    fn write_f32<W: ?Sized + io::Write>(&mut self, w: &mut W, v: f32) -> io::Result<()> {
-        serde_json::ser::CompactFormatter.write_f32(w, v)
-    }
-    #[inline]
-    fn write_f64<W: ?Sized + io::Write>(&mut self, w: &mut W, v: f64) -> io::Result<()> {
-        serde_json::ser::CompactFormatter.write_f64(w, v)
-    }
-    fn write_i128<W: ?Sized + io::Write>(&mut self, w: &mut W, v: i128) -> io::Result<()> {
-        match i64::try_from(v) {
-            Ok(v) => self.write_i64(w, v),
-            Err(_) => Err(io::Error::new(io::ErrorKind::InvalidInput, "i128")),
-        }
-    }
-    fn write_u128<W: ?Sized + io::Write>(&mut self, w: &mut W, v: u128) -> io::Result<()> {
-        match u64::try_from(v) {
-            Ok(v) => self.write_u64(w, v),
-            Err(_) => Err(io::Error::new(io::ErrorKind::InvalidInput, "u128")),
-        }
+impl<S> Fast<S> {
+    pub(crate) fn new(s: S) -> Self {
+        Self { s, raw: false }
     }
 }
 
-/// A forwarding serializer that fails on a struct named with a private token (`$...`); every
-/// other call is forwarded as is, compound serializers wrapping their elements.
-struct Guard<S>(S);
-
-/// A value serialised through [`Guard`] (an element of a compound).
-struct Wrap<'a, T: ?Sized>(&'a T);
+/// A value serialised through [`Fast`] (an element of a compound).
+struct Wrap<'a, T: ?Sized> {
+    v: &'a T,
+    raw: bool,
+}
 
 impl<T: Serialize + ?Sized> Serialize for Wrap<'_, T> {
     #[inline]
     fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(Guard(serializer))
+        self.v.serialize(Fast {
+            s: serializer,
+            raw: self.raw,
+        })
     }
+}
+
+/// `value` as a JSON string (quotes included), escaped by sonic-rs, handed to `f`.
+fn escaped<R>(value: &str, f: impl FnOnce(&str) -> R) -> R {
+    let run = |scratch: &mut Vec<u8>| {
+        scratch.clear();
+        // Writing into a Vec cannot fail.
+        let _ = sonic_rs::format::CompactFormatter.write_string_fast(scratch, value, true);
+        // Escaping keeps a str's UTF-8 intact (it only replaces ASCII bytes with ASCII escapes);
+        // checked anyway, and on the word-at-a-time ASCII path that costs little.
+        f(std::str::from_utf8(scratch).unwrap_or("null"))
+    };
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            let out = run(&mut scratch);
+            if scratch.capacity() > KEEP_SCRATCH {
+                *scratch = Vec::new();
+            }
+            out
+        }
+        // Re-entered on this thread (cannot happen while serde_json writes the fragment).
+        Err(_) => run(&mut Vec::new()),
+    })
 }
 
 macro_rules! forward {
@@ -110,22 +91,22 @@ macro_rules! forward {
         $(
             #[inline]
             fn $method(self, $($arg: $ty),*) -> Result<S::Ok, S::Error> {
-                self.0.$method($($arg),*)
+                self.s.$method($($arg),*)
             }
         )*
     };
 }
 
-impl<S: ser::Serializer> ser::Serializer for Guard<S> {
+impl<S: ser::Serializer> ser::Serializer for Fast<S> {
     type Ok = S::Ok;
     type Error = S::Error;
-    type SerializeSeq = Guard<S::SerializeSeq>;
-    type SerializeTuple = Guard<S::SerializeTuple>;
-    type SerializeTupleStruct = Guard<S::SerializeTupleStruct>;
-    type SerializeTupleVariant = Guard<S::SerializeTupleVariant>;
-    type SerializeMap = Guard<S::SerializeMap>;
-    type SerializeStruct = Guard<S::SerializeStruct>;
-    type SerializeStructVariant = Guard<S::SerializeStructVariant>;
+    type SerializeSeq = Fast<S::SerializeSeq>;
+    type SerializeTuple = Fast<S::SerializeTuple>;
+    type SerializeTupleStruct = Fast<S::SerializeTupleStruct>;
+    type SerializeTupleVariant = Fast<S::SerializeTupleVariant>;
+    type SerializeMap = Fast<S::SerializeMap>;
+    type SerializeStruct = Fast<S::SerializeStruct>;
+    type SerializeStructVariant = Fast<S::SerializeStructVariant>;
 
     forward! {
         serialize_bool(v: bool);
@@ -142,7 +123,6 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
         serialize_f32(v: f32);
         serialize_f64(v: f64);
         serialize_char(v: char);
-        serialize_str(v: &str);
         serialize_bytes(v: &[u8]);
         serialize_none();
         serialize_unit();
@@ -151,8 +131,23 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
     }
 
     #[inline]
+    fn serialize_str(self, v: &str) -> Result<S::Ok, S::Error> {
+        if self.raw || v.len() < LONG {
+            return self.s.serialize_str(v);
+        }
+        escaped(v, |json| {
+            let mut raw = self.s.serialize_struct(RAW_TOKEN, 1)?;
+            raw.serialize_field(RAW_TOKEN, json)?;
+            raw.end()
+        })
+    }
+
+    #[inline]
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
-        self.0.serialize_some(&Wrap(value))
+        self.s.serialize_some(&Wrap {
+            v: value,
+            raw: self.raw,
+        })
     }
 
     #[inline]
@@ -161,7 +156,13 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
         name: &'static str,
         value: &T,
     ) -> Result<S::Ok, S::Error> {
-        self.0.serialize_newtype_struct(name, &Wrap(value))
+        self.s.serialize_newtype_struct(
+            name,
+            &Wrap {
+                v: value,
+                raw: self.raw,
+            },
+        )
     }
 
     #[inline]
@@ -172,18 +173,27 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
         variant: &'static str,
         value: &T,
     ) -> Result<S::Ok, S::Error> {
-        self.0
-            .serialize_newtype_variant(name, index, variant, &Wrap(value))
+        self.s.serialize_newtype_variant(
+            name,
+            index,
+            variant,
+            &Wrap {
+                v: value,
+                raw: self.raw,
+            },
+        )
     }
 
     #[inline]
     fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, S::Error> {
-        self.0.serialize_seq(len).map(Guard)
+        self.s.serialize_seq(len).map(|s| Fast { s, raw: self.raw })
     }
 
     #[inline]
     fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, S::Error> {
-        self.0.serialize_tuple(len).map(Guard)
+        self.s
+            .serialize_tuple(len)
+            .map(|s| Fast { s, raw: self.raw })
     }
 
     #[inline]
@@ -192,7 +202,9 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
         name: &'static str,
         len: usize,
     ) -> Result<Self::SerializeTupleStruct, S::Error> {
-        self.0.serialize_tuple_struct(name, len).map(Guard)
+        self.s
+            .serialize_tuple_struct(name, len)
+            .map(|s| Fast { s, raw: self.raw })
     }
 
     #[inline]
@@ -203,14 +215,14 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
         variant: &'static str,
         len: usize,
     ) -> Result<Self::SerializeTupleVariant, S::Error> {
-        self.0
+        self.s
             .serialize_tuple_variant(name, index, variant, len)
-            .map(Guard)
+            .map(|s| Fast { s, raw: self.raw })
     }
 
     #[inline]
     fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
-        self.0.serialize_map(len).map(Guard)
+        self.s.serialize_map(len).map(|s| Fast { s, raw: self.raw })
     }
 
     #[inline]
@@ -219,10 +231,9 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
         name: &'static str,
         len: usize,
     ) -> Result<Self::SerializeStruct, S::Error> {
-        if name.starts_with('$') {
-            return Err(ser::Error::custom("a private token: serde_json's job"));
-        }
-        self.0.serialize_struct(name, len).map(Guard)
+        // serde_json's RawValue and Number: their fields are text serde_json writes as is.
+        let raw = self.raw || name.starts_with('$');
+        self.s.serialize_struct(name, len).map(|s| Fast { s, raw })
     }
 
     #[inline]
@@ -233,34 +244,37 @@ impl<S: ser::Serializer> ser::Serializer for Guard<S> {
         variant: &'static str,
         len: usize,
     ) -> Result<Self::SerializeStructVariant, S::Error> {
-        self.0
+        self.s
             .serialize_struct_variant(name, index, variant, len)
-            .map(Guard)
+            .map(|s| Fast { s, raw: self.raw })
     }
 
     #[inline]
     fn collect_str<T: Display + ?Sized>(self, value: &T) -> Result<S::Ok, S::Error> {
-        self.0.collect_str(value)
+        self.s.collect_str(value)
     }
 
     #[inline]
     fn is_human_readable(&self) -> bool {
-        self.0.is_human_readable()
+        self.s.is_human_readable()
     }
 }
 
 macro_rules! compound {
     ($trait:ident, $method:ident) => {
-        impl<S: ser::$trait> ser::$trait for Guard<S> {
+        impl<S: ser::$trait> ser::$trait for Fast<S> {
             type Ok = S::Ok;
             type Error = S::Error;
             #[inline]
             fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-                self.0.$method(&Wrap(value))
+                self.s.$method(&Wrap {
+                    v: value,
+                    raw: self.raw,
+                })
             }
             #[inline]
             fn end(self) -> Result<S::Ok, S::Error> {
-                self.0.end()
+                self.s.end()
             }
         }
     };
@@ -271,16 +285,19 @@ compound!(SerializeTuple, serialize_element);
 compound!(SerializeTupleStruct, serialize_field);
 compound!(SerializeTupleVariant, serialize_field);
 
-impl<S: ser::SerializeMap> ser::SerializeMap for Guard<S> {
+impl<S: ser::SerializeMap> ser::SerializeMap for Fast<S> {
     type Ok = S::Ok;
     type Error = S::Error;
     #[inline]
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), S::Error> {
-        self.0.serialize_key(&Wrap(key))
+        self.s.serialize_key(&Wrap { v: key, raw: true })
     }
     #[inline]
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_value(&Wrap(value))
+        self.s.serialize_value(&Wrap {
+            v: value,
+            raw: self.raw,
+        })
     }
     #[inline]
     fn serialize_entry<K: Serialize + ?Sized, V: Serialize + ?Sized>(
@@ -288,17 +305,23 @@ impl<S: ser::SerializeMap> ser::SerializeMap for Guard<S> {
         key: &K,
         value: &V,
     ) -> Result<(), S::Error> {
-        self.0.serialize_entry(&Wrap(key), &Wrap(value))
+        self.s.serialize_entry(
+            &Wrap { v: key, raw: true },
+            &Wrap {
+                v: value,
+                raw: self.raw,
+            },
+        )
     }
     #[inline]
     fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
+        self.s.end()
     }
 }
 
 macro_rules! fields {
     ($trait:ident) => {
-        impl<S: ser::$trait> ser::$trait for Guard<S> {
+        impl<S: ser::$trait> ser::$trait for Fast<S> {
             type Ok = S::Ok;
             type Error = S::Error;
             #[inline]
@@ -307,15 +330,21 @@ macro_rules! fields {
                 key: &'static str,
                 value: &T,
             ) -> Result<(), S::Error> {
-                self.0.serialize_field(key, &Wrap(value))
+                self.s.serialize_field(
+                    key,
+                    &Wrap {
+                        v: value,
+                        raw: self.raw,
+                    },
+                )
             }
             #[inline]
             fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
-                self.0.skip_field(key)
+                self.s.skip_field(key)
             }
             #[inline]
             fn end(self) -> Result<S::Ok, S::Error> {
-                self.0.end()
+                self.s.end()
             }
         }
     };
@@ -326,21 +355,29 @@ fields!(SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {
-    use super::encode;
+    use super::{Fast, LONG};
 
-    /// The fast path is taken for ordinary rows and left for the values serde_json must write.
-    #[test]
-    fn sonic_encodes_rows_and_leaves_private_tokens_and_big_integers() {
+    fn fast(value: &impl serde::Serialize) -> Vec<u8> {
         let mut out = Vec::new();
-        assert!(encode(&("decl_1", 1u64, [1.5f64]), &mut out));
-        assert_eq!(out, br#"["decl_1",1,[1.5]]"#);
-        let raw = serde_json::value::RawValue::from_string("[1]".into()).unwrap();
-        assert!(!encode(&[&raw], &mut out));
-        assert!(!encode(&(1u128 << 64), &mut out));
-        assert!(!encode(&[Some(i128::MIN)], &mut out));
-        assert_eq!(
-            out, br#"["decl_1",1,[1.5]]"#,
-            "nothing appended on a refusal"
-        );
+        value
+            .serialize(Fast::new(&mut serde_json::Serializer::new(&mut out)))
+            .unwrap();
+        out
+    }
+
+    /// Long strings go through sonic-rs (its escaping of a long string matches serde_json's);
+    /// keys, short strings and RawValue's text pass through.
+    #[test]
+    fn long_strings_are_escaped_by_sonic_and_the_rest_is_serde_json() {
+        let long = format!("\"{}\n", "x".repeat(LONG));
+        let key = "k".repeat(LONG + 1);
+        let value: std::collections::BTreeMap<&str, (&str, &str)> =
+            [(key.as_str(), (long.as_str(), "short\t"))]
+                .into_iter()
+                .collect();
+        assert_eq!(fast(&value), serde_json::to_vec(&value).unwrap());
+        let text = format!("[\"{}\"]", "y".repeat(LONG * 2));
+        let raw = serde_json::value::RawValue::from_string(text.clone()).unwrap();
+        assert_eq!(fast(&raw), text.as_bytes());
     }
 }

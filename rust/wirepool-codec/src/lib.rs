@@ -8,7 +8,7 @@
 //! | [`Codec`] | id | values | cargo feature |
 //! |---|---:|---|---|
 //! | [`Codec::Raw`] | 0 | byte-like values, carried verbatim | always |
-//! | [`Codec::Json`] | 1 | any serde type | `json` (default); `json-sonic` encodes with sonic-rs |
+//! | [`Codec::Json`] | 1 | any serde type | `json` (default); `json-sonic`: long strings escaped by sonic-rs |
 //! | [`Codec::MsgPack`] | 2 | any serde type (structs as maps) | `msgpack` (default) |
 //! | [`Codec::Cbor`] | 3 | any serde type | `cbor` (default) |
 //! | [`Codec::ArrowIpc`] | 4 | byte-like values holding an Arrow IPC stream; see the `arrow` module | `arrow` for the helpers |
@@ -165,16 +165,13 @@ impl Codec {
             }
             #[cfg(feature = "json")]
             Codec::Json => {
-                // `json-sonic`: sonic-rs's encoder when it gives serde_json's bytes (the
-                // `json_sonic` module); serde_json for everything else, errors included.
-                #[cfg(feature = "json-sonic")]
-                if json_sonic::encode(value, out) {
-                    return Ok(());
-                }
                 let mut ser = serde_json::Serializer::with_formatter(SmallWrites(out), NoBigInts);
-                value
-                    .serialize(&mut ser)
-                    .map_err(|e| CodecError::encode(self, e))
+                // `json-sonic`: long strings escaped by sonic-rs (the `json_sonic` module).
+                #[cfg(feature = "json-sonic")]
+                let done = value.serialize(json_sonic::Fast::new(&mut ser));
+                #[cfg(not(feature = "json-sonic"))]
+                let done = value.serialize(&mut ser);
+                done.map_err(|e| CodecError::encode(self, e))
             }
             #[cfg(feature = "msgpack")]
             Codec::MsgPack => {

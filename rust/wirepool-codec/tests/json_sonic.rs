@@ -1,5 +1,5 @@
 //! The `json-sonic` encoder writes exactly serde_json's bytes (and fails where serde_json fails):
-//! every value here is encoded by `Codec::Json` (sonic-rs, falling back to serde_json) and by
+//! every value here is encoded by `Codec::Json` (long strings escaped by sonic-rs) and by
 //! `serde_json::to_vec` and the two compared.
 #![cfg(feature = "json-sonic")]
 
