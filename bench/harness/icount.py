@@ -59,6 +59,7 @@ SNAPSHOT = BUILD / "icount-src"  # the copy of python/wirepool the counted runs 
 OPS: dict[str, tuple[str, str]] = {
     "unary": ("one unary round trip, 64 B each way (raw codec)", "instructions/call"),
     "rows_json": ("one small row of a stream, JSON, decoded in the parent", "instructions/row"),
+    "large_rows": ("one 4 KiB row of a stream, JSON, decoded in the parent", "instructions/row"),
     "rows_raw": ("one small row of a stream, raw bytes, not decoded", "instructions/row"),
     "echo_1mib": ("one 1 MiB payload to the worker and back (raw codec)", "instructions/call"),
     "handshake": ("one worker started (spawn, HELLO) and shut down", "instructions/worker"),
@@ -67,10 +68,12 @@ OPS: dict[str, tuple[str, str]] = {
 # The counts of the base run; a figure's run adds `delta` of one operation to them. Deltas
 # are sized so that each difference is tens of millions of instructions (the run-to-run noise
 # of a whole run is a few hundred thousand) while valgrind spends about a second on it.
-BASE = {"unary": 2, "rows_json": 64, "rows_raw": 64, "echo_1mib": 2, "handshake": 0}
+BASE = {"unary": 2, "rows_json": 64, "large_rows": 16, "rows_raw": 64, "echo_1mib": 2,
+        "handshake": 0}
+# A pair counts the operations its DELTAS name (large_rows: the Rust pair only so far).
 DELTAS: dict[str, dict[str, int]] = {
-    "rust_rust": {"unary": 2000, "rows_json": 6000, "rows_raw": 36000, "echo_1mib": 200,
-                  "handshake": 6},
+    "rust_rust": {"unary": 2000, "rows_json": 6000, "large_rows": 1000, "rows_raw": 36000,
+                  "echo_1mib": 200, "handshake": 6},
     "python_python": {"unary": 120, "rows_json": 2000, "rows_raw": 2400, "echo_1mib": 20,
                       "handshake": 1},
     "rust_python": {"unary": 400, "rows_json": 2400, "rows_raw": 5000, "echo_1mib": 24,
@@ -166,8 +169,8 @@ def missing_tools(pairs: list[str]) -> list[str]:
 def warm_up(pairs: list[str], python: str, snapshot: Path = SNAPSHOT) -> None:
     """One native run of each parent with tiny counts: fills the bytecode cache (PYCACHE) so that
     no counted run compiles a module, and fails early and clearly when a pair cannot run."""
-    tiny = [f"{op}=1" for op in OPS]
     for pair in pairs:
+        tiny = [f"{op}=1" for op in ops_of(pair, list(OPS))]
         r = subprocess.run(parent_argv(pair, python) + tiny,
                            env=count_env(python, snapshot=snapshot),
                            cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -176,11 +179,16 @@ def warm_up(pairs: list[str], python: str, snapshot: Path = SNAPSHOT) -> None:
                                f"{r.returncode}): {r.stderr.strip()[-800:]}")
 
 
+def ops_of(pair: str, ops: list[str]) -> list[str]:
+    """The operations of `ops` that `pair` counts (those its DELTAS name)."""
+    return [op for op in ops if op in DELTAS[pair]]
+
+
 def phases(ops: list[str], pair: str, repeats: int | None = None) -> list[tuple[str, int]]:
-    """The phases of one counting run: for every operation, `repeats` (default `repeats_of`)
-    times its base count and its base + delta count, alternating."""
+    """The phases of one counting run: for every operation the pair counts, `repeats` (default
+    `repeats_of`) times its base count and its base + delta count, alternating."""
     out = []
-    for op in ops:
+    for op in ops_of(pair, ops):
         out += [(op, BASE[op]), (op, BASE[op] + DELTAS[pair][op])] * (
             repeats or repeats_of(pair, op))
     return out
@@ -276,7 +284,7 @@ def measure(pairs: list[str], ops: list[str], python: str = sys.executable,
             free.put(cpu)
         out = {}
         at = 0
-        for op in ops:
+        for op in ops_of(pair, ops):
             width = 2 * repeats_of(pair, op)
             mine, counts = steps[at:at + width], per_phase[at:at + width]
             at += width

@@ -16,6 +16,7 @@
 //! |---|---|
 //! | `unary` | `call_raw("echo", 64 B)`: one round trip |
 //! | `rows_json` | one small row of one `rows` stream, decoded from JSON into a typed struct |
+//! | `large_rows` | one 4 KiB row (`large_rows`) of one `rows` stream, JSON, into a typed struct (not in `count_python.py` yet) |
 //! | `rows_raw` | one small row of one `raw_rows` stream, walked undecoded a frame at a time |
 //! | `echo_1mib` | `call_raw("echo", 1 MiB)`: 1 MiB to the worker and back |
 //! | `handshake` | a second pool of one worker started (spawn, HELLO), marked and shut down |
@@ -30,9 +31,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use wirepool::{CallOptions, Codec, Pool, WorkerCommand};
-use wirepool_bench::{payload_bytes, RowsReq, SmallRow};
+use wirepool_bench::{payload_bytes, LargeRow, RowsReq, SmallRow};
 
-const OPS: [&str; 5] = ["unary", "rows_json", "rows_raw", "echo_1mib", "handshake"];
+const OPS: [&str; 6] = [
+    "unary",
+    "rows_json",
+    "large_rows",
+    "rows_raw",
+    "echo_1mib",
+    "handshake",
+];
 
 fn worker_command(python: bool) -> WorkerCommand {
     let exe = std::env::current_exe().expect("own path");
@@ -62,6 +70,13 @@ async fn start_pool(python: bool) -> wirepool::Result<Pool> {
         .startup_timeout(Duration::from_secs(120))
         .start()
         .await
+}
+
+fn json() -> CallOptions {
+    CallOptions {
+        codec: Some(Codec::Json),
+        ..Default::default()
+    }
 }
 
 /// The planted slowdown: `iters` turns of a loop the optimiser cannot remove.
@@ -107,15 +122,29 @@ async fn run(
                 }
             }
             "rows_json" => {
-                let opts = CallOptions {
-                    codec: Some(Codec::Json),
-                    ..Default::default()
-                };
                 let req = RowsReq {
                     shape: "small_rows".into(),
                     n: *n,
                 };
-                let mut rows = pool.stream_with::<_, SmallRow>("rows", &req, opts).await?;
+                let mut rows = pool
+                    .stream_with::<_, SmallRow>("rows", &req, json())
+                    .await?;
+                let mut got = 0u64;
+                while let Some(row) = rows.next().await {
+                    assert_eq!(row?.i, got, "row index");
+                    got += 1;
+                    plant(spin);
+                }
+                assert_eq!(got, *n, "row count");
+            }
+            "large_rows" => {
+                let req = RowsReq {
+                    shape: "large_rows".into(),
+                    n: *n,
+                };
+                let mut rows = pool
+                    .stream_with::<_, LargeRow>("rows", &req, json())
+                    .await?;
                 let mut got = 0u64;
                 while let Some(row) = rows.next().await {
                     assert_eq!(row?.i, got, "row index");
