@@ -87,12 +87,9 @@ pub(crate) fn response(
                 s.done = true;
             }
             None => {
-                // An empty summary means none (PROTOCOL.md section 4, END): `null`, as absent.
                 let summary = match s.rows.summary_bytes() {
-                    Some(b) if !b.is_empty() => {
-                        to_json(s.codec, b).unwrap_or_else(|_| b"null".to_vec())
-                    }
-                    _ => b"null".to_vec(),
+                    Some(b) => to_json(s.codec, b).unwrap_or_else(|_| b"null".to_vec()),
+                    None => b"null".to_vec(), // the worker sent none
                 };
                 match s.framing {
                     Framing::Ndjson => {

@@ -227,9 +227,10 @@ impl<T> RowStream<T> {
         }
     }
 
-    /// The raw END summary bytes, once the stream has ended.
+    /// The raw END summary bytes, once the stream has ended; `None` before the end or when the
+    /// worker sent none (an empty summary on the wire, PROTOCOL.md section 4).
     pub fn summary_bytes(&self) -> Option<&Bytes> {
-        self.summary.as_ref()
+        self.summary.as_ref().filter(|b| !b.is_empty())
     }
 
     /// The next whole ROWS frame, for consumers that iterate rows themselves (the fastest path:

@@ -723,7 +723,6 @@ impl Reader {
                 .map_err(|e| format!("the summary does not decode: {e}")),
             Some(Rows::Bytes(s)) => Ok(s
                 .summary_bytes()
-                .filter(|b| !b.is_empty())
                 .map(|b| json!(format!("{} raw bytes", b.len())))),
             None => Ok(None),
         }
