@@ -269,6 +269,43 @@ export const Remote = {
   poolTicketTtlS: 86400,
 } as const;
 
+/** The shared-memory extension (section 20): its tag, frame types, error codes, limits and SDK defaults. They exist on a connection only once its WELCOME accepted the extension. */
+export const Shm = {
+  tag: 1,
+  privateTags: [32768, 65535] as const,
+  maxLiveRegions: 64,
+  maxDescriptorsPerWrite: 8,
+  maxQueuedDescriptors: 8,
+  toWorkerWindow: 1_073_741_824,
+  toParentWindow: 1_073_741_824,
+  window: 1_073_741_824,
+  shmThreshold: 1_048_576,
+  shmIdleRetireMs: 1000,
+} as const;
+/** The extension's frame types (section 20.3): payload of exactly `payloadSize` bytes, never MORE. */
+export const ShmFrameType = {
+  SHM_REGION: 0x50,
+  SHM_RELEASE: 0x51,
+  SHM_RETIRE: 0x52,
+  SHM_BODY: 0x7e,
+} as const;
+/** An shm frame type code. */
+export type ShmFrameType = (typeof ShmFrameType)[keyof typeof ShmFrameType];
+/** Payload sizes of the shm frame types, by code. */
+export const SHM_PAYLOAD_SIZE: ReadonlyMap<number, number> = new Map<number, number>([
+  [0x50, 16],
+  [0x51, 24],
+  [0x52, 8],
+  [0x7e, 24],
+]);
+/** The extension's error codes (section 20.6): protocol violations, sent only where it is on. */
+export const ShmErrorCode = {
+  SHM_BAD_REGION: 123,
+  SHM_BAD_DESCRIPTOR: 124,
+  SHM_BOUNDS: 125,
+  SHM_BAD_RELEASE: 126,
+} as const;
+
 /** What a driver may hand its transport ahead of the socket (section 8.5): whole frames, only while the transport holds fewer than `maxHandedAheadBytes` bytes not yet written (the frame that reaches it is handed whole). */
 export const Driver = {
   maxHandedAheadBytes: 4_194_304,

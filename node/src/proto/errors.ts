@@ -10,9 +10,14 @@ import {
   type ErrorClass,
   type ErrorFate,
   type ErrorName,
+  ShmErrorCode,
 } from "./constants.js";
 
-const NAMES = new Map<number, string>(Object.entries(ErrorCode).map(([n, c]) => [c, n]));
+// The shm extension's codes (section 20.6) are named too: a peer on a connection that agreed to
+// the lane sends them, and any peer may classify them (by range they are protocol violations).
+const NAMES = new Map<number, string>(
+  [...Object.entries(ErrorCode), ...Object.entries(ShmErrorCode)].map(([n, c]) => [c, n]),
+);
 
 /** Fallback names of unknown codes, by class: a receiver classifies them by range (section 3). */
 const CLASS_NAMES: Record<ErrorClass, string> = {

@@ -10,3 +10,4 @@ export * from "./decoder.js";
 export * from "./connection.js";
 export * from "./policies.js";
 export * from "./liveness.js";
+export * from "./shm.js";
