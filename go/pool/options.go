@@ -35,6 +35,7 @@ type Options struct {
 	StderrTailLines   int           // last lines of each worker's stderr kept for Error.StderrTail, each cut to 4,096 bytes (default 20)
 	Stdout            io.Writer     // the workers' stdout (default: discarded)
 	Logger            *slog.Logger  // the pool's warnings (default slog.Default()): the max_in_flight clamp, once per pool (4.2)
+	Remote            *Listener     // remote workers (21): each joins this listener with a single-use ticket instead of a socketpair (nil: local)
 }
 
 // NoHeartbeat, as Options.Heartbeat, turns PINGs and both liveness clocks off (heartbeat_ms 0):

@@ -55,6 +55,9 @@ type proc struct {
 	cmd  *exec.Cmd
 	conn net.Conn
 	tail *tailBuf
+	// remote is a remote worker's (remote.go), nil for a local one: its death is a lost
+	// connection (21.6).
+	remote *remoteConn
 
 	mu       sync.Mutex
 	core     *proto.Connection
@@ -189,6 +192,9 @@ func (t *tailBuf) message() string {
 
 // spawn starts one worker and completes the handshake (section 1, 4).
 func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
+	if p.opts.Remote != nil {
+		return p.spawnRemote(ctx, slot)
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, errorf(proto.CodeSpawnFailed, "socketpair: %v", err)
@@ -243,6 +249,9 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 }
 
 func (w *proc) exitText() string {
+	if w.remote != nil {
+		return w.remoteText()
+	}
 	s := ""
 	if st := w.cmd.ProcessState; st != nil {
 		s = fmt.Sprintf(" (%s)", st.String())
@@ -267,7 +276,7 @@ func (w *proc) handshake(ctx context.Context) error {
 			case *proto.Hello:
 				o := &w.p.opts
 				wel, clamped, err := proto.Negotiate(ev, proto.Offer{MaxFrameSize: int64(o.MaxFrameSize),
-					InitialCredit: int64(o.InitialCredit), HeartbeatMs: o.Heartbeat.Milliseconds(), MaxInFlight: int64(o.MaxInFlight),
+					InitialCredit: int64(o.InitialCredit), HeartbeatMs: w.heartbeatEvery().Milliseconds(), MaxInFlight: int64(o.MaxInFlight),
 					MaxMessageSize: o.MaxMessageSize, WorkerID: uint32(w.slot)})
 				if err == nil {
 					err = checkRequired(ev, o.Require)
@@ -334,6 +343,9 @@ func protoCode(err error) proto.ErrorCode {
 }
 
 func (w *proc) kill() {
+	if w.remote != nil {
+		_ = w.remote.raw.Close() // the connection is all the pool holds of a remote worker
+	}
 	if w.cmd.Process != nil {
 		_ = w.cmd.Process.Kill()
 	}
@@ -544,7 +556,7 @@ func checkRequired(hello *proto.Hello, req []Requirement) error {
 // heartbeat runs the liveness judge (the core's, 8.5) every tick: PINGs as it asks, and the
 // kill with WORKER_HUNG at its verdict.
 func (w *proc) heartbeat() {
-	hb := uint64(w.p.opts.Heartbeat.Milliseconds())
+	hb := uint64(w.heartbeatEvery().Milliseconds())
 	tick := min(max(hb/10, 5), 100)
 	start := time.Now()
 	judge := proto.NewLiveness(hb, tick, 0)
@@ -609,6 +621,10 @@ func (w *proc) reap(grace time.Duration) bool {
 // addExit adds how the process ended to e's details: exit_status or signal (one of them null),
 // and the stderr tail, beside what e's details already say.
 func (w *proc) addExit(e *Error) {
+	if w.remote != nil {
+		w.addLost(e)
+		return
+	}
 	status := map[string]any{"exit_status": nil, "signal": nil, "stderr_tail": w.tail.String()}
 	if len(e.Details) > 0 {
 		var d map[string]any
