@@ -236,6 +236,24 @@ function children(): Map<number, string> {
   return found;
 }
 
+function cmdline(pid: number | "self"): Buffer | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`);
+  } catch {
+    return undefined;
+  }
+}
+
+const SELF_CMDLINE = cmdline("self");
+
+/** The child has run exec (its argv is no longer ours). Between fork and exec a child is this
+ * process's own copy: stopping it there stops the parent's spawn, not a worker, so the chaos
+ * leaves it alone. */
+function execd(pid: number): boolean {
+  const argv = cmdline(pid);
+  return argv !== undefined && SELF_CMDLINE !== undefined && !argv.equals(SELF_CMDLINE);
+}
+
 function sortedPids(pids: Iterable<number>): number[] {
   return [...pids].sort((a, b) => a - b);
 }
@@ -537,7 +555,7 @@ class Soak {
     const rng = this.rng;
     while (this.running) {
       await sleep(rng.uniform(50, 400));
-      const kids = sortedPids(children().keys());
+      const kids = sortedPids(children().keys()).filter(execd);
       if (kids.length === 0 || !this.running) continue;
       const pid = kids[rng.int(0, kids.length - 1)];
       const r = rng.unit();

@@ -107,6 +107,25 @@ def children() -> dict[int, str]:
     return found
 
 
+def _cmdline(pid: int | str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+SELF_CMDLINE = _cmdline("self")
+
+
+def execd(pid: int) -> bool:
+    """The child has run exec (its argv is no longer ours). Between fork and exec a child is
+    this process's own copy (with vfork, sharing its memory while the forking thread waits):
+    stopping it there stops the parent's spawn, not a worker, so the chaos leaves it alone."""
+    cmdline = _cmdline(pid)
+    return cmdline is not None and cmdline != SELF_CMDLINE
+
+
 def describe(e: BaseException) -> str:
     """An error's text; for an untyped one, where it was raised too (the SDK's bug to find)."""
     if isinstance(e, wirepool.WirepoolError):
@@ -398,7 +417,7 @@ class Soak:
         loop = asyncio.get_running_loop()
         while self.running:
             await asyncio.sleep(rng.uniform(0.05, 0.4))
-            kids = sorted(children())
+            kids = [pid for pid in sorted(children()) if execd(pid)]
             if not kids or not self.running:
                 continue
             pid = rng.choice(kids)

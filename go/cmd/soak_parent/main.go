@@ -26,6 +26,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -231,6 +232,17 @@ func children() map[int]string {
 		}
 	}
 	return found
+}
+
+// selfCmdline is this process's argv as /proc shows it.
+var selfCmdline, _ = os.ReadFile("/proc/self/cmdline")
+
+// execd: the child has run exec (its argv is no longer ours). Between fork and exec a child is
+// this process's own copy (with vfork, sharing its memory while the forking thread waits):
+// stopping it there stops the parent's spawn, not a worker, so the chaos leaves it alone.
+func execd(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return err == nil && !bytes.Equal(b, selfCmdline)
 }
 
 func sortedKeys(m map[int]string) []int {
@@ -579,7 +591,7 @@ func (s *soak) act(what string) {
 func (s *soak) chaos(conts *sync.WaitGroup) {
 	for s.running.Load() {
 		time.Sleep(time.Duration(s.rng.uniform(0.05, 0.4) * float64(time.Second))) // the chaos's pace
-		kids := sortedKeys(children())
+		kids := slices.DeleteFunc(sortedKeys(children()), func(pid int) bool { return !execd(pid) })
 		if len(kids) == 0 || !s.running.Load() {
 			continue
 		}

@@ -207,6 +207,15 @@ fn children() -> BTreeMap<u32, String> {
     found
 }
 
+/// The child has run exec (its argv is no longer ours). Between fork and exec a child is this
+/// process's own copy (with vfork, sharing its memory while the forking thread waits): stopping
+/// it there stops the parent's spawn, not a worker, so the chaos leaves it alone.
+fn execd(pid: u32) -> bool {
+    static SELF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let me = SELF.get_or_init(|| std::fs::read("/proc/self/cmdline").unwrap_or_default());
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|argv| argv != *me)
+}
+
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) on a pid we just saw as our child; ESRCH (it died meanwhile) is fine.
     unsafe {
@@ -536,7 +545,7 @@ impl Soak {
         while self.running.load(SeqCst) {
             let pause = self.rng.lock().unwrap().uniform(0.05, 0.4);
             tokio::time::sleep(Duration::from_secs_f64(pause)).await;
-            let kids: Vec<u32> = children().into_keys().collect();
+            let kids: Vec<u32> = children().into_keys().filter(|&pid| execd(pid)).collect();
             if kids.is_empty() || !self.running.load(SeqCst) {
                 continue;
             }
