@@ -51,7 +51,9 @@ mod stats;
 mod status;
 mod stream_body;
 mod timeout;
+mod tls;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +64,7 @@ pub use routes::ResponseBody;
 pub use serve::shutdown_signal;
 pub use status::{name_of_code, status_of_code, CLIENT_CLOSED_REQUEST, MAX_MESSAGE_BYTES};
 pub use timeout::parse_timeout;
+pub use tls::TlsConfig;
 
 /// The request header that carries a call's deadline (see [`parse_timeout`]).
 pub const TIMEOUT_HEADER: &str = "wirepool-timeout";
@@ -90,9 +93,55 @@ pub(crate) struct Limits {
     pub retry_after_secs: u32,
 }
 
+/// Limits of one method's requests, calls and streams alike ([`GatewayBuilder::route`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use wirepool_gateway::RouteLimits;
+/// let small = RouteLimits::new().max_body_bytes(4096).timeout(Duration::from_millis(250));
+/// assert_eq!(small.get_max_body_bytes(), Some(4096));
+/// assert_eq!(small.get_timeout(), Some(Duration::from_millis(250)));
+/// assert_eq!(RouteLimits::new().get_timeout(), None); // the gateway's own limits apply
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteLimits {
+    max_body_bytes: Option<usize>,
+    timeout: Option<Duration>,
+}
+
+impl RouteLimits {
+    /// No limit of its own: the gateway's apply.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Largest request body of this method, instead of the gateway's `max_body_bytes`
+    /// (smaller or larger): beyond it, 413 `BODY_TOO_LARGE`.
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.max_body_bytes = Some(n);
+        self
+    }
+    /// The deadline of a request of this method that has no `wirepool-timeout` header (a
+    /// header still sets its own).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+    /// The body limit set by [`max_body_bytes`](Self::max_body_bytes).
+    pub fn get_max_body_bytes(&self) -> Option<usize> {
+        self.max_body_bytes
+    }
+    /// The default deadline set by [`timeout`](Self::timeout).
+    pub fn get_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
 pub(crate) struct Inner {
     pub pool: Pool,
     pub limits: Limits,
+    /// Per-method limits, fixed at build time.
+    pub routes: HashMap<String, RouteLimits>,
+    pub tls: Option<TlsConfig>,
     /// Requests admitted (in flight on the pool or queued for a worker); beyond it, 503.
     pub admission: Arc<Semaphore>,
     pub max_pending: usize,
@@ -110,6 +159,8 @@ pub struct GatewayBuilder {
     pool: Pool,
     limits: Limits,
     max_pending: usize,
+    routes: HashMap<String, RouteLimits>,
+    tls: Option<TlsConfig>,
 }
 
 impl Gateway {
@@ -127,12 +178,19 @@ impl Gateway {
                 retry_after_secs: 1,
             },
             max_pending: 256,
+            routes: HashMap::new(),
+            tls: None,
         }
     }
 
     /// The pool behind the gateway.
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
+    }
+
+    /// Whether [`serve`](Gateway::serve) speaks TLS ([`GatewayBuilder::tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.inner.tls.is_some()
     }
 }
 
@@ -182,6 +240,18 @@ impl GatewayBuilder {
         self.limits.retry_after_secs = secs;
         self
     }
+    /// Limits of its own for `method` (both `/v1/call/` and `/v1/stream/`); set again, the
+    /// last one counts.
+    pub fn route(mut self, method: impl Into<String>, limits: RouteLimits) -> Self {
+        self.routes.insert(method.into(), limits);
+        self
+    }
+    /// Serves HTTPS instead of plain HTTP: ALPN picks `h2` or `http/1.1`; the TLS handshake
+    /// counts against the header timeout, and a client that does not speak TLS is closed.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
     /// The gateway, or `InvalidArgument` for an option out of range.
     pub fn build(self) -> Result<Gateway, GatewayError> {
         let l = &self.limits;
@@ -201,12 +271,31 @@ impl GatewayBuilder {
         if self.max_pending > Semaphore::MAX_PERMITS {
             return bad("max_pending is too large");
         }
+        for (name, r) in &self.routes {
+            if routes::method_name(name).is_err() {
+                return Err(GatewayError::InvalidArgument(format!(
+                    "route {:?}: not a method name (1 to 256 letters, digits, _ . - :)",
+                    status::cut(name)
+                )));
+            }
+            let max_timeout =
+                Duration::from_millis(wirepool_proto::constants::MAX_TIMEOUT_MS.into());
+            let bad_timeout = r.timeout.is_some_and(|d| d.is_zero() || d > max_timeout);
+            if r.max_body_bytes == Some(0) || bad_timeout {
+                return Err(GatewayError::InvalidArgument(format!(
+                    "route {name}: max_body_bytes must be positive, timeout from 1 ms to \
+                     {max_timeout:?}"
+                )));
+            }
+        }
         Ok(Gateway {
             inner: Arc::new(Inner {
                 pool: self.pool,
                 limits: self.limits,
                 admission: Arc::new(Semaphore::new(self.max_pending)),
                 max_pending: self.max_pending,
+                routes: self.routes,
+                tls: self.tls,
                 stats: stats::Stats::default(),
             }),
         })

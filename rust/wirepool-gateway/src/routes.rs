@@ -16,7 +16,7 @@ use wirepool_codec::Encoded;
 
 use crate::status::{pool_error_json, status_of_code, Refusal};
 use crate::stream_body::{self, Framing};
-use crate::{Gateway, TIMEOUT_HEADER};
+use crate::{Gateway, RouteLimits, TIMEOUT_HEADER};
 
 /// The body of every response: a whole buffer, or rows streamed as the client reads them.
 pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -74,7 +74,7 @@ fn codec_of(content_type: Option<&HeaderValue>) -> Result<(Codec, &'static str),
 }
 
 /// The method name of `/v1/call/{method}`: 1 to 256 bytes of letters, digits, `_ . - :`.
-fn method_name(rest: &str) -> Result<&str, Refusal> {
+pub(crate) fn method_name(rest: &str) -> Result<&str, Refusal> {
     let ok = !rest.is_empty()
         && rest.len() <= 256
         && rest
@@ -91,8 +91,17 @@ fn method_name(rest: &str) -> Result<&str, Refusal> {
     }
 }
 
-fn call_options<B>(req: &Request<B>, codec: Codec) -> Result<CallOptions, Refusal> {
+/// The call's options: its codec, and its deadline from the `wirepool-timeout` header, else
+/// from the route's default.
+fn call_options<B>(
+    req: &Request<B>,
+    codec: Codec,
+    route: Option<&RouteLimits>,
+) -> Result<CallOptions, Refusal> {
     let mut opts = CallOptions::codec(codec);
+    if let Some(d) = route.and_then(|r| r.get_timeout()) {
+        opts = opts.with_timeout(d);
+    }
     if let Some(v) = req.headers().get(TIMEOUT_HEADER) {
         let d = v
             .to_str()
@@ -316,13 +325,22 @@ impl Gateway {
     }
 
     /// The request's body within the gateway's size and time limits, decoded in `codec`.
-    async fn request_value<B>(&self, req: Request<B>, codec: Codec) -> Result<Req, Refusal>
+    /// The route's own body limit applies instead of the gateway's.
+    async fn request_value<B>(
+        &self,
+        req: Request<B>,
+        codec: Codec,
+        route: Option<&RouteLimits>,
+    ) -> Result<Req, Refusal>
     where
         B: http_body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let limits = &self.inner.limits;
-        let body = read_body(req, limits.max_body_bytes, limits.body_timeout).await?;
+        let max = route
+            .and_then(|r| r.get_max_body_bytes())
+            .unwrap_or(limits.max_body_bytes);
+        let body = read_body(req, max, limits.body_timeout).await?;
         decode_request(codec, body)
     }
 
@@ -354,7 +372,7 @@ impl Gateway {
         let prepared = (|| {
             let method = method_name(rest)?.to_owned();
             let (codec, content_type) = codec_of(req.headers().get(CONTENT_TYPE))?;
-            let opts = call_options(&req, codec)?;
+            let opts = call_options(&req, codec, self.inner.routes.get(&method))?;
             Ok::<_, Refusal>((method, codec, content_type, opts))
         })();
         let (method, codec, content_type, opts) = match prepared {
@@ -365,7 +383,8 @@ impl Gateway {
             Ok(p) => p,
             Err(resp) => return *resp,
         };
-        let value = match self.request_value(req, codec).await {
+        let route = self.inner.routes.get(&method);
+        let value = match self.request_value(req, codec, route).await {
             Ok(v) => v,
             Err(r) => return refuse(r),
         };
@@ -396,7 +415,7 @@ impl Gateway {
                     "streams answer rows as JSON: send application/json, msgpack or cbor",
                 ));
             }
-            let opts = call_options(&req, codec)?;
+            let opts = call_options(&req, codec, self.inner.routes.get(&method))?;
             let sse = req
                 .headers()
                 .get(ACCEPT)
@@ -413,7 +432,8 @@ impl Gateway {
             Ok(p) => p,
             Err(resp) => return *resp,
         };
-        let value = match self.request_value(req, codec).await {
+        let route = self.inner.routes.get(&method);
+        let value = match self.request_value(req, codec, route).await {
             Ok(v) => v,
             Err(r) => return refuse(r),
         };

@@ -615,6 +615,87 @@ async fn slow_reader_holds_the_worker_back() {
 }
 
 #[tokio::test]
+async fn per_route_body_limit_and_default_timeout() {
+    bounded(30, async {
+        use wirepool_gateway::RouteLimits;
+        let gw = start(1, |b| {
+            b.route("echo", RouteLimits::new().max_body_bytes(10))
+                .route(
+                    "sleep",
+                    RouteLimits::new().timeout(Duration::from_millis(200)),
+                )
+        })
+        .await;
+        // echo: 10 bytes at most, by Content-Length and while read (chunked).
+        let (s, _, _) = send(gw.addr, request("POST", "/v1/call/echo", &[], "1234567890")).await;
+        assert_eq!(s, 200);
+        let (s, _, body) = send(
+            gw.addr,
+            request("POST", "/v1/call/echo", &[], "12345678901"),
+        )
+        .await;
+        assert_eq!(
+            (s, json(&body)["name"].as_str()),
+            (413, Some("BODY_TOO_LARGE"))
+        );
+        assert!(
+            json(&body)["message"]
+                .as_str()
+                .unwrap()
+                .contains("10 bytes"),
+            "{body:?}"
+        );
+        let out = raw_exchange(
+            gw.addr,
+            b"POST /v1/call/echo HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\
+              transfer-encoding: chunked\r\n\r\n6\r\n123456\r\n6\r\n789012\r\n0\r\n\r\n",
+        )
+        .await;
+        assert!(out.starts_with("HTTP/1.1 413"), "{out:?}");
+        // Other methods keep the gateway's limit (1 MiB): a 100-byte body to echo_raw passes.
+        let (s, _, _) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/echo_raw",
+                &[("content-type", "application/octet-stream")],
+                "x".repeat(100),
+            ),
+        )
+        .await;
+        assert_eq!(s, 200);
+        // sleep: 200 ms unless the request says otherwise.
+        let started = Instant::now();
+        let (s, _, body) = send(gw.addr, request("POST", "/v1/call/sleep", &[], "5000")).await;
+        assert_eq!(
+            (s, json(&body)["name"].as_str()),
+            (504, Some("DEADLINE_EXCEEDED"))
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        let (s, _, _) = send(
+            gw.addr,
+            request(
+                "POST",
+                "/v1/call/sleep",
+                &[("wirepool-timeout", "5s")],
+                "400",
+            ),
+        )
+        .await;
+        assert_eq!(s, 200, "the header's deadline counts over the route's");
+        // A method without a route of its own has no default deadline: echo answers.
+        let (s, _, _) = send(gw.addr, request("POST", "/v1/call/echo", &[], "1")).await;
+        assert_eq!(s, 200);
+        gw.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn builder_refuses_bad_options() {
     bounded(30, async {
         let pool = pool(1).await;
@@ -630,6 +711,27 @@ async fn builder_refuses_bad_options() {
                 .build(),
             wirepool_gateway::Gateway::builder(pool.clone())
                 .header_timeout(Duration::ZERO)
+                .build(),
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .route("bad name", wirepool_gateway::RouteLimits::new())
+                .build(),
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .route(
+                    "echo",
+                    wirepool_gateway::RouteLimits::new().max_body_bytes(0),
+                )
+                .build(),
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .route(
+                    "echo",
+                    wirepool_gateway::RouteLimits::new().timeout(Duration::ZERO),
+                )
+                .build(),
+            wirepool_gateway::Gateway::builder(pool.clone())
+                .route(
+                    "echo",
+                    wirepool_gateway::RouteLimits::new().timeout(Duration::from_secs(1 << 40)),
+                )
                 .build(),
         ];
         for r in bad {
@@ -696,6 +798,125 @@ async fn binary_serves_and_stops_on_sigterm() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("not a duration"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn binary_config_file_with_flags_over_it() {
+    bounded(60, async {
+        let dir = TempDir::new("config");
+        let file = dir.0.join("gateway.toml");
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\nworkers = 1\ncommand = [{:?}]\n\
+             methods = [\"count:stream\", \"echo\"]\n\
+             [limits]\nmax_body_bytes = 5\n\
+             [routes.echo]\nmax_body_bytes = 1000\n\
+             [routes.sleep]\ntimeout = \"200ms\"\n",
+            worker().display().to_string()
+        );
+        std::fs::write(&file, text).unwrap();
+        let file = file.to_str().unwrap();
+        // --max-body-bytes 50 over the file's 5, --workers 2 over its 1.
+        let (child, scheme, addr) =
+            spawn_binary(&["--config", file, "--max-body-bytes", "50", "--workers", "2"]).await;
+        assert_eq!(scheme, "http");
+        let (s, _, body) = send(addr, request("GET", "/readyz", &[], "")).await;
+        assert_eq!((s, json(&body)["live_workers"].as_u64()), (200, Some(2)));
+        let raw = [("content-type", "application/octet-stream")];
+        let (s, _, _) = send(
+            addr,
+            request("POST", "/v1/call/echo_raw", &raw, "x".repeat(40)),
+        )
+        .await;
+        assert_eq!(s, 200, "the flag's 50 bytes, not the file's 5");
+        let (s, _, _) = send(
+            addr,
+            request("POST", "/v1/call/echo_raw", &raw, "x".repeat(60)),
+        )
+        .await;
+        assert_eq!(s, 413);
+        // The file's routes: echo takes 1000 bytes, sleep has a 200 ms deadline.
+        let big = format!("\"{}\"", "y".repeat(500));
+        let (s, _, body) = send(addr, request("POST", "/v1/call/echo", &[], big.clone())).await;
+        assert_eq!((s, json(&body)), (200, json(big.as_bytes())));
+        let (s, _, body) = send(addr, request("POST", "/v1/call/sleep", &[], "5000")).await;
+        assert_eq!(
+            (s, json(&body)["name"].as_str()),
+            (504, Some("DEADLINE_EXCEEDED"))
+        );
+        let status = terminate(child).await;
+        assert!(status.success(), "{status:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn binary_refuses_bad_config_files_with_status_2() {
+    bounded(60, async {
+        let dir = TempDir::new("bad-config");
+        let worker = worker().display().to_string();
+        for (i, (text, words)) in [
+            (
+                "listne = \"127.0.0.1:0\"",
+                &["unknown field", "listne", "line 1"][..],
+            ),
+            (
+                "[limits]\nheader_timeout = \"soon\"",
+                &["header_timeout", "not a duration"][..],
+            ),
+            ("workers = \"two\"", &["workers", "expected usize"][..]),
+            (
+                "[tls]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"",
+                &["/nonexistent/c.pem"][..],
+            ),
+            // Out of the builder's range: refused once checked, still status 2.
+            (
+                "listen = \"127.0.0.1:0\"\n[limits]\nmax_header_bytes = 100",
+                &["max_header_bytes"][..],
+            ),
+            (
+                "listen = \"127.0.0.1:0\"\n[routes.\"bad name\"]\ntimeout = \"1s\"",
+                &["bad name"][..],
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let file = dir.0.join(format!("{i}.toml"));
+            std::fs::write(&file, text).unwrap();
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_wirepool-gateway"))
+                .args([
+                    "--workers",
+                    "1",
+                    "--config",
+                    file.to_str().unwrap(),
+                    "--",
+                    &worker,
+                ])
+                .kill_on_drop(true)
+                .output()
+                .await
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{text:?}: {err}");
+            assert!(
+                err.contains(file.to_str().unwrap()) || i >= 3,
+                "{text:?}: {err}"
+            );
+            for w in words {
+                assert!(err.contains(w), "{text:?}: {w:?} not in {err}");
+            }
+            assert!(!err.contains("panicked"), "{err}");
+        }
+        // A missing file: named, status 2.
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_wirepool-gateway"))
+            .args(["--config", "/nonexistent/gateway.toml", "--", &worker])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/gateway.toml"));
     })
     .await;
 }

@@ -189,3 +189,52 @@ pub async fn worker_cancels(pool: &Pool) -> u64 {
 pub async fn worker_sleeps(pool: &Pool) -> u64 {
     pool.call("sleeps", &()).await.expect("sleeps")
 }
+
+/// The gateway binary, started with `args` (stderr piped, killed on drop), and the address it
+/// printed once listening, with its scheme (`http` or `https`).
+pub async fn spawn_binary(args: &[&str]) -> (tokio::process::Child, String, SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_wirepool-gateway"))
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the gateway printed its address");
+        if let Some(rest) = line.strip_prefix("wirepool-gateway: listening on ") {
+            let (scheme, addr) = rest.split_once("://").expect("scheme://addr");
+            return (child, scheme.to_string(), addr.parse().unwrap());
+        }
+    }
+}
+
+/// SIGTERM to `child`, then its exit status.
+pub async fn terminate(mut child: tokio::process::Child) -> std::process::ExitStatus {
+    let pid = child.id().expect("running") as i32;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    child.wait().await.unwrap()
+}
+
+/// A directory of its own under the temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("wirepool-gw-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
