@@ -43,20 +43,28 @@ def test_a_large_request_over_a_slow_link_keeps_its_worker_alive_with_a_short_he
     with wirepool.Pool(argv, workers=1, heartbeat_ms=200, shm_lane=False,
                        max_frame_size=1 << 20, startup_timeout=20) as pool:
         pid = pool.pids[0]
-        deadline = time.monotonic() + 20
-        while not any(w.direct == _PARKED for w in pool._apool.workers):
-            assert time.monotonic() < deadline, "the worker was never parked"
-            pool.call("add", {"a": 0, "b": 0})  # a call through the loop parks its worker after
         body = bytes(range(256)) * (48 << 12)  # 48 MiB
-        started = time.monotonic()
-        echoed = pool.call("echo", body, codec="raw", timeout=60)
-        took = time.monotonic() - started
-        assert bytes(echoed) == body, "the body came back changed"
-        # The link was slow enough for the old order to fail: many heartbeats passed.
-        assert took > 1.0, f"48 MiB at 40 MB/s took only {took:.2f} s"
-        assert pool.pids == [pid], "the worker was replaced"
-        m = pool.metrics()
-        assert m.get("restarts", 0) == 0, m
+        # The heartbeat takes a parked worker back to the loop for each PING until its PONG
+        # is read, so a call made just after the worker was seen parked can still find it on
+        # the loop (whole frames, nothing handed over): seen in CI under load. Each attempt
+        # checks the heartbeat property; the direct path must be taken in one of them.
+        for _attempt in range(6):
+            deadline = time.monotonic() + 20
+            while not any(w.direct == _PARKED for w in pool._apool.workers):
+                assert time.monotonic() < deadline, "the worker was never parked"
+                pool.call("add", {"a": 0, "b": 0})  # a call through the loop parks its worker
+            handed.clear()
+            started = time.monotonic()
+            echoed = pool.call("echo", body, codec="raw", timeout=60)
+            took = time.monotonic() - started
+            assert bytes(echoed) == body, "the body came back changed"
+            # The link was slow enough for the old order to fail: many heartbeats passed.
+            assert took > 1.0, f"48 MiB at 40 MB/s took only {took:.2f} s"
+            assert pool.pids == [pid], "the worker was replaced"
+            m = pool.metrics()
+            assert m.get("restarts", 0) == 0, m
+            if handed:
+                break
         # The caller wrote what the socket took, then left the rest (from inside a frame)
         # to the loop: at most one frame of it goes before the frame boundary.
         assert len(handed) == 1 and 0 < handed[0] <= (1 << 20) + 16, handed
