@@ -852,6 +852,64 @@ async fn binary_config_file_with_flags_over_it() {
 }
 
 #[tokio::test]
+async fn binary_config_remote_workers_join_the_pool() {
+    bounded(60, async {
+        let dir = TempDir::new("remote");
+        let worker = worker().display().to_string();
+        // Subprocess: the gateway's own children join its listener with a ticket.
+        let file = dir.0.join("subprocess.toml");
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\nworkers = 1\ncommand = [{worker:?}]\n\
+             [remote]\nworkers = 1\nlauncher = \"subprocess\"\njoin_wait = \"20s\"\n"
+        );
+        std::fs::write(&file, text).unwrap();
+        let (child, _, addr) = spawn_binary(&["--config", file.to_str().unwrap()]).await;
+        let (s, _, body) = send(addr, request("GET", "/readyz", &[], "")).await;
+        assert_eq!((s, json(&body)["live_workers"].as_u64()), (200, Some(2)));
+        let (s, _, body) = send(addr, request("GET", "/metrics", &[], "")).await;
+        assert_eq!(s, 200);
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(text.contains("wirepool_worker"), "{text}");
+        assert!(terminate(child).await.success());
+        // External: the pool's ticket is written to ticket_file; a worker started from it
+        // joins, and only then does the gateway listen.
+        let ticket = dir.0.join("ticket");
+        let file = dir.0.join("external.toml");
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\nworkers = 1\ncommand = [{worker:?}]\n\
+             [remote]\nlisten = \"127.0.0.1:0\"\nworkers = 1\nlauncher = \"external\"\n\
+             ticket_file = {:?}\njoin_wait = \"20s\"\n",
+            ticket.display().to_string()
+        );
+        std::fs::write(&file, text).unwrap();
+        let file = file.to_str().unwrap().to_string();
+        let gateway = tokio::spawn(async move { spawn_binary(&["--config", &file]).await });
+        until("the ticket file is written", 20, || {
+            std::fs::read_to_string(&ticket).is_ok_and(|t| !t.is_empty())
+        })
+        .await;
+        let mut joined = tokio::process::Command::new(&worker)
+            .env("WIREPOOL_TICKET_FILE", &ticket)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let (child, _, addr) = gateway.await.unwrap();
+        let (s, _, body) = send(addr, request("GET", "/readyz", &[], "")).await;
+        assert_eq!((s, json(&body)["live_workers"].as_u64()), (200, Some(2)));
+        for i in 0..4 {
+            let (s, _, body) =
+                send(addr, request("POST", "/v1/call/echo", &[], i.to_string())).await;
+            assert_eq!((s, json(&body)), (200, serde_json::json!(i)));
+        }
+        assert!(terminate(child).await.success());
+        // The joined worker ends with its connection.
+        let status = tokio::time::timeout(Duration::from_secs(10), joined.wait()).await;
+        assert!(status.is_ok(), "the external worker outlived the gateway");
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn binary_refuses_bad_config_files_with_status_2() {
     bounded(60, async {
         let dir = TempDir::new("bad-config");
