@@ -50,10 +50,7 @@ TRANSPORT = ("--transport", "tls")
 
 # Parents without a listener in issue 14's scope: they are not run here, and the check below
 # names them.
-NOT_REMOTE: dict[str, str] = {
-    "go": "issue 27: go/pool has no listener for remote workers yet (section 21); the Go "
-          "runner takes --transport socketpair only",
-}
+NOT_REMOTE: dict[str, str] = {}
 # Parents whose runner does not take --transport tls yet, each with the issue that owes it.
 REMOTE_PENDING: dict[str, str] = {}
 

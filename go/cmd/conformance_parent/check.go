@@ -49,6 +49,12 @@ func (s *suite) checkError(want obj, err error) error {
 	if e.Code != code {
 		return failf("expected error %v (%d), got code %d: %v", want["code"], code, e.Code, e)
 	}
+	if listener != nil && e.Code == proto.CodeWorkerExited {
+		// PROTOCOL.md 21.6: a remote worker's end is its connection's, named in the details.
+		if lost, _ := detail(e, "connection"); lost != "lost" {
+			return failf("a remote worker's WORKER_EXITED must say \"connection\": \"lost\" in its details, got %s (%v)", describe(errorDetails(e)), e)
+		}
+	}
 	if pc, ok := want["protocol_code"]; ok {
 		got, _ := detail(e, "protocol_code")
 		if !same(native(pc), got) {

@@ -3,7 +3,7 @@
 // against a go/pool of any language's conformance worker and prints one JSON line per scenario,
 // {"scenario", "ok", "detail", "elapsed"}, flushed as it goes:
 //
-//	conformance_parent --scenarios FILE [--only NAME ...] [--transport socketpair] -- WORKER COMMAND...
+//	conformance_parent --scenarios FILE [--only NAME ...] [--transport socketpair|tls|tcp] -- WORKER COMMAND...
 //
 // Each scenario gets a fresh pool and is bounded by its timeout_s. Besides its own expectation,
 // every scenario that starts a pool checks that every request ended at the pool (nothing in
@@ -11,7 +11,9 @@
 // (live_workers) and that the pool still serves the suite's health-check call. The procedure
 // of each kind is the one of python/conformance/parent.py and the Rust runner.
 //
-// The Go parent has no listener yet (issue 27): --transport accepts socketpair only.
+// --transport tls (conformance/test_remote.py) runs every pool's workers as children that join
+// one listener of this runner over TCP + TLS 1.3 with a single-use ticket each (tcp: plain
+// loopback); every WORKER_EXITED must then say "connection": "lost" in its details (21.6).
 package main
 
 import (
@@ -21,11 +23,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/wirepool/wirepool/go/pool"
 )
 
 // failed is a scenario whose expectation does not hold; its text says how.
@@ -42,10 +47,13 @@ type report struct {
 	Elapsed  float64 `json:"elapsed"`
 }
 
+// listener is the one every pool's workers join with --transport tls or tcp (nil: socketpair).
+var listener *pool.Listener
+
 func main() {
 	var only multi
 	scenarios := flag.String("scenarios", "", "the scenario file (conformance/scenarios.json)")
-	transport := flag.String("transport", "socketpair", "socketpair (the Go parent has no listener yet)")
+	transport := flag.String("transport", "socketpair", "socketpair, tls or tcp (remote workers joining a listener, PROTOCOL.md 21)")
 	flag.Var(&only, "only", "run only this scenario (repeatable)")
 	flag.Parse()
 	worker := flag.Args()
@@ -53,8 +61,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: conformance_parent --scenarios FILE [--only NAME ...] -- WORKER COMMAND...")
 		os.Exit(2)
 	}
-	if *transport != "socketpair" {
-		fmt.Fprintf(os.Stderr, "conformance_parent: --transport %s: the Go parent has no listener for remote workers yet (issue 27)\n", *transport)
+	switch *transport {
+	case "socketpair":
+	case "tls", "tcp":
+		// Refusals are logged to stderr (bounded per second by the listener): stdout is the report.
+		l, err := pool.Listen(pool.ListenOptions{Plain: *transport == "tcp",
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "conformance_parent: %v\n", err)
+			os.Exit(2)
+		}
+		defer l.Close()
+		listener = l
+	default:
+		fmt.Fprintf(os.Stderr, "conformance_parent: --transport must be socketpair, tls or tcp, not %q\n", *transport)
 		os.Exit(2)
 	}
 	raw, err := os.ReadFile(*scenarios)

@@ -109,6 +109,7 @@ func options(cfg obj, worker []string, env []string) pool.Options {
 		MaxFrameSize:   integer(cfg["max_frame_size"]),
 		InitialCredit:  integer(cfg["window"]),
 		MaxRequests:    integer(cfg["max_requests"]),
+		Remote:         listener,
 	}
 	if v, ok := cfg["heartbeat_ms"]; ok && num(v) == 0 {
 		o.Heartbeat = pool.NoHeartbeat
