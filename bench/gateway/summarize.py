@@ -1,0 +1,156 @@
+"""Summarize run.sh's results.tsv: min/median/max per contender, the ratios of each round (same
+round only) and issue 30's targets met or missed. Standard library only.
+
+    python3 bench/gateway/summarize.py results.tsv [skipped.tsv]
+"""
+
+import csv
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+NAMES = {
+    "a": "(a) gateway + Python workers",
+    "b": "(b) gateway + Rust workers",
+    "c": "(c) gunicorn + uvicorn",
+    "d": "(d) nginx static",
+    "stream_rust": "stream, Rust worker",
+    "stream_python": "stream, Python worker",
+}
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def ms(text: str) -> float | None:
+    for unit in ("us", "ms", "s", "m"):
+        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(text[: -len(unit)]) * UNITS[unit]
+    return None
+
+
+def spread(values: list[float], fmt) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def fmt_rate(v: float) -> str:
+    return f"{v / 1e6:.2f} M" if v >= 1e6 else f"{v:,.0f}"
+
+
+def fmt_ms(v: float) -> str:
+    return f"{v:.2f} ms"
+
+
+def fmt_x(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def main() -> None:
+    rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+    skipped = {}
+    if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):
+        for line in open(sys.argv[2]):
+            if line.strip():
+                k, why = line.rstrip("\n").split("\t", 1)
+                skipped[k] = why
+    stream_rows = int(os.environ.get("STREAM_ROWS", "10000"))
+    # (contender, conns) -> round -> record
+    by = defaultdict(dict)
+    for r in rows:
+        by[(r["contender"], int(r["conns"]))][int(r["round"])] = r
+    rounds = sorted({int(r["round"]) for r in rows})
+
+    print(f"rounds: {len(rounds)}; figures: median (min-max) over the rounds\n")
+    print("| contender | connections | req/s | p50 | p99 | non-2xx | socket errors |")
+    print("|---|---|---|---|---|---|---|")
+    for k in ("a", "b", "c", "d"):
+        if k in skipped:
+            print(f"| {NAMES[k]} | | skipped: {skipped[k]} | | | | |")
+            continue
+        for (kk, conns), per in sorted(by.items()):
+            if kk != k:
+                continue
+            rps = [float(x["rps"]) for x in per.values()]
+            p50 = [v for x in per.values() if (v := ms(x["p50"])) is not None]
+            p99 = [v for x in per.values() if (v := ms(x["p99"])) is not None]
+            non2xx = sum(int(x["non2xx"] or 0) for x in per.values())
+            serr = "; ".join(sorted({x["socket_errors"] for x in per.values()}))
+            print(f"| {NAMES[k]} | {conns} | {spread(rps, fmt_rate)} | {spread(p50, fmt_ms)} "
+                  f"| {spread(p99, fmt_ms)} | {non2xx} | {serr} |")
+
+    print(f"\n| stream of {stream_rows:,} rows (NDJSON) | connections | rows/s | streams/s "
+          "| p50 per stream | p99 per stream | non-2xx |")
+    print("|---|---|---|---|---|---|---|")
+    for k in ("stream_rust", "stream_python"):
+        if k in skipped:
+            print(f"| {NAMES[k]} | | skipped: {skipped[k]} | | | | |")
+            continue
+        for (kk, conns), per in sorted(by.items()):
+            if kk != k:
+                continue
+            rps = [float(x["rps"]) for x in per.values()]
+            p50 = [v for x in per.values() if (v := ms(x["p50"])) is not None]
+            p99 = [v for x in per.values() if (v := ms(x["p99"])) is not None]
+            non2xx = sum(int(x["non2xx"] or 0) for x in per.values())
+            print(f"| {NAMES[k]} | {conns} | {spread([v * stream_rows for v in rps], fmt_rate)} "
+                  f"| {spread(rps, lambda v: f'{v:,.1f}')} | {spread(p50, fmt_ms)} "
+                  f"| {spread(p99, fmt_ms)} | {non2xx} |")
+
+    def ratio(num, den, conns, field):
+        out = []
+        for rnd in rounds:
+            a, b = by.get((num, conns), {}).get(rnd), by.get((den, conns), {}).get(rnd)
+            if a is None or b is None:
+                continue
+            if field == "rps":
+                x, y = float(a["rps"]), float(b["rps"])
+            else:
+                x, y = ms(a[field]), ms(b[field])
+            if x is not None and y:
+                out.append(x / y)
+        return out
+
+    def verdict(values, ok) -> str:
+        if not values:
+            return "not measured"
+        med = statistics.median(values)
+        every = all(ok(v) for v in values)
+        if ok(med):
+            return "**met**" + ("" if every else " (not in every round)")
+        return "**missed**" + (" (met in some rounds)" if any(ok(v) for v in values) else "")
+
+    print("\n| target (issue 30) | connections | ratio of each round: median (min-max) | verdict |")
+    print("|---|---|---|---|")
+    conns_all = sorted({c for (k, c) in by if k in ("a", "b", "c", "d")})
+    for conns in conns_all:
+        v = ratio("a", "c", conns, "rps")
+        tag = "target" if conns == 64 else "for information"
+        print(f"| (a) / (c) req/s >= 2x ({tag}) | {conns} | {spread(v, fmt_x)} "
+              f"| {verdict(v, lambda x: x >= 2) if conns == 64 else '-'} |")
+        v = ratio("a", "c", conns, "p99")
+        print(f"| (a) / (c) p99 <= 0.5x ({tag}) | {conns} | {spread(v, fmt_x)} "
+              f"| {verdict(v, lambda x: x <= 0.5) if conns == 64 else '-'} |")
+    for conns in conns_all:
+        v = ratio("b", "d", conns, "rps")
+        print(f"| (b) / (d) req/s >= 0.6x | {conns} | {spread(v, fmt_x)} | {verdict(v, lambda x: x >= 0.6)} |")
+    for k in ("stream_rust", "stream_python"):
+        for (kk, conns), per in sorted(by.items()):
+            if kk != k:
+                continue
+            v = [float(x["rps"]) * stream_rows for x in per.values()]
+            if k == "stream_rust":
+                print(f"| stream, Rust worker >= 1 M rows/s | {conns} | {spread(v, fmt_rate)} rows/s "
+                      f"| {verdict(v, lambda x: x >= 1e6)} |")
+    print("\nfor information, same round:")
+    for conns in conns_all:
+        for num, den in (("a", "d"), ("c", "d"), ("b", "a"), ("b", "c")):
+            v = ratio(num, den, conns, "rps")
+            if v:
+                print(f"- {conns} connections, {NAMES[num]} / {NAMES[den]} req/s: {spread(v, fmt_x)}")
+
+
+if __name__ == "__main__":
+    main()
