@@ -82,6 +82,7 @@ type Listener struct {
 	logSecond  int64
 	logLines   int
 	logDropped int
+	logFlush   *time.Timer // logs the dropped count at the end of its second
 }
 
 // ListenerStats counts a listener's connections.
@@ -114,12 +115,11 @@ type joinWaiter struct {
 }
 
 type parkedJoin struct {
-	j      *joined
-	id     [16]byte
-	pool   bool          // joined with a pool ticket: any waiter may take it
-	taken  chan struct{} // closed by the accept that took it
-	gone   bool          // taken or refused; l.mu
-	cancel func()
+	j     *joined
+	id    [16]byte
+	pool  bool          // joined with a pool ticket: any waiter may take it
+	taken chan struct{} // closed by the accept that took it
+	gone  bool          // taken or refused; l.mu
 }
 
 // refusalLinger bounds how long a refused peer that does not read its answer holds the
@@ -333,6 +333,11 @@ func (l *Listener) Close() error {
 	}
 	l.mu.Unlock()
 	l.wg.Wait()
+	l.logMu.Lock()
+	if l.logFlush != nil && l.logFlush.Stop() {
+		l.flushDroppedLocked()
+	}
+	l.logMu.Unlock()
 	return err
 }
 
@@ -377,6 +382,13 @@ func (l *Listener) acceptLoop() {
 // release ends raw's pending life: handed over (true) or refused and closed.
 func (l *Listener) release(raw net.Conn, handed bool) {
 	l.mu.Lock()
+	l.releaseLocked(raw, handed)
+	l.mu.Unlock()
+}
+
+// releaseLocked is release with l.mu held: a connection handed over leaves l.open in the
+// same critical section, so a concurrent Close never closes a pool's connection.
+func (l *Listener) releaseLocked(raw net.Conn, handed bool) {
 	if _, ok := l.open[raw]; ok {
 		delete(l.open, raw)
 		l.stats.Pending--
@@ -384,7 +396,6 @@ func (l *Listener) release(raw net.Conn, handed bool) {
 			l.stats.Joined++
 		}
 	}
-	l.mu.Unlock()
 }
 
 // handle takes one accepted connection through TLS and the join step (21.3, 21.4).
@@ -475,8 +486,8 @@ func (l *Listener) handOver(j *joined, id [16]byte, singleUse bool) {
 		if (w.id != nil && *w.id == id) || (w.id == nil && !singleUse) {
 			l.waiters = slices.Delete(l.waiters, i, i+1)
 			w.ch <- j // capacity 1, one send per waiter
+			l.releaseLocked(j.raw, true)
 			l.mu.Unlock()
-			l.release(j.raw, true)
 			return
 		}
 	}
@@ -515,8 +526,8 @@ func (l *Listener) accept(ctx context.Context, id *[16]byte) (*joined, error) {
 			p.gone = true
 			l.parked = slices.DeleteFunc(l.parked, func(x *parkedJoin) bool { return x == p })
 			close(p.taken)
+			l.releaseLocked(p.j.raw, true)
 			l.mu.Unlock()
-			l.release(p.j.raw, true)
 			return p.j, nil
 		}
 	}
@@ -591,20 +602,34 @@ func (l *Listener) refused(raw net.Conn, cause string) {
 	}
 	l.logMu.Lock()
 	defer l.logMu.Unlock()
-	now := time.Now().Unix()
-	if now != l.logSecond {
-		if l.logDropped > 0 {
-			l.o.Logger.Warn(fmt.Sprintf("wirepool listener: %d more refusals not logged", l.logDropped), "dropped", l.logDropped)
-		}
-		l.logSecond, l.logLines, l.logDropped = now, 0, 0
+	now := time.Now()
+	if now.Unix() != l.logSecond {
+		l.flushDroppedLocked()
+		l.logSecond, l.logLines = now.Unix(), 0
 	}
 	if l.logLines >= l.o.RefusalLogPerSecond {
+		if l.logDropped == 0 {
+			// The count is logged once this second ends, even if no refusal follows.
+			l.logFlush = time.AfterFunc(time.Unix(now.Unix()+1, 0).Sub(now), func() {
+				l.logMu.Lock()
+				l.flushDroppedLocked()
+				l.logMu.Unlock()
+			})
+		}
 		l.logDropped++
 		return
 	}
 	l.logLines++
 	peer := raw.RemoteAddr().String()
 	l.o.Logger.Warn(fmt.Sprintf("wirepool listener: refused %s: %s", peer, cause), "peer", peer, "cause", cause)
+}
+
+// flushDroppedLocked logs how many refusal lines the rate limit dropped; l.logMu is held.
+func (l *Listener) flushDroppedLocked() {
+	if l.logDropped > 0 {
+		l.o.Logger.Warn(fmt.Sprintf("wirepool listener: %d more refusals not logged", l.logDropped), "dropped", l.logDropped)
+	}
+	l.logDropped = 0
 }
 
 // causeKey is a cause without its particulars: "join version 7" counts as "join version".

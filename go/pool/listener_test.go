@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -509,5 +510,74 @@ func TestListenerCloseEndsEverything(t *testing.T) {
 	wg.Wait()
 	if st := l.Stats(); st.Pending != 0 {
 		t.Fatalf("stats after Close %+v", st)
+	}
+}
+
+// lines is a slog handler that keeps the messages it is given.
+type lines struct {
+	mu  sync.Mutex
+	msg []string
+}
+
+func (h *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.msg = append(h.msg, r.Message)
+	h.mu.Unlock()
+	return nil
+}
+func (h *lines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *lines) WithGroup(string) slog.Handler      { return h }
+
+// counted is how many refusals the log accounts for: the lines, plus the counts of the
+// "N more refusals not logged" lines.
+func (h *lines) counted() (refusals, dropLines int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.msg {
+		var n int
+		if _, err := fmt.Sscanf(m, "wirepool listener: %d more refusals not logged", &n); err == nil {
+			refusals += n
+			dropLines++
+		} else if strings.HasPrefix(m, "wirepool listener: refused ") {
+			refusals++
+		}
+	}
+	return refusals, dropLines
+}
+
+func TestListenerRateLimitsItsRefusalLog(t *testing.T) {
+	h := &lines{}
+	const burst = 6
+	l := listen(t, pool.ListenOptions{RefusalLogPerSecond: 2, MaxPendingJoins: 1, JoinTimeout: 20 * time.Second,
+		Logger: slog.New(h)})
+	hold, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Stats().Pending < 1 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond) // polling the listener's accounting, bounded
+	}
+	for range burst { // each refused at accept: too many pending
+		c, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = readAll(t, c)
+		c.Close()
+	}
+	// The dropped count is logged when its second ends, with no further refusal to carry it.
+	deadline = time.Now().Add(5 * time.Second)
+	for n, _ := h.counted(); n < burst && time.Now().Before(deadline); n, _ = h.counted() {
+		time.Sleep(5 * time.Millisecond) // polling the log, bounded
+	}
+	n, drops := h.counted()
+	h.mu.Lock()
+	logged := len(h.msg)
+	h.mu.Unlock()
+	if n != burst || (logged-drops > 2 && drops == 0) {
+		t.Fatalf("the log accounts for %d of %d refusals in %d lines (%d of them counts): %q", n, burst, logged, drops, h.msg)
 	}
 }
