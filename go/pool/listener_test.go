@@ -13,6 +13,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -579,5 +581,39 @@ func TestListenerRateLimitsItsRefusalLog(t *testing.T) {
 	h.mu.Unlock()
 	if n != burst || (logged-drops > 2 && drops == 0) {
 		t.Fatalf("the log accounts for %d of %d refusals in %d lines (%d of them counts): %q", n, burst, logged, drops, h.msg)
+	}
+}
+
+func TestRemoteHelloTimeout(t *testing.T) {
+	const bound = 500 * time.Millisecond
+	joiner := filepath.Join(t.TempDir(), "silentjoiner") // joins, then sends nothing
+	if out, err := exec.Command("go", "build", "-o", joiner, "./testdata/silentjoiner").CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/silentjoiner: %v\n%s", err, out)
+	}
+	l := listen(t, pool.ListenOptions{HelloTimeout: bound})
+	_, err := pool.Start(bounded(t), pool.Options{Command: []string{joiner}, Workers: 1, Remote: l,
+		StartupTimeout: 15 * time.Second})
+	var e *pool.Error
+	if !errors.As(err, &e) || e.Code != proto.CodeStartupTimeout || !strings.Contains(e.Message, "no complete HELLO within the hello timeout") {
+		t.Fatalf("Start: %v, want STARTUP_TIMEOUT at the hello bound", err)
+	}
+	if st := l.Stats(); st.Joined != 1 {
+		t.Fatalf("listener stats %+v: the silent worker had joined", st)
+	}
+}
+
+func TestRemoteHeartbeatIsNeverOff(t *testing.T) {
+	l := listen(t, pool.ListenOptions{})
+	p := start(t, pool.Options{Remote: l, Heartbeat: pool.NoHeartbeat})
+	ctx := bounded(t)
+	started := time.Now()
+	_, err := pool.Call[any, any](ctx, p, "freeze", nil)
+	// 21.5: heartbeat 0 is the default 1 s on a remote connection, so a stopped worker is found
+	// hung (3 heartbeats), not waited for until ctx ends.
+	if !errors.Is(err, &pool.Error{Code: proto.CodeWorkerHung}) {
+		t.Fatalf("freeze: %v after %v, want WORKER_HUNG", err, time.Since(started))
+	}
+	if d := time.Since(started); d > 10*time.Second {
+		t.Fatalf("WORKER_HUNG after %v: the heartbeat was not 1 s", d)
 	}
 }

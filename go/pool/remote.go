@@ -104,8 +104,13 @@ func (p *Pool) spawnRemote(ctx context.Context, slot int) (*proc, error) {
 		_ = w.conn.Close()
 		w.reap(0)
 		if e, ok := err.(*Error); ok {
-			if e.Code == proto.CodeWorkerExited {
+			switch {
+			case e.Code == proto.CodeWorkerExited:
 				e.Message += w.exitText()
+			case e.Code == proto.CodeStartupTimeout && !a.j.deadline.After(time.Now()):
+				// The listener's bound, not the start-up timeout, ran out (21.4).
+				e.Message = fmt.Sprintf("the remote worker %s joined but sent no complete HELLO within the hello timeout of %v from its accept",
+					w.remote.peer, l.o.HelloTimeout)
 			}
 			w.addExit(e)
 		}
