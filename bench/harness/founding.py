@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-LANG_NAME = {"rust": "Rust", "python": "Python", "node": "Node"}
-CODEC_RUNNER = {"rust": "codec_rust", "python": "codec_python", "node": "codec_node"}
+LANG_NAME = {"rust": "Rust", "python": "Python", "node": "Node", "go": "Go"}
+# (no codec-alone runner for Go yet: its pairs' codec_alone is None)
+CODEC_RUNNER = {"rust": "codec_rust", "python": "codec_python", "node": "codec_node",
+                "go": "codec_go"}
 
 
 def _figure(res: dict[str, Any], name: str) -> dict[str, Any] | None:

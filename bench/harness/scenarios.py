@@ -34,11 +34,13 @@ FOUNDING_SHAPES = ("small_rows_8192", "large_rows_512")
 FOUNDING_CODECS = ("json", "msgpack", "cbor")
 FOUNDING_WIREPOOL = ("wirepool_rust", "wirepool_rust_pyworker", "wirepool_rust_nodeworker",
                      "wirepool_python", "wirepool_python_rsworker", "wirepool_python_nodeworker",
-                     "wirepool_node", "wirepool_node_rsworker")
+                     "wirepool_node", "wirepool_node_rsworker", "wirepool_go",
+                     "wirepool_go_rsworker", "wirepool_rust_goworker")
 FOUNDING_CODEC_ALONE = ("codec_rust", "codec_python", "codec_node")
 FOUNDING_INCUMBENTS = ("ipc_channel", "ipc_channel_unbatched", "mp_pipe", "mp_pipe_unbatched",
                        "node_fork_json", "node_fork_json_unbatched", "node_fork_advanced",
-                       "node_fork_advanced_unbatched", "procwire", "procwire_unbatched")
+                       "node_fork_advanced_unbatched", "procwire", "procwire_unbatched",
+                       "go_plugin_grpc", "go_plugin_netrpc")
 
 
 # Codecs of the W4 small-rows scenarios, JSON first (every runner's rows scenarios use JSON or

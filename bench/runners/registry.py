@@ -100,6 +100,22 @@ RUNNERS: list[Runner] = [
            discover="wirepool_rust_nodeworker"),
     Runner("wirepool_python_nodeworker", "wirepool", "wirepool, Python parent + Node worker",
            ("{python}", "{bench}/runners/wirepool_python.py", "--worker", "node"), needs=("venv",)),
+    # The Go SDK (issue 27): the Go parent (go/pool) with Go workers and with the Rust bench
+    # workers, and the Rust parent with Go workers. wirepool_go's --prepare builds
+    # bench/runners/go (its own module, the SDK by a replace) into bench/.build/go; the other two
+    # build the Rust bench first. No shared-memory lane in the Go SDK yet: W3 goes over the socket.
+    Runner("wirepool_go", "wirepool", "wirepool, Go parent + Go worker", discover="wirepool_go"),
+    Runner("wirepool_go_rsworker", "wirepool", "wirepool, Go parent + Rust worker",
+           discover="wirepool_go_rsworker"),
+    Runner("wirepool_rust_goworker", "wirepool", "wirepool, Rust parent + Go worker",
+           discover="wirepool_rust_goworker"),
+    # Go's incumbent: HashiCorp go-plugin (bench/incumbents/go-plugin, its own module), one
+    # plugin process per client, over gRPC (hand-written ServiceDesc, wrapperspb messages) and
+    # over net/rpc; rows batched by hand, 256 per message (gRPC stream) or per call (net/rpc).
+    Runner("go_plugin_grpc", "incumbent", "HashiCorp go-plugin 1.8 over gRPC, Go host + Go plugin",
+           discover="go_plugin"),
+    Runner("go_plugin_netrpc", "incumbent", "HashiCorp go-plugin 1.8 over net/rpc, Go host + Go plugin",
+           ("bash", "{bench}/runners/go_plugin.sh", "--proto", "netrpc")),
     # wirepool_rust's W3 payloads take the shared-memory lane (PROTOCOL.md 20, on by default);
     # this is the same pool over the socket, W3 only, so both are measured in one run.
     Runner("wirepool_rust_socket", "wirepool",
@@ -157,6 +173,9 @@ LANGS: dict[str, tuple[str, str]] = {
     **{f"node_fork_{s}{b}": ("node", "node") for s in ("json", "advanced")
        for b in ("", "_unbatched")},
     "procwire": ("node", "node"), "procwire_unbatched": ("node", "node"),
+    "wirepool_go": ("go", "go"), "wirepool_go_rsworker": ("go", "rust"),
+    "wirepool_rust_goworker": ("rust", "go"),
+    "go_plugin_grpc": ("go", "go"), "go_plugin_netrpc": ("go", "go"),
 }
 
 

@@ -114,6 +114,7 @@ def test_registry_names_are_unique_and_floor_only_scenarios_name_the_floor():
         "wirepool_shm_lane", "wirepool_shm_lane_pyparent", "wirepool_node", "wirepool_node_rsworker",
         "wirepool_rust_nodeworker", "wirepool_python_nodeworker", "wirepool_rust_socket",
         "wirepool_rust_zerocopy", "wirepool_rust_zerocopy_fill",
+        "wirepool_go", "wirepool_go_rsworker", "wirepool_rust_goworker",
         *(f"wirepool_arrow_{p}_{w}worker{sfx}" for p in ("rs", "py") for w in ("rs", "py")
           for sfx in ("", "_socket"))}
     for s in scenarios.build("full"):

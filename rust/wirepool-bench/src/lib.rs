@@ -98,7 +98,7 @@ pub fn arrow_batch(n: usize) -> arrow_array::RecordBatch {
 pub fn load_scenario() -> serde_json::Value {
     let last = std::env::args()
         .skip(1)
-        .rfind(|a| !a.starts_with("--") && !["rust", "python", "node"].contains(&a.as_str()));
+        .rfind(|a| !a.starts_with("--") && !["rust", "python", "node", "go"].contains(&a.as_str()));
     let text = match last {
         Some(a) if a.trim_start().starts_with('{') => a,
         _ => std::io::read_to_string(std::io::stdin()).expect("scenario on stdin"),

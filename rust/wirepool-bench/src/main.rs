@@ -1,14 +1,16 @@
 //! `wirepool-bench`: the wirepool runner of `bench/` with the Rust parent (`rust/wirepool`).
 //!
 //! ```sh
-//! wirepool-bench [--worker rust|python|node] '<scenario json>'   # one JSON result line on stdout
+//! wirepool-bench [--worker rust|python|node|go] '<scenario json>'   # one JSON result line on stdout
 //! ```
 //! Called by `bench/runners/wirepool_rust.sh` (Rust workers),
-//! `bench/runners/wirepool_rust_pyworker.sh` (Python workers) and
-//! `bench/runners/wirepool_rust_nodeworker.sh` (Node workers); see `bench/README.md` for the
+//! `bench/runners/wirepool_rust_pyworker.sh` (Python workers),
+//! `bench/runners/wirepool_rust_nodeworker.sh` (Node workers) and
+//! `bench/runners/wirepool_rust_goworker.sh` (Go workers); see `bench/README.md` for the
 //! scenario kinds. The workers are `wirepool-bench-worker` (built next to this binary),
-//! `bench/runners/wirepool_python_worker.py` or `bench/runners/wirepool_node_worker.mjs` (on
-//! `node/dist`); all serve the same methods.
+//! `bench/runners/wirepool_python_worker.py`, `bench/runners/wirepool_node_worker.mjs` (on
+//! `node/dist`) or `bench/.build/go/wirepool-go-worker` (built by `wirepool_go.sh --prepare`
+//! from `bench/runners/go`); all serve the same methods.
 //!
 //! How the SDK is used (the fast way a user would): a `current_thread` tokio runtime (measured
 //! faster than `multi_thread` on 2 vCPUs); 16 MiB frames, the largest the protocol allows and
@@ -37,6 +39,7 @@ enum WorkerLang {
     Rust,
     Python,
     Node,
+    Go,
 }
 
 fn repo_root() -> PathBuf {
@@ -68,6 +71,11 @@ fn worker_command(lang: WorkerLang) -> WorkerCommand {
         WorkerLang::Node => {
             let node = std::env::var("WIREPOOL_BENCH_NODE").unwrap_or_else(|_| "node".into());
             WorkerCommand::new(node).arg(repo_root().join("bench/runners/wirepool_node_worker.mjs"))
+        }
+        WorkerLang::Go => {
+            let root = repo_root();
+            WorkerCommand::new(root.join("bench/.build/go/wirepool-go-worker"))
+                .env("WIREPOOL_REPO", root)
         }
     }
 }
@@ -527,6 +535,7 @@ fn main() {
     {
         Some(l) if l == "python" => WorkerLang::Python,
         Some(l) if l == "node" => WorkerLang::Node,
+        Some(l) if l == "go" => WorkerLang::Go,
         _ => WorkerLang::Rust,
     };
     let socket_only = args.iter().any(|a| a == "--no-shm");
@@ -542,6 +551,7 @@ fn main() {
         WorkerLang::Rust => "wirepool_rust",
         WorkerLang::Python => "wirepool_rust_pyworker",
         WorkerLang::Node => "wirepool_rust_nodeworker",
+        WorkerLang::Go => "wirepool_rust_goworker",
     };
     // `--runner NAME`: the name printed (the zero-copy and W7 entries of the registry).
     let named = args

@@ -1,12 +1,13 @@
 //! The wirepool runner of the founding workload with a Rust parent (`rust/wirepool`).
 //!
 //! ```sh
-//! founding-parent [--worker rust|python|node] '<scenario json>'   # one JSON result line
+//! founding-parent [--worker rust|python|node|go] '<scenario json>'   # one JSON result line
 //! ```
 //! One pool of one worker; per repeat whole `rows` streams for the scenario's window, each of the scenario's shape and `n`, in its
 //! codec, read with `pool.stream_with::<_, SmallRow|LargeRow>` one typed struct per `next()`
 //! (serde, owned strings), every index checked. The workers: `founding-worker` (next to this
-//! binary), `bench/runners/wirepool_python_worker.py`, `bench/runners/wirepool_node_worker.mjs`.
+//! binary), `bench/runners/wirepool_python_worker.py`, `bench/runners/wirepool_node_worker.mjs`,
+//! `bench/.build/go/wirepool-go-worker` (built by `bench/runners/wirepool_go.sh --prepare`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -36,6 +37,8 @@ fn worker_command(lang: &str) -> WorkerCommand {
             let node = std::env::var("WIREPOOL_BENCH_NODE").unwrap_or_else(|_| "node".into());
             WorkerCommand::new(node).arg(root.join("bench/runners/wirepool_node_worker.mjs"))
         }
+        "go" => WorkerCommand::new(root.join("bench/.build/go/wirepool-go-worker"))
+            .env("WIREPOOL_REPO", &root),
         _ => {
             let exe = std::env::current_exe().expect("own path");
             WorkerCommand::new(exe.with_file_name("founding-worker"))
@@ -125,6 +128,7 @@ fn main() {
     let runner = match lang.as_str() {
         "python" => "wirepool_rust_pyworker",
         "node" => "wirepool_rust_nodeworker",
+        "go" => "wirepool_rust_goworker",
         _ => "wirepool_rust",
     };
     let sc = load_scenario();
