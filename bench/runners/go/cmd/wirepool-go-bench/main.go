@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -362,6 +363,7 @@ func main() {
 		kit.Fatalf("--worker %q: go or rust", lang)
 	}
 	sc := kit.LoadScenario()
+	defer profile("parent")()
 	if exe := workerCommand(sc.Founding)[0]; !isExecutable(exe) {
 		kit.Unsupported(runner, sc, exe+" is not built (bench/runners/"+map[string]string{"go": "wirepool_go.sh", "rust": "wirepool_rust.sh"}[lang]+" --prepare)")
 		return
@@ -386,4 +388,19 @@ func main() {
 func isExecutable(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// profile writes a CPU profile to $WIREPOOL_GO_CPUPROFILE.<role>.<pid> when that is set (the
+// profiles of docs/performance.md); the returned func stops it.
+func profile(role string) func() {
+	dir := os.Getenv("WIREPOOL_GO_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d", dir, role, os.Getpid()))
+	if err != nil {
+		return func() {}
+	}
+	_ = pprof.StartCPUProfile(f)
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }

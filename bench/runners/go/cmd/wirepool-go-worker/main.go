@@ -19,7 +19,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,5 +159,25 @@ func main() {
 		_ = unix.Getpgrp()
 		return worker.Bytes{}, nil
 	})
-	w.Run()
+	stop := profile("worker")
+	err := w.Serve(context.Background())
+	stop()
+	if err != nil {
+		os.Exit(1)
+	}
+}
+
+// profile writes a CPU profile to $WIREPOOL_GO_CPUPROFILE.<role>.<pid> when that is set (the
+// profiles of docs/performance.md); the returned func stops it.
+func profile(role string) func() {
+	dir := os.Getenv("WIREPOOL_GO_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d", dir, role, os.Getpid()))
+	if err != nil {
+		return func() {}
+	}
+	_ = pprof.StartCPUProfile(f)
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
