@@ -81,6 +81,18 @@ def test_rust_makes_the_same_bytes_as_python(shape, n):
     assert hashlib.sha256(out).hexdigest() == founding.digest(shape, n)
 
 
+GO_WORKER = BENCH / ".build" / "go" / "wirepool-go-worker"
+
+
+@pytest.mark.parametrize("shape,n", [("small_rows_8192", 8192), ("large_rows_512", 512)])
+def test_go_makes_the_same_bytes_as_python(shape, n):
+    if not GO_WORKER.is_file():
+        not_built(f"{GO_WORKER} is not built (bench/runners/wirepool_go.sh --prepare)")
+    out = subprocess.run([str(GO_WORKER), "--lines", shape, str(n)], capture_output=True,
+                         check=True, timeout=60, env={**os.environ, "WIREPOOL_REPO": str(BENCH.parent)}).stdout
+    assert hashlib.sha256(out).hexdigest() == founding.digest(shape, n)
+
+
 def test_every_founding_scenario_names_registered_runners_with_languages():
     names = {r.name: r for r in RUNNERS}
     for mode in ("quick", "full"):

@@ -10,14 +10,18 @@
 //	spin      unary  json              us -> burns us of CPU time, returns us
 //	mark      unary  raw               empty -> empty
 //
+// `wirepool-go-worker --lines SHAPE N` prints a founding shape's rows as JSON lines instead.
+//
 // spin runs one task at a time per worker (a mutex), as every other bench worker does (the
 // Rust one spins on its I/O thread, Python under its GIL, Node on its one thread): W5's
 // efficiency figures then compare one core per worker.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -146,7 +150,40 @@ func rawRows(_ context.Context, req worker.Bytes, out *worker.Rows[worker.Bytes]
 	return none, nil
 }
 
+// lines prints rows 0..n-1 of a founding shape as compact JSON lines (bench/tests/test_founding.py
+// compares their digest with the other languages' generators).
+func lines(shape, count string) {
+	n, err := strconv.ParseUint(count, 10, 64)
+	if err != nil {
+		kit.Fatalf("--lines SHAPE N: %v", err)
+	}
+	fields := kit.SmallFields
+	if shape == kit.FoundingLargeShape {
+		fields = kit.LargeFields
+	}
+	g, err := kit.NewGen(shape, fields)
+	if err != nil {
+		kit.Fatalf("%v", err)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	for i := range n {
+		var row any
+		if shape == kit.FoundingLargeShape {
+			row = g.Large(i)
+		} else {
+			row = g.Small(i)
+		}
+		b, _ := json.Marshal(row)
+		out.Write(append(b, '\n'))
+	}
+}
+
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "--lines" {
+		lines(os.Args[2], os.Args[3])
+		return
+	}
 	w := worker.New(worker.WithMaxConcurrency(256), worker.WithMaxFrameSize(16<<20), worker.WithName("wirepool-go-worker"))
 	worker.Method(w, "echo", func(_ context.Context, b worker.Bytes) (worker.Bytes, error) { return b, nil })
 	worker.Method(w, "oneway", func(_ context.Context, b worker.Bytes) (worker.Bytes, error) {
