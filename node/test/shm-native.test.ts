@@ -238,7 +238,7 @@ describe("the shm addon", { skip }, () => {
       tx.retireIdle(Date.now() + 60_000);
       assert.equal(tx.takeRetires().length, 1);
       assert.equal(tx.liveRegions, 0);
-      await until(() => peer.stdout.includes("checked"), "Python's check");
+      await until(() => peer.stdout.includes("\n"), "Python's check (a whole line)");
       assert.match(peer.stdout, new RegExp(`checked ${size}`));
     } finally {
       assert.equal(await peer.close(), 0, peer.stderr);
