@@ -278,6 +278,52 @@ describe("the shm addon", { skip }, () => {
       assert.equal(openFds(), before, "every descriptor closed");
     });
   }
+
+  // The crash cycles of the other lanes (make test-shm-crash-cycles), on the data path: either
+  // side dies mid-loan, again and again. WIREPOOL_SHM_CRASH_CYCLES raises the count (default 5).
+  const CYCLES = Number(process.env.WIREPOOL_SHM_CRASH_CYCLES ?? 5);
+  it(`crash cycles (${CYCLES}): an owner killed while its body is viewed; a receiver dead holding a Node range`, { timeout: 30_000 + CYCLES * 3_000 }, async () => {
+    const before = openFds();
+    for (let i = 0; i < CYCLES; i++) {
+      // The owner dies (SIGKILL) while the view is held: the view stays readable (a sealed
+      // file's pages outlive its creator), and a release after the end is dropped, not written.
+      let rx!: ShmReceiver;
+      let body: Buffer | null = null;
+      const peer = new Peer(
+        "send",
+        (fds, t) => rx.descriptors(fds, t),
+        (type, id, payload) => {
+          const f = decodeShmFrame(type, id, payload);
+          if (f.type === ShmFrameType.SHM_REGION) rx.region(f);
+          else if (f.type === ShmFrameType.SHM_BODY) body = rx.body(f.id, f);
+        },
+      );
+      rx = new ShmReceiver(native!, 1n << 30n, () => assert.fail("no release after the end"));
+      await until(() => body !== null || peer.error !== null || peer.eof, "the body");
+      peer.child.kill("SIGKILL");
+      await peer.exited;
+      await until(() => peer.eof, "end of file");
+      rx.close();
+      assert.ok(body!.equals(pattern(1 << 20)), "the view reads whole after its owner died");
+      await peer.close();
+      body = null;
+      gc();
+      await tick();
+
+      // The receiver dies holding a Node range: end of file, the owner closes its regions.
+      const tx = new ShmSender(native!, 1n << 30n);
+      const dying = new Peer("recv", () => assert.fail("no descriptor expected"), () => assert.fail("no release expected"), { SHM_PEER_DIE: "1" });
+      const p = tx.place(pattern(2 << 20), Date.now())!;
+      dying.write(p.region!.frame, [p.region!.fd]);
+      dying.write(encodeBody(7, p.range));
+      assert.equal(await dying.exited, 3, dying.stderr);
+      await until(() => dying.eof, "end of file");
+      assert.equal(tx.lentBytes, 2n << 20n);
+      tx.close();
+      await dying.close();
+    }
+    assert.equal(openFds(), before, "every descriptor closed after the cycles");
+  });
 });
 
 function encodeBody(id: number, r: { region: number; offset: number; length: number }): Buffer {
