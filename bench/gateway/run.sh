@@ -4,6 +4,7 @@
 #   (a) wirepool-gateway + Python wirepool workers (worker.py)
 #   (b) wirepool-gateway + Rust wirepool workers (rust/wirepool/examples/readme_worker.rs)
 #   (c) gunicorn + uvicorn workers running it as a plain ASGI app (app.py)
+#   (c0) for information: the same with plain uvicorn (no httptools, no uvloop)
 #   (d) nginx answering a static body (the same bytes) from a generated nginx.conf: the ceiling
 # plus a stream of STREAM_ROWS small rows as NDJSON through the gateway (stream.lua), from the Rust
 # worker and from the Python worker: rows/s. Rounds alternate (each round runs every contender,
@@ -29,7 +30,7 @@ if [ -n "$QUICK" ]; then DURATION="${DURATION:-2s}"; ROUNDS="${ROUNDS:-1}"
 else DURATION="${DURATION:-10s}"; ROUNDS="${ROUNDS:-3}"; fi
 export STREAM_ROWS="${STREAM_ROWS:-10000}"; STREAM_CONNS="${STREAM_CONNS:-1 64}"
 BASE_PORT="${BASE_PORT:-18080}"
-PA=$BASE_PORT; PB=$((BASE_PORT + 1)); PC=$((BASE_PORT + 2)); PD=$((BASE_PORT + 3))
+PA=$BASE_PORT; PB=$((BASE_PORT + 1)); PC=$((BASE_PORT + 2)); PD=$((BASE_PORT + 3)); PC0=$((BASE_PORT + 4))
 py="$root/.venv/bin/python"
 dur_s="${DURATION%s}"
 
@@ -79,6 +80,11 @@ phase "built; installing gunicorn + uvicorn"
 if ! { timeout 120 python3 -m venv "$tmp/venv" && timeout 300 "$tmp/venv/bin/pip" install -q gunicorn 'uvicorn[standard]'; } >"$tmp/pip.log" 2>&1; then
   skip[c]="gunicorn/uvicorn install failed: $(tail -1 "$tmp/pip.log")"
 fi
+# (c0), for information: the same with plain `pip install uvicorn` (h11 and asyncio's loop), as the
+# 2026-12-02 run measured it
+if ! { timeout 120 python3 -m venv "$tmp/venv0" && timeout 300 "$tmp/venv0/bin/pip" install -q gunicorn uvicorn; } >"$tmp/pip0.log" 2>&1; then
+  skip[c0]="gunicorn/uvicorn install failed: $(tail -1 "$tmp/pip0.log")"
+fi
 
 phase "installed; starting the servers"
 if [ -z "${skip[a]:-}" ]; then
@@ -92,6 +98,10 @@ fi
 if [ -z "${skip[c]:-}" ]; then
   (cd "$here" && exec "$tmp/venv/bin/gunicorn" --log-level warning -w "$PROCS" -k uvicorn.workers.UvicornWorker \
     -b "127.0.0.1:$PC" app:app 2>"$out/c-gunicorn.log") & pids+=($!)
+fi
+if [ -z "${skip[c0]:-}" ]; then
+  (cd "$here" && exec "$tmp/venv0/bin/gunicorn" --log-level warning -w "$PROCS" -k uvicorn.workers.UvicornWorker \
+    -b "127.0.0.1:$PC0" app:app 2>"$out/c0-gunicorn-plain.log") & pids+=($!)
 fi
 if [ -z "${skip[d]:-}" ]; then
   # The founding document's parity method: nginx on the same machine, a static body, as many
@@ -133,8 +143,8 @@ wait_up() { # contender url: until it answers {"sum":5}, 60 s at most, else the 
   skip[$1]="not up after 60 s (see its log)"
 }
 url_a="http://127.0.0.1:$PA/v1/call/add"; url_b="http://127.0.0.1:$PB/v1/call/add"
-url_c="http://127.0.0.1:$PC/add"; url_d="http://127.0.0.1:$PD/add"
-for k in a b c d; do
+url_c="http://127.0.0.1:$PC/add"; url_c0="http://127.0.0.1:$PC0/add"; url_d="http://127.0.0.1:$PD/add"
+for k in a b c c0 d; do
   [ -z "${skip[$k]:-}" ] || continue
   u="url_$k"; wait_up "$k" "${!u}"
 done
@@ -171,7 +181,7 @@ echo "processes $PROCS, connections $CONNS, $DURATION each, $ROUNDS rounds, wrk 
 echo "commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- rust || echo ' (rust/ has uncommitted changes)')"
 echo "load before: $(uptime)"
 for k in "${!skip[@]}"; do echo "$k skipped: ${skip[$k]}"; done
-order=(a b c d stream_rust stream_python)
+order=(a b c c0 d stream_rust stream_python)
 for r in $(seq "$ROUNDS"); do
   for i in $(seq 0 $((${#order[@]} - 1))); do
     k="${order[$(( (i + r - 1) % ${#order[@]} ))]}"

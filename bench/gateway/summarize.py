@@ -13,7 +13,8 @@ from collections import defaultdict
 NAMES = {
     "a": "(a) gateway + Python workers",
     "b": "(b) gateway + Rust workers",
-    "c": "(c) gunicorn + uvicorn",
+    "c": "(c) gunicorn + uvicorn[standard]",
+    "c0": "(c0) gunicorn + plain uvicorn",
     "d": "(d) nginx static",
     "stream_rust": "stream, Rust worker",
     "stream_python": "stream, Python worker",
@@ -66,7 +67,7 @@ def main() -> None:
     print(f"rounds: {len(rounds)}; figures: median (min-max) over the rounds\n")
     print("| contender | connections | req/s | p50 | p99 | non-2xx | socket errors |")
     print("|---|---|---|---|---|---|---|")
-    for k in ("a", "b", "c", "d"):
+    for k in ("a", "b", "c", "c0", "d"):
         if k in skipped:
             print(f"| {NAMES[k]} | | skipped: {skipped[k]} | | | | |")
             continue
@@ -124,7 +125,7 @@ def main() -> None:
 
     print("\n| target (issue 30) | connections | ratio of each round: median (min-max) | verdict |")
     print("|---|---|---|---|")
-    conns_all = sorted({c for (k, c) in by if k in ("a", "b", "c", "d")})
+    conns_all = sorted({c for (k, c) in by if k in ("a", "b", "c", "c0", "d")})
     for conns in conns_all:
         v = ratio("a", "c", conns, "rps")
         tag = "target" if conns == 64 else "for information"
@@ -146,7 +147,7 @@ def main() -> None:
                       f"| {verdict(v, lambda x: x >= 1e6)} |")
     print("\nfor information, same round:")
     for conns in conns_all:
-        for num, den in (("a", "d"), ("c", "d"), ("b", "a"), ("b", "c")):
+        for num, den in (("a", "c0"), ("a", "d"), ("c", "d"), ("b", "a"), ("b", "c")):
             v = ratio(num, den, conns, "rps")
             if v:
                 print(f"- {conns} connections, {NAMES[num]} / {NAMES[den]} req/s: {spread(v, fmt_x)}")
