@@ -8,6 +8,13 @@ import { describe, it } from "node:test";
 
 import {
   Borrower,
+  CodecId,
+  Connection,
+  type ConnectionEvent,
+  encodeFrames,
+  FrameDecoder,
+  FrameType,
+  MethodKind,
   decodeShmFrame,
   encodeExtension,
   encodeShmFrame,
@@ -22,7 +29,7 @@ import {
   ShmFrameType,
   ShmOffer,
 } from "../src/proto/index.js";
-import { REPO, type Json } from "./vectors.js";
+import { loadVectors, REPO, type Json } from "./vectors.js";
 
 /** shm.json with every integer beyond 2^53 kept exact (as a bigint). */
 function loadExact(): Json[] {
@@ -175,5 +182,62 @@ describe("shm sans-IO beyond the vectors", () => {
       expectError(() => b.body(3, 1, off, len), { code: 125, name: "SHM_BOUNDS" }, `${off}+${len}`);
     const r = b.body(3, 1, 4095n, 1n);
     assert.deepEqual(r, { region: 1, offset: 4095, length: 1 });
+  });
+});
+
+describe("the shm entries through HELLO and WELCOME (the cores)", () => {
+  const HELLO = {
+    minVersion: 1, maxVersion: 1, pid: 7, maxConcurrency: 8, maxFrameSize: 1 << 20, sdkName: "test", sdkVersion: "1",
+    methods: [{ name: "echo", kind: MethodKind.UNARY, codecs: [CodecId.RAW] }],
+  };
+  const WELCOME = { version: 1, workerId: 1, maxFrameSize: 65536, initialCredit: 4096, heartbeatMs: 0, maxInFlight: 8, maxMessageSize: 1 << 20 };
+  function events(to: Connection, from: Connection): ConnectionEvent[] {
+    for (const b of from.takeOutput()) to.receive(b);
+    const out: ConnectionEvent[] = [];
+    to.nextEvents(out);
+    return out;
+  }
+
+  it("a worker's offer reaches the parent, the acceptance the worker, which checks it", () => {
+    const worker = new Connection("worker");
+    const parent = new Connection("parent");
+    const private_ = encodeExtension(0x8001, Buffer.from("xyz"));
+    worker.sendHello({ ...HELLO, extensions: Buffer.concat([new ShmOffer(1n << 30n).encode(), private_]) });
+    const [hello] = events(parent, worker);
+    assert.equal(hello.type, FrameType.HELLO);
+    const offer = ShmOffer.fromTrailing((hello as { extensions?: Uint8Array }).extensions!);
+    assert.equal(offer?.window, 1n << 30n);
+    // The parent's core refuses an acceptance above the offer, and writes nothing.
+    assert.throws(() => parent.sendWelcome({ ...WELCOME, extensions: new ShmAccept((1n << 30n) + 1n, 0n).encode() }), { name: "BAD_HANDSHAKE" });
+    assert.equal(parent.outputLength(), 0);
+    parent.sendWelcome({ ...WELCOME, extensions: new ShmAccept(1n << 29n, 1n << 30n).encode() });
+    const [welcome] = events(worker, parent);
+    assert.equal(welcome.type, FrameType.WELCOME);
+    const accept = ShmAccept.fromTrailing((welcome as { extensions?: Uint8Array }).extensions!)!;
+    assert.deepEqual([accept.toWorkerWindow, accept.toParentWindow], [1n << 29n, 1n << 30n]);
+    assert.equal(worker.isOpen(), true);
+  });
+
+  it("a worker refuses a WELCOME accepting a lane it did not offer, or above its window (BAD_HANDSHAKE)", () => {
+    for (const [offered, accept] of [[null, new ShmAccept(1n, 1n)], [new ShmOffer(100n), new ShmAccept(101n, 0n)]] as const) {
+      const worker = new Connection("worker");
+      worker.sendHello(offered ? { ...HELLO, extensions: offered.encode() } : HELLO);
+      worker.takeOutput();
+      // A WELCOME written by a parent that does not check: the worker's core must.
+      const bytes = encodeFrames([{ type: FrameType.WELCOME, id: 0, more: false, ...WELCOME, extensions: accept.encode() }]);
+      worker.receive(bytes);
+      assert.throws(() => worker.nextEvent(), { name: "BAD_HANDSHAKE", code: 119 });
+    }
+  });
+
+  it("frames.json's trailing-bytes cases keep their bytes as extensions, which hold no entry", () => {
+    for (const name of ["hello_trailing_bytes_ignored", "welcome_trailing_bytes_ignored"]) {
+      const c = loadVectors("frames.json").find((x) => x.name === name);
+      const d = new FrameDecoder(1 << 20);
+      d.push(Buffer.from(c.hex, "hex"));
+      const f = d.next() as { extensions?: Uint8Array };
+      assert.ok(f.extensions && f.extensions.length > 0, name);
+      assert.deepEqual(parseExtensions(f.extensions), [], name);
+    }
   });
 });

@@ -18,6 +18,7 @@ import { decodePayload, FrameDecoder } from "./decoder.js";
 import { errorName, ProtocolError } from "./errors.js";
 import { IdTable } from "./idtable.js";
 import { fitErrorBytes, grant } from "./policies.js";
+import { ShmAccept, ShmOffer } from "./shm.js";
 import {
   COPY_LIMIT,
   encodeFrame,
@@ -104,6 +105,16 @@ export type HelloInit = Omit<HelloFrame, "type" | "id" | "more">;
 export type WelcomeInit = Omit<WelcomeFrame, "type" | "id" | "more">;
 
 const HALF_U32 = 0x1_0000_0000;
+
+/**
+ * The shm extension in a WELCOME against its HELLO (20.1, 20.2): an acceptance of a lane the
+ * HELLO did not offer, or a `to_worker_window` above the offer, is `BAD_HANDSHAKE` (a worker
+ * refuses such a WELCOME; a parent's core refuses to send it).
+ */
+function checkShmAccept(w: WelcomeFrame, h: HelloFrame): void {
+  const accept = w.extensions ? ShmAccept.fromTrailing(w.extensions) : null;
+  if (accept !== null) accept.check(h.extensions ? ShmOffer.fromTrailing(h.extensions) : null);
+}
 
 /** One request in flight, as this side counts it. */
 class InFlight {
@@ -378,6 +389,7 @@ export class Connection {
         }
         if (f.maxFrameSize > h.maxFrameSize) refuse("BAD_HANDSHAKE", `WELCOME max_frame_size ${f.maxFrameSize} above the HELLO's ${h.maxFrameSize}`);
         if (f.maxInFlight > h.maxConcurrency) refuse("BAD_HANDSHAKE", `WELCOME max_in_flight ${f.maxInFlight} above the HELLO's max_concurrency ${h.maxConcurrency}`);
+        checkShmAccept(f, h);
         this._welcome = f;
         this.open = true;
         this.decoder.maxFrameSize = f.maxFrameSize;
@@ -615,6 +627,7 @@ export class Connection {
     }
     if (w.maxFrameSize > h.maxFrameSize) refuse("BAD_HANDSHAKE", `max_frame_size ${w.maxFrameSize} above the worker's ${h.maxFrameSize}`);
     if (w.maxInFlight > h.maxConcurrency) refuse("BAD_HANDSHAKE", `max_in_flight ${w.maxInFlight} above the worker's max_concurrency ${h.maxConcurrency}`);
+    checkShmAccept(w, h);
     this.writeChecked(w);
     this._welcome = w;
     this.open = true;

@@ -383,7 +383,7 @@ export function decodePayload(b: Buffer, s: number, e: number, type: number, id:
       if (initialCredit < 1 || initialCredit > Limits.maxCredit) fail("BAD_HANDSHAKE", `WELCOME initial_credit ${initialCredit} outside 1-${Limits.maxCredit}`);
       if (maxInFlight < 1) fail("BAD_HANDSHAKE", "WELCOME max_in_flight 0");
       if (maxMessageSize < maxFrameSize) fail("BAD_HANDSHAKE", `WELCOME max_message_size ${maxMessageSize} below max_frame_size ${maxFrameSize}`);
-      return {
+      const welcome = {
         type: FrameType.WELCOME,
         id,
         more,
@@ -394,7 +394,9 @@ export function decodePayload(b: Buffer, s: number, e: number, type: number, id:
         heartbeatMs: b.readUInt32LE(s + 16),
         maxInFlight,
         maxMessageSize,
-      };
+      } as const;
+      // Bytes from offset 32: the extension block (20.1), kept for a reader that knows it.
+      return len > 32 ? { ...welcome, extensions: b.subarray(s + 32, e) } : welcome;
     }
   }
   // The header check admits only the types above.
@@ -477,6 +479,8 @@ function decodeHello(b: Buffer, s: number, e: number, id: number, more: boolean)
     names.add(name);
     methods.push({ name, kind: kind as MethodKind, codecs });
   }
-  // Trailing bytes are room for later versions: ignored.
-  return { type: FrameType.HELLO, id, more, minVersion, maxVersion, pid, maxConcurrency, maxFrameSize, sdkName, sdkVersion, methods };
+  // Trailing bytes are room for later versions and the extension block (20.1): a v1 reader
+  // ignores them; they are kept (a view) for a reader that knows extensions.
+  const hello = { type: FrameType.HELLO, id, more, minVersion, maxVersion, pid, maxConcurrency, maxFrameSize, sdkName, sdkVersion, methods } as const;
+  return p < e ? { ...hello, extensions: b.subarray(p, e) } : hello;
 }

@@ -49,6 +49,11 @@ export interface HelloFrame extends FrameBase {
   readonly sdkName: string;
   readonly sdkVersion: string;
   readonly methods: readonly MethodInfo[];
+  /**
+   * The bytes after the method list: the extension block (PROTOCOL.md 20.1; `parseExtensions`,
+   * `ShmOffer.fromTrailing`), absent when there are none. A v1 reader ignores them.
+   */
+  readonly extensions?: Uint8Array;
 }
 
 /** WELCOME (0x02), parent -> worker: the parent's answer and the connection's limits (section 4.2). */
@@ -61,6 +66,8 @@ export interface WelcomeFrame extends FrameBase {
   readonly heartbeatMs: number;
   readonly maxInFlight: number;
   readonly maxMessageSize: number;
+  /** The bytes from offset 32: the extension block (20.1; `ShmAccept.fromTrailing`), absent when there are none. */
+  readonly extensions?: Uint8Array;
 }
 
 /** REQUEST (0x10), parent -> worker. */
@@ -466,10 +473,10 @@ export function payloadLength(frame: FrameInit): number {
     case FrameType.HELLO: {
       let n = 24 + 2 + Buffer.byteLength(frame.sdkName) + 2 + Buffer.byteLength(frame.sdkVersion) + 2;
       for (const m of frame.methods) n += 2 + m.codecs.length + 2 + Buffer.byteLength(m.name);
-      return n;
+      return n + (frame.extensions?.length ?? 0);
     }
     case FrameType.WELCOME:
-      return 32;
+      return 32 + (frame.extensions?.length ?? 0);
     case FrameType.REQUEST:
       return 12 + frame.body.length;
     case FrameType.CANCEL:
@@ -524,6 +531,7 @@ export function encodeFrame(w: FrameWriter, frame: FrameInit): void {
         for (const c of m.codecs) w.u8(c);
         str16(w, m.name);
       }
+      if (frame.extensions) w.bytes(frame.extensions);
       return;
     }
     case FrameType.WELCOME:
@@ -535,6 +543,7 @@ export function encodeFrame(w: FrameWriter, frame: FrameInit): void {
       w.u32(frame.heartbeatMs);
       w.u32(frame.maxInFlight);
       w.u64(frame.maxMessageSize);
+      if (frame.extensions) w.bytes(frame.extensions);
       return;
     case FrameType.REQUEST:
       w.u16(frame.method);
