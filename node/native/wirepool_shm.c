@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <node_api.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,10 +256,11 @@ static void watch_finalize(napi_env env, void *data, void *hint) {
   (void)hint;
 }
 
-// watch(fd, cb(events)) -> handle
+// watch(fd, cb(events), ref = true) -> handle; with ref false the watch does not keep the
+// event loop alive (a pool's idle connections never hold the process).
 static napi_value js_watch(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
+  size_t argc = 3;
+  napi_value argv[3];
   int64_t fd;
   napi_valuetype t;
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
@@ -288,6 +290,12 @@ static napi_value js_watch(napi_env env, napi_callback_info info) {
   }
   int r = uv_poll_init(loop, &w->poll, w->fd);
   if (r == 0) r = uv_poll_start(&w->poll, UV_READABLE | UV_DISCONNECT, on_poll);
+  bool ref = true;
+  if (r == 0 && argc >= 3) {
+    napi_valuetype rt;
+    if (napi_typeof(env, argv[2], &rt) == napi_ok && rt == napi_boolean) napi_get_value_bool(env, argv[2], &ref);
+  }
+  if (r == 0 && !ref) uv_unref((uv_handle_t *)&w->poll);
   if (r != 0) {
     napi_delete_reference(env, w->cb);
     napi_async_destroy(env, w->ctx);

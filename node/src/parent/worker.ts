@@ -10,7 +10,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { constants as osConstants } from "node:os";
 import { readFileSync, readSync } from "node:fs";
-import type { Socket } from "node:net";
+import { Socket as NetSocket, type Socket } from "node:net";
 import { Connection, EventType, type ConnectionEvent } from "../proto/connection.js";
 import { ErrorCode, FrameType, MethodKind, Remote } from "../proto/constants.js";
 import { errorName, ProtocolError } from "../proto/errors.js";
@@ -21,6 +21,26 @@ import { feedOutput, mustFeed } from "../feed.js";
 import { parseDetails, wireError, wirepoolError, type WirepoolError } from "./errors.js";
 import { cut, quote } from "./quote.js";
 import type { Joined, Listener } from "./listener.js";
+import { Shm, ShmErrorCode, ShmFrameType } from "../proto/constants.js";
+import { ShmAccept, ShmOffer, type ShmFrame } from "../proto/shm.js";
+import { ShmReceiver } from "../shm/lane.js";
+import { shmNative, type ShmNative } from "../shm/native.js";
+import { ShmReader } from "../shm/reader.js";
+
+/**
+ * The shared-memory lane, worker to parent (PROTOCOL.md 20), experimental and off by default:
+ * `WIREPOOL_SHM_LANE=1` in the parent's environment, with the native addon, for local workers.
+ */
+function laneNative(): ShmNative | null {
+  return process.env.WIREPOOL_SHM_LANE === "1" ? shmNative() : null;
+}
+
+/** A local connection read with recvmsg, and the worker's regions once the WELCOME accepted them. */
+interface Lane {
+  readonly native: ShmNative;
+  readonly reader: ShmReader;
+  rx: ShmReceiver | null;
+}
 
 /** A method the pool requires every worker to offer (checked at HELLO: CODEC_MISMATCH). */
 export interface RequiredMethod {
@@ -135,6 +155,7 @@ export class WorkerProcess {
 
   private child: ChildProcess | null = null;
   private socket: Socket | null = null;
+  private lane: Lane | null = null;
   private readonly routes = new Map<number, Route>();
   private flushScheduled = false;
   private readonly flushBound = () => this.flush();
@@ -214,6 +235,8 @@ export class WorkerProcess {
       const [program, ...args] = s.command;
       let child: ChildProcess;
       const remote = this.remote;
+      let native: ShmNative | null = null;
+      let pair: [number, number] | null = null;
       try {
         if (remote !== null) {
           // The subprocess launcher (21.8): a child that joins over TCP + TLS with a ticket of its own.
@@ -226,6 +249,15 @@ export class WorkerProcess {
             (j) => this.attachRemote(j),
             () => {}, // the start timer reports it (STARTUP_TIMEOUT)
           );
+        } else if ((native = laneNative()) !== null) {
+          // The lane: a socketpair of the addon's, so libuv never reads this end (a plain read
+          // drops descriptors); the child's end is closed here once the child has it.
+          pair = native.socketpair();
+          try {
+            child = spawn(program, args, { stdio: ["ignore", "pipe", "pipe", pair[1]], env: { ...s.env, WIREPOOL_FD: "3" }, cwd: s.cwd });
+          } finally {
+            native.closeFd(pair[1]);
+          }
         } else {
           // A socketpair on fd 3: libuv creates 'pipe' stdio with socketpair(AF_UNIX, SOCK_STREAM)
           // on Unix, keeps its end close-on-exec and closes the child's end after the spawn.
@@ -236,6 +268,7 @@ export class WorkerProcess {
           });
         }
       } catch (e) {
+        if (pair !== null) native!.closeFd(pair[0]);
         this.spawnFailed(e);
         return;
       }
@@ -261,6 +294,17 @@ export class WorkerProcess {
       }
       this.watchOutput(child.stdout!, "stdout");
       this.watchOutput(child.stderr!, "stderr");
+      if (native !== null && pair !== null) {
+        // Written through a socket that never reads; read by the lane's reader.
+        const sock = new NetSocket({ fd: pair[0], readable: false, writable: true });
+        this.socket = sock;
+        child.unref();
+        (child.stdout as Socket).unref();
+        (child.stderr as Socket).unref();
+        this.wireLane(native, pair[0], sock);
+        this.armStartTimer();
+        return;
+      }
       const sock = child.stdio[3] as Socket;
       this.socket = sock;
       // Nothing of a worker keeps the event loop alive: the pool holds it while there is work.
@@ -283,6 +327,67 @@ export class WorkerProcess {
     sock.on("end", () => this.onEof());
     sock.on("error", () => this.onEof());
     if (this.remote !== null) sock.on("close", () => this.onEof());
+  }
+
+  /** The lane's connection: written through `sock`, read with recvmsg; its end of file is the reader's. */
+  private wireLane(native: ShmNative, fd: number, sock: Socket): void {
+    sock.unref();
+    this.outputsOpen++;
+    // A failed write (EPIPE) destroys the socket; the reader (its own descriptor) still reads
+    // what the worker wrote before it left, then its end of file.
+    sock.on("error", () => {
+      this.writeFailed = true;
+    });
+    const reader = new ShmReader(native, fd, {
+      fds: (fds, truncated) => {
+        const rx = this.lane?.rx ?? null;
+        if (rx === null) {
+          for (const f of fds) native.closeFd(f);
+          throw new ProtocolError(ShmErrorCode.SHM_BAD_DESCRIPTOR, "a descriptor where the lane is off");
+        }
+        rx.descriptors(fds, truncated);
+      },
+      data: (chunk) => this.onData(chunk),
+      shm: (f) => this.onShmFrame(f),
+      end: () => this.onEof(),
+      violation: (e) => this.violation(e.code, e.message, true),
+      alive: () => this.state !== "dead" && this.brokenBy === null,
+    });
+    this.lane = { native, reader, rx: null };
+  }
+
+  /** A frame of the lane (20.3): the worker's regions, and the bodies in them. */
+  private onShmFrame(f: ShmFrame): void {
+    const rx = this.lane?.rx ?? null;
+    if (rx === null) throw new ProtocolError(ErrorCode.UNKNOWN_FRAME_TYPE, `frame type 0x${f.type.toString(16)} where the lane is off`);
+    switch (f.type) {
+      case ShmFrameType.SHM_REGION:
+        rx.region(f);
+        return;
+      case ShmFrameType.SHM_RETIRE:
+        rx.retire(f);
+        return;
+      case ShmFrameType.SHM_RELEASE:
+        // This parent lends nothing (to_worker_window 0).
+        throw new ProtocolError(ShmErrorCode.SHM_BAD_RELEASE, `SHM_RELEASE of region ${f.region}: nothing is lent to the worker`);
+      case ShmFrameType.SHM_BODY: {
+        const ev = this.conn.receiveShmBody(f.id, f.length, () => rx.body(f.id, f));
+        this.onEvent(ev);
+        return;
+      }
+    }
+  }
+
+  /** The SHM_RELEASEs of bodies collected since the last write (whole frames, between the core's). */
+  private writeReleases(): void {
+    const rx = this.lane?.rx ?? null;
+    const sock = this.socket;
+    if (rx === null) return;
+    const frames = rx.takeReleases();
+    if (frames.length === 0 || sock === null || sock.destroyed || this.writeFailed || this.state === "dead") return;
+    const b = Buffer.concat(frames);
+    this.bytesOut += b.length;
+    sock.write(b);
   }
 
   /** A remote worker joined (21.3): its connection from the bytes after the JOIN block on. */
@@ -633,7 +738,15 @@ export class WorkerProcess {
         remote: false,
       });
       if (clamped) this.hooks.clamped?.(s.maxInFlight, h.maxConcurrency);
-      this.conn.sendWelcome(welcome);
+      const lane = this.lane;
+      const offer = lane !== null && h.extensions ? ShmOffer.fromTrailing(h.extensions) : null;
+      if (lane !== null && offer !== null) {
+        // The worker's regions up to the window; none of this parent's (it sends through the socket).
+        const window = BigInt(Shm.toParentWindow);
+        this.conn.sendWelcome({ ...welcome, extensions: new ShmAccept(0n, window).encode() });
+        lane.rx = new ShmReceiver(lane.native, window, () => this.writeReleases());
+        lane.reader.splitter.on = true;
+      } else this.conn.sendWelcome(welcome);
     } catch (e) {
       // Never thrown from this handler (22.1): a WELCOME the core cannot write fails the start.
       this.welcomeFailed(e);
@@ -899,6 +1012,10 @@ export class WorkerProcess {
       stderrTail: death.stderrTail,
     });
     this.failRoutes(exitedError);
+    if (this.lane !== null) {
+      this.lane.reader.close();
+      this.lane.rx?.close();
+    }
     if (this.socket !== null) {
       this.socket.removeAllListeners();
       this.socket.on("error", () => {});

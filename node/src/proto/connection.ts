@@ -147,6 +147,8 @@ interface Inbound {
   blocks: Buffer[];
   last: Buffer;
   lastLen: number;
+  /** A CONTINUATION of it arrived (then no SHM_BODY may end it, 20.3). */
+  continued?: boolean;
   len: number;
   /** Sum of the payload lengths received, prefix included: what max_message_size bounds. */
   size: number;
@@ -291,6 +293,41 @@ export class Connection {
         const ev = this.onFrame(frame, this.decoder.lastPayloadLength);
         if (ev !== null) return ev;
       }
+    } catch (e) {
+      if (e instanceof ProtocolError) this.failWith(e);
+      throw e;
+    }
+  }
+
+  /**
+   * A SHM_BODY of request `id` (PROTOCOL.md 20.3), which the driver took out of the byte stream
+   * after handing the core every byte before it and taking every event: the last part of the
+   * message whose first frame (REQUEST, RESULT or END with MORE and exactly its prefix) is in
+   * progress. In the order of 20.5: the continuation rule (`BAD_ID` for id 0, `CONTINUATION` with
+   * no such message or after a body byte or CONTINUATION of it), then `body()` (the driver's
+   * bounds check and view, `SHM_BOUNDS`), then `max_message_size` (the prefix plus `length`;
+   * `length` does not count toward the sum of messages in progress, section 5). Returns the
+   * complete message's event; a violation fails the core, as in `nextEvent`.
+   */
+  receiveShmBody(id: number, length: bigint, body: () => Buffer): ConnectionEvent {
+    if (this._failure !== null) throw this._failure;
+    try {
+      if (!this.open || this._welcome === null) refuse("UNEXPECTED_FRAME", "SHM_BODY before WELCOME");
+      if (id === 0) refuse("BAD_ID", "SHM_BODY with id 0");
+      const p = this.inbound.size === 0 ? undefined : this.inbound.get(id);
+      if (p === undefined) refuse("CONTINUATION", `SHM_BODY for id ${id} with no message in progress`);
+      if (p.len !== 0 || p.continued) refuse("CONTINUATION", `SHM_BODY for id ${id} after a body byte or CONTINUATION of it`);
+      const view = body();
+      const limit = this._welcome.maxMessageSize;
+      if (BigInt(p.size) + length > BigInt(limit)) {
+        refuse("MESSAGE_TOO_LARGE", `a message of ${BigInt(p.size) + length} bytes through the lane, above max_message_size ${limit}`);
+      }
+      this.dropInbound(id, p);
+      const f = p.first;
+      if (f.type === FrameType.REQUEST) return this.accept({ ...f, more: false, body: view });
+      this.requests.delete(id);
+      if (f.type === FrameType.RESULT) return { ...f, more: false, body: view };
+      return { ...f, more: false, summary: view };
     } catch (e) {
       if (e instanceof ProtocolError) this.failWith(e);
       throw e;
@@ -497,6 +534,7 @@ export class Connection {
   }
 
   private continueInbound(p: Inbound, chunk: Buffer, more: boolean, size: number): ConnectionEvent | null {
+    p.continued = true;
     const limit = this._welcome!.maxMessageSize;
     p.size += size;
     this.inboundSize += size;

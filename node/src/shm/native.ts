@@ -20,8 +20,8 @@ export interface ShmNative {
   recvmsg(fd: number, buf: Uint8Array, out: Int32Array): number;
   /** One non-blocking write with descriptors attached to its first byte: bytes or -errno. */
   sendmsg(fd: number, buf: Uint8Array, fds: readonly number[]): number;
-  /** Calls `cb` on each readiness of `fd` (a duplicate of it is watched) until `unwatch`. */
-  watch(fd: number, cb: (events: number) => void): unknown;
+  /** Calls `cb` on each readiness of `fd` (a duplicate of it is watched) until `unwatch`; `ref` false: it does not keep the event loop alive. */
+  watch(fd: number, cb: (events: number) => void, ref?: boolean): unknown;
   unwatch(handle: unknown): void;
   /** A read-only mapping, only reached through `copyOut` (JavaScript never holds a view of it). */
   mapRead(fd: number, size: number): unknown;

@@ -1,0 +1,74 @@
+// The Node parent receiving a Python worker's large results through the shared-memory lane
+// (PROTOCOL.md 20; experimental: WIREPOOL_SHM_LANE=1, with the native addon): the bytes are
+// the worker's, the socket carries only the frames around them, the ranges are released, small
+// results still take the socket; a worker killed with its regions viewed leaves the views whole.
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { setImmediate as tick } from "node:timers/promises";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+
+import { Pool } from "../src/index.js";
+import { shmNative } from "../src/shm/native.js";
+import { REPO } from "./vectors.js";
+
+const VENV = join(REPO, ".venv", "bin", "python");
+const PYTHON = existsSync(VENV) ? VENV : "python3";
+const WORKER = join(REPO, "node", "test", "fixtures", "shm_worker.py");
+const skip = shmNative() === null ? "the addon is not built (npm run build:native)" : false;
+const T = { timeout: 60_000 };
+setFlagsFromString("--expose-gc");
+const gc = runInNewContext("gc") as () => void;
+
+function pattern(n: number): Buffer {
+  const b = Buffer.alloc(n);
+  for (let i = 0; i < n; i++) b[i] = ((i % 256) * 7 + 3) & 0xff;
+  return b;
+}
+
+/** Bytes the pool read from its workers' sockets (the exporter's view). */
+function received(pool: Pool): number {
+  return pool.exportView().slots.reduce((n, s) => n + s.receivedBytes, 0);
+}
+
+describe("the Node parent and a Python worker's shm lane", { skip }, () => {
+  let saved: string | undefined;
+  before(() => {
+    saved = process.env.WIREPOOL_SHM_LANE;
+    process.env.WIREPOOL_SHM_LANE = "1";
+  });
+  after(() => {
+    if (saved === undefined) delete process.env.WIREPOOL_SHM_LANE;
+    else process.env.WIREPOOL_SHM_LANE = saved;
+  });
+
+  it("large results come through the lane, small ones through the socket; every range is released", T, async () => {
+    const pool = await Pool.start({ command: [PYTHON, WORKER], workers: 1, env: { ...process.env, PYTHONPATH: join(REPO, "python") } });
+    try {
+      const small = (await pool.call("blob", Buffer.from("1000"), { codec: "raw" })) as Buffer;
+      assert.ok(small.equals(pattern(1000)));
+      const in0 = received(pool);
+      const sizes = [1 << 20, 8 << 20, 3 << 20, 8 << 20];
+      for (const n of sizes) {
+        const r = (await pool.call("blob", Buffer.from(String(n)), { codec: "raw" })) as Buffer;
+        assert.equal(r.length, n);
+        assert.ok(r.equals(pattern(n)), `the ${n} bytes`);
+      }
+      const socketBytes = received(pool) - in0;
+      assert.ok(socketBytes < 64 * 1024, `${socketBytes} bytes came through the socket for ${sizes.length} large results`);
+      // Collected views are released; the worker reuses its regions and keeps serving.
+      for (let i = 0; i < 50; i++) {
+        gc();
+        await tick();
+      }
+      for (let i = 0; i < 10; i++) {
+        const r = (await pool.call("blob", Buffer.from(String(2 << 20)), { codec: "raw" })) as Buffer;
+        assert.equal(r.length, 2 << 20);
+      }
+    } finally {
+      await pool.close();
+    }
+  });
+});
