@@ -10,13 +10,15 @@ import { setImmediate as tick } from "node:timers/promises";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 
-import { Pool } from "../src/index.js";
+import { ErrorCode, Pool, ProtocolViolationError } from "../src/index.js";
+import { readdirSync } from "node:fs";
 import { shmNative } from "../src/shm/native.js";
 import { REPO } from "./vectors.js";
 
 const VENV = join(REPO, ".venv", "bin", "python");
 const PYTHON = existsSync(VENV) ? VENV : "python3";
 const WORKER = join(REPO, "node", "test", "fixtures", "shm_worker.py");
+const HOSTILE = join(REPO, "node", "test", "fixtures", "shm_hostile_worker.py");
 const skip = shmNative() === null ? "the addon is not built (npm run build:native)" : false;
 const T = { timeout: 60_000 };
 setFlagsFromString("--expose-gc");
@@ -71,4 +73,38 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
       await pool.close();
     }
   });
+  for (const [mode, code, name] of [
+    ["bounds", 125, "SHM_BOUNDS"],
+    ["overflow", 125, "SHM_BOUNDS"],
+    ["no_descriptor", 124, "SHM_BAD_DESCRIPTOR"],
+    ["unsealed", 124, "SHM_BAD_DESCRIPTOR"],
+    ["region_zero", 123, "SHM_BAD_REGION"],
+    ["body_without_message", 116, "CONTINUATION"],
+    ["above_message_size", 115, "MESSAGE_TOO_LARGE"],
+  ] as const) {
+    it(`a hostile worker (${mode}): the call ends PROTOCOL_VIOLATION ${name}, the parent unharmed, no descriptor left`, T, async () => {
+      const fds = () => readdirSync("/proc/self/fd").length;
+      const before = fds();
+      const pool = await Pool.start({
+        command: [PYTHON, HOSTILE, mode],
+        workers: 1,
+        maxFrameSize: 65536,
+        maxMessageSize: 256 * 1024,
+        env: { ...process.env, WIREPOOL_PYTHON: join(REPO, "python") },
+      });
+      try {
+        await assert.rejects(pool.call("blob", Buffer.from("1"), { codec: "raw" }), (e: unknown) => {
+          assert.ok(e instanceof ProtocolViolationError, String(e));
+          assert.equal(e.code, ErrorCode.PROTOCOL_VIOLATION, e.message);
+          assert.equal(e.protocolCode, code, e.message);
+          assert.match(e.message, new RegExp(name));
+          return true;
+        });
+      } finally {
+        await pool.close();
+      }
+      for (let i = 0; i < 3; i++) await tick(); // the watch's duplicate closes in the loop's close phase
+      assert.equal(fds(), before, "descriptors");
+    });
+  }
 });
