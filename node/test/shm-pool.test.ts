@@ -73,6 +73,23 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
       await pool.close();
     }
   });
+  const RUST = join(REPO, "rust", "target", "debug", "conformance_worker");
+  it("a Rust worker's echo of 8 MiB comes back through its lane (the request through the socket)", { ...T, skip: existsSync(RUST) ? false : "the Rust conformance worker is not built" }, async () => {
+    const pool = await Pool.start({ command: [RUST], workers: 1 });
+    try {
+      const body = pattern(8 << 20);
+      for (let i = 0; i < 3; i++) {
+        const in0 = received(pool);
+        const r = (await pool.call("echo", body, { codec: "raw" })) as Buffer;
+        assert.ok(r.equals(body), "the echo's bytes");
+        const socketBytes = received(pool) - in0;
+        assert.ok(socketBytes < 64 * 1024, `${socketBytes} bytes came through the socket for an 8 MiB result`);
+      }
+    } finally {
+      await pool.close();
+    }
+  });
+
   for (const [mode, code, name] of [
     ["bounds", 125, "SHM_BOUNDS"],
     ["overflow", 125, "SHM_BOUNDS"],
