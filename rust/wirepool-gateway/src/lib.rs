@@ -47,6 +47,7 @@
 
 mod routes;
 mod serve;
+mod service;
 mod stats;
 mod status;
 mod stream_body;

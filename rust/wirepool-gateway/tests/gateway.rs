@@ -696,6 +696,51 @@ async fn per_route_body_limit_and_default_timeout() {
 }
 
 #[tokio::test]
+async fn the_gateway_as_a_tower_service() {
+    bounded(30, async {
+        use std::future::poll_fn;
+        use tower_service::Service;
+        let pool = pool(1).await;
+        let mut svc = wirepool_gateway::Gateway::builder(pool.clone())
+            .max_pending(1)
+            .build()
+            .unwrap();
+        // Always ready; an answer for every request, never an error.
+        poll_fn(|cx| {
+            Service::<http::Request<http_body_util::Full<Bytes>>>::poll_ready(&mut svc, cx)
+        })
+        .await
+        .unwrap();
+        let resp = svc
+            .call(request("POST", "/v1/call/echo", &[], "[1]"))
+            .await
+            .unwrap();
+        let status = resp.status();
+        use http_body_util::BodyExt;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            (status.as_u16(), json(&body)),
+            (200, serde_json::json!([1]))
+        );
+        // Admission is inside the service: with one call in flight, the next is 503 at once.
+        let held = svc.call(request("POST", "/v1/call/sleep", &[], "300"));
+        let held = tokio::spawn(held);
+        until("the call is in flight", 10, || in_flight(&pool) == 1).await;
+        let resp = svc
+            .call(request("POST", "/v1/call/echo", &[], "1"))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let resp = svc.call(request("GET", "/nope", &[], "")).await.unwrap();
+        assert_eq!(resp.status(), 404);
+        assert_eq!(held.await.unwrap().unwrap().status(), 200);
+        pool.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn builder_refuses_bad_options() {
     bounded(30, async {
         let pool = pool(1).await;
@@ -1007,6 +1052,7 @@ fn raise_fd_limit(want: u64) {
 #[tokio::test]
 async fn silent_crowd_is_closed_and_fds_stay_flat() {
     bounded(60, async {
+        let _one_crowd = CROWDS.lock().await;
         // 1,000 client sockets and the gateway's 1,000 in this one process.
         raise_fd_limit(4096);
         let gw = start(1, |b| {
@@ -1054,39 +1100,62 @@ async fn silent_crowd_is_closed_and_fds_stay_flat() {
     .await;
 }
 
-/// This process's resident set in KiB (`VmRSS` of /proc/self/status).
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+/// The two crowd tests one at a time: each counts this process's descriptors.
+static CROWDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The resident set of process `pid` in KiB (`VmRSS` of /proc/PID/status).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
+        .expect("VmRSS in /proc/PID/status")
 }
 
-// Two runtime threads: the crowd's 10,000 writes a second and the gateway on one thread would
-// time the test's own scheduling more than the gateway.
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+// The gateway is the binary, so its descriptors and memory are its own, whatever the tests
+// running beside this one do; two runtime threads for the crowd's 10,000 writes a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_crowd_is_closed_at_the_header_timeout_with_fds_and_memory_flat() {
-    bounded(90, async {
+    bounded(120, async {
         const CROWD: usize = 1000;
+        const ROUNDS: usize = 6;
+        let _one_crowd = CROWDS.lock().await;
+        // The child inherits the raised limit: 1,000 client sockets here, 1,000 there.
         raise_fd_limit(4096);
         let header_timeout = Duration::from_millis(1000);
-        let gw = start(1, |b| {
-            b.header_timeout(header_timeout).max_connections(1100)
-        })
+        let worker = worker().display().to_string();
+        let (child, _, addr) = spawn_binary(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--header-timeout",
+            "1s",
+            "--",
+            &worker,
+        ])
         .await;
-        let (s, _, _) = send(gw.addr, request("GET", "/healthz", &[], "")).await;
+        let pid = child.id().expect("running");
+        // One served request first, so every lazily opened descriptor exists.
+        let (s, _, _) = send(addr, request("GET", "/healthz", &[], "")).await;
         assert_eq!(s, 200);
-        let fds_before = open_fds();
-        let mut rss = vec![rss_kib()];
-        for round in 0..4 {
+        let fds_before = fds_of(pid);
+        let mut rss = vec![rss_kib(pid)];
+        let mut during = Vec::new();
+        for round in 0..ROUNDS {
             // Every connection sends a request line, then one header byte every 100 ms and
-            // never the end of the head; each records when the gateway closed it.
-            // Each task starts as soon as its connection is up, and times its own close.
+            // never the end of the head. Each task starts as soon as its connection is up,
+            // and times its own close.
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..CROWD {
-                let conn = TcpStream::connect(gw.addr).await.unwrap();
+                let conn = TcpStream::connect(addr).await.unwrap();
                 let connected = Instant::now();
                 tasks.spawn(async move {
                     let (mut rd, mut wr) = conn.into_split();
@@ -1117,9 +1186,11 @@ async fn slowloris_crowd_is_closed_at_the_header_timeout_with_fds_and_memory_fla
                     }
                 });
             }
-            // The gateway still serves while the crowd trickles.
-            let (s, _, _) = send(gw.addr, request("GET", "/healthz", &[], "")).await;
+            // The gateway still serves while the crowd trickles (what it holds then is
+            // reported, not asserted: on a loaded machine the first ones may be closed already).
+            let (s, _, _) = send(addr, request("GET", "/healthz", &[], "")).await;
             assert_eq!(s, 200, "round {round}: not served during the crowd");
+            during.push((fds_of(pid), rss_kib(pid)));
             let mut closes = Vec::with_capacity(CROWD);
             while let Some(r) = tasks.join_next().await {
                 let (took, out) = r.unwrap();
@@ -1146,32 +1217,41 @@ async fn slowloris_crowd_is_closed_at_the_header_timeout_with_fds_and_memory_fla
                 last < header_timeout + Duration::from_secs(5),
                 "round {round}: the last one closed after {last:?}"
             );
-            until("descriptors back to where they were", 10, || {
-                open_fds() <= fds_before + 2
+            until("the gateway's descriptors back to the baseline", 10, || {
+                fds_of(pid) <= fds_before
             })
             .await;
-            rss.push(rss_kib());
+            rss.push(rss_kib(pid));
         }
-        eprintln!("VmRSS (KiB) before and after each round of {CROWD}: {rss:?}");
-        // Bounded by one round's connections (client and gateway sides, both in this process:
-        // 12 to 21 MiB for 1,000), not by their sum: a leak of what a round takes would add as
-        // much again each round. Seen on 2 vCPUs at load 20: the peak 12 to 31 MiB over the
-        // start, the fourth round 0.1 to 2.8 MiB over the third.
+        eprintln!(
+            "gateway descriptors {fds_before} before; (descriptors, VmRSS KiB) during each \
+             round: {during:?}; VmRSS KiB before and after each round: {rss:?}"
+        );
+        // Memory is bounded by one round's connections, not by their sum. Seen over 10
+        // rounds: 13 MiB, then 31, 39, 40, 41, 42, 42, 43, 43, 43, 43 (allocator arenas
+        // settling). 48 MiB over 6,000 connections in all leaves under 5 KiB a connection
+        // for a leak beside the ~18 MiB one round holds; the last two rounds, a third of them.
         let base = rss[0];
-        let peak = rss.iter().max().copied().unwrap_or(base);
-        let last_round = rss[4].saturating_sub(rss[3]);
+        let peak = rss
+            .iter()
+            .chain(during.iter().map(|(_, r)| r))
+            .max()
+            .copied()
+            .unwrap_or(base);
+        let last_two = rss[ROUNDS].saturating_sub(rss[ROUNDS - 2]);
         assert!(
             peak - base < 48 * 1024,
-            "{} KiB over 4 rounds: {rss:?}",
+            "{} KiB over {ROUNDS} rounds: {rss:?}",
             peak - base
         );
         assert!(
-            last_round < 6 * 1024,
-            "the fourth round took {last_round} KiB more: {rss:?}"
+            last_two < 12 * 1024,
+            "the last two rounds took {last_two} KiB more: {rss:?}"
         );
-        let (s, _, _) = send(gw.addr, request("GET", "/healthz", &[], "")).await;
+        let (s, _, _) = send(addr, request("GET", "/healthz", &[], "")).await;
         assert_eq!(s, 200);
-        gw.stop().await;
+        let status = terminate(child).await;
+        assert!(status.success(), "{status:?}");
     })
     .await;
 }
