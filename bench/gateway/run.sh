@@ -14,7 +14,8 @@
 #   bash bench/gateway/run.sh                       # 2 processes, 64 and 256 connections, 10 s, 3 rounds
 #   QUICK=1 bash bench/gateway/run.sh               # 2 s, 1 round (CI)
 #   PROCS=4 CONNS="64" DURATION=10s ROUNDS=5 bash bench/gateway/run.sh
-#   OUT=/tmp/gw bash bench/gateway/run.sh           # keep results.tsv, summary.md and the logs there
+#   OUT=/tmp/gw bash bench/gateway/run.sh           # keep results.tsv, summary.md, the logs and
+#                                                   # github-action-benchmark-{bigger,smaller}.json there
 #
 # Tools: wrk and nginx are installed with apt-get when missing and the script runs as root (else a
 # missing wrk skips the bench, a missing nginx skips (d)); gunicorn + uvicorn[standard] go into a
@@ -52,13 +53,17 @@ apt_install() { # package: only as root with apt-get, bounded
   timeout 300 apt-get install -y -q "$1" >"$tmp/apt-$1.log" 2>&1 && return 0
   timeout 300 apt-get update -q >/dev/null 2>&1 && timeout 300 apt-get install -y -q "$1" >>"$tmp/apt-$1.log" 2>&1
 }
-nginx_bin() { command -v nginx || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; }; }
+# NGINX=/path/to/nginx picks one (and installs none: NGINX=/nonexistent checks the skip path)
+nginx_bin() {
+  if [ -n "${NGINX:-}" ]; then [ -x "$NGINX" ] && echo "$NGINX"; return 0; fi
+  command -v nginx || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; }
+}
 
 command -v wrk >/dev/null || apt_install wrk
 if ! command -v wrk >/dev/null; then
   echo "skipped: wrk not found and not installable (apt-get install wrk as root)"; exit 0
 fi
-[ -n "$(nginx_bin)" ] || apt_install nginx
+[ -n "$(nginx_bin)" ] || [ -n "${NGINX:-}" ] || apt_install nginx
 [ -n "$(nginx_bin)" ] || skip[d]="nginx not found and not installable"
 
 phase "tools checked; building the gateway and the Rust worker"
@@ -197,4 +202,4 @@ echo "load after: $(uptime)"
 phase "measured"
 : >"$out/skipped.tsv"
 for k in "${!skip[@]}"; do printf '%s\t%s\n' "$k" "${skip[$k]}" >>"$out/skipped.tsv"; done
-python3 "$here/summarize.py" "$results" "$out/skipped.tsv" | tee "$out/summary.md"
+python3 "$here/summarize.py" "$results" "$out/skipped.tsv" --json "$out/github-action-benchmark" | tee "$out/summary.md"

@@ -1,10 +1,15 @@
 """Summarize run.sh's results.tsv: min/median/max per contender, the ratios of each round (same
 round only) and issue 30's targets met or missed. Standard library only.
 
-    python3 bench/gateway/summarize.py results.tsv [skipped.tsv]
+    python3 bench/gateway/summarize.py results.tsv [skipped.tsv] [--json PREFIX]
+
+--json PREFIX also writes PREFIX-bigger.json and PREFIX-smaller.json in github-action-benchmark's
+customBiggerIsBetter / customSmallerIsBetter format (medians, the rounds' spread as `range`), as
+the rest of the bench does: req/s, rows/s and the parity ratios; p99 and the p99 ratio.
 """
 
 import csv
+import json
 import os
 import statistics
 import sys
@@ -50,10 +55,16 @@ def fmt_x(v: float) -> str:
 
 
 def main() -> None:
-    rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+    args = sys.argv[1:]
+    json_prefix = None
+    if "--json" in args:
+        i = args.index("--json")
+        json_prefix = args[i + 1]
+        del args[i : i + 2]
+    rows = list(csv.DictReader(open(args[0]), delimiter="\t"))
     skipped = {}
-    if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):
-        for line in open(sys.argv[2]):
+    if len(args) > 1 and os.path.exists(args[1]):
+        for line in open(args[1]):
             if line.strip():
                 k, why = line.rstrip("\n").split("\t", 1)
                 skipped[k] = why
@@ -145,6 +156,33 @@ def main() -> None:
             if k == "stream_rust":
                 print(f"| stream, Rust worker >= 1 M rows/s | {conns} | {spread(v, fmt_rate)} rows/s "
                       f"| {verdict(v, lambda x: x >= 1e6)} |")
+    if json_prefix:
+        bigger, smaller = [], []
+
+        def entry(name, unit, values):
+            return {"name": name, "unit": unit, "value": round(statistics.median(values), 3),
+                    "range": f"{min(values):.3f}-{max(values):.3f}", "extra": f"{len(values)} rounds"}
+
+        for (k, conns), per in sorted(by.items()):
+            rps = [float(x["rps"]) for x in per.values()]
+            if k.startswith("stream"):
+                bigger.append(entry(f"gateway {k} {conns} conns", "rows/s", [v * stream_rows for v in rps]))
+                continue
+            bigger.append(entry(f"gateway {k} {conns} conns", "req/s", rps))
+            p99 = [v for x in per.values() if (v := ms(x["p99"])) is not None]
+            if p99:
+                smaller.append(entry(f"gateway {k} {conns} conns p99", "ms", p99))
+        for conns in conns_all:
+            for num, den in (("a", "c"), ("b", "d"), ("a", "d")):
+                v = ratio(num, den, conns, "rps")
+                if v:
+                    bigger.append(entry(f"gateway ratio {num}/{den} {conns} conns", "x", v))
+            v = ratio("a", "c", conns, "p99")
+            if v:
+                smaller.append(entry(f"gateway ratio a/c p99 {conns} conns", "x", v))
+        json.dump(bigger, open(f"{json_prefix}-bigger.json", "w"), indent=1)
+        json.dump(smaller, open(f"{json_prefix}-smaller.json", "w"), indent=1)
+
     print("\nfor information, same round:")
     for conns in conns_all:
         for num, den in (("a", "c0"), ("a", "d"), ("c", "d"), ("b", "a"), ("b", "c")):
