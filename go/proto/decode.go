@@ -40,9 +40,23 @@ func (d *Decoder) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	d.reserve(len(p))
+	d.reserve(d.need(len(p)))
 	d.buf = append(d.buf, p...)
 	return len(p), nil
+}
+
+// need is the room to reserve for n more bytes: at least the rest of the frame being received
+// once its header's length is within the limit, so a large frame fed in small pieces (TLS
+// records, a driver's fixed read chunks) is given its room once, not copied at every piece.
+func (d *Decoder) need(n int) int {
+	need := max(n, 1)
+	if unread := len(d.buf) - d.off; unread >= HeaderSize {
+		length := int(binary.LittleEndian.Uint32(d.buf[d.off:]))
+		if uint32(length) <= d.max && HeaderSize+length > unread {
+			need = max(need, HeaderSize+length-unread)
+		}
+	}
+	return need
 }
 
 // reserve makes room for n more bytes after the unread ones without touching bytes already
@@ -62,14 +76,7 @@ func (d *Decoder) reserve(n int) {
 // the frame being received once its header has passed the checks (a large frame arrives in one
 // read). Report what was read with Received.
 func (d *Decoder) ReadBuffer(min int) []byte {
-	need := max(min, 1)
-	if unread := len(d.buf) - d.off; unread >= HeaderSize {
-		length := int(binary.LittleEndian.Uint32(d.buf[d.off:]))
-		if uint32(length) <= d.max && HeaderSize+length > unread {
-			need = max(need, HeaderSize+length-unread)
-		}
-	}
-	d.reserve(need)
+	d.reserve(d.need(min))
 	return d.buf[len(d.buf):cap(d.buf)]
 }
 
