@@ -11,7 +11,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 
 import { ErrorCode, Pool, ProtocolViolationError } from "../src/index.js";
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { shmNative } from "../src/shm/native.js";
 import { REPO } from "./vectors.js";
 
@@ -88,6 +88,54 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
     } finally {
       await pool.close();
     }
+  });
+
+  // The other lanes' crash cycles (make test-shm-crash-cycles), at the Node parent: a worker
+  // SIGKILLed with a large result of its own in flight, while the parent holds a view of an
+  // earlier one. WIREPOOL_SHM_CRASH_CYCLES sets the count (default 5).
+  const CYCLES = Number(process.env.WIREPOOL_SHM_CRASH_CYCLES ?? 5);
+  it(`crash cycles (${CYCLES}): one outcome per call, views of a dead worker's regions whole, nothing left after`, { timeout: 60_000 + CYCLES * 5_000 }, async () => {
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const memfds = () => readFileSync("/proc/self/maps", "utf8").split("\n").filter((l) => l.includes("memfd:wirepool")).length;
+    const before = fds();
+    // In a function of its own: once it returns, no frame of it keeps a view alive.
+    const cycles = async () => {
+      const pool = await Pool.start({ command: [PYTHON, WORKER], workers: 2, env: { ...process.env, PYTHONPATH: join(REPO, "python") } });
+      const want = pattern(4 << 20);
+      const held: Buffer[] = [];
+      let outcomes = 0;
+      try {
+        for (let i = 0; i < CYCLES; i++) {
+          const view = (await pool.call("blob", Buffer.from(String(4 << 20)), { codec: "raw" })) as Buffer;
+          held.push(view);
+          const pid = pool.exportView().slots.find((x) => x.state === "ready")?.pid;
+          assert.ok(typeof pid === "number");
+          const calls = [0, 1, 2, 3].map(() => pool.call("blob", Buffer.from(String(4 << 20)), { codec: "raw" }));
+          process.kill(pid, "SIGKILL");
+          const settled = await Promise.allSettled(calls);
+          for (const r of settled) {
+            outcomes++;
+            if (r.status === "fulfilled") assert.ok((r.value as Buffer).equals(want), "an answer equals the body");
+            else assert.equal((r.reason as { codeName?: string }).codeName, "WORKER_EXITED", String(r.reason));
+          }
+          for (const v of held) assert.ok(v.equals(want), "a view of a dead worker's region reads whole");
+          // The pool is back to two workers that serve.
+          const again = await Promise.all([0, 1].map(() => pool.call("blob", Buffer.from(String(2 << 20)), { codec: "raw" })));
+          for (const r of again) assert.equal((r as Buffer).length, 2 << 20);
+        }
+      } finally {
+        await pool.close();
+      }
+      return outcomes;
+    };
+    assert.equal(await cycles(), CYCLES * 4);
+    for (let i = 0; i < 50 && memfds() > 0; i++) {
+      gc();
+      await tick();
+    }
+    assert.equal(memfds(), 0, "no mapping of a worker's memory file once the views are collected");
+    for (let i = 0; i < 3; i++) await tick();
+    assert.equal(fds(), before, "descriptors");
   });
 
   for (const [mode, code, name] of [
