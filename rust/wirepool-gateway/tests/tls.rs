@@ -301,3 +301,92 @@ async fn binary_serves_https_with_tls_flags() {
     })
     .await;
 }
+
+/// Trickles on `conn`: `head` at once, then a byte every 100 ms (30 s at most); the time from
+/// `connected` (taken before the TCP connect) to the gateway's close.
+async fn trickle(
+    conn: impl tokio::io::AsyncRead + tokio::io::AsyncWrite,
+    head: Vec<u8>,
+    connected: Instant,
+) -> Duration {
+    let (mut rd, mut wr) = tokio::io::split(conn);
+    let writes = async move {
+        let _ = wr.write_all(&head).await;
+        let _ = wr.flush().await;
+        let mut ticks = tokio::time::interval(Duration::from_millis(100));
+        for _ in 0..300 {
+            ticks.tick().await;
+            if wr.write_all(b"a").await.is_err() || wr.flush().await.is_err() {
+                break;
+            }
+        }
+    };
+    let closed = async move {
+        let mut out = Vec::new();
+        let _ = rd.read_to_end(&mut out).await;
+        connected.elapsed()
+    };
+    tokio::pin!(writes);
+    tokio::pin!(closed);
+    tokio::select! {
+        t = &mut closed => t,
+        () = &mut writes => closed.await,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_slowloris_crowd_is_closed_at_the_header_timeout() {
+    bounded(60, async {
+        let c = certs("slowloris");
+        let tls = TlsConfig::from_pem_files(&c.cert, &c.key).unwrap();
+        let header_timeout = Duration::from_millis(500);
+        let gw = start(1, |b| b.tls(tls).header_timeout(header_timeout)).await;
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            if i % 2 == 0 {
+                // A ClientHello that never ends: a handshake record header announcing 512
+                // bytes, then a byte every 100 ms.
+                let connected = Instant::now();
+                let tcp = TcpStream::connect(gw.addr).await.unwrap();
+                let head = vec![0x16, 0x03, 0x01, 0x02, 0x00, 0x01];
+                tasks.spawn(trickle(tcp, head, connected));
+            } else {
+                // A finished handshake, then a request head that never ends.
+                // The header timeout counts from the accept, the handshake included.
+                let connected = Instant::now();
+                let tls = tls_connect(gw.addr, &c.der, &[b"http/1.1"]).await;
+                let head = b"POST /v1/call/echo HTTP/1.1\r\nx-slow: ".to_vec();
+                tasks.spawn(trickle(tls, head, connected));
+            }
+        }
+        let mut closes = Vec::new();
+        while let Some(t) = tasks.join_next().await {
+            closes.push(t.unwrap());
+        }
+        closes.sort();
+        let (median, last) = (closes[closes.len() / 2], closes[closes.len() - 1]);
+        eprintln!(
+            "200 TLS trickles closed: first {:?}, median {median:?}, last {last:?}",
+            closes[0]
+        );
+        assert!(median >= header_timeout.mul_f64(0.9), "median {median:?}");
+        assert!(
+            last < header_timeout + Duration::from_secs(4),
+            "last {last:?}"
+        );
+        // The gateway still serves over TLS.
+        let stream = tls_connect(gw.addr, &c.der, &[b"h2"]).await;
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let resp = send
+            .send_request(request("GET", "https://localhost/healthz", &[], ""))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        gw.stop().await;
+    })
+    .await;
+}
