@@ -100,7 +100,8 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
     const before = fds();
     // In a function of its own: once it returns, no frame of it keeps a view alive.
     const cycles = async () => {
-      const pool = await Pool.start({ command: [PYTHON, WORKER], workers: 2, env: { ...process.env, PYTHONPATH: join(REPO, "python") } });
+      // Every cycle kills one: the restart intensity must not close the pool.
+      const pool = await Pool.start({ command: [PYTHON, WORKER], workers: 2, maxRestarts: CYCLES + 10, env: { ...process.env, PYTHONPATH: join(REPO, "python") } });
       const want = pattern(4 << 20);
       const held: Buffer[] = [];
       let outcomes = 0;
