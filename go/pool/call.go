@@ -27,10 +27,10 @@ const (
 // Target is where a call goes: a *Pool (its least-loaded worker) or a *Lease (its one worker).
 type Target interface {
 	send(ctx context.Context, m call) (*proc, uint64, *pending, error)
-	options() *Options
+	options() *settings
 }
 
-func (p *Pool) options() *Options { return &p.opts }
+func (p *Pool) options() *settings { return &p.opts }
 
 // CallOption configures one call or stream.
 type CallOption func(*callOpts)

@@ -17,7 +17,7 @@ import (
 
 // Pool is a set of worker processes. Safe for concurrent use.
 type Pool struct {
-	opts Options
+	opts settings
 
 	mu       sync.Mutex // guards the fields below (taken before any proc's mu)
 	procs    []*proc    // by slot: the worker new requests go to; nil while a slot restarts
