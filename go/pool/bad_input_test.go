@@ -57,10 +57,6 @@ var goInexpressible = map[string]string{
 }
 
 var goPending = map[string]string{
-	"pool.max_rss_bytes.zero":       "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
-	"pool.max_rss_bytes.negative":   "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
-	"pool.max_idle_ms.zero":         "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
-	"pool.max_idle_ms.negative":     "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
 	"pool.retry_attempts.zero":      "issue 27: go/pool has no retries",
 	"pool.retry_attempts.101":       "issue 27: go/pool has no retries",
 	"pool.retry_attempts.largest":   "issue 27: go/pool has no retries",
@@ -166,7 +162,7 @@ func setOption(o *pool.Options, name string, v json.RawMessage) error {
 	durs := map[string]*pool.Optional[time.Duration]{"startup_timeout_ms": &o.StartupTimeout,
 		"cancel_grace_ms": &o.CancelGrace, "deadline_grace_ms": &o.DeadlineGrace, "drain_grace_ms": &o.DrainGrace,
 		"goodbye_grace_ms": &o.GoodbyeGrace, "restart_backoff_ms": &o.RestartBackoff,
-		"restart_backoff_max_ms": &o.RestartBackoffMax, "restart_window_ms": &o.RestartWindow}
+		"restart_backoff_max_ms": &o.RestartBackoffMax, "restart_window_ms": &o.RestartWindow, "max_idle_ms": &o.MaxIdle}
 	switch {
 	case ints[name] != nil:
 		*ints[name] = pool.Set(int(n))
@@ -179,6 +175,8 @@ func setOption(o *pool.Options, name string, v json.RawMessage) error {
 		}
 	case name == "max_message_size":
 		o.MaxMessageSize = pool.Set(n)
+	case name == "max_rss_bytes":
+		o.MaxRSSBytes = pool.Set(n)
 	default:
 		return fmt.Errorf("go/pool has no option %s: %w", name, errNoForm)
 	}

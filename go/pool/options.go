@@ -38,12 +38,18 @@ type Options struct {
 	MaxRestarts       Optional[int]           // restarts (crashes, hangs, failed starts) allowed within RestartWindow, 0 to 2^32-1; one more death closes the pool (default 10)
 	RestartWindow     Optional[time.Duration] // 1 ms to max_timeout_ms (default 60 s)
 
-	MaxRequests Optional[int] // recycle a worker after this many requests, 1 to 2^53-1 (unset: never); it is drained while its replacement starts
+	// Recycling: a worker past one of these is drained (its requests finish) while its
+	// replacement starts, so recycling fails no request; each recycle is logged on Logger
+	// (Debug, with its slot, pid and reason). Unset: never. A leased worker is not recycled
+	// while leased.
+	MaxRequests Optional[int]           // after this many requests, 1 to 2^53-1
+	MaxRSSBytes Optional[int64]         // when its resident set (/proc/PID/statm) is above this many bytes, 1 to 2^53-1; read every 250 ms
+	MaxIdle     Optional[time.Duration] // after this long without a request in flight, 1 ms to max_timeout_ms; a worker that never served one is kept
 
 	Require         []Requirement // methods every worker must offer, else Start fails CODEC_MISMATCH
 	StderrTailLines Optional[int] // last lines of each worker's stderr kept for Error.StderrTail, each cut to 4,096 bytes, 0 to 2^32-1 (default 20)
 	Stdout          io.Writer     // the workers' stdout (default: discarded)
-	Logger          *slog.Logger  // the pool's warnings (default slog.Default()): the max_in_flight clamp, once per pool (4.2)
+	Logger          *slog.Logger  // the pool's warnings and recycles (default slog.Default()): the max_in_flight clamp, once per pool (4.2)
 }
 
 // Optional is an option that may be left unset: its zero value is unset (the default
@@ -101,7 +107,9 @@ type settings struct {
 	RestartBackoffMax time.Duration
 	MaxRestarts       int
 	RestartWindow     time.Duration
-	MaxRequests       int // 0: never
+	MaxRequests       int           // 0: never
+	MaxRSSBytes       int64         // 0: never
+	MaxIdle           time.Duration // 0: never
 	StderrTailLines   int
 }
 
@@ -146,6 +154,12 @@ func (o *Options) validate() (settings, error) {
 	if v.MaxMessageSize < int64(v.MaxFrameSize) || v.MaxMessageSize > proto.MaxSize {
 		return bad("max_message_size", fmt.Sprintf("%d out of range max_frame_size (%d)-%d", v.MaxMessageSize, v.MaxFrameSize, proto.MaxSize))
 	}
+	if n, set := o.MaxRSSBytes.Get(); set {
+		if n < 1 || n > proto.MaxSize {
+			return bad("max_rss_bytes", fmt.Sprintf("%d out of range 1-%d", n, proto.MaxSize))
+		}
+		v.MaxRSSBytes = n
+	}
 	maxDur := time.Duration(proto.MaxTimeoutMs) * time.Millisecond
 	if v.Heartbeat == NoHeartbeat {
 		v.Heartbeat = 0
@@ -169,6 +183,7 @@ func (o *Options) validate() (settings, error) {
 		{"restart_backoff", o.RestartBackoff, &v.RestartBackoff, ms(proto.ParentDefaultRestartBackoffMs), 0},
 		{"restart_backoff_max", o.RestartBackoffMax, &v.RestartBackoffMax, ms(proto.ParentDefaultRestartBackoffMaxMs), 0},
 		{"restart_window", o.RestartWindow, &v.RestartWindow, ms(proto.ParentDefaultRestartWindowMs), time.Millisecond},
+		{"max_idle", o.MaxIdle, &v.MaxIdle, 0, time.Millisecond},
 	}
 	for _, d := range durs {
 		n, set := d.opt.Get()

@@ -192,18 +192,19 @@ func (p *Pool) closeLocked() {
 	}
 }
 
-// retire takes a worker out of routing (recycling after MaxRequests): DRAIN, and a replacement
-// starts in its slot at once.
-func (p *Pool) retire(w *proc) {
+// retire takes a worker out of routing (recycling, recycle.go): DRAIN, and a replacement
+// starts in its slot at once; false when it was not the slot's worker or the pool is closed.
+func (p *Pool) retire(w *proc) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.procs[w.slot] != w {
-		return
+		return false
 	}
 	p.procs[w.slot] = nil
 	w.drain(p.opts.DrainGrace)
 	p.restart.Add(1)
 	go p.respawn(w.slot, 0)
+	return true
 }
 
 func (p *Pool) respawn(slot int, delay time.Duration) {
@@ -359,7 +360,7 @@ func (w *proc) sendLocked(m call) (*proc, uint64, *pending, error) {
 	w.mu.Unlock()
 	w.flush()
 	if retire {
-		w.p.retire(w)
+		w.p.recycle(w, "requests", fmt.Sprintf("it was sent max_requests (%d) requests", w.p.opts.MaxRequests))
 	}
 	return w, id, pr, nil
 }

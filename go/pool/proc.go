@@ -239,6 +239,9 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	if o.Heartbeat > 0 {
 		go w.heartbeat()
 	}
+	if o.MaxRSSBytes > 0 || o.MaxIdle > 0 {
+		go w.housekeep()
+	}
 	return w, nil
 }
 
