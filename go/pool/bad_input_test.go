@@ -57,9 +57,6 @@ var goInexpressible = map[string]string{
 }
 
 var goPending = map[string]string{
-	"pool.retry_attempts.zero":      "issue 27: go/pool has no retries",
-	"pool.retry_attempts.101":       "issue 27: go/pool has no retries",
-	"pool.retry_attempts.largest":   "issue 27: go/pool has no retries",
 	"request.json.bigint":           "issue 27: encoding/json writes a *big.Int 2^64 as an exact JSON number; the parent sends it",
 	"request.json.opaque_object":    "issue 27: encoding/json writes a struct without exported fields as {}",
 	"request.msgpack.opaque_object": "issue 27: msgpack writes a struct without exported fields as an empty map",
@@ -177,6 +174,8 @@ func setOption(o *pool.Options, name string, v json.RawMessage) error {
 		o.MaxMessageSize = pool.Set(n)
 	case name == "max_rss_bytes":
 		o.MaxRSSBytes = pool.Set(n)
+	case name == "retry_attempts":
+		o.Retry = &pool.RetryPolicy{Methods: []string{"add"}, Attempts: pool.Set(int(n))}
 	default:
 		return fmt.Errorf("go/pool has no option %s: %w", name, errNoForm)
 	}

@@ -18,6 +18,8 @@ func ExampleOptions() {
 		CancelGrace:     pool.Set(500 * time.Millisecond),
 		MaxRestarts:     pool.Set(0),
 		StderrTailLines: pool.Set(0),
+		MaxRSSBytes:     pool.Set[int64](1 << 30), // an int64 field wants a typed value
+		MaxIdle:         pool.Set(time.Minute),
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -31,4 +33,28 @@ func ExampleOptions() {
 	// Output:
 	// 2
 	// wirepool: INVALID_ARGUMENT: workers 0 out of range 1-4096
+}
+
+// A pool that sends "add" again (up to 3 tries in all) when its worker dies while serving it;
+// any other method only when a call says Idempotent(true).
+func ExampleRetryPolicy() {
+	ctx := context.Background()
+	p, err := pool.Start(ctx, pool.Options{
+		Command: []string{workerBin},
+		Workers: pool.Set(2),
+		Retry:   &pool.RetryPolicy{Methods: []string{"add"}, Attempts: pool.Set(3)},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close(ctx)
+	type addReq struct{ A, B int }
+	sum, err := pool.Call[addReq, map[string]int](ctx, p, "add", addReq{A: 1, B: 2})
+	fmt.Println(sum["sum"], err)
+	_, err = pool.Call[any, any](ctx, p, "echo", "x", pool.Idempotent(true), pool.WithCodec(pool.Raw))
+	fmt.Println(err)
+	// Output:
+	// 3 <nil>
+	// <nil>
 }

@@ -46,6 +46,10 @@ type Options struct {
 	MaxRSSBytes Optional[int64]         // when its resident set (/proc/PID/statm) is above this many bytes, 1 to 2^53-1; read every 250 ms
 	MaxIdle     Optional[time.Duration] // after this long without a request in flight, 1 ms to max_timeout_ms; a worker that never served one is kept
 
+	// Retry sends idempotent requests again after their worker died (PROTOCOL.md 21.7);
+	// nil: never.
+	Retry *RetryPolicy
+
 	Require         []Requirement // methods every worker must offer, else Start fails CODEC_MISMATCH
 	StderrTailLines Optional[int] // last lines of each worker's stderr kept for Error.StderrTail, each cut to 4,096 bytes, 0 to 2^32-1 (default 20)
 	Stdout          io.Writer     // the workers' stdout (default: discarded)
@@ -79,6 +83,28 @@ func (o Optional[T]) Get() (T, bool) { return o.v, o.set }
 // deadlines and the cancel grace still bound each request.
 const NoHeartbeat time.Duration = -1
 
+// RetryPolicy names the methods that are safe to run twice (PROTOCOL.md 21.7). A call or
+// stream of one of them (or made with Idempotent(true)) that ends WORKER_EXITED or
+// WORKER_HUNG, and no other code (a handler's error, a deadline, a cancel, a protocol
+// violation is the answer), is sent again as a new request, to another worker when one has
+// room (else the replacement, which comes after the restart backoff: there is no backoff of
+// its own, as in the Rust, Python and Node parents), up to Attempts tries in all, within what
+// is left of the call's deadline, the wait for a worker included. A stream is sent again only
+// while none of its rows has reached the caller. The caller sees the last attempt's outcome,
+// its details holding "attempts" (when they are a JSON object or empty); Stats.Retries counts
+// the requests sent again. Calls through a Lease are never sent again (their worker is the
+// point).
+type RetryPolicy struct {
+	Methods  []string      // the idempotent methods
+	Attempts Optional[int] // tries in all, the first included: 1 to 100 (default 3)
+}
+
+// DefaultRetryAttempts is RetryPolicy.Attempts when unset (as the other parents').
+const DefaultRetryAttempts = 3
+
+// MaxRetryAttempts is the most RetryPolicy.Attempts takes (22.2 retry_attempts).
+const MaxRetryAttempts = 100
+
 // Requirement is one method a pool requires of its workers: its name, kind and a codec it
 // must accept.
 type Requirement struct {
@@ -111,6 +137,8 @@ type settings struct {
 	MaxRSSBytes       int64         // 0: never
 	MaxIdle           time.Duration // 0: never
 	StderrTailLines   int
+	RetryMethods      map[string]bool
+	RetryAttempts     int // 0: no retry policy
 }
 
 func (o *Options) validate() (settings, error) {
@@ -198,6 +226,19 @@ func (o *Options) validate() (settings, error) {
 	}
 	if v.RestartBackoff > v.RestartBackoffMax {
 		return bad("restart_backoff", "is above restart_backoff_max")
+	}
+	if r := o.Retry; r != nil {
+		v.RetryAttempts = DefaultRetryAttempts
+		if n, set := r.Attempts.Get(); set {
+			if n < 1 || n > MaxRetryAttempts {
+				return bad("retry_attempts", fmt.Sprintf("%d out of range 1-%d (tries in all, the first included)", n, MaxRetryAttempts))
+			}
+			v.RetryAttempts = n
+		}
+		v.RetryMethods = make(map[string]bool, len(r.Methods))
+		for _, m := range r.Methods {
+			v.RetryMethods[m] = true
+		}
 	}
 	if v.Logger == nil {
 		v.Logger = slog.Default()

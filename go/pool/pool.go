@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wirepool/wirepool/go/proto"
@@ -25,7 +26,8 @@ type Pool struct {
 	closed   bool
 	closeErr *Error // why the pool closed itself (restart intensity), else nil
 	restarts int
-	crashes  []time.Time // within RestartWindow
+	retries  atomic.Int64 // requests sent again (retry.go)
+	crashes  []time.Time  // within RestartWindow
 	restart  sync.WaitGroup
 	life     context.Context
 	stop     context.CancelFunc
@@ -103,6 +105,7 @@ type WorkerStats struct {
 type Stats struct {
 	Workers  []WorkerStats // live worker processes, by slot
 	Restarts int           // replacements started since Start (crashes, hangs, recycling)
+	Retries  int           // requests sent again after their worker died (Options.Retry)
 	Closed   bool
 }
 
@@ -110,7 +113,7 @@ type Stats struct {
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Restarts: p.restarts, Closed: p.closed}
+	s := Stats{Restarts: p.restarts, Retries: int(p.retries.Load()), Closed: p.closed}
 	for w := range p.all {
 		w.mu.Lock()
 		if !w.dead {

@@ -29,6 +29,7 @@ type reply struct {
 	err  *Error
 	end  bool // END (streams) or RESULT
 	size int  // ROWS payload length, for Consumed
+	died bool // err is the worker's death, seen here (a retry may follow), not an ERROR it sent
 }
 
 // pending is one request in flight on a worker.
@@ -433,7 +434,7 @@ func (w *proc) reader() {
 	w.exitErr = why
 	for id, pr := range w.reqs {
 		delete(w.reqs, id)
-		pr.push(reply{err: why, end: true})
+		pr.push(reply{err: why, end: true, died: true})
 	}
 	w.mu.Unlock()
 	close(w.done)

@@ -22,11 +22,24 @@ type RowStream[Row, Summary any] struct {
 	hasSummary bool
 	err        error
 	done       bool
+
+	// Retries (RetryPolicy): the request to send again, what it goes through, the caller's
+	// ctx (its deadline bounds every try), the tries allowed and made, whether a row reached
+	// the caller (then it is never sent again).
+	t         Target
+	m         call
+	callCtx   context.Context
+	pool      *Pool
+	limit     int
+	tries     int
+	delivered bool
 }
 
 // Stream sends a request for a stream method. Credit is granted as rows are taken (the core's
 // Consumed and Grant). Errors, at Stream or from Err, are *Error; ctx ending cancels the stream
 // (at its deadline, the worker's DEADLINE_EXCEEDED is waited for up to the deadline grace).
+// A method of Options.Retry (or a stream with Idempotent(true)) whose worker died before any
+// of its rows reached the caller is sent again, within Next (RetryPolicy).
 func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (*RowStream[Row, Summary], error) {
 	c, body, o, err := resolve(req, opts)
 	if err != nil {
@@ -36,18 +49,47 @@ func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string,
 	if err != nil {
 		return nil, err
 	}
+	limit, p, err := retryLimit(t, method, o)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	tus, terr := timeoutOf(ctx)
 	if terr != nil {
 		cancel()
 		return nil, terr
 	}
-	w, id, pr, serr := t.send(ctx, call{method, uint8(c), proto.KindStream, tus, body})
+	m := call{method, uint8(c), proto.KindStream, tus, body}
+	w, id, pr, serr := t.send(ctx, m)
 	if serr != nil {
 		cancel()
 		return nil, serr
 	}
 	wctx, stop := waiting(ctx, t.options().DeadlineGrace)
-	return &RowStream[Row, Summary]{ctx: wctx, stop: func() { stop(); cancel() }, w: w, id: id, pr: pr, codec: c}, nil
+	return &RowStream[Row, Summary]{ctx: wctx, stop: func() { stop(); cancel() }, w: w, id: id, pr: pr, codec: c,
+		t: t, m: m, callCtx: ctx, pool: p, limit: limit, tries: 1}, nil
+}
+
+// retry sends the stream's request again after its worker died, when RetryPolicy allows it:
+// tries left, no row delivered, time left on the caller's deadline, a worker within it.
+func (s *RowStream[Row, Summary]) retry(r reply) bool {
+	if s.delivered || s.tries >= s.limit || !retryable(r) || s.callCtx.Err() != nil {
+		return false
+	}
+	tus, terr := timeoutOf(s.callCtx)
+	if terr != nil {
+		return false
+	}
+	m := s.m
+	m.timeoutUs = tus
+	w, id, pr, err := s.t.send(s.callCtx, m)
+	if err != nil {
+		return false
+	}
+	s.tries++
+	s.w, s.id, s.pr = w, id, pr
+	s.pool.retries.Add(1)
+	return true
 }
 
 // Next advances to the next row; false at END or on an error (see Err).
@@ -80,12 +122,19 @@ func (s *RowStream[Row, Summary]) Next() bool {
 		s.w.mu.Unlock()
 		if ok {
 			if !r.end {
+				s.delivered = true
 				s.batch = r.rows
+				continue
+			}
+			if s.retry(r) {
 				continue
 			}
 			s.finish()
 			if r.err != nil {
 				s.err = r.err
+				if s.limit > 1 {
+					s.err = withAttempts(r.err, s.tries)
+				}
 				return false
 			}
 			if len(r.body) > 0 {
