@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/wirepool/wirepool/go/pool"
 	"github.com/wirepool/wirepool/go/proto"
@@ -147,5 +148,36 @@ func TestRetryStream(t *testing.T) {
 	}
 	if code(rows.Err()) != proto.CodeWorkerExited || attempts(t, rows.Err()) != 1 || p.Stats().Retries != 1 {
 		t.Fatalf("a death after a row: %v (attempts %d), expected WORKER_EXITED, not sent again", rows.Err(), attempts(t, rows.Err()))
+	}
+}
+
+// Only a death the parent saw is retried: an ERROR a worker sends with WORKER_EXITED's code
+// is its answer.
+func TestRetryNotForAWorkersError(t *testing.T) {
+	p := retryPool(t, 3)
+	_, err := pool.Call[any, any](bounded(t), p, "says_exited", nil, pool.Idempotent(true))
+	if code(err) != proto.CodeWorkerExited || attempts(t, err) != 1 || p.Stats().Retries != 0 {
+		t.Fatalf("an ERROR with code 300: %v (attempts %d, %d retries), expected it as the outcome of 1 try",
+			err, attempts(t, err), p.Stats().Retries)
+	}
+}
+
+// A retry waits for a worker only within the call's deadline; past it the caller gets the
+// last try's death, not DEADLINE_EXCEEDED.
+func TestRetryWithinTheDeadline(t *testing.T) {
+	o := testWorker(t)
+	o.RestartBackoff = pool.Set(time.Minute) // no replacement within the call's deadline
+	o.RestartBackoffMax = pool.Set(time.Minute)
+	o.Retry = &pool.RetryPolicy{Methods: []string{"crash_first"}, Attempts: pool.Set(100)}
+	p := start(t, o)
+	dir := t.TempDir()
+	started := time.Now()
+	_, err := pool.Call[firstTries, int](bounded(t), p, "crash_first", firstTries{Dir: dir, N: 10}, pool.WithTimeout(300*time.Millisecond))
+	if code(err) != proto.CodeWorkerExited || attempts(t, err) != 1 || markers(t, dir) != 1 {
+		t.Fatalf("no worker for the retry within the deadline: %v (attempts %d, %d tries), expected the death after 1",
+			err, attempts(t, err), markers(t, dir))
+	}
+	if el := time.Since(started); el > 10*time.Second {
+		t.Fatalf("the call ended after %v, its deadline was 300 ms", el)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wirepool/wirepool/go/pool"
+	"github.com/wirepool/wirepool/go/proto"
 	"github.com/wirepool/wirepool/go/worker"
 )
 
@@ -84,6 +85,10 @@ func runTestWorker() {
 		}
 		<-ctx.Done()
 		return worker.NoSummary{}, context.Cause(ctx)
+	})
+	// says_exited answers an ERROR with WORKER_EXITED's code: the worker's word, not a death.
+	worker.Method(w, "says_exited", func(context.Context, any) (any, error) {
+		return nil, worker.Error{Code: uint32(proto.CodeWorkerExited), Message: "a worker saying WORKER_EXITED"}
 	})
 	worker.Method(w, "fail", func(context.Context, any) (any, error) {
 		return nil, worker.Errorf(worker.CodeHandlerError, "failed on purpose")
