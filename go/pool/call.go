@@ -32,6 +32,19 @@ type Target interface {
 
 func (p *Pool) options() *settings { return &p.opts }
 
+// poolOf is the pool a call through t counts in (nil for a nil target).
+func poolOf(t Target) *Pool {
+	switch t := t.(type) {
+	case *Pool:
+		return t
+	case *Lease:
+		if t != nil {
+			return t.p
+		}
+	}
+	return nil
+}
+
 // CallOption configures one call or stream.
 type CallOption func(*callOpts)
 
@@ -147,8 +160,14 @@ func waiting(ctx context.Context, grace time.Duration) (wctx context.Context, st
 // cancelled (the worker gets CANCEL, and is killed if it has not ended the request within the
 // cancel grace), LEASE_LOST on a lease whose worker is gone. A method of Options.Retry (or a
 // call with Idempotent(true)) whose worker died is sent again (RetryPolicy).
-func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (Resp, error) {
+func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (_ Resp, err error) {
 	var zero Resp
+	var sentAt time.Time // the last try's
+	defer func() {
+		if p := poolOf(t); p != nil {
+			p.m.ended(method, sentAt, err)
+		}
+	}()
 	c, body, o, err := resolve(req, opts)
 	if err != nil {
 		return zero, err
@@ -170,7 +189,12 @@ func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, 
 		var pr *pending
 		var serr error
 		if terr == nil {
+			queued := time.Now()
 			w, id, pr, serr = t.send(ctx, call{method, uint8(c), proto.KindUnary, tus, body})
+			if serr == nil {
+				sentAt = time.Now()
+				w.p.m.sent(w, proto.KindUnary, sentAt.Sub(queued))
+			}
 		}
 		switch {
 		case (terr != nil || serr != nil) && last != nil:

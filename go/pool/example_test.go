@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/wirepool/wirepool/go/pool"
@@ -57,4 +58,27 @@ func ExampleRetryPolicy() {
 	// Output:
 	// 3 <nil>
 	// <nil>
+}
+
+// The pool's metrics in the Prometheus text format, the series every wirepool parent exports
+// (spec/metrics.json); PrometheusHandler serves the same at /metrics.
+func ExampleWritePrometheus() {
+	ctx := context.Background()
+	p, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Workers: pool.Set(1)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close(ctx)
+	_, _ = pool.Call[any, any](ctx, p, "echo", "hi", pool.WithCodec(pool.Raw))
+	var out strings.Builder
+	_ = pool.WritePrometheus(&out, map[string]*pool.Pool{"default": p})
+	for line := range strings.Lines(out.String()) {
+		if strings.HasPrefix(line, "wirepool_calls_total") || strings.HasPrefix(line, "wirepool_workers{") {
+			fmt.Print(line)
+		}
+	}
+	// Output:
+	// wirepool_workers{pool="default"} 1
+	// wirepool_calls_total{pool="default"} 1
 }

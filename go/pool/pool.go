@@ -27,6 +27,7 @@ type Pool struct {
 	closeErr *Error // why the pool closed itself (restart intensity), else nil
 	restarts int
 	retries  atomic.Int64 // requests sent again (retry.go)
+	m        *metrics     // metrics.go
 	crashes  []time.Time  // within RestartWindow
 	restart  sync.WaitGroup
 	life     context.Context
@@ -49,7 +50,7 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 	}
 	life, stop := context.WithCancel(context.Background())
 	p := &Pool{opts: v, procs: make([]*proc, v.Workers), all: map[*proc]struct{}{}, life: life,
-		stop: stop, wakeCh: make(chan struct{})}
+		stop: stop, wakeCh: make(chan struct{}), m: newMetrics(v.Workers)}
 	type res struct {
 		i int
 		w *proc
@@ -164,6 +165,7 @@ func (p *Pool) workerDied(w *proc) {
 	if p.closed || !current || p.gaveUp(w.exitErr) {
 		return
 	}
+	p.m.count(p.m.restarts, deathCause(w))
 	p.restart.Add(1)
 	go p.respawn(w.slot, p.opts.RestartBackoff)
 }
@@ -248,6 +250,9 @@ func (p *Pool) respawn(slot int, delay time.Duration) {
 		p.mu.Lock()
 		stop := p.closed || p.gaveUp(e)
 		p.mu.Unlock()
+		if !stop {
+			p.m.count(p.m.restarts, "start_failed")
+		}
 		if stop {
 			p.wake()
 			return
@@ -392,6 +397,7 @@ func (w *proc) abandon(id uint64) {
 		hung := !w.dead && w.core.IsInFlight(id)
 		w.mu.Unlock()
 		if hung {
+			w.cancelKilled.Store(true)
 			w.kill()
 		}
 	})

@@ -77,6 +77,7 @@ func (w *proc) housekeep() {
 // or "idle".
 func (p *Pool) recycle(w *proc, reason, why string) {
 	if p.retire(w) {
+		p.m.count(p.m.recycles, reason)
 		p.opts.Logger.Debug(fmt.Sprintf("wirepool: recycling worker %d (pid %d): %s", w.slot, w.cmd.Process.Pid, why),
 			"slot", w.slot, "pid", w.cmd.Process.Pid, "reason", reason)
 	}

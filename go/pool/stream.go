@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"iter"
+	"time"
 
 	"github.com/wirepool/wirepool/go/codec"
 	"github.com/wirepool/wirepool/go/proto"
@@ -33,6 +34,7 @@ type RowStream[Row, Summary any] struct {
 	limit     int
 	tries     int
 	delivered bool
+	sentAt    time.Time // the last try's, for the method duration
 }
 
 // Stream sends a request for a stream method. Credit is granted as rows are taken (the core's
@@ -40,7 +42,12 @@ type RowStream[Row, Summary any] struct {
 // (at its deadline, the worker's DEADLINE_EXCEEDED is waited for up to the deadline grace).
 // A method of Options.Retry (or a stream with Idempotent(true)) whose worker died before any
 // of its rows reached the caller is sent again, within Next (RetryPolicy).
-func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (*RowStream[Row, Summary], error) {
+func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (_ *RowStream[Row, Summary], err error) {
+	defer func() {
+		if p := poolOf(t); p != nil && err != nil {
+			p.m.ended(method, time.Time{}, err) // refused: no latency, one error
+		}
+	}()
 	c, body, o, err := resolve(req, opts)
 	if err != nil {
 		return nil, err
@@ -60,14 +67,17 @@ func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string,
 		return nil, terr
 	}
 	m := call{method, uint8(c), proto.KindStream, tus, body}
+	queued := time.Now()
 	w, id, pr, serr := t.send(ctx, m)
 	if serr != nil {
 		cancel()
 		return nil, serr
 	}
+	sentAt := time.Now()
+	w.p.m.sent(w, proto.KindStream, sentAt.Sub(queued))
 	wctx, stop := waiting(ctx, t.options().DeadlineGrace)
 	return &RowStream[Row, Summary]{ctx: wctx, stop: func() { stop(); cancel() }, w: w, id: id, pr: pr, codec: c,
-		t: t, m: m, callCtx: ctx, pool: p, limit: limit, tries: 1}, nil
+		t: t, m: m, callCtx: ctx, pool: p, limit: limit, tries: 1, sentAt: sentAt}, nil
 }
 
 // retry sends the stream's request again after its worker died, when RetryPolicy allows it:
@@ -82,10 +92,13 @@ func (s *RowStream[Row, Summary]) retry(r reply) bool {
 	}
 	m := s.m
 	m.timeoutUs = tus
+	queued := time.Now()
 	w, id, pr, err := s.t.send(s.callCtx, m)
 	if err != nil {
 		return false
 	}
+	s.sentAt = time.Now()
+	w.p.m.sent(w, proto.KindStream, s.sentAt.Sub(queued))
 	s.tries++
 	s.w, s.id, s.pr = w, id, pr
 	s.pool.retries.Add(1)
@@ -135,6 +148,7 @@ func (s *RowStream[Row, Summary]) Next() bool {
 				if s.limit > 1 {
 					s.err = withAttempts(r.err, s.tries)
 				}
+				s.record()
 				return false
 			}
 			if len(r.body) > 0 {
@@ -143,6 +157,7 @@ func (s *RowStream[Row, Summary]) Next() bool {
 					s.err = errorf(proto.CodeDecodeFailed, "decode the summary: %v", err)
 				}
 			}
+			s.record()
 			return false
 		}
 		select {
@@ -157,9 +172,17 @@ func (s *RowStream[Row, Summary]) finish() {
 	s.stop()
 }
 
+// record counts the stream's outcome, once s.err is final.
+func (s *RowStream[Row, Summary]) record() {
+	if p := poolOf(s.t); p != nil {
+		p.m.ended(s.m.method, s.sentAt, s.err)
+	}
+}
+
 func (s *RowStream[Row, Summary]) fail(err error) {
 	s.finish()
 	s.err = err
+	s.record()
 	s.w.abandon(s.id)
 }
 
