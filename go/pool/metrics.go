@@ -54,6 +54,7 @@ type slotCounters struct {
 type metrics struct {
 	calls, streams atomic.Int64
 	slots          []slotCounters
+	spare          slotCounters
 
 	mu        sync.Mutex
 	errors    map[string]int64
@@ -61,6 +62,15 @@ type metrics struct {
 	recycles  map[string]int64
 	queueWait hist
 	methods   map[string]*hist
+}
+
+// slot is slot i's counters. The slots are made at Start, one per worker; a slot beyond them
+// (none today) counts in a spare rather than index out of range.
+func (m *metrics) slot(i int) *slotCounters {
+	if i >= 0 && i < len(m.slots) {
+		return &m.slots[i]
+	}
+	return &m.spare
 }
 
 func newMetrics(workers int) *metrics {
@@ -81,7 +91,7 @@ func (m *metrics) sent(w *proc, kind proto.MethodKind, queued time.Duration) {
 	} else {
 		m.calls.Add(1)
 	}
-	m.slots[w.slot].requests.Add(1)
+	m.slot(w.slot).requests.Add(1)
 	m.mu.Lock()
 	m.queueWait.observe(queued)
 	m.mu.Unlock()
@@ -186,12 +196,14 @@ func (p *Pool) Metrics() Metrics {
 		w.mu.Lock()
 		if !w.dead {
 			out.WorkersAlive++
-			inFlight[w.slot] += w.core.InFlight()
+			if w.slot < len(inFlight) {
+				inFlight[w.slot] += w.core.InFlight()
+			}
 		}
 		w.mu.Unlock()
 	}
 	for slot, w := range p.procs {
-		c := &m.slots[slot]
+		c := m.slot(slot)
 		s := SlotMetrics{Slot: slot, State: "starting", InFlight: inFlight[slot], Requests: c.requests.Load(),
 			Rows: c.rows.Load(), SentBytes: c.sent.Load(), ReceivedBytes: c.received.Load()}
 		if w != nil {

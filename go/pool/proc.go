@@ -293,7 +293,7 @@ func (w *proc) handshake(ctx context.Context) error {
 					return errorf(protoCode(err), "%v", err)
 				}
 				out := w.core.TakeOutput(1 << 30)
-				w.p.m.slots[w.slot].sent.Add(int64(len(out)))
+				w.p.m.slot(w.slot).sent.Add(int64(len(out)))
 				if _, err := w.conn.Write(out); err != nil {
 					return errorf(proto.CodeWorkerExited, "the worker closed its connection at the handshake")
 				}
@@ -310,7 +310,7 @@ func (w *proc) handshake(ctx context.Context) error {
 		}
 		n, err := w.conn.Read(buf)
 		if n > 0 {
-			w.p.m.slots[w.slot].received.Add(int64(n))
+			w.p.m.slot(w.slot).received.Add(int64(n))
 			w.core.Receive(buf[:n])
 			continue
 		}
@@ -373,7 +373,7 @@ func (w *proc) writer() {
 			if len(out) == 0 {
 				break
 			}
-			w.p.m.slots[w.slot].sent.Add(int64(len(out)))
+			w.p.m.slot(w.slot).sent.Add(int64(len(out)))
 			if _, err := w.conn.Write(out); err != nil {
 				w.conn.Close()
 				break
@@ -395,7 +395,7 @@ func (w *proc) reader() {
 		w.mu.Lock()
 		if n > 0 {
 			w.bytesIn += uint64(n)
-			w.p.m.slots[w.slot].received.Add(int64(n))
+			w.p.m.slot(w.slot).received.Add(int64(n))
 			w.core.Received(n)
 			var perr error
 			evs, perr = w.core.NextEvents(evs[:0])
@@ -478,7 +478,7 @@ func (w *proc) onEvent(ev proto.Event) {
 			pr.push(reply{err: e, end: true})
 		}
 	case *proto.Rows:
-		w.p.m.slots[w.slot].rows.Add(int64(len(ev.Rows)))
+		w.p.m.slot(w.slot).rows.Add(int64(len(ev.Rows)))
 		if pr := w.reqs[ev.ID]; pr != nil {
 			rows := make([][]byte, len(ev.Rows))
 			copy(rows, ev.Rows)
