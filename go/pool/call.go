@@ -189,6 +189,9 @@ func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, 
 		var pr *pending
 		var serr error
 		if terr == nil {
+			if last != nil && testHookRetrying != nil {
+				testHookRetrying()
+			}
 			queued := time.Now()
 			w, id, pr, serr = t.send(ctx, call{method, uint8(c), proto.KindUnary, tus, body})
 			if serr == nil {
@@ -197,8 +200,9 @@ func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, 
 			}
 		}
 		switch {
-		case (terr != nil || serr != nil) && last != nil:
-			// No time or no worker for the next try: the caller gets the last try's outcome.
+		case (terr != nil || serr != nil) && last != nil && !errors.Is(ctx.Err(), context.Canceled):
+			// No time or no worker for the next try: the caller gets the last try's outcome
+			// (cancelled by the caller meanwhile, it gets CANCELLED, as a cancelled call does).
 			return zero, withAttempts(last, tries-1)
 		case terr != nil:
 			return zero, terr

@@ -91,7 +91,8 @@ const NoHeartbeat time.Duration = -1
 // its own, as in the Rust, Python and Node parents), up to Attempts tries in all, within what
 // is left of the call's deadline, the wait for a worker included. A stream is sent again only
 // while none of its rows has reached the caller. The caller sees the last attempt's outcome,
-// its details holding "attempts" (when they are a JSON object or empty); Stats.Retries counts
+// its details holding "attempts" (when they are a JSON object or empty), or CANCELLED when it
+// cancelled ctx while a retry waited for a worker; Stats.Retries counts
 // the requests sent again. Calls through a Lease are never sent again (their worker is the
 // point).
 type RetryPolicy struct {

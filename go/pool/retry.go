@@ -14,6 +14,10 @@ func Idempotent(yes bool) CallOption {
 	return func(o *callOpts) { o.idempotent, o.hasIdempotent = yes, true }
 }
 
+// testHookRetrying, set by the tests alone, runs before a retry's request is sent (before its
+// wait for a worker).
+var testHookRetrying func()
+
 // retryLimit is the tries in all a call of method through t gets (1: never sent again,
 // PROTOCOL.md 21.7), and the pool that counts them.
 func retryLimit(t Target, method string, o *callOpts) (int, *Pool, error) {

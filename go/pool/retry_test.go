@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -179,5 +180,32 @@ func TestRetryWithinTheDeadline(t *testing.T) {
 	}
 	if el := time.Since(started); el > 10*time.Second {
 		t.Fatalf("the call ended after %v, its deadline was 300 ms", el)
+	}
+}
+
+// A caller that cancels while a retry waits for a worker gets CANCELLED, as any cancelled call
+// or stream does, not the death before it.
+func TestRetryCancelledWhileWaiting(t *testing.T) {
+	o := testWorker(t)
+	o.RestartBackoff = pool.Set(time.Minute) // no replacement: the retry waits
+	o.RestartBackoffMax = pool.Set(time.Minute)
+	o.Retry = &pool.RetryPolicy{Methods: []string{"crash_first", "crash_first_stream"}}
+	p := start(t, o)
+	ctx, cancel := context.WithCancel(bounded(t))
+	defer pool.OnRetrying(cancel)()
+	_, err := pool.Call[firstTries, int](ctx, p, "crash_first", firstTries{Dir: t.TempDir(), N: 10})
+	if code(err) != proto.CodeCancelled {
+		t.Fatalf("cancelled while the retry waited: %v, expected CANCELLED", err)
+	}
+
+	p = start(t, o) // the first one's only worker is gone for a minute
+	sctx, scancel := context.WithCancel(bounded(t))
+	defer pool.OnRetrying(scancel)()
+	s, err := pool.Stream[firstTries, int, any](sctx, p, "crash_first_stream", firstTries{Dir: t.TempDir(), N: 10, Rows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Next() || code(s.Err()) != proto.CodeCancelled {
+		t.Fatalf("a stream cancelled while its retry waited: %v, expected CANCELLED", s.Err())
 	}
 }

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"time"
 
@@ -35,6 +36,7 @@ type RowStream[Row, Summary any] struct {
 	tries     int
 	delivered bool
 	sentAt    time.Time // the last try's, for the method duration
+	cancelled error     // the caller cancelled while a retry waited for a worker
 }
 
 // Stream sends a request for a stream method. Credit is granted as rows are taken (the core's
@@ -92,9 +94,15 @@ func (s *RowStream[Row, Summary]) retry(r reply) bool {
 	}
 	m := s.m
 	m.timeoutUs = tus
+	if testHookRetrying != nil {
+		testHookRetrying()
+	}
 	queued := time.Now()
 	w, id, pr, err := s.t.send(s.callCtx, m)
 	if err != nil {
+		if errors.Is(s.callCtx.Err(), context.Canceled) {
+			s.cancelled = err // the caller cancelled while the retry waited: CANCELLED, as a cancelled stream
+		}
 		return false
 	}
 	s.sentAt = time.Now()
@@ -147,6 +155,9 @@ func (s *RowStream[Row, Summary]) Next() bool {
 				s.err = r.err
 				if s.limit > 1 {
 					s.err = withAttempts(r.err, s.tries)
+				}
+				if s.cancelled != nil {
+					s.err = s.cancelled
 				}
 				s.record()
 				return false
