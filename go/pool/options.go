@@ -92,9 +92,8 @@ const NoHeartbeat time.Duration = -1
 // is left of the call's deadline, the wait for a worker included. A stream is sent again only
 // while none of its rows has reached the caller. The caller sees the last attempt's outcome,
 // its details holding "attempts" (when they are a JSON object or empty), or CANCELLED when it
-// cancelled ctx while a retry waited for a worker; Stats.Retries counts
-// the requests sent again. Calls through a Lease are never sent again (their worker is the
-// point).
+// cancelled ctx while a retry waited for a worker; Stats.Retries counts the requests sent
+// again. Calls through a Lease are never sent again (their worker is the point).
 type RetryPolicy struct {
 	Methods  []string      // the idempotent methods
 	Attempts Optional[int] // tries in all, the first included: 1 to 100 (default 3)
