@@ -57,19 +57,6 @@ var goInexpressible = map[string]string{
 }
 
 var goPending = map[string]string{
-	"pool.workers.zero":             "issue 27: Options' zero value means the default (the CPUs): an explicit 0 is not told apart",
-	"pool.max_in_flight.zero":       "issue 27: Options' zero value means the default (64)",
-	"pool.startup_timeout_ms.zero":  "issue 27: Options' zero value means the default (10 s)",
-	"pool.initial_credit.zero":      "issue 27: Options' zero value means the default (1 MiB)",
-	"pool.restart_window_ms.zero":   "issue 27: Options' zero value means the default (60 s)",
-	"pool.max_requests.zero":        "issue 27: MaxRequests 0 means never recycle",
-	"pool.max_rss_bytes.zero":       "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
-	"pool.max_rss_bytes.negative":   "issue 27: go/pool has no max_rss_bytes option (recycling by memory)",
-	"pool.max_idle_ms.zero":         "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
-	"pool.max_idle_ms.negative":     "issue 27: go/pool has no max_idle_ms option (recycling when idle)",
-	"pool.retry_attempts.zero":      "issue 27: go/pool has no retries",
-	"pool.retry_attempts.101":       "issue 27: go/pool has no retries",
-	"pool.retry_attempts.largest":   "issue 27: go/pool has no retries",
 	"request.json.bigint":           "issue 27: encoding/json writes a *big.Int 2^64 as an exact JSON number; the parent sends it",
 	"request.json.opaque_object":    "issue 27: encoding/json writes a struct without exported fields as {}",
 	"request.msgpack.opaque_object": "issue 27: msgpack writes a struct without exported fields as an empty map",
@@ -166,23 +153,29 @@ func setOption(o *pool.Options, name string, v json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	ints := map[string]*int{"workers": &o.Workers, "max_in_flight": &o.MaxInFlight, "max_frame_size": &o.MaxFrameSize,
+	ints := map[string]*pool.Optional[int]{"workers": &o.Workers, "max_in_flight": &o.MaxInFlight, "max_frame_size": &o.MaxFrameSize,
 		"initial_credit": &o.InitialCredit, "max_restarts": &o.MaxRestarts, "max_requests": &o.MaxRequests,
 		"stderr_tail_lines": &o.StderrTailLines}
-	durs := map[string]*time.Duration{"startup_timeout_ms": &o.StartupTimeout, "heartbeat_ms": &o.Heartbeat,
+	durs := map[string]*pool.Optional[time.Duration]{"startup_timeout_ms": &o.StartupTimeout,
 		"cancel_grace_ms": &o.CancelGrace, "deadline_grace_ms": &o.DeadlineGrace, "drain_grace_ms": &o.DrainGrace,
 		"goodbye_grace_ms": &o.GoodbyeGrace, "restart_backoff_ms": &o.RestartBackoff,
-		"restart_backoff_max_ms": &o.RestartBackoffMax, "restart_window_ms": &o.RestartWindow}
+		"restart_backoff_max_ms": &o.RestartBackoffMax, "restart_window_ms": &o.RestartWindow, "max_idle_ms": &o.MaxIdle}
 	switch {
 	case ints[name] != nil:
-		*ints[name] = int(n)
+		*ints[name] = pool.Set(int(n))
 	case durs[name] != nil:
-		*durs[name] = time.Duration(n) * time.Millisecond
-		if name == "heartbeat_ms" && n == 0 {
+		*durs[name] = pool.Set(time.Duration(n) * time.Millisecond)
+	case name == "heartbeat_ms":
+		o.Heartbeat = time.Duration(n) * time.Millisecond
+		if n == 0 {
 			o.Heartbeat = pool.NoHeartbeat // the table's 0 is off
 		}
 	case name == "max_message_size":
-		o.MaxMessageSize = n
+		o.MaxMessageSize = pool.Set(n)
+	case name == "max_rss_bytes":
+		o.MaxRSSBytes = pool.Set(n)
+	case name == "retry_attempts":
+		o.Retry = &pool.RetryPolicy{Methods: []string{"add"}, Attempts: pool.Set(int(n))}
 	default:
 		return fmt.Errorf("go/pool has no option %s: %w", name, errNoForm)
 	}
@@ -252,7 +245,13 @@ func (b *badInput) outcome(r badRow) error {
 	case "call_option", "method", "request":
 		p := b.shared
 		if len(r.Pool) > 0 {
-			o := pool.Options{Command: []string{workerBin}, MaxFrameSize: int(r.Pool["max_frame_size"]), MaxMessageSize: r.Pool["max_message_size"]}
+			o := pool.Options{Command: []string{workerBin}}
+			if n, ok := r.Pool["max_frame_size"]; ok {
+				o.MaxFrameSize = pool.Set(int(n))
+			}
+			if n, ok := r.Pool["max_message_size"]; ok {
+				o.MaxMessageSize = pool.Set(n)
+			}
 			own, err := pool.Start(ctx, o)
 			if err != nil {
 				return fmt.Errorf("the row's pool did not start: %w", err)

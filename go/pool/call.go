@@ -27,18 +27,33 @@ const (
 // Target is where a call goes: a *Pool (its least-loaded worker) or a *Lease (its one worker).
 type Target interface {
 	send(ctx context.Context, m call) (*proc, uint64, *pending, error)
-	options() *Options
+	options() *settings
 }
 
-func (p *Pool) options() *Options { return &p.opts }
+func (p *Pool) options() *settings { return &p.opts }
+
+// poolOf is the pool a call through t counts in (nil for a nil target).
+func poolOf(t Target) *Pool {
+	switch t := t.(type) {
+	case *Pool:
+		return t
+	case *Lease:
+		if t != nil {
+			return t.p
+		}
+	}
+	return nil
+}
 
 // CallOption configures one call or stream.
 type CallOption func(*callOpts)
 
 type callOpts struct {
-	codec      Codec
-	timeout    time.Duration
-	hasTimeout bool
+	codec         Codec
+	timeout       time.Duration
+	hasTimeout    bool
+	idempotent    bool
+	hasIdempotent bool
 }
 
 // WithCodec chooses the codec (default JSON; []byte and Bytes requests default to Raw).
@@ -143,9 +158,16 @@ func waiting(ctx context.Context, grace time.Duration) (wctx context.Context, st
 // WORKER_HUNG when the liveness clocks ran out, DEADLINE_EXCEEDED at ctx's deadline (the
 // worker's answer, or the parent's own past the deadline grace), CANCELLED when ctx is
 // cancelled (the worker gets CANCEL, and is killed if it has not ended the request within the
-// cancel grace), LEASE_LOST on a lease whose worker is gone.
-func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (Resp, error) {
+// cancel grace), LEASE_LOST on a lease whose worker is gone. A method of Options.Retry (or a
+// call with Idempotent(true)) whose worker died is sent again (RetryPolicy).
+func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (_ Resp, err error) {
 	var zero Resp
+	var sentAt time.Time // the last try's
+	defer func() {
+		if p := poolOf(t); p != nil {
+			p.m.ended(method, sentAt, err)
+		}
+	}()
 	c, body, o, err := resolve(req, opts)
 	if err != nil {
 		return zero, err
@@ -155,14 +177,54 @@ func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, 
 		return zero, err
 	}
 	defer cancel()
-	tus, terr := timeoutOf(ctx)
-	if terr != nil {
-		return zero, terr
+	limit, p, err := retryLimit(t, method, o)
+	if err != nil {
+		return zero, err
 	}
-	w, id, pr, serr := t.send(ctx, call{method, uint8(c), proto.KindUnary, tus, body})
-	if serr != nil {
-		return zero, serr
+	var last *Error // the death of the try before this one
+	for tries := 1; ; tries++ {
+		tus, terr := timeoutOf(ctx)
+		var w *proc
+		var id uint64
+		var pr *pending
+		var serr error
+		if terr == nil {
+			if last != nil && testHookRetrying != nil {
+				testHookRetrying()
+			}
+			queued := time.Now()
+			w, id, pr, serr = t.send(ctx, call{method, uint8(c), proto.KindUnary, tus, body})
+			if serr == nil {
+				sentAt = time.Now()
+				w.p.m.sent(w, proto.KindUnary, sentAt.Sub(queued))
+			}
+		}
+		switch {
+		case (terr != nil || serr != nil) && last != nil && !errors.Is(ctx.Err(), context.Canceled):
+			// No time or no worker for the next try: the caller gets the last try's outcome
+			// (cancelled by the caller meanwhile, it gets CANCELLED, as a cancelled call does).
+			return zero, withAttempts(last, tries-1)
+		case terr != nil:
+			return zero, terr
+		case serr != nil:
+			return zero, serr
+		}
+		r := await(ctx, t, w, id, pr)
+		if tries < limit && retryable(r) && ctx.Err() == nil {
+			last = r.err
+			p.retries.Add(1)
+			continue
+		}
+		if r.err != nil && limit > 1 {
+			r.err = withAttempts(r.err, tries)
+		}
+		return finish[Resp](c, r)
 	}
+}
+
+// await waits for request id's reply: its terminal, or ctx's end (the request is abandoned:
+// CANCEL, and a kill past the cancel grace).
+func await(ctx context.Context, t Target, w *proc, id uint64, pr *pending) reply {
 	wctx, stop := waiting(ctx, t.options().DeadlineGrace)
 	defer stop()
 	for {
@@ -173,16 +235,16 @@ func Call[Req, Resp any](ctx context.Context, t Target, method string, req Req, 
 			r, ok := pr.pop()
 			w.mu.Unlock()
 			if ok {
-				return finish[Resp](c, r)
+				return r
 			}
 			w.abandon(id)
-			return zero, ctxError(wctx)
+			return reply{err: ctxError(wctx), end: true}
 		}
 		w.mu.Lock()
 		r, ok := pr.pop()
 		w.mu.Unlock()
 		if ok {
-			return finish[Resp](c, r)
+			return r
 		}
 	}
 }

@@ -20,7 +20,7 @@ func ExampleListen() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Workers: 1, Remote: l})
+	p, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Workers: pool.Set(1), Remote: l})
 	if err != nil {
 		panic(err)
 	}

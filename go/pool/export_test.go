@@ -15,3 +15,9 @@ func KillRoutedOnce() (restore func()) {
 	}
 	return func() { testHookRouted = nil }
 }
+
+// OnRetrying runs f before each retry's send (its wait for a worker); restore undoes it.
+func OnRetrying(f func()) (restore func()) {
+	testHookRetrying = f
+	return func() { testHookRetrying = nil }
+}

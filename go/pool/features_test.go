@@ -40,8 +40,8 @@ func TestHeartbeatFindsAStoppedWorker(t *testing.T) {
 
 func TestParentDeadlineIsTheBackstop(t *testing.T) {
 	// No heartbeat: only the parent's own deadline (plus the grace) ends a frozen worker's call.
-	p := start(t, pool.Options{Heartbeat: pool.NoHeartbeat, DeadlineGrace: 200 * time.Millisecond,
-		CancelGrace: 100 * time.Millisecond})
+	p := start(t, pool.Options{Heartbeat: pool.NoHeartbeat, DeadlineGrace: pool.Set(200 * time.Millisecond),
+		CancelGrace: pool.Set(100 * time.Millisecond)})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	started := time.Now()
@@ -63,7 +63,7 @@ func TestParentDeadlineIsTheBackstop(t *testing.T) {
 }
 
 func TestRecycleByRequestCount(t *testing.T) {
-	p := start(t, pool.Options{MaxRequests: 3})
+	p := start(t, pool.Options{MaxRequests: pool.Set(3)})
 	seen := map[int]bool{}
 	for i := range 10 {
 		pid, err := pool.Call[any, int](bounded(t), p, "whoami", nil)
@@ -78,7 +78,7 @@ func TestRecycleByRequestCount(t *testing.T) {
 }
 
 func TestLease(t *testing.T) {
-	p := start(t, pool.Options{Workers: 2})
+	p := start(t, pool.Options{Workers: pool.Set(2)})
 	ctx := bounded(t)
 	l, err := p.Lease(ctx)
 	if err != nil {
@@ -107,7 +107,7 @@ func TestLease(t *testing.T) {
 }
 
 func TestRestartIntensityClosesThePool(t *testing.T) {
-	p := start(t, pool.Options{MaxRestarts: 2})
+	p := start(t, pool.Options{MaxRestarts: pool.Set(2)})
 	ctx := bounded(t)
 	for i := range 3 {
 		if _, err := pool.Call[any, any](ctx, p, "crash", nil); code(err) != proto.CodeWorkerExited {
@@ -154,7 +154,7 @@ func (c countWarnings) WithGroup(string) slog.Handler      { return c }
 
 func TestClampSaidOncePerPool(t *testing.T) {
 	n := new(atomic.Int64)
-	p := start(t, pool.Options{Workers: 2, MaxInFlight: 1000, MaxRequests: 2, Logger: slog.New(countWarnings{n})})
+	p := start(t, pool.Options{Workers: pool.Set(2), MaxInFlight: pool.Set(1000), MaxRequests: pool.Set(2), Logger: slog.New(countWarnings{n})})
 	for range 6 { // replacements clamp too, and say nothing more
 		if _, err := pool.Call[any, int](bounded(t), p, "whoami", nil); err != nil {
 			t.Fatal(err)
@@ -163,7 +163,7 @@ func TestClampSaidOncePerPool(t *testing.T) {
 	if n.Load() != 1 {
 		t.Fatalf("%d clamp notices", n.Load())
 	}
-	start(t, pool.Options{MaxInFlight: 64, Logger: slog.New(countWarnings{n})})
+	start(t, pool.Options{MaxInFlight: pool.Set(64), Logger: slog.New(countWarnings{n})})
 	if n.Load() != 1 {
 		t.Fatalf("a pool that does not clamp said it: %d", n.Load())
 	}
@@ -173,7 +173,7 @@ func TestReplacementsThatNeverStartCountAgainstTheLimit(t *testing.T) {
 	// Only the first process is a worker; every replacement exits 5 before its HELLO.
 	dir := t.TempDir()
 	script := `if [ -e "$0/started" ]; then exit 5; fi; touch "$0/started"; exec "$1"`
-	p := start(t, pool.Options{Command: []string{"sh", "-c", script, dir, workerBin}, MaxRestarts: 2})
+	p := start(t, pool.Options{Command: []string{"sh", "-c", script, dir, workerBin}, MaxRestarts: pool.Set(2)})
 	ctx := bounded(t)
 	if _, err := pool.Call[any, any](ctx, p, "crash", nil); code(err) != proto.CodeWorkerExited {
 		t.Fatalf("crash: %v", err)
@@ -191,7 +191,7 @@ func TestReplacementsThatNeverStartCountAgainstTheLimit(t *testing.T) {
 }
 
 func TestCallerInput(t *testing.T) {
-	p := start(t, pool.Options{MaxFrameSize: 65536, MaxMessageSize: 65536})
+	p := start(t, pool.Options{MaxFrameSize: pool.Set(65536), MaxMessageSize: pool.Set[int64](65536)})
 	ctx := bounded(t)
 	long := strings.Repeat("m", 1<<20)
 	for name, c := range map[string]struct {
@@ -229,7 +229,7 @@ func second(_ any, err error) error { return err }
 // A worker that dies between the pool's choice of it and the send is not sent to (the request
 // would be in a dead worker's table, never ended): the call goes to its replacement.
 func TestWorkerDyingAsItIsPickedIsNotSentTo(t *testing.T) {
-	p := start(t, pool.Options{RestartBackoff: time.Millisecond})
+	p := start(t, pool.Options{RestartBackoff: pool.Set(time.Millisecond)})
 	ctx := bounded(t)
 	if _, err := pool.Call[addReq, addResp](ctx, p, "add", addReq{1, 2}); err != nil {
 		t.Fatalf("add: %v", err)

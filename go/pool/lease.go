@@ -66,7 +66,7 @@ func (l *Lease) Release() {
 	})
 }
 
-func (l *Lease) options() *Options { return &l.p.opts }
+func (l *Lease) options() *settings { return &l.p.opts }
 
 func (l *Lease) send(ctx context.Context, m call) (*proc, uint64, *pending, error) {
 	for {

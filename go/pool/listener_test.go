@@ -98,7 +98,7 @@ func answer(t *testing.T, b []byte) *proto.ErrorFrame {
 
 func TestRemoteWorkersJoinAndServe(t *testing.T) {
 	l := listen(t, pool.ListenOptions{})
-	p := start(t, pool.Options{Remote: l, Workers: 2})
+	p := start(t, pool.Options{Remote: l, Workers: pool.Set(2)})
 	ctx := bounded(t)
 	for i := range 4 {
 		got, err := pool.Call[map[string]int, map[string]int](ctx, p, "add", map[string]int{"a": i, "b": 2})
@@ -117,7 +117,7 @@ func TestRemoteWorkersJoinAndServe(t *testing.T) {
 
 func TestRemoteWorkerDeathIsALostConnection(t *testing.T) {
 	l := listen(t, pool.ListenOptions{})
-	p := start(t, pool.Options{Remote: l, Workers: 1, RestartBackoff: time.Millisecond})
+	p := start(t, pool.Options{Remote: l, Workers: pool.Set(1), RestartBackoff: pool.Set(time.Millisecond)})
 	ctx := bounded(t)
 	const n = 3
 	errs := make(chan error, n)
@@ -183,8 +183,8 @@ func TestRemoteWorkerThatNeverJoins(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			started := time.Now()
-			_, err := pool.Start(ctx, pool.Options{Command: []string{"sh", "-c", c.script}, Workers: 1,
-				Remote: l, StartupTimeout: 300 * time.Millisecond})
+			_, err := pool.Start(ctx, pool.Options{Command: []string{"sh", "-c", c.script}, Workers: pool.Set(1),
+				Remote: l, StartupTimeout: pool.Set(300 * time.Millisecond)})
 			var e *pool.Error
 			if !errors.As(err, &e) || e.Code != c.code || !strings.Contains(e.Message, c.want) {
 				t.Fatalf("Start: %v, want %v saying %q", err, c.code, c.want)
@@ -443,7 +443,7 @@ func TestListenOptionsRefuseBadInput(t *testing.T) {
 		t.Fatalf("Issue after Close: %v, want POOL_CLOSED", err)
 	}
 	ctx := bounded(t)
-	if _, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Workers: 1, Remote: l}); !errors.Is(err, &pool.Error{Code: proto.CodePoolClosed}) {
+	if _, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Workers: pool.Set(1), Remote: l}); !errors.Is(err, &pool.Error{Code: proto.CodePoolClosed}) {
 		t.Fatalf("Start on a closed listener: %v, want POOL_CLOSED", err)
 	}
 }
@@ -591,8 +591,8 @@ func TestRemoteHelloTimeout(t *testing.T) {
 		t.Fatalf("build testdata/silentjoiner: %v\n%s", err, out)
 	}
 	l := listen(t, pool.ListenOptions{HelloTimeout: bound})
-	_, err := pool.Start(bounded(t), pool.Options{Command: []string{joiner}, Workers: 1, Remote: l,
-		StartupTimeout: 15 * time.Second})
+	_, err := pool.Start(bounded(t), pool.Options{Command: []string{joiner}, Workers: pool.Set(1), Remote: l,
+		StartupTimeout: pool.Set(15 * time.Second)})
 	var e *pool.Error
 	if !errors.As(err, &e) || e.Code != proto.CodeStartupTimeout || !strings.Contains(e.Message, "no complete HELLO within the hello timeout") {
 		t.Fatalf("Start: %v, want STARTUP_TIMEOUT at the hello bound", err)

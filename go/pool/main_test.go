@@ -14,6 +14,9 @@ import (
 var workerBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(testWorkerEnv) != "" {
+		runTestWorker() // this binary, re-executed as a worker by a test: never returns
+	}
 	dir, err := os.MkdirTemp("", "wirepool-pool-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wirepool/wirepool/go/proto"
@@ -17,7 +18,7 @@ import (
 
 // Pool is a set of worker processes. Safe for concurrent use.
 type Pool struct {
-	opts Options
+	opts settings
 
 	mu       sync.Mutex // guards the fields below (taken before any proc's mu)
 	procs    []*proc    // by slot: the worker new requests go to; nil while a slot restarts
@@ -25,7 +26,9 @@ type Pool struct {
 	closed   bool
 	closeErr *Error // why the pool closed itself (restart intensity), else nil
 	restarts int
-	crashes  []time.Time // within RestartWindow
+	retries  atomic.Int64 // requests sent again (retry.go)
+	m        *metrics     // metrics.go
+	crashes  []time.Time  // within RestartWindow
 	restart  sync.WaitGroup
 	life     context.Context
 	stop     context.CancelFunc
@@ -47,7 +50,7 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 	}
 	life, stop := context.WithCancel(context.Background())
 	p := &Pool{opts: v, procs: make([]*proc, v.Workers), all: map[*proc]struct{}{}, life: life,
-		stop: stop, wakeCh: make(chan struct{})}
+		stop: stop, wakeCh: make(chan struct{}), m: newMetrics(v.Workers)}
 	type res struct {
 		i int
 		w *proc
@@ -103,6 +106,7 @@ type WorkerStats struct {
 type Stats struct {
 	Workers  []WorkerStats // live worker processes, by slot
 	Restarts int           // replacements started since Start (crashes, hangs, recycling)
+	Retries  int           // requests sent again after their worker died (Options.Retry)
 	Closed   bool
 }
 
@@ -110,7 +114,7 @@ type Stats struct {
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Restarts: p.restarts, Closed: p.closed}
+	s := Stats{Restarts: p.restarts, Retries: int(p.retries.Load()), Closed: p.closed}
 	for w := range p.all {
 		w.mu.Lock()
 		if !w.dead {
@@ -161,6 +165,7 @@ func (p *Pool) workerDied(w *proc) {
 	if p.closed || !current || p.gaveUp(w.exitErr) {
 		return
 	}
+	p.m.count(p.m.restarts, deathCause(w))
 	p.restart.Add(1)
 	go p.respawn(w.slot, p.opts.RestartBackoff)
 }
@@ -192,18 +197,19 @@ func (p *Pool) closeLocked() {
 	}
 }
 
-// retire takes a worker out of routing (recycling after MaxRequests): DRAIN, and a replacement
-// starts in its slot at once.
-func (p *Pool) retire(w *proc) {
+// retire takes a worker out of routing (recycling, recycle.go): DRAIN, and a replacement
+// starts in its slot at once; false when it was not the slot's worker or the pool is closed.
+func (p *Pool) retire(w *proc) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.procs[w.slot] != w {
-		return
+		return false
 	}
 	p.procs[w.slot] = nil
 	w.drain(p.opts.DrainGrace)
 	p.restart.Add(1)
 	go p.respawn(w.slot, 0)
+	return true
 }
 
 func (p *Pool) respawn(slot int, delay time.Duration) {
@@ -244,6 +250,9 @@ func (p *Pool) respawn(slot int, delay time.Duration) {
 		p.mu.Lock()
 		stop := p.closed || p.gaveUp(e)
 		p.mu.Unlock()
+		if !stop {
+			p.m.count(p.m.restarts, "start_failed")
+		}
 		if stop {
 			p.wake()
 			return
@@ -359,7 +368,7 @@ func (w *proc) sendLocked(m call) (*proc, uint64, *pending, error) {
 	w.mu.Unlock()
 	w.flush()
 	if retire {
-		w.p.retire(w)
+		w.p.recycle(w, "requests", fmt.Sprintf("it was sent max_requests (%d) requests", w.p.opts.MaxRequests))
 	}
 	return w, id, pr, nil
 }
@@ -388,6 +397,7 @@ func (w *proc) abandon(id uint64) {
 		hung := !w.dead && w.core.IsInFlight(id)
 		w.mu.Unlock()
 		if hung {
+			w.cancelKilled.Store(true)
 			w.kill()
 		}
 	})

@@ -17,8 +17,8 @@ func start(t *testing.T, o pool.Options) *pool.Pool {
 	if o.Command == nil {
 		o.Command = []string{workerBin}
 	}
-	if o.Workers == 0 {
-		o.Workers = 1 // the tests count on one worker unless they say otherwise
+	if _, set := o.Workers.Get(); !set {
+		o.Workers = pool.Set(1) // the tests count on one worker unless they say otherwise
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -54,7 +54,7 @@ type addResp struct {
 }
 
 func TestCallCodecs(t *testing.T) {
-	p := start(t, pool.Options{Workers: 2})
+	p := start(t, pool.Options{Workers: pool.Set(2)})
 	ctx := bounded(t)
 	r, err := pool.Call[map[string]int, addResp](ctx, p, "add", map[string]int{"a": 2, "b": 3})
 	if err != nil || r.Sum != 5 {
@@ -71,7 +71,7 @@ func TestCallCodecs(t *testing.T) {
 }
 
 func TestManyInFlight(t *testing.T) {
-	p := start(t, pool.Options{Workers: 2, MaxInFlight: 4})
+	p := start(t, pool.Options{Workers: pool.Set(2), MaxInFlight: pool.Set(4)})
 	ctx := bounded(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
@@ -118,7 +118,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestDeadlineAndCancel(t *testing.T) {
-	p := start(t, pool.Options{CancelGrace: 200 * time.Millisecond})
+	p := start(t, pool.Options{CancelGrace: pool.Set(200 * time.Millisecond)})
 	dctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := pool.Call[int, int](dctx, p, "sleep", 5000)
@@ -150,7 +150,7 @@ func TestDeadlineAndCancel(t *testing.T) {
 
 func TestOptionsAndStartup(t *testing.T) {
 	ctx := bounded(t)
-	_, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Workers: -1})
+	_, err := pool.Start(ctx, pool.Options{Command: []string{workerBin}, Workers: pool.Set(-1)})
 	if code(err) != proto.CodeInvalidArgument {
 		t.Fatalf("workers -1: %v", err)
 	}
@@ -165,14 +165,14 @@ func TestOptionsAndStartup(t *testing.T) {
 	if e := err.(*pool.Error); !strings.Contains(e.Message, "nope") {
 		t.Fatalf("no stderr tail: %v", e)
 	}
-	_, err = pool.Start(ctx, pool.Options{Command: []string{"sleep", "5"}, StartupTimeout: 100 * time.Millisecond})
+	_, err = pool.Start(ctx, pool.Options{Command: []string{"sleep", "5"}, StartupTimeout: pool.Set(100 * time.Millisecond)})
 	if code(err) != proto.CodeStartupTimeout {
 		t.Fatalf("timeout: %v", err)
 	}
 }
 
 func TestClose(t *testing.T) {
-	p := start(t, pool.Options{Workers: 2})
+	p := start(t, pool.Options{Workers: pool.Set(2)})
 	if err := p.Close(bounded(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -29,6 +30,7 @@ type reply struct {
 	err  *Error
 	end  bool // END (streams) or RESULT
 	size int  // ROWS payload length, for Consumed
+	died bool // err is the worker's death, seen here (a retry may follow), not an ERROR it sent
 }
 
 // pending is one request in flight on a worker.
@@ -59,26 +61,30 @@ type proc struct {
 	// connection (21.6).
 	remote *remoteConn
 
-	mu       sync.Mutex
-	core     *proto.Connection
-	reqs     map[uint64]*pending
-	methods  map[string]int
-	dead     bool
-	exitErr  *Error
-	leased   bool   // held by a Lease: the pool routes nothing to it
-	retiring bool   // recycled or closing: DRAIN sent, nothing new routed to it
-	sent     int    // requests sent, for MaxRequests
-	hung     *Error // the liveness judge's verdict, set before the kill
-	fatal    *Error // a protocol violation, either side's (PROTOCOL_VIOLATION)
-	answered uint64 // the highest PING nonce a PONG answered
-	bytesIn  uint64
-	kick     chan struct{} // wakes the writer
-	done     chan struct{} // closed when the reader ended and the process was reaped
-	goodbye  chan struct{} // closed at GOODBYE or end of input
-	exited   chan struct{} // closed once the process was reaped
-	waitOnce sync.Once
-	eof      bool // the reader saw end of input (the liveness clocks stop)
-	byeOnce  sync.Once
+	mu           sync.Mutex
+	core         *proto.Connection
+	reqs         map[uint64]*pending
+	methods      map[string]int
+	dead         bool
+	exitErr      *Error
+	leased       bool   // held by a Lease: the pool routes nothing to it
+	retiring     bool   // recycled or closing: DRAIN sent, nothing new routed to it
+	sent         int    // requests sent, for MaxRequests
+	hung         *Error // the liveness judge's verdict, set before the kill
+	fatal        *Error // a protocol violation, either side's (PROTOCOL_VIOLATION)
+	answered     uint64 // the highest PING nonce a PONG answered
+	bytesIn      uint64
+	pingAt       time.Time // when PING pingNonce was sent, for the heartbeat round trip
+	pingNonce    uint64
+	rtt          atomic.Int64  // the last answered PING's round trip, in ns (0: none yet)
+	cancelKilled atomic.Bool   // killed past the cancel grace (the restart cause cancel_timeout)
+	kick         chan struct{} // wakes the writer
+	done         chan struct{} // closed when the reader ended and the process was reaped
+	goodbye      chan struct{} // closed at GOODBYE or end of input
+	exited       chan struct{} // closed once the process was reaped
+	waitOnce     sync.Once
+	eof          bool // the reader saw end of input (the liveness clocks stop)
+	byeOnce      sync.Once
 }
 
 // stderrLineMax bounds each line a worker's stderr tail keeps, in bytes (as the Rust parent's,
@@ -245,6 +251,9 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	if o.Heartbeat > 0 {
 		go w.heartbeat()
 	}
+	if o.MaxRSSBytes > 0 || o.MaxIdle > 0 {
+		go w.housekeep()
+	}
 	return w, nil
 }
 
@@ -292,7 +301,9 @@ func (w *proc) handshake(ctx context.Context) error {
 				if err := w.core.SendWelcome(wel); err != nil {
 					return errorf(protoCode(err), "%v", err)
 				}
-				if _, err := w.conn.Write(w.core.TakeOutput(1 << 30)); err != nil {
+				out := w.core.TakeOutput(1 << 30)
+				w.p.m.slot(w.slot).sent.Add(int64(len(out)))
+				if _, err := w.conn.Write(out); err != nil {
 					return errorf(proto.CodeWorkerExited, "the worker closed its connection at the handshake")
 				}
 				w.methods = map[string]int{}
@@ -308,6 +319,7 @@ func (w *proc) handshake(ctx context.Context) error {
 		}
 		n, err := w.conn.Read(buf)
 		if n > 0 {
+			w.p.m.slot(w.slot).received.Add(int64(n))
 			w.core.Receive(buf[:n])
 			continue
 		}
@@ -373,6 +385,7 @@ func (w *proc) writer() {
 			if len(out) == 0 {
 				break
 			}
+			w.p.m.slot(w.slot).sent.Add(int64(len(out)))
 			if _, err := w.conn.Write(out); err != nil {
 				w.conn.Close()
 				break
@@ -394,6 +407,7 @@ func (w *proc) reader() {
 		w.mu.Lock()
 		if n > 0 {
 			w.bytesIn += uint64(n)
+			w.p.m.slot(w.slot).received.Add(int64(n))
 			w.core.Received(n)
 			var perr error
 			evs, perr = w.core.NextEvents(evs[:0])
@@ -442,7 +456,7 @@ func (w *proc) reader() {
 	w.exitErr = why
 	for id, pr := range w.reqs {
 		delete(w.reqs, id)
-		pr.push(reply{err: why, end: true})
+		pr.push(reply{err: why, end: true, died: true})
 	}
 	w.mu.Unlock()
 	close(w.done)
@@ -476,6 +490,7 @@ func (w *proc) onEvent(ev proto.Event) {
 			pr.push(reply{err: e, end: true})
 		}
 	case *proto.Rows:
+		w.p.m.slot(w.slot).rows.Add(int64(len(ev.Rows)))
 		if pr := w.reqs[ev.ID]; pr != nil {
 			rows := make([][]byte, len(ev.Rows))
 			copy(rows, ev.Rows)
@@ -492,6 +507,9 @@ func (w *proc) onEvent(ev proto.Event) {
 	case *proto.Pong:
 		if n := proto.PongNonce(ev.Nonce); n > w.answered {
 			w.answered = n
+			if n == w.pingNonce {
+				w.rtt.Store(int64(max(time.Since(w.pingAt), 1)))
+			}
 		}
 	case *proto.Goodbye:
 		w.byeOnce.Do(func() { close(w.goodbye) })
@@ -577,6 +595,7 @@ func (w *proc) heartbeat() {
 		v := judge.Tick(uint64(time.Since(start).Milliseconds()), proto.Seen{Answered: w.answered,
 			IncompleteFrame: w.core.IncompleteFrameLen(), BytesIn: w.bytesIn})
 		if v.Ping > 0 && w.core.SendPing(proto.PingNonce(v.Ping)) == nil {
+			w.pingNonce, w.pingAt = v.Ping, time.Now()
 			w.flush()
 		}
 		if v.Hung {

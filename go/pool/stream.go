@@ -2,7 +2,9 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"iter"
+	"time"
 
 	"github.com/wirepool/wirepool/go/codec"
 	"github.com/wirepool/wirepool/go/proto"
@@ -22,12 +24,32 @@ type RowStream[Row, Summary any] struct {
 	hasSummary bool
 	err        error
 	done       bool
+
+	// Retries (RetryPolicy): the request to send again, what it goes through, the caller's
+	// ctx (its deadline bounds every try), the tries allowed and made, whether a row reached
+	// the caller (then it is never sent again).
+	t         Target
+	m         call
+	callCtx   context.Context
+	pool      *Pool
+	limit     int
+	tries     int
+	delivered bool
+	sentAt    time.Time // the last try's, for the method duration
+	cancelled error     // the caller cancelled while a retry waited for a worker
 }
 
 // Stream sends a request for a stream method. Credit is granted as rows are taken (the core's
 // Consumed and Grant). Errors, at Stream or from Err, are *Error; ctx ending cancels the stream
 // (at its deadline, the worker's DEADLINE_EXCEEDED is waited for up to the deadline grace).
-func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (*RowStream[Row, Summary], error) {
+// A method of Options.Retry (or a stream with Idempotent(true)) whose worker died before any
+// of its rows reached the caller is sent again, within Next (RetryPolicy).
+func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string, req Req, opts ...CallOption) (_ *RowStream[Row, Summary], err error) {
+	defer func() {
+		if p := poolOf(t); p != nil && err != nil {
+			p.m.ended(method, time.Time{}, err) // refused: no latency, one error
+		}
+	}()
 	c, body, o, err := resolve(req, opts)
 	if err != nil {
 		return nil, err
@@ -36,18 +58,59 @@ func Stream[Req, Row, Summary any](ctx context.Context, t Target, method string,
 	if err != nil {
 		return nil, err
 	}
+	limit, p, err := retryLimit(t, method, o)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	tus, terr := timeoutOf(ctx)
 	if terr != nil {
 		cancel()
 		return nil, terr
 	}
-	w, id, pr, serr := t.send(ctx, call{method, uint8(c), proto.KindStream, tus, body})
+	m := call{method, uint8(c), proto.KindStream, tus, body}
+	queued := time.Now()
+	w, id, pr, serr := t.send(ctx, m)
 	if serr != nil {
 		cancel()
 		return nil, serr
 	}
+	sentAt := time.Now()
+	w.p.m.sent(w, proto.KindStream, sentAt.Sub(queued))
 	wctx, stop := waiting(ctx, t.options().DeadlineGrace)
-	return &RowStream[Row, Summary]{ctx: wctx, stop: func() { stop(); cancel() }, w: w, id: id, pr: pr, codec: c}, nil
+	return &RowStream[Row, Summary]{ctx: wctx, stop: func() { stop(); cancel() }, w: w, id: id, pr: pr, codec: c,
+		t: t, m: m, callCtx: ctx, pool: p, limit: limit, tries: 1, sentAt: sentAt}, nil
+}
+
+// retry sends the stream's request again after its worker died, when RetryPolicy allows it:
+// tries left, no row delivered, time left on the caller's deadline, a worker within it.
+func (s *RowStream[Row, Summary]) retry(r reply) bool {
+	if s.delivered || s.tries >= s.limit || !retryable(r) || s.callCtx.Err() != nil {
+		return false
+	}
+	tus, terr := timeoutOf(s.callCtx)
+	if terr != nil {
+		return false
+	}
+	m := s.m
+	m.timeoutUs = tus
+	if testHookRetrying != nil {
+		testHookRetrying()
+	}
+	queued := time.Now()
+	w, id, pr, err := s.t.send(s.callCtx, m)
+	if err != nil {
+		if errors.Is(s.callCtx.Err(), context.Canceled) {
+			s.cancelled = err // the caller cancelled while the retry waited: CANCELLED, as a cancelled stream
+		}
+		return false
+	}
+	s.sentAt = time.Now()
+	w.p.m.sent(w, proto.KindStream, s.sentAt.Sub(queued))
+	s.tries++
+	s.w, s.id, s.pr = w, id, pr
+	s.pool.retries.Add(1)
+	return true
 }
 
 // Next advances to the next row; false at END or on an error (see Err).
@@ -80,12 +143,23 @@ func (s *RowStream[Row, Summary]) Next() bool {
 		s.w.mu.Unlock()
 		if ok {
 			if !r.end {
+				s.delivered = true
 				s.batch = r.rows
+				continue
+			}
+			if s.retry(r) {
 				continue
 			}
 			s.finish()
 			if r.err != nil {
 				s.err = r.err
+				if s.limit > 1 {
+					s.err = withAttempts(r.err, s.tries)
+				}
+				if s.cancelled != nil {
+					s.err = s.cancelled
+				}
+				s.record()
 				return false
 			}
 			if len(r.body) > 0 {
@@ -94,6 +168,7 @@ func (s *RowStream[Row, Summary]) Next() bool {
 					s.err = errorf(proto.CodeDecodeFailed, "decode the summary: %v", err)
 				}
 			}
+			s.record()
 			return false
 		}
 		select {
@@ -108,9 +183,17 @@ func (s *RowStream[Row, Summary]) finish() {
 	s.stop()
 }
 
+// record counts the stream's outcome, once s.err is final.
+func (s *RowStream[Row, Summary]) record() {
+	if p := poolOf(s.t); p != nil {
+		p.m.ended(s.m.method, s.sentAt, s.err)
+	}
+}
+
 func (s *RowStream[Row, Summary]) fail(err error) {
 	s.finish()
 	s.err = err
+	s.record()
 	s.w.abandon(s.id)
 }
 

@@ -18,7 +18,7 @@ type declsSummary struct {
 
 func TestStream(t *testing.T) {
 	// A small credit makes the worker wait for CREDIT many times over 5,000 rows.
-	p := start(t, pool.Options{InitialCredit: 4096})
+	p := start(t, pool.Options{InitialCredit: pool.Set(4096)})
 	ctx := bounded(t)
 	for _, c := range []pool.Codec{pool.JSON, pool.Msgpack} {
 		s, err := pool.Stream[map[string]int, decl, declsSummary](ctx, p, "decls", map[string]int{"n": 5000}, pool.WithCodec(c))

@@ -1,9 +1,10 @@
 """spec/metrics.json, the metrics contract (PROTOCOL.md section 23), is consistent in itself.
 
 Every parent SDK's exporter is checked against the file by its own test (Python
-python/tests/test_metrics_contract.py, Rust rust/wirepool/tests/metrics_contract.rs); here the
-file itself: Prometheus naming conventions, units that match their suffixes, labels that are
-defined, bucket bounds that increase, label values that exist in constants.json.
+python/tests/test_metrics_contract.py, Rust rust/wirepool/tests/metrics_contract.rs, Go
+go/pool/prometheus_test.go); here the file itself: Prometheus naming conventions, units that
+match their suffixes, labels that are defined, bucket bounds that increase, label values that
+exist in constants.json.
 
     python3 -m pytest spec/tests/test_metrics_contract.py -q
 """
@@ -188,10 +189,9 @@ EXPORTER_TESTS = {
     "python": "python/tests/test_prometheus.py",
     "rust": "rust/wirepool/tests/prometheus.rs",
     "node": "node/test/prometheus.test.ts",
+    "go": "go/pool/prometheus_test.go",
 }
-EXPORTER_PENDING = {
-    "go": "issue 27: go/pool has no Prometheus exporter yet (go/README.md says so)",
-}
+EXPORTER_PENDING: dict[str, str] = {}
 
 
 def test_every_parent_exports_the_contract_or_is_named_pending() -> None:

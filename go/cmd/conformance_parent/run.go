@@ -92,7 +92,8 @@ func (x *scenario) stream(t pool.Target, method string, c pool.Codec, body any, 
 func (x *scenario) expect() obj { e, _ := x.sc["expect"].(obj); return e }
 
 func (x *scenario) start(opts pool.Options) (*pool.Pool, error) {
-	ctx, cancel := context.WithTimeout(x.ctx, opts.StartupTimeout+30*time.Second)
+	startup, _ := opts.StartupTimeout.Get()
+	ctx, cancel := context.WithTimeout(x.ctx, startup+30*time.Second)
 	defer cancel()
 	return pool.Start(ctx, opts)
 }
@@ -730,7 +731,8 @@ func (x *scenario) shutdownInFlight() (string, error) {
 		return "", failf("the call was not in flight within %vs", x.settle().Seconds())
 	}
 	started := time.Now()
-	closePool(p, x.opts.DrainGrace)
+	grace, _ := x.opts.DrainGrace.Get()
+	closePool(p, grace)
 	shut := time.Since(started)
 	o := <-ch
 	if err := x.s.checkCall(expect, body, o.v, o.err); err != nil {

@@ -94,21 +94,31 @@ func dur(v any) time.Duration { return time.Duration(num(v) * float64(time.Secon
 // ms is a duration in milliseconds; 0 stays 0 (the caller decides what it means).
 func ms(v any) time.Duration { return time.Duration(num(v) * float64(time.Millisecond)) }
 
+// opt is a setting given as a number (a JSON number of the file, in unit), else unset: the
+// pool's default.
+func opt[T int | int64 | time.Duration](v any, unit float64) pool.Optional[T] {
+	if _, ok := v.(json.Number); !ok {
+		return pool.Optional[T]{}
+	}
+	return pool.Set(T(num(v) * unit))
+}
+
 // options maps a scenario's pool settings onto pool.Options.
 func options(cfg obj, worker []string, env []string) pool.Options {
+	s, one := float64(time.Second), 1.0
 	o := pool.Options{
 		Command:        worker,
 		Env:            env,
-		Workers:        integer(cfg["workers"]),
-		MaxInFlight:    integer(cfg["max_in_flight"]),
-		StartupTimeout: dur(cfg["startup_timeout_s"]),
+		Workers:        opt[int](cfg["workers"], one),
+		MaxInFlight:    opt[int](cfg["max_in_flight"], one),
+		StartupTimeout: opt[time.Duration](cfg["startup_timeout_s"], s),
 		Heartbeat:      ms(cfg["heartbeat_ms"]),
-		CancelGrace:    dur(cfg["cancel_grace_s"]),
-		DeadlineGrace:  dur(cfg["deadline_grace_s"]),
-		DrainGrace:     dur(cfg["drain_grace_s"]),
-		MaxFrameSize:   integer(cfg["max_frame_size"]),
-		InitialCredit:  integer(cfg["window"]),
-		MaxRequests:    integer(cfg["max_requests"]),
+		CancelGrace:    opt[time.Duration](cfg["cancel_grace_s"], s),
+		DeadlineGrace:  opt[time.Duration](cfg["deadline_grace_s"], s),
+		DrainGrace:     opt[time.Duration](cfg["drain_grace_s"], s),
+		MaxFrameSize:   opt[int](cfg["max_frame_size"], one),
+		InitialCredit:  opt[int](cfg["window"], one),
+		MaxRequests:    opt[int](cfg["max_requests"], one),
 		Remote:         listener,
 	}
 	if v, ok := cfg["heartbeat_ms"]; ok && num(v) == 0 {
@@ -116,7 +126,7 @@ func options(cfg obj, worker []string, env []string) pool.Options {
 	}
 	if v, ok := cfg["max_message_size"].(json.Number); ok {
 		n, _ := v.Int64()
-		o.MaxMessageSize = n
+		o.MaxMessageSize = pool.Set(n)
 	}
 	return o
 }

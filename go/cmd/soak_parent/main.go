@@ -740,10 +740,10 @@ func runSoak(a args, r *rng, ph *phases) obj {
 	firstSpawn(a.python)
 	fdsBefore := openFDs()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	p, err := pool.Start(ctx, pool.Options{Command: a.worker, Workers: a.workers, MaxInFlight: 32,
-		Heartbeat: heartbeat, StartupTimeout: startupTimeout, RestartBackoff: 10 * time.Millisecond,
-		RestartBackoffMax: 200 * time.Millisecond, MaxRestarts: 100_000, RestartWindow: 60 * time.Second,
-		DrainGrace: 2 * time.Second})
+	p, err := pool.Start(ctx, pool.Options{Command: a.worker, Workers: pool.Set(a.workers), MaxInFlight: pool.Set(32),
+		Heartbeat: heartbeat, StartupTimeout: pool.Set(startupTimeout), RestartBackoff: pool.Set(10 * time.Millisecond),
+		RestartBackoffMax: pool.Set(200 * time.Millisecond), MaxRestarts: pool.Set(100_000), RestartWindow: pool.Set(60 * time.Second),
+		DrainGrace: pool.Set(2 * time.Second)})
 	cancel()
 	if err != nil {
 		logf("the soak pool did not start: %v", err)
@@ -843,9 +843,9 @@ func restartLimit(a args) obj {
 	defer os.RemoveAll(state)
 	argv := append([]string{a.python, a.failAfter, state, "1", "--"}, a.worker...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	p, err := pool.Start(ctx, pool.Options{Command: argv, Workers: 1, Heartbeat: heartbeat,
-		MaxRestarts: r, RestartWindow: 60 * time.Second, RestartBackoff: 10 * time.Millisecond,
-		RestartBackoffMax: 100 * time.Millisecond, DrainGrace: time.Second})
+	p, err := pool.Start(ctx, pool.Options{Command: argv, Workers: pool.Set(1), Heartbeat: heartbeat,
+		MaxRestarts: pool.Set(r), RestartWindow: pool.Set(60 * time.Second), RestartBackoff: pool.Set(10 * time.Millisecond),
+		RestartBackoffMax: pool.Set(100 * time.Millisecond), DrainGrace: pool.Set(time.Second)})
 	cancel()
 	if err != nil {
 		logf("the restart-limit pool did not start: %v", err)

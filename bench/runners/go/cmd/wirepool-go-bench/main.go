@@ -60,10 +60,10 @@ func start(sc kit.Scenario, workers, inflight int) *pool.Pool {
 	p, err := pool.Start(context.Background(), pool.Options{
 		Command:        workerCommand(sc.Founding),
 		Env:            []string{"WIREPOOL_REPO=" + kit.RepoRoot()},
-		Workers:        workers,
-		MaxInFlight:    inflight,
-		MaxFrameSize:   frame,
-		StartupTimeout: 20 * time.Second,
+		Workers:        pool.Set(workers),
+		MaxInFlight:    pool.Set(inflight),
+		MaxFrameSize:   pool.Set(frame),
+		StartupTimeout: pool.Set(20 * time.Second),
 	})
 	if err != nil {
 		kit.Fatalf("pool.Start: %v", err)
