@@ -35,6 +35,11 @@ function received(pool: Pool): number {
   return pool.exportView().slots.reduce((n, s) => n + s.receivedBytes, 0);
 }
 
+/** Bytes the pool wrote to its workers' sockets. */
+function sent(pool: Pool): number {
+  return pool.exportView().slots.reduce((n, s) => n + s.sentBytes, 0);
+}
+
 describe("the Node parent and a Python worker's shm lane", { skip }, () => {
   let saved: string | undefined;
   before(() => {
@@ -73,17 +78,38 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
       await pool.close();
     }
   });
+  it("large requests go to a Python worker through the parent's regions, reused once released; the echo comes back through the worker's", T, async () => {
+    const pool = await Pool.start({ command: [PYTHON, WORKER], workers: 1, env: { ...process.env, PYTHONPATH: join(REPO, "python") } });
+    try {
+      for (const n of [1 << 20, 8 << 20, 8 << 20, 3 << 20, 8 << 20]) {
+        const body = pattern(n);
+        const out0 = sent(pool);
+        const in0 = received(pool);
+        const r = (await pool.call("echo", body, { codec: "raw" })) as Buffer;
+        assert.ok(r.equals(body), `the echo of ${n} bytes`);
+        assert.ok(sent(pool) - out0 < 64 * 1024, `${sent(pool) - out0} bytes went through the socket for a ${n}-byte request`);
+        assert.ok(received(pool) - in0 < 64 * 1024, `${received(pool) - in0} bytes came through the socket`);
+      }
+      const small = (await pool.call("echo", Buffer.from("hi"), { codec: "raw" })) as Buffer;
+      assert.equal(small.toString(), "hi");
+    } finally {
+      await pool.close();
+    }
+  });
+
   const RUST = join(REPO, "rust", "target", "debug", "conformance_worker");
-  it("a Rust worker's echo of 8 MiB comes back through its lane (the request through the socket)", { ...T, skip: existsSync(RUST) ? false : "the Rust conformance worker is not built" }, async () => {
+  it("a Rust worker's echo of 8 MiB: the request through the parent's lane, the result through the worker's", { ...T, skip: existsSync(RUST) ? false : "the Rust conformance worker is not built" }, async () => {
     const pool = await Pool.start({ command: [RUST], workers: 1 });
     try {
       const body = pattern(8 << 20);
       for (let i = 0; i < 3; i++) {
         const in0 = received(pool);
+        const out0 = sent(pool);
         const r = (await pool.call("echo", body, { codec: "raw" })) as Buffer;
         assert.ok(r.equals(body), "the echo's bytes");
         const socketBytes = received(pool) - in0;
         assert.ok(socketBytes < 64 * 1024, `${socketBytes} bytes came through the socket for an 8 MiB result`);
+        assert.ok(sent(pool) - out0 < 64 * 1024, `${sent(pool) - out0} bytes went through the socket for an 8 MiB request`);
       }
     } finally {
       await pool.close();
@@ -147,6 +173,9 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
     ["region_zero", 123, "SHM_BAD_REGION"],
     ["body_without_message", 116, "CONTINUATION"],
     ["above_message_size", 115, "MESSAGE_TOO_LARGE"],
+    ["release_not_lent", 126, "SHM_BAD_RELEASE"],
+    ["retire_unknown", 126, "SHM_BAD_RELEASE"],
+    ["bad_flags", 104, "BAD_FLAGS"],
   ] as const) {
     it(`a hostile worker (${mode}): the call ends PROTOCOL_VIOLATION ${name}, the parent unharmed, no descriptor left`, T, async () => {
       const fds = () => readdirSync("/proc/self/fd").length;

@@ -23,7 +23,7 @@ import { cut, quote } from "./quote.js";
 import type { Joined, Listener } from "./listener.js";
 import { Shm, ShmErrorCode, ShmFrameType } from "../proto/constants.js";
 import { ShmAccept, ShmOffer, type ShmFrame } from "../proto/shm.js";
-import { ShmReceiver } from "../shm/lane.js";
+import { ShmReceiver, ShmSender } from "../shm/lane.js";
 import { shmNative, type ShmNative } from "../shm/native.js";
 import { ShmReader } from "../shm/reader.js";
 
@@ -39,7 +39,11 @@ function laneNative(): ShmNative | null {
 interface Lane {
   readonly native: ShmNative;
   readonly reader: ShmReader;
+  readonly fd: number;
   rx: ShmReceiver | null;
+  /** This parent's regions lent to the worker (null: the direction is off). */
+  tx: ShmSender | null;
+  retireTimer: NodeJS.Timeout | null;
 }
 
 /** A method the pool requires every worker to offer (checked at HELLO: CODEC_MISMATCH). */
@@ -353,7 +357,7 @@ export class WorkerProcess {
       violation: (e) => this.violation(e.code, e.message, true),
       alive: () => this.state !== "dead" && this.brokenBy === null,
     });
-    this.lane = { native, reader, rx: null };
+    this.lane = { native, reader, fd, rx: null, tx: null, retireTimer: null };
   }
 
   /** A frame of the lane (20.3): the worker's regions, and the bodies in them. */
@@ -367,15 +371,69 @@ export class WorkerProcess {
       case ShmFrameType.SHM_RETIRE:
         rx.retire(f);
         return;
-      case ShmFrameType.SHM_RELEASE:
-        // This parent lends nothing (to_worker_window 0).
-        throw new ProtocolError(ShmErrorCode.SHM_BAD_RELEASE, `SHM_RELEASE of region ${f.region}: nothing is lent to the worker`);
+      case ShmFrameType.SHM_RELEASE: {
+        const tx = this.lane?.tx ?? null;
+        if (tx === null) throw new ProtocolError(ShmErrorCode.SHM_BAD_RELEASE, `SHM_RELEASE of region ${f.region}: nothing is lent to the worker`);
+        tx.released(f, performance.now());
+        return;
+      }
       case ShmFrameType.SHM_BODY: {
         const ev = this.conn.receiveShmBody(f.id, f.length, () => rx.body(f.id, f));
         this.onEvent(ev);
         return;
       }
     }
+  }
+
+  /**
+   * A request body through the lane (20.7): copied into a region of this parent's with nothing
+   * lent (a new one announced only while nothing waits to be written, so its descriptor goes with
+   * the next byte in order), then REQUEST's prefix and SHM_BODY. Null when the lane cannot take
+   * it now: the body goes through the socket.
+   */
+  private sendShm(method: number, codec: number, timeoutUs: number, body: Uint8Array): number | null {
+    const lane = this.lane;
+    const tx = lane?.tx ?? null;
+    const sock = this.socket;
+    if (lane === null || tx === null || sock === null || !tx.wants(body.length) || this.writeFailed || this.feeding) return null;
+    if (!this.conn.canSendRequest()) return null; // the core's refusal is sendRequest's to report
+    if (!tx.hasWarm(body.length)) {
+      // A new region: its descriptor must travel with its frame's first byte, so nothing may be queued before it.
+      this.flushAll();
+      if (sock.writableLength !== 0) return null;
+    }
+    const placed = tx.place(body, performance.now());
+    this.writeRetires();
+    if (placed === null) return null;
+    if (placed.region !== null) {
+      const frame = placed.region.frame;
+      const n = lane.native.sendmsg(lane.fd, frame, [placed.region.fd]);
+      if (n < 0) {
+        this.violation(ShmErrorCode.SHM_BAD_DESCRIPTOR, `cannot send region ${placed.range.region}'s descriptor (errno ${-n})`, true);
+        return null;
+      }
+      if (n < frame.length) sock.write(frame.subarray(n)); // the descriptor went with the first byte
+      this.bytesOut += frame.length;
+    }
+    const id = this.conn.sendRequestShm(method, codec, timeoutUs, placed.range);
+    if (lane.retireTimer === null) {
+      lane.retireTimer = setInterval(() => {
+        lane.tx?.retireIdle(performance.now());
+        this.writeRetires();
+      }, Shm.shmIdleRetireMs);
+      lane.retireTimer.unref();
+    }
+    return id;
+  }
+
+  private writeRetires(): void {
+    const frames = this.lane?.tx?.takeRetires() ?? [];
+    const sock = this.socket;
+    if (frames.length === 0 || sock === null || sock.destroyed || this.writeFailed || this.state === "dead") return;
+    this.flushAll(); // whole frames, in order
+    const b = Buffer.concat(frames);
+    this.bytesOut += b.length;
+    sock.write(b);
   }
 
   /** The SHM_RELEASEs of bodies collected since the last write (whole frames, between the core's). */
@@ -481,7 +539,8 @@ export class WorkerProcess {
    */
   send(route: Route, method: number, codec: number, timeoutMs: number, body: Uint8Array): number {
     // Rounded up: no positive budget reaches the wire as 0, which means no deadline (22.3).
-    const id = this.conn.sendRequest(method, codec, timeoutMs > 0 ? Math.ceil(timeoutMs * 1000) : 0, body);
+    const timeoutUs = timeoutMs > 0 ? Math.ceil(timeoutMs * 1000) : 0;
+    const id = (this.lane !== null ? this.sendShm(method, codec, timeoutUs, body) : null) ?? this.conn.sendRequest(method, codec, timeoutUs, body);
     this.routes.set(id, route);
     this.requests++;
     this.scheduleFlush();
@@ -743,8 +802,10 @@ export class WorkerProcess {
       if (lane !== null && offer !== null) {
         // The worker's regions up to the window; none of this parent's (it sends through the socket).
         const window = BigInt(Shm.toParentWindow);
-        this.conn.sendWelcome({ ...welcome, extensions: new ShmAccept(0n, window).encode() });
+        const toWorker = offer.window < BigInt(Shm.toWorkerWindow) ? offer.window : BigInt(Shm.toWorkerWindow);
+        this.conn.sendWelcome({ ...welcome, extensions: new ShmAccept(toWorker, window).encode() });
         lane.rx = new ShmReceiver(lane.native, window, () => this.writeReleases());
+        if (toWorker > 0n) lane.tx = new ShmSender(lane.native, toWorker);
         lane.reader.splitter.on = true;
       } else this.conn.sendWelcome(welcome);
     } catch (e) {
@@ -1015,6 +1076,8 @@ export class WorkerProcess {
     if (this.lane !== null) {
       this.lane.reader.close();
       this.lane.rx?.close();
+      this.lane.tx?.close();
+      if (this.lane.retireTimer !== null) clearInterval(this.lane.retireTimer);
     }
     if (this.socket !== null) {
       this.socket.removeAllListeners();

@@ -13,12 +13,13 @@ import {
   Limits,
   MethodKind,
   PROTOCOL_VERSION,
+  ShmFrameType,
 } from "./constants.js";
 import { decodePayload, FrameDecoder } from "./decoder.js";
 import { errorName, ProtocolError } from "./errors.js";
 import { IdTable } from "./idtable.js";
 import { fitErrorBytes, grant } from "./policies.js";
-import { ShmAccept, ShmOffer } from "./shm.js";
+import { encodeShmFrame, ShmAccept, ShmOffer } from "./shm.js";
 import {
   COPY_LIMIT,
   encodeFrame,
@@ -750,6 +751,39 @@ export class Connection {
     this.out.u64(timeoutUs);
     this.out.bytes(more ? body.subarray(0, chunk) : body);
     if (more) this.startOutbound(id, FrameType.REQUEST, body, chunk, total);
+    return id;
+  }
+
+  /**
+   * Parent: sends a REQUEST whose body is a range the driver lent from one of its regions
+   * (PROTOCOL.md 20.3): the first frame with MORE and its 12-byte prefix only, then SHM_BODY. The
+   * same checks and state changes as `sendRequest` for a body of `range.length` bytes; the
+   * window is the driver's (`ShmSender`). Returns the id.
+   */
+  sendRequestShm(method: number, codec: number, timeoutUs: number, range: { readonly region: number; readonly offset: number; readonly length: number }): number {
+    this.checkSend(FrameType.REQUEST, 1);
+    if (this.draining) refuse("DRAINING", "no REQUEST can be sent after DRAIN");
+    const methods = this._hello!.methods;
+    if (!(method >= 0 && method < methods.length)) refuse("UNKNOWN_METHOD", `method index ${method} not in the worker's HELLO (${methods.length} methods)`);
+    if (!(codec >= 0 && codec <= 255 && Number.isInteger(codec))) refuse("BAD_PAYLOAD", `codec ${codec} is not a u8`);
+    if (!(timeoutUs >= 0)) refuse("BAD_PAYLOAD", `timeout_us ${timeoutUs} is negative`);
+    if (!(range.length >= 1)) refuse("BAD_PAYLOAD", "a body through the lane has at least 1 byte");
+    const w = this._welcome!;
+    if (this.requests.size >= w.maxInFlight) refuse("OVERLOADED", `${this.requests.size} requests already in flight (max_in_flight ${w.maxInFlight})`);
+    this.checkMessageSize("request body", 12 + range.length);
+    if (this.highest >= MAX_ID) refuse("PROTOCOL", "request ids exhausted");
+    const id = this.highest + 1;
+    this.highest = id;
+    this.requests.set(id, methods[method].kind === MethodKind.STREAM ? new InFlight(MethodKind.STREAM, w.initialCredit) : UNARY);
+    this.out.header(FrameType.REQUEST, FLAG_MORE, id, 12);
+    const b = this.out.room(12);
+    const p = this.out.pos;
+    b.writeUInt16LE(method, p);
+    b[p + 2] = codec;
+    b[p + 3] = 0;
+    this.out.pos = p + 4;
+    this.out.u64(timeoutUs);
+    this.out.bytes(encodeShmFrame({ type: ShmFrameType.SHM_BODY, id, region: range.region, offset: range.offset, length: range.length }));
     return id;
   }
 

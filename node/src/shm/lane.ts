@@ -175,6 +175,12 @@ export class ShmSender {
     return !this.closed && length >= this.threshold && this.lender.window >= BigInt(length);
   }
 
+  /** Is there a live region with nothing lent that a body of `length` bytes fits (no new region needed)? */
+  hasWarm(length: number): boolean {
+    for (const r of this.regions.values()) if (r.size >= length && !this.lender.isLent(r.id)) return true;
+    return false;
+  }
+
   /**
    * Copies `body` into a region with nothing lent (announcing one, retiring unlent ones to make
    * room, when none fits) and lends its range; null when the window cannot take it now.
