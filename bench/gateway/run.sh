@@ -7,7 +7,7 @@
 #   (c0) for information: the same with plain uvicorn (no httptools, no uvloop)
 #   (d) nginx answering a static body (the same bytes) from a generated nginx.conf: the ceiling
 # plus a stream of STREAM_ROWS small rows as NDJSON through the gateway (stream.lua), from the Rust
-# worker and from the Python worker: rows/s. Rounds alternate (each round runs every contender,
+# worker and from the Python worker, and from (c) for comparison: rows/s. Rounds alternate (each round runs every contender,
 # starting one further along each round); summarize.py prints min/median/max and the ratios of
 # each round, with issue 30's targets met or missed.
 #
@@ -163,6 +163,8 @@ check_stream() { # contender url
 surl_ra="http://127.0.0.1:$PB/v1/stream/decls"; surl_py="http://127.0.0.1:$PA/v1/stream/decls"
 if [ -z "${skip[b]:-}" ]; then check_stream stream_rust "$surl_ra"; else skip[stream_rust]="${skip[b]}"; fi
 if [ -z "${skip[a]:-}" ]; then check_stream stream_python "$surl_py"; else skip[stream_python]="${skip[a]}"; fi
+surl_gu="http://127.0.0.1:$PC/stream/decls"
+if [ -z "${skip[c]:-}" ]; then check_stream stream_gunicorn "$surl_gu"; else skip[stream_gunicorn]="${skip[c]}"; fi
 
 results="$out/results.tsv"
 printf 'round\tcontender\tconns\trps\tp50\tp99\tnon2xx\tsocket_errors\n' >"$results"
@@ -186,7 +188,7 @@ echo "processes $PROCS, connections $CONNS, $DURATION each, $ROUNDS rounds, wrk 
 echo "commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- rust || echo ' (rust/ has uncommitted changes)')"
 echo "load before: $(uptime)"
 for k in "${!skip[@]}"; do echo "$k skipped: ${skip[$k]}"; done
-order=(a b c c0 d stream_rust stream_python)
+order=(a b c c0 d stream_rust stream_python stream_gunicorn)
 for r in $(seq "$ROUNDS"); do
   for i in $(seq 0 $((${#order[@]} - 1))); do
     k="${order[$(( (i + r - 1) % ${#order[@]} ))]}"
@@ -194,6 +196,7 @@ for r in $(seq "$ROUNDS"); do
     case "$k" in
       stream_rust) for c in $STREAM_CONNS; do run_wrk "$r" "$k" "$c" "$surl_ra" "$here/stream.lua"; done ;;
       stream_python) for c in $STREAM_CONNS; do run_wrk "$r" "$k" "$c" "$surl_py" "$here/stream.lua"; done ;;
+      stream_gunicorn) for c in $STREAM_CONNS; do run_wrk "$r" "$k" "$c" "$surl_gu" "$here/stream.lua"; done ;;
       *) u="url_$k"; for c in $CONNS; do run_wrk "$r" "$k" "$c" "${!u}" "$here/post.lua"; done ;;
     esac
   done

@@ -23,6 +23,7 @@ NAMES = {
     "d": "(d) nginx static",
     "stream_rust": "stream, Rust worker",
     "stream_python": "stream, Python worker",
+    "stream_gunicorn": "stream, gunicorn + uvicorn[standard]",
 }
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
 
@@ -96,7 +97,7 @@ def main() -> None:
     print(f"\n| stream of {stream_rows:,} rows (NDJSON) | connections | rows/s | streams/s "
           "| p50 per stream | p99 per stream | non-2xx |")
     print("|---|---|---|---|---|---|---|")
-    for k in ("stream_rust", "stream_python"):
+    for k in ("stream_rust", "stream_python", "stream_gunicorn"):
         if k in skipped:
             print(f"| {NAMES[k]} | | skipped: {skipped[k]} | | | | |")
             continue
@@ -189,6 +190,11 @@ def main() -> None:
             v = ratio(num, den, conns, "rps")
             if v:
                 print(f"- {conns} connections, {NAMES[num]} / {NAMES[den]} req/s: {spread(v, fmt_x)}")
+    for conns in sorted({c for (k, c) in by if k.startswith("stream")}):
+        for num, den in (("stream_python", "stream_gunicorn"), ("stream_rust", "stream_gunicorn")):
+            v = ratio(num, den, conns, "rps")
+            if v:
+                print(f"- {conns} connections, {NAMES[num]} / {NAMES[den]} rows/s: {spread(v, fmt_x)}")
 
 
 if __name__ == "__main__":
