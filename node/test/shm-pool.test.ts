@@ -162,7 +162,7 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
     }
     assert.equal(memfds(), 0, "no mapping of a worker's memory file once the views are collected");
     for (let i = 0; i < 3; i++) await tick();
-    assert.equal(fds(), before, "descriptors");
+    assert.ok(fds() <= before, `descriptors: ${fds()} open, ${before} before (a descriptor of an earlier test may close meanwhile, none may stay)`);
   });
 
   for (const [mode, code, name] of [
@@ -199,7 +199,7 @@ describe("the Node parent and a Python worker's shm lane", { skip }, () => {
         await pool.close();
       }
       for (let i = 0; i < 3; i++) await tick(); // the watch's duplicate closes in the loop's close phase
-      assert.equal(fds(), before, "descriptors");
+      assert.ok(fds() <= before, `descriptors: ${fds()} open, ${before} before (a descriptor of an earlier test may close meanwhile, none may stay)`);
     });
   }
 });
