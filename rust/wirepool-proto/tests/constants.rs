@@ -273,6 +273,7 @@ fn every_core_operation(
     wirepool_proto::rows_batch_bytes(0, 0, 0);
     wirepool_proto::grant(0, 0, 0);
     wirepool_proto::fit_error("", "", 0);
+    wirepool_proto::stream_window(0, 0, 0, 0, 0, 0);
 }
 
 #[test]

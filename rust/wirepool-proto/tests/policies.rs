@@ -1,13 +1,14 @@
 //! Every case of `spec/vectors/policies.json` (PROTOCOL.md 14.5), read at test time, through the
-//! core's policy functions: `negotiate`, `rows_batch_bytes`, `grant`, `fit_error`; and the
+//! core's policy functions: `negotiate`, `rows_batch_bytes`, `grant`, `fit_error`,
+//! `stream_window`; and the
 //! connection's `consumed` (the live side of `grant`) while a request is still being sent.
 
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use wirepool_proto::{
-    fit_error, grant, negotiate, rows_batch_bytes, Connection, Event, Hello, MethodInfo,
-    MethodKind, Offer, Welcome,
+    fit_error, grant, negotiate, rows_batch_bytes, stream_window, Connection, Event, Hello,
+    MethodInfo, MethodKind, Offer, Welcome,
 };
 
 fn cases() -> Value {
@@ -114,6 +115,22 @@ fn grant_cases() {
             u32_of(&case["initial_credit"]),
             i(&case["credit"]),
             i(&case["consumed"]) as u64,
+        );
+        assert_eq!(i64::from(got), i(&case["expect"]), "{}", case["name"]);
+    }
+}
+
+#[test]
+fn stream_window_cases() {
+    let doc = cases();
+    for case in list(&doc, "stream_window") {
+        let got = stream_window(
+            u32_of(&case["window"]),
+            u32_of(&case["initial_credit"]),
+            i(&case["drained_us"]) as u64,
+            i(&case["rtt_us"]) as u64,
+            u32_of(&case["max_stream_window"]),
+            i(&case["connection_room"]) as u64,
         );
         assert_eq!(i64::from(got), i(&case["expect"]), "{}", case["name"]);
     }
