@@ -1,7 +1,7 @@
 """The core's policies (PROTOCOL.md 14.5) against every case of spec/vectors/policies.json,
 read at test time, and a few properties beyond the cases (hypothesis).
 
-negotiate, rows_batch_bytes, grant and fit_error are pure functions of proto; the connection
+negotiate, rows_batch_bytes, grant, fit_error and stream_window are pure functions of proto; the connection
 operations that apply them (Connection.consumed, send_error) are checked here too, on a live
 core, so that a driver's answer is the function's answer.
 """
@@ -41,9 +41,9 @@ def _runs(runs: list[list]) -> str:
 def test_every_list_is_replayed() -> None:
     assert VECTORS["protocol_version"] == proto.PROTOCOL_VERSION
     assert {k for k in VECTORS if k != "protocol_version"} == \
-        {"negotiate", "rows_batch_bytes", "grant", "fit_error"}
+        {"negotiate", "rows_batch_bytes", "grant", "fit_error", "stream_window"}
     assert all(len(VECTORS[k]) > 0 for k in ("negotiate", "rows_batch_bytes", "grant",
-                                              "fit_error"))
+                                              "fit_error", "stream_window"))
 
 
 @pytest.mark.parametrize("case", _cases("negotiate"))
@@ -82,6 +82,13 @@ def test_negotiate(case: dict) -> None:
 def test_rows_batch_bytes(case: dict) -> None:
     assert proto.rows_batch_bytes(case["preferred"], case["initial_credit"],
                                   case["max_frame_size"]) == case["expect"]
+
+
+@pytest.mark.parametrize("case", _cases("stream_window"))
+def test_stream_window(case: dict) -> None:
+    got = proto.stream_window(case["window"], case["initial_credit"], case["drained_us"],
+                              case["rtt_us"], case["max_stream_window"], case["connection_room"])
+    assert got == case["expect"], case["doc"] if "doc" in case else case["name"]
 
 
 @pytest.mark.parametrize("case", _cases("grant"))

@@ -41,7 +41,8 @@ from .errors import ErrorCode, InvalidArgument, ProtocolError, WirepoolError, qu
 from ._constants import (DEFAULT_HEARTBEAT_MS, DEFAULT_INITIAL_CREDIT, DEFAULT_MAX_FRAME_SIZE,
                          DEFAULT_MAX_MESSAGE_SIZE, ERROR_MESSAGE_MAX_BYTES, FLAG_MORE,
                          HANDSHAKE_MAX_FRAME_SIZE, HEADER_SIZE, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
-                         MAX_SIZE, MAX_TIMEOUT_MS, MAX_COUNT, MIN_MAX_FRAME_SIZE, PROTOCOL_VERSION)
+                         MAX_SIZE, MAX_TIMEOUT_MS, MAX_COUNT, MIN_MAX_FRAME_SIZE, PROTOCOL_VERSION,
+                         GROW_WITHIN_RTTS, SHRINK_AFTER_RTTS)
 
 __all__ = [
     "PROTOCOL_VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_SIZE", "HANDSHAKE_MAX_FRAME_SIZE",
@@ -52,7 +53,7 @@ __all__ = [
     "RowsBuilder", "ROW_PREFIXES", "framed_row", "FrameDecoder", "Connection", "MessageCursor",
     "encode_frame",
     "encode_frame_parts", "split_message",
-    "Offer", "negotiate", "rows_batch_bytes", "grant", "fit_error",
+    "Offer", "negotiate", "rows_batch_bytes", "grant", "fit_error", "stream_window",
 ]
 
 # The frames, their encoding and decoder: part of this module's API (re-exported), and what the
@@ -227,6 +228,30 @@ def grant(initial_credit: int, credit: int, consumed: int) -> int:
     if room < consumed:
         return room if room > 0 else 0
     return consumed
+
+
+def stream_window(window: int, initial_credit: int, drained_us: int, rtt_us: int,
+                  max_stream_window: int, connection_room: int) -> int:
+    """Parent: a stream's adaptive window at a grant (sections 6 and 14.5), the credit kept
+    outstanding. ``drained_us``: how long its last half window took to drain; ``rtt_us``: the
+    connection's smallest PING round trip (0: none yet, the window stays); ``connection_room``:
+    what the connection's cap leaves above the sum of its streams' windows. Drained within 2
+    round trips (the window limits the stream): doubled, within max(initial_credit,
+    max_stream_window), window + connection_room and 2^31 - 1; in more than 8: halved, never
+    below initial_credit; otherwise unchanged::
+
+        >>> stream_window(1 << 20, 1 << 20, 50_000, 100_000, 16 << 20, 63 << 20) == 2 << 20
+        True
+    """
+    if rtt_us == 0:
+        return window
+    if drained_us <= GROW_WITHIN_RTTS * rtt_us:
+        top = min(2 * window, max(initial_credit, max_stream_window), window + connection_room,
+                  MAX_CREDIT)
+        return top if top > window else window
+    if drained_us > SHRINK_AFTER_RTTS * rtt_us:
+        return max(window // 2, initial_credit)
+    return window
 
 
 def _fit_error_bytes(message: str, details: str, max_frame_size: int) -> tuple[bytes, bytes]:
