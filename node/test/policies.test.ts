@@ -17,6 +17,7 @@ import {
   negotiate,
   ProtocolError,
   rowsBatchBytes,
+  streamWindow,
 } from "../src/proto/index.js";
 import { type Json, REPO } from "./vectors.js";
 
@@ -30,7 +31,7 @@ const runs = (parts: [string, number][]) => parts.map(([t, n]) => t.repeat(n)).j
 
 describe("policies.json (PROTOCOL.md 14.5)", () => {
   it("the core exports every policy of core_api.policies", () => {
-    const exported: Record<string, unknown> = { negotiate, rowsBatchBytes, grant, fitError };
+    const exported: Record<string, unknown> = { negotiate, rowsBatchBytes, grant, fitError, streamWindow };
     for (const name of C.core_api.policies as string[]) assert.equal(typeof exported[camel(name)], "function", name);
     assert.deepEqual(Object.keys(DOC).filter((k) => k !== "protocol_version").sort(), [...C.core_api.policies].sort());
   });
@@ -70,6 +71,14 @@ describe("policies.json (PROTOCOL.md 14.5)", () => {
   describe("grant", () => {
     for (const c of DOC.grant) {
       it(c.name, () => assert.equal(grant(c.initial_credit, c.credit, c.consumed), c.expect));
+    }
+  });
+
+  describe("stream_window", () => {
+    for (const c of DOC.stream_window) {
+      it(c.name, () =>
+        assert.equal(streamWindow(c.window, c.initial_credit, c.drained_us, c.rtt_us, c.max_stream_window, c.connection_room), c.expect),
+      );
     }
   });
 
