@@ -91,7 +91,20 @@ func TestPolicyVectors(t *testing.T) {
 		}
 		pass("fit_error", ok)
 	}
-	for _, list := range []string{"negotiate", "rows_batch_bytes", "grant", "fit_error"} {
+	for _, x := range p["stream_window"].([]any) {
+		c := x.(map[string]any)
+		got := StreamWindow(inum(c["window"]), inum(c["initial_credit"]), inum(c["drained_us"]),
+			inum(c["rtt_us"]), inum(c["max_stream_window"]), inum(c["connection_room"]))
+		ok := got == inum(c["expect"])
+		if !ok {
+			t.Errorf("stream_window %v: got %d, want %v", c["name"], got, c["expect"])
+		}
+		pass("stream_window", ok)
+	}
+	for _, list := range []string{"negotiate", "rows_batch_bytes", "grant", "fit_error", "stream_window"} {
+		if count[list][1] == 0 {
+			t.Errorf("policies.json %s: no cases", list)
+		}
 		t.Logf("policies.json %s: %d of %d cases pass", list, count[list][0], count[list][1])
 	}
 }
