@@ -584,8 +584,8 @@ var CoreAPI = []struct {
 	Names []string
 }{
 	{"receiving", []string{"Receive", "ReadBuffer", "NextEvent", "EndOfInput", "IncompleteFrameLen"}},
-	{"sending", []string{"SendHello", "SendWelcome", "Refuse", "SendFatal", "SendRequest", "SendCancel", "Consumed", "SendCredit", "SendDrain", "SendResult", "SendEnd", "BeginRequest", "BeginResult", "BeginEnd", "SendNextFrame", "Rows", "SendError", "SendEvent", "SendGoodbye", "SendPing", "SendPong", "Send"}},
-	{"queries", []string{"Role", "IsOpen", "Hello", "Welcome", "MaxFrameSize", "InFlight", "InFlightIDs", "IsInFlight", "CanSendRequest", "Credit", "CanSendRows", "IsDraining", "IsGoodbye", "Failure"}},
+	{"sending", []string{"SendHello", "SendWelcome", "Refuse", "SendFatal", "SendRequest", "SendCancel", "Consumed", "ConsumedAt", "ObserveRtt", "SetWindowCaps", "SendCredit", "SendDrain", "SendResult", "SendEnd", "BeginRequest", "BeginResult", "BeginEnd", "SendNextFrame", "Rows", "SendError", "SendEvent", "SendGoodbye", "SendPing", "SendPong", "Send"}},
+	{"queries", []string{"Role", "IsOpen", "Hello", "Welcome", "MaxFrameSize", "InFlight", "InFlightIDs", "IsInFlight", "CanSendRequest", "Credit", "CanSendRows", "IsDraining", "IsGoodbye", "Failure", "Window"}},
 	{"rows_builder", []string{"Append", "Finish"}},
 	{"batch", []string{"NextEvents", "TakeResults", "TakeRequests", "SendRequests", "SendResults", "Extend"}},
 	{"policies", []string{"Negotiate", "RowsBatchBytes", "Grant", "FitError", "StreamWindow"}},
