@@ -62,13 +62,12 @@ type proc struct {
 	methods  map[string]int
 	dead     bool
 	exitErr  *Error
-	leased   bool                 // held by a Lease: the pool routes nothing to it
-	retiring bool                 // recycled or closing: DRAIN sent, nothing new routed to it
-	sent     int                  // requests sent, for MaxRequests
-	hung     *Error               // the liveness judge's verdict, set before the kill
-	fatal    *Error               // a protocol violation, either side's (PROTOCOL_VIOLATION)
-	answered uint64               // the highest PING nonce a PONG answered
-	pingAt   map[uint64]time.Time // PINGs not answered yet: their send times (a few at most)
+	leased   bool   // held by a Lease: the pool routes nothing to it
+	retiring bool   // recycled or closing: DRAIN sent, nothing new routed to it
+	sent     int    // requests sent, for MaxRequests
+	hung     *Error // the liveness judge's verdict, set before the kill
+	fatal    *Error // a protocol violation, either side's (PROTOCOL_VIOLATION)
+	answered uint64 // the highest PING nonce a PONG answered
 	bytesIn  uint64
 	kick     chan struct{} // wakes the writer
 	done     chan struct{} // closed when the reader ended and the process was reaped
@@ -214,7 +213,7 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 	w := &proc{p: p, slot: slot, cmd: cmd, conn: conn, tail: tail,
 		core: proto.NewConnection(proto.Parent), reqs: map[uint64]*pending{},
 		kick: make(chan struct{}, 1), done: make(chan struct{}), goodbye: make(chan struct{}),
-		exited: make(chan struct{}), pingAt: map[uint64]time.Time{}}
+		exited: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		childF.Close()
 		conn.Close()
@@ -235,11 +234,6 @@ func (p *Pool) spawn(ctx context.Context, slot int) (*proc, error) {
 		}
 		return nil, err
 	}
-	// A PING right away measures the idle connection's round trip, which the core's adaptive
-	// stream windows use (PROTOCOL.md 6); heartbeat PINGs keep measuring it.
-	w.mu.Lock()
-	w.ping(rttProbe)
-	w.mu.Unlock()
 	go w.writer()
 	go w.reader()
 	if o.Heartbeat > 0 {
@@ -343,27 +337,6 @@ func (w *proc) kill() {
 	if w.cmd.Process != nil {
 		_ = w.cmd.Process.Kill()
 	}
-}
-
-// rttProbe is the nonce of the PING sent right after WELCOME: outside the liveness judge's
-// nonces (a counter from 1), so its PONG answers nothing the judge waits for.
-const rttProbe = 1 << 63
-
-// clockStart is the origin of the microsecond clock the core's ConsumedAt is given.
-var clockStart = time.Now()
-
-func clockUs() int64 { return time.Since(clockStart).Microseconds() }
-
-// ping sends a PING with nonce n and keeps its send time for the round trip; mu is held.
-func (w *proc) ping(n uint64) {
-	if w.core.SendPing(proto.PingNonce(n)) != nil {
-		return
-	}
-	if len(w.pingAt) >= 8 { // 3 periods without a PONG is a hang: more are stale
-		clear(w.pingAt)
-	}
-	w.pingAt[n] = time.Now()
-	w.flush()
 }
 
 // flush wakes the writer; callers hold mu or not.
@@ -505,19 +478,8 @@ func (w *proc) onEvent(ev proto.Event) {
 		_ = w.core.SendPong(ev.Nonce)
 		w.flush()
 	case *proto.Pong:
-		n := proto.PongNonce(ev.Nonce)
-		if at, ok := w.pingAt[n]; ok {
-			w.core.ObserveRtt(time.Since(at).Microseconds())
-		}
-		if n == rttProbe {
-			delete(w.pingAt, n)
-		} else {
-			for k := range w.pingAt {
-				if k <= n { // a PONG answers its PING and every earlier one
-					delete(w.pingAt, k)
-				}
-			}
-			w.answered = max(w.answered, n)
+		if n := proto.PongNonce(ev.Nonce); n > w.answered {
+			w.answered = n
 		}
 	case *proto.Goodbye:
 		w.byeOnce.Do(func() { close(w.goodbye) })
@@ -602,8 +564,8 @@ func (w *proc) heartbeat() {
 		}
 		v := judge.Tick(uint64(time.Since(start).Milliseconds()), proto.Seen{Answered: w.answered,
 			IncompleteFrame: w.core.IncompleteFrameLen(), BytesIn: w.bytesIn})
-		if v.Ping > 0 {
-			w.ping(v.Ping)
+		if v.Ping > 0 && w.core.SendPing(proto.PingNonce(v.Ping)) == nil {
+			w.flush()
 		}
 		if v.Hung {
 			what := "no PONG answered a PING"

@@ -74,8 +74,7 @@ func (s *RowStream[Row, Summary]) Next() bool {
 		s.w.mu.Lock()
 		r, ok := s.pr.pop()
 		if ok && !r.end {
-			// The driver's clock lets the core adapt the stream's window (PROTOCOL.md 6).
-			s.w.core.ConsumedAt(s.id, r.size, clockUs())
+			s.w.core.Consumed(s.id, r.size)
 			s.w.flush()
 		}
 		s.w.mu.Unlock()
