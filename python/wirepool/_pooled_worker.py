@@ -1183,8 +1183,13 @@ class _Worker(LaneProtocol):
         """The consumer read (or will never read) ``nbytes`` of stream ``id``'s rows: the core
         grants credit back when its policy says so."""
         if self.alive and self.transport is not None:
-            # The driver's clock lets the core adapt the stream's window (PROTOCOL.md 6).
-            granted, parts = self.conn.consumed_at(id, nbytes, time.monotonic_ns() // 1000)
+            # On a remote connection the driver's clock lets the core adapt the stream's window
+            # (PROTOCOL.md 6); a local socketpair's round trip is microseconds, initial_credit
+            # covers it, and the window stays the configured one.
+            if self.pool.launcher is not None:
+                granted, parts = self.conn.consumed_at(id, nbytes, time.monotonic_ns() // 1000)
+            else:
+                granted, parts = self.conn.consumed(id, nbytes)
             if granted:
                 self._write(parts)
 

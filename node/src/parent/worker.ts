@@ -394,8 +394,11 @@ export class WorkerProcess {
   /** The consumer has read (or dropped) `bytes` of stream `id`'s rows: the core grants credit. */
   consumed(id: number, bytes: number): void {
     if (this.state === "dead" || !this.conn.isOpen()) return;
-    // The driver's clock lets the core adapt the stream's window (PROTOCOL.md 6).
-    if (this.conn.consumedAt(id, bytes, Math.floor(performance.now() * 1000)) > 0) this.scheduleFlush();
+    // On a remote connection the driver's clock lets the core adapt the stream's window
+    // (PROTOCOL.md 6); a local socketpair's round trip is microseconds, initialCredit covers it,
+    // and the window stays the configured one.
+    const granted = this.remote !== null ? this.conn.consumedAt(id, bytes, Math.floor(performance.now() * 1000)) : this.conn.consumed(id, bytes);
+    if (granted > 0) this.scheduleFlush();
   }
 
   /** Whether request `id` is still in flight at the core (its terminal not yet in). */
