@@ -376,6 +376,11 @@ func (c *Connection) ConsumedAt(id uint64, n int, nowUs int64) uint32 {
 	}
 	fresh := StreamWindow(old, int64(c.welcome.InitialCredit), nowUs-req.clock, c.minRTTUs,
 		c.maxStreamWin, max(0, c.maxConnWindow-total))
+	// Rows the consumer has not read yet (window - credit - consumed): a consumer behind on what
+	// arrived drains a backlog, which says nothing of the window; it never grows then.
+	if old-req.credit-req.consumed >= old/4 {
+		fresh = min(fresh, old)
+	}
 	want := req.consumed + fresh - old // >= 0: a halving takes at most the half consumed
 	g := max(0, min(want, MaxCredit-req.credit))
 	req.clock, req.window, req.consumed = nowUs, fresh, want-g

@@ -1315,8 +1315,13 @@ class Connection:
             return 0, _NO_PARTS
         room = self._max_connection_window - sum(
             r.window for r in self._requests.values() if r.kind == MethodKind.STREAM)
+        # Rows the consumer has not read yet (window - credit - consumed): a consumer behind on
+        # what arrived drains a backlog, which says nothing of the window; it never grows then.
+        behind = old - req.credit - req.consumed >= old // 4
         new = stream_window(old, self._initial_credit, now_us - req.clock, self._min_rtt_us,
                             self._max_stream_window, max(0, room))
+        if behind and new > old:
+            new = old
         want = req.consumed + new - old  # >= 0: a halving takes at most the half consumed
         n = max(0, min(want, MAX_CREDIT - req.credit))
         parts = self.send_credit(id, n) if n > 0 else _NO_PARTS  # a refusal changes nothing

@@ -830,7 +830,11 @@ export class Connection {
       const r = this.requests.get(other);
       if (r !== undefined && r.kind === MethodKind.STREAM) total += r.window;
     }
-    const fresh = streamWindow(old, this._welcome!.initialCredit, nowUs - req.clock, this.minRttUs, this.maxStreamWindow, Math.max(0, this.maxConnectionWindow - total));
+    // Rows the consumer has not read yet (window - credit - consumed): a consumer behind on what
+    // arrived drains a backlog, which says nothing of the window; it never grows then.
+    const behind = old - req.credit - req.consumed >= Math.floor(old / 4);
+    const grown = streamWindow(old, this._welcome!.initialCredit, nowUs - req.clock, this.minRttUs, this.maxStreamWindow, Math.max(0, this.maxConnectionWindow - total));
+    const fresh = behind ? Math.min(grown, old) : grown;
     const want = req.consumed + fresh - old; // >= 0: a halving takes at most the half consumed
     const g = Math.max(0, Math.min(want, Limits.maxCredit - req.credit));
     req.clock = nowUs;

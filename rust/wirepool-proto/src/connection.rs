@@ -1611,7 +1611,11 @@ impl Connection {
             return Ok(0);
         }
         let room = u64::from(max_connection).saturating_sub(total);
-        let new = crate::policy::stream_window(
+        // Rows the consumer has not read yet (window - credit - consumed): a consumer behind on
+        // what arrived drains a backlog, which says nothing of the window; it never grows then.
+        let unread = i64::from(old) - req.credit - req.consumed as i64;
+        let behind = unread >= i64::from(old / 4);
+        let grown = crate::policy::stream_window(
             old,
             initial,
             now_us.saturating_sub(since),
@@ -1619,6 +1623,7 @@ impl Connection {
             max_stream,
             room,
         );
+        let new = if behind { grown.min(old) } else { grown };
         // >= 0: a halving takes at most half the window, and half of it was consumed.
         let want = (req.consumed + u64::from(new)).saturating_sub(u64::from(old));
         let room = u64::try_from(MAX_CREDIT.saturating_sub(req.credit)).unwrap_or(0);
