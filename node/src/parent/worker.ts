@@ -394,11 +394,7 @@ export class WorkerProcess {
   /** The consumer has read (or dropped) `bytes` of stream `id`'s rows: the core grants credit. */
   consumed(id: number, bytes: number): void {
     if (this.state === "dead" || !this.conn.isOpen()) return;
-    // On a remote connection the driver's clock lets the core adapt the stream's window
-    // (PROTOCOL.md 6); a local socketpair's round trip is microseconds, initialCredit covers it,
-    // and the window stays the configured one.
-    const granted = this.remote !== null ? this.conn.consumedAt(id, bytes, Math.floor(performance.now() * 1000)) : this.conn.consumed(id, bytes);
-    if (granted > 0) this.scheduleFlush();
+    if (this.conn.consumed(id, bytes) > 0) this.scheduleFlush();
   }
 
   /** Whether request `id` is still in flight at the core (its terminal not yet in). */
@@ -652,13 +648,9 @@ export class WorkerProcess {
     if (s.heartbeatMs > 0) {
       // Ticks four times a heartbeat: a verdict comes at most a quarter heartbeat late.
       const tickMs = Math.max(1, Math.floor(s.heartbeatMs / 4));
-      // The first PING goes right away: it measures the idle connection's round trip, which
-      // the core's adaptive stream windows use (PROTOCOL.md 6); heartbeat PINGs keep measuring.
-      const now = performance.now();
-      this.judge = new Liveness(s.heartbeatMs, tickMs, now, now);
+      this.judge = new Liveness(s.heartbeatMs, tickMs, performance.now());
       this.heartbeat = setInterval(() => this.tick(), tickMs);
       this.heartbeat.unref();
-      this.tick();
     }
     const resolve = this.startResolve;
     this.startResolve = this.startReject = null;
@@ -708,7 +700,6 @@ export class WorkerProcess {
     const at = this.pings.get(key);
     if (at === undefined) return;
     this.heartbeatRttMs = performance.now() - at;
-    this.conn.observeRtt(Math.round(this.heartbeatRttMs * 1000));
     for (const k of [...this.pings.keys()]) {
       this.pings.delete(k);
       if (k === key) break;
