@@ -289,7 +289,6 @@ class _Worker(LaneProtocol):
         # Liveness (spec 8.5): the PINGs no PONG has answered yet, oldest first, as
         # (nonce, sent at); and since when an incomplete frame has been held (None: none is).
         self.pings: collections.deque[tuple[int, float]] = collections.deque()
-        self.ping_nonce = 0  # the last PING's nonce: a counter, so a PONG answers it and older
         self.partial_since: float | None = None
         self.fatal_received = False  # it sent ERROR id 0: nothing more from it is read
         self.exit_grace: asyncio.TimerHandle | None = None
@@ -428,9 +427,6 @@ class _Worker(LaneProtocol):
                 extensions = ShmAccept(min(offer.window, SHM_WINDOW), SHM_WINDOW).encode()
         welcome.extensions = extensions
         self._write(self.conn.send_welcome(welcome))
-        # A PING right away measures the round trip of the idle connection, which the core's
-        # adaptive stream windows use (PROTOCOL.md 6); heartbeat PINGs keep measuring it.
-        self._ping(time.monotonic())
         lender = self.conn.shm_lender()
         if lender is not None and lender.can_announce(SHM_THRESHOLD):
             self.shm_threshold = pool.shm_threshold
@@ -1021,8 +1017,7 @@ class _Worker(LaneProtocol):
             while pings and pings[0][0] <= nonce:
                 sent, at = pings.popleft()
                 if sent == nonce:
-                    self.heartbeat_rtt = rtt = time.monotonic() - at
-                    self.conn.observe_rtt(int(rtt * 1e6))
+                    self.heartbeat_rtt = time.monotonic() - at
             return
         if t == FrameType.GOODBYE:
             self._stop_routing_then_kill()
@@ -1183,13 +1178,7 @@ class _Worker(LaneProtocol):
         """The consumer read (or will never read) ``nbytes`` of stream ``id``'s rows: the core
         grants credit back when its policy says so."""
         if self.alive and self.transport is not None:
-            # On a remote connection the driver's clock lets the core adapt the stream's window
-            # (PROTOCOL.md 6); a local socketpair's round trip is microseconds, initial_credit
-            # covers it, and the window stays the configured one.
-            if self.pool.launcher is not None:
-                granted, parts = self.conn.consumed_at(id, nbytes, time.monotonic_ns() // 1000)
-            else:
-                granted, parts = self.conn.consumed(id, nbytes)
+            granted, parts = self.conn.consumed(id, nbytes)
             if granted:
                 self._write(parts)
 
@@ -1211,6 +1200,7 @@ class _Worker(LaneProtocol):
         period = self.heartbeat_ms / 1000
         limit = HEARTBEAT_MISSES * period
         tick = period / 4
+        nonce = 0
         now = time.monotonic()
         next_ping = now
         while self.alive:
@@ -1243,16 +1233,11 @@ class _Worker(LaneProtocol):
                 return
             if now >= next_ping and self.reclaim():
                 next_ping = now + period
-                self._ping(now)
+                nonce += 1
+                self.pings.append((nonce, now))
+                with contextlib.suppress(ProtocolError):  # e.g. after GOODBYE: it exits anyway
+                    self._write(self.conn.send_ping(nonce.to_bytes(8, "little")))
                 pool._check_recycle(self)
-
-    def _ping(self, now: float) -> None:
-        """A PING with the next nonce: its PONG (or a later one's) ends the PONG clock's wait
-        and measures the round trip."""
-        self.ping_nonce += 1
-        self.pings.append((self.ping_nonce, now))
-        with contextlib.suppress(ProtocolError):  # e.g. after GOODBYE: it exits anyway
-            self._write(self.conn.send_ping(self.ping_nonce.to_bytes(8, "little")))
 
     def kill(self, reason: WirepoolError | None, sig: int = signal.SIGKILL) -> None:
         """Stop the worker now (its whole process group); requests fail with ``reason``."""
