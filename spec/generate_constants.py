@@ -17,7 +17,8 @@ Outputs (never edited by hand):
 Names are the file's keys in upper case, prefixed by their section where a bare key would be
 ambiguous: limits and timing as they are (MAX_CREDIT, HEARTBEAT_MISSES), protocol defaults
 DEFAULT_*, the SDK defaults of section 17 PARENT_DEFAULT_* / WORKER_DEFAULT_* (durations with
-_MS), caller input (section 22) as it is (MAX_TIMEOUT_MS), remote REMOTE_* and shm
+_MS), caller input (section 22) and section 6's adaptive window (adaptive_credit) as they
+are (MAX_TIMEOUT_MS, MAX_STREAM_WINDOW), remote REMOTE_* and shm
 SHM_*. A [lo, hi] range becomes *_MIN and *_MAX.
 """
 
@@ -80,6 +81,9 @@ def scalars(language: str) -> list[tuple[str, object, str]]:
             ("REMOTE_JOIN_BYTES", remote["join_bytes"], "usize")]
     for key, value in remote["sdk_defaults"].items():
         out.append((f"REMOTE_DEFAULT_{key.upper()}", value, "u64"))
+    for key, value in c["adaptive_credit"].items():  # section 6's window rule, bare names
+        if key not in ("about", "reasons"):
+            out.append((key.upper(), value, "u32"))
     shm = c["extensions"]["shm"]
     out.append(("SHM_TAG", shm["tag"], "u16"))
     for key, value in shm["limits"].items():
@@ -191,6 +195,7 @@ def _go_paths() -> list[str]:
     out += [f"remote.{k}" for k in ("ticket_prefix", "ticket_max_chars", "alpn", "join_magic",
                                     "join_version", "join_bytes")]
     out += [f"remote.sdk_defaults.{k}" for k in c["remote"]["sdk_defaults"]]
+    out += [f"adaptive_credit.{k}" for k in c["adaptive_credit"] if k not in ("about", "reasons")]
     out += ["extensions.shm.tag"]
     out += [f"extensions.shm.limits.{k}" for k in c["extensions"]["shm"]["limits"]]
     return out

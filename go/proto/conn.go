@@ -26,6 +26,8 @@ type request struct {
 	credit   int64 // stream credit (section 6)
 	rows     uint64
 	consumed int64 // parent: bytes read since the last grant
+	window   int64 // parent: the adaptive window (section 6), InitialCredit at first
+	clock    int64 // parent: the driver's clock at the last grant, microseconds (-1: no read yet)
 }
 
 // inMsg is a continued message being received (section 5).
@@ -83,6 +85,11 @@ type Connection struct {
 	failure  *ProtocolError
 	out      []byte
 	urgent   []byte // PING and PONG: ahead of out at the next frame boundary (8.5)
+	// Parent: the smallest PING round trip the driver observed, microseconds (0: none), and
+	// section 6's caps on the adaptive windows.
+	minRTTUs      int64
+	maxStreamWin  int64
+	maxConnWindow int64
 }
 
 // NewConnection returns a core for role; before the handshake its receive limit is 65,536.
@@ -97,6 +104,9 @@ func NewConnection(role Role) *Connection {
 		rejected: make(map[uint64]struct{}),
 		inbound:  make(map[uint64]*inMsg),
 		outbound: make(map[uint64]*outMsg),
+
+		maxStreamWin:  MaxStreamWindow,
+		maxConnWindow: MaxConnectionWindow,
 	}
 }
 
@@ -416,9 +426,10 @@ func (c *Connection) accept(r *Request) Event {
 }
 
 func (c *Connection) newRequest(kind MethodKind) *request {
-	req := &request{kind: kind}
+	req := &request{kind: kind, clock: -1}
 	if kind == KindStream {
 		req.credit = int64(c.welcome.InitialCredit)
+		req.window = req.credit
 	}
 	return req
 }
@@ -480,6 +491,16 @@ func (c *Connection) Credit(id uint64) (credit int64, ok bool) {
 		return 0, false
 	}
 	return req.credit, true
+}
+
+// Window is stream id's window, the credit kept outstanding for it: InitialCredit unless
+// ConsumedAt adapted it (section 6); ok false when it is not a stream in flight.
+func (c *Connection) Window(id uint64) (window int64, ok bool) {
+	req := c.reqs[id]
+	if req == nil || req.kind != KindStream {
+		return 0, false
+	}
+	return req.window, true
 }
 
 // CanSendRows reports whether a ROWS frame for id may be sent now (worker, credit positive).

@@ -213,6 +213,18 @@ const (
 	// RemoteDefaultPoolTicketTtlS is spec/constants.json remote.sdk_defaults.pool_ticket_ttl_s.
 	RemoteDefaultPoolTicketTtlS = 86_400
 
+	// GrowWithinRtts is spec/constants.json adaptive_credit.grow_within_rtts.
+	GrowWithinRtts = 2
+
+	// ShrinkAfterRtts is spec/constants.json adaptive_credit.shrink_after_rtts.
+	ShrinkAfterRtts = 8
+
+	// MaxStreamWindow is spec/constants.json adaptive_credit.max_stream_window.
+	MaxStreamWindow = 16_777_216
+
+	// MaxConnectionWindow is spec/constants.json adaptive_credit.max_connection_window.
+	MaxConnectionWindow = 67_108_864
+
 	// ShmTag is spec/constants.json extensions.shm.tag.
 	ShmTag = 1
 
@@ -572,11 +584,11 @@ var CoreAPI = []struct {
 	Names []string
 }{
 	{"receiving", []string{"Receive", "ReadBuffer", "NextEvent", "EndOfInput", "IncompleteFrameLen"}},
-	{"sending", []string{"SendHello", "SendWelcome", "Refuse", "SendFatal", "SendRequest", "SendCancel", "Consumed", "SendCredit", "SendDrain", "SendResult", "SendEnd", "BeginRequest", "BeginResult", "BeginEnd", "SendNextFrame", "Rows", "SendError", "SendEvent", "SendGoodbye", "SendPing", "SendPong", "Send"}},
-	{"queries", []string{"Role", "IsOpen", "Hello", "Welcome", "MaxFrameSize", "InFlight", "InFlightIDs", "IsInFlight", "CanSendRequest", "Credit", "CanSendRows", "IsDraining", "IsGoodbye", "Failure"}},
+	{"sending", []string{"SendHello", "SendWelcome", "Refuse", "SendFatal", "SendRequest", "SendCancel", "Consumed", "ConsumedAt", "ObserveRtt", "SetWindowCaps", "SendCredit", "SendDrain", "SendResult", "SendEnd", "BeginRequest", "BeginResult", "BeginEnd", "SendNextFrame", "Rows", "SendError", "SendEvent", "SendGoodbye", "SendPing", "SendPong", "Send"}},
+	{"queries", []string{"Role", "IsOpen", "Hello", "Welcome", "MaxFrameSize", "InFlight", "InFlightIDs", "IsInFlight", "CanSendRequest", "Credit", "CanSendRows", "IsDraining", "IsGoodbye", "Failure", "Window"}},
 	{"rows_builder", []string{"Append", "Finish"}},
 	{"batch", []string{"NextEvents", "TakeResults", "TakeRequests", "SendRequests", "SendResults", "Extend"}},
-	{"policies", []string{"Negotiate", "RowsBatchBytes", "Grant", "FitError"}},
+	{"policies", []string{"Negotiate", "RowsBatchBytes", "Grant", "FitError", "StreamWindow"}},
 }
 
 // constantPaths ties every scalar constant to its spec/constants.json path, for the
@@ -654,6 +666,10 @@ var constantPaths = []struct {
 	{"remote.sdk_defaults.refusal_log_per_second", RemoteDefaultRefusalLogPerSecond},
 	{"remote.sdk_defaults.remote_heartbeat_ms", RemoteDefaultRemoteHeartbeatMs},
 	{"remote.sdk_defaults.pool_ticket_ttl_s", RemoteDefaultPoolTicketTtlS},
+	{"adaptive_credit.grow_within_rtts", GrowWithinRtts},
+	{"adaptive_credit.shrink_after_rtts", ShrinkAfterRtts},
+	{"adaptive_credit.max_stream_window", MaxStreamWindow},
+	{"adaptive_credit.max_connection_window", MaxConnectionWindow},
 	{"extensions.shm.tag", ShmTag},
 	{"extensions.shm.limits.max_live_regions", ShmMaxLiveRegions},
 	{"extensions.shm.limits.max_descriptors_per_write", ShmMaxDescriptorsPerWrite},

@@ -175,7 +175,8 @@ func TestCoreAPINames(t *testing.T) {
 	}
 	conn := reflect.TypeOf(&Connection{})
 	builder := reflect.TypeOf(&RowsBuilder{})
-	policies := map[string]any{"Negotiate": Negotiate, "RowsBatchBytes": RowsBatchBytes, "Grant": Grant, "FitError": FitError}
+	policies := map[string]any{"Negotiate": Negotiate, "RowsBatchBytes": RowsBatchBytes, "Grant": Grant, "FitError": FitError,
+		"StreamWindow": StreamWindow}
 	for _, list := range CoreAPI {
 		want := c[list.List].([]any)
 		if len(want) != len(list.Names) {

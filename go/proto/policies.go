@@ -76,6 +76,27 @@ func Grant(initialCredit, credit, consumed int64) int64 {
 	return max(0, min(consumed, MaxCredit-credit))
 }
 
+// StreamWindow is a stream's adaptive window at a grant (PROTOCOL.md 6 and 14.5), the credit the
+// parent keeps outstanding. drainedUs is how long its last half window took to drain, rttUs the
+// connection's smallest PING round trip (0: none yet, the window stays), connectionRoom what the
+// connection's cap leaves above the sum of its streams' windows. Drained within 2 round trips
+// (the window limits the stream): doubled, within max(initialCredit, maxStreamWindow),
+// window+connectionRoom and 2^31-1; in more than 8: halved, never below initialCredit;
+// otherwise unchanged.
+func StreamWindow(window, initialCredit, drainedUs, rttUs, maxStreamWindow, connectionRoom int64) int64 {
+	if rttUs == 0 {
+		return window
+	}
+	if drainedUs <= GrowWithinRtts*rttUs {
+		top := min(2*window, max(initialCredit, maxStreamWindow), window+connectionRoom, MaxCredit)
+		return max(window, top)
+	}
+	if drainedUs > ShrinkAfterRtts*rttUs {
+		return max(window/2, initialCredit)
+	}
+	return window
+}
+
 // FitError is what SendError sends (an ERROR cannot be continued, 14.5): the message cut to
 // 65,535 bytes; then, if 6 + message + details exceed maxFrameSize, details longer than half of
 // maxFrameSize-6 become the note {"truncated": true, "details_bytes": N}, and the message is

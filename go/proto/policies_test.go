@@ -2,6 +2,7 @@ package proto
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,7 +92,20 @@ func TestPolicyVectors(t *testing.T) {
 		}
 		pass("fit_error", ok)
 	}
-	for _, list := range []string{"negotiate", "rows_batch_bytes", "grant", "fit_error"} {
+	for _, x := range p["stream_window"].([]any) {
+		c := x.(map[string]any)
+		got := StreamWindow(inum(c["window"]), inum(c["initial_credit"]), inum(c["drained_us"]),
+			inum(c["rtt_us"]), inum(c["max_stream_window"]), inum(c["connection_room"]))
+		ok := got == inum(c["expect"])
+		if !ok {
+			t.Errorf("stream_window %v: got %d, want %v", c["name"], got, c["expect"])
+		}
+		pass("stream_window", ok)
+	}
+	for _, list := range []string{"negotiate", "rows_batch_bytes", "grant", "fit_error", "stream_window"} {
+		if count[list][1] == 0 {
+			t.Errorf("policies.json %s: no cases", list)
+		}
 		t.Logf("policies.json %s: %d of %d cases pass", list, count[list][0], count[list][1])
 	}
 }
@@ -172,4 +186,107 @@ func openWorker(t testing.TB, maxFrame, credit uint32) *Connection {
 	b, _ := AppendFrame(nil, testWelcome(maxFrame, credit))
 	w.Receive(b)
 	return w
+}
+
+const mib = 1 << 20
+
+func windowOf(t *testing.T, p *Connection, id uint64) int64 {
+	t.Helper()
+	w, ok := p.Window(id)
+	if !ok {
+		t.Fatalf("no window for %d", id)
+	}
+	return w
+}
+
+// ConsumedAt on a live core (section 6): half windows drained in half a round trip double the
+// window (the grant is the consumed bytes plus the growth) up to 16 MiB; a slow consumer halves
+// it back to InitialCredit, the halving taken out of the grants.
+func TestConsumedAtGrowsAWindowLimitedStreamAndShrinksItBack(t *testing.T) {
+	p := openParent(t, mib)
+	id, err := p.SendRequest(1, 1, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rtt := range []int64{150_000, 100_000, 400_000} {
+		p.ObserveRtt(rtt) // the smallest counts
+	}
+	if g := p.ConsumedAt(id, 0, 1_000); g != 0 {
+		t.Fatalf("granted %d on the first read", g)
+	}
+	now := int64(1_000)
+	var windows []int64
+	for range 8 {
+		half := windowOf(t, p, id) / 2
+		if g := p.ConsumedAt(id, int(half-1), now); g != 0 {
+			t.Fatalf("granted %d below half the window", g)
+		}
+		now += 50_000
+		old := windowOf(t, p, id)
+		g := p.ConsumedAt(id, 1, now)
+		fresh := windowOf(t, p, id)
+		if int64(g) != half+fresh-old {
+			t.Fatalf("granted %d, want %d", g, half+fresh-old)
+		}
+		windows = append(windows, fresh/mib)
+	}
+	if want := []int64{2, 4, 8, 16, 16, 16, 16, 16}; !slices.Equal(windows, want) {
+		t.Fatalf("windows %v, want %v", windows, want)
+	}
+	var shrinking []int64
+	for windowOf(t, p, id) > mib {
+		now += 10_000_000 // 10 s for half a window: more than 8 round trips
+		old := windowOf(t, p, id)
+		g := p.ConsumedAt(id, int(old/2), now)
+		fresh := windowOf(t, p, id)
+		if int64(g) != old/2+fresh-old {
+			t.Fatalf("granted %d, want %d", g, old/2+fresh-old)
+		}
+		shrinking = append(shrinking, fresh/mib)
+	}
+	if want := []int64{8, 4, 2, 1}; !slices.Equal(shrinking, want) {
+		t.Fatalf("shrinking %v, want %v", shrinking, want)
+	}
+	p.ConsumedAt(id, mib/2, now+10_000_000)
+	if w := windowOf(t, p, id); w != mib {
+		t.Fatalf("window %d below initial_credit", w)
+	}
+}
+
+func TestConsumedAtWithoutARoundTripAndConsumedNeverAdapt(t *testing.T) {
+	p := openParent(t, mib)
+	id, _ := p.SendRequest(1, 1, 0, nil)
+	p.ConsumedAt(id, 0, 0)
+	if g := p.ConsumedAt(id, mib/2, 10); g != mib/2 || windowOf(t, p, id) != mib {
+		t.Fatalf("granted %d, window %d", g, windowOf(t, p, id))
+	}
+	p.ObserveRtt(100_000)
+	if g := p.Consumed(id, mib/2); g != mib/2 || windowOf(t, p, id) != mib {
+		t.Fatalf("granted %d, window %d", g, windowOf(t, p, id))
+	}
+	if _, ok := p.Window(id + 1); ok {
+		t.Fatal("a window for a request not in flight")
+	}
+}
+
+func TestTheConnectionCapBoundsTheSumOfWindows(t *testing.T) {
+	p := openParent(t, mib)
+	a, _ := p.SendRequest(1, 1, 0, nil)
+	b, _ := p.SendRequest(1, 1, 0, nil)
+	p.SetWindowCaps(16*mib, 3*mib)
+	p.ObserveRtt(100_000)
+	for _, id := range []uint64{a, b} {
+		p.ConsumedAt(id, 0, 0)
+	}
+	for now := int64(1); now < 6; now++ {
+		for _, id := range []uint64{a, b} {
+			p.ConsumedAt(id, int(windowOf(t, p, id)/2), now*1_000)
+		}
+		if s := windowOf(t, p, a) + windowOf(t, p, b); s > 3*mib {
+			t.Fatalf("windows sum to %d above the cap", s)
+		}
+	}
+	if windowOf(t, p, a) != 2*mib || windowOf(t, p, b) != mib {
+		t.Fatalf("windows %d, %d", windowOf(t, p, a), windowOf(t, p, b))
+	}
 }

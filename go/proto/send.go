@@ -320,12 +320,74 @@ func (c *Connection) Consumed(id uint64, n int) uint32 {
 		return 0
 	}
 	req.consumed += int64(n)
-	g := Grant(int64(c.welcome.InitialCredit), req.credit, req.consumed)
+	g := Grant(req.window, req.credit, req.consumed)
 	if g <= 0 {
 		return 0
 	}
 	req.credit += g
 	req.consumed -= g
+	c.out = appendHeader(c.out, TypeCredit, false, id, 4)
+	c.out = binary.LittleEndian.AppendUint32(c.out, uint32(g))
+	return uint32(g)
+}
+
+// ObserveRtt tells the core the driver measured a PING's round trip (its send to its PONG,
+// microseconds; 0 counts as 1). ConsumedAt adapts windows to the smallest seen: a PONG that
+// waited behind queued rows measures the queue, not the link.
+func (c *Connection) ObserveRtt(rttUs int64) {
+	rtt := max(1, rttUs)
+	if c.minRTTUs == 0 || rtt < c.minRTTUs {
+		c.minRTTUs = rtt
+	}
+}
+
+// SetWindowCaps sets section 6's caps on the adaptive windows (defaults MaxStreamWindow and
+// MaxConnectionWindow); a window above a lowered cap stays until it shrinks.
+func (c *Connection) SetWindowCaps(maxStreamWindow, maxConnectionWindow int64) {
+	c.maxStreamWin, c.maxConnWindow = maxStreamWindow, maxConnectionWindow
+}
+
+// ConsumedAt is Consumed with the driver's monotonic clock nowUs: at each grant it adapts the
+// stream's window (StreamWindow, section 6) from the time since the stream's previous grant (the
+// first call starts its clock) and the round trip of ObserveRtt, and grants the consumed bytes
+// plus the new window minus the old (a capped rest waits). Without a round trip observed the
+// window stays InitialCredit.
+func (c *Connection) ConsumedAt(id uint64, n int, nowUs int64) uint32 {
+	req := c.reqs[id]
+	if c.role != Parent || req == nil || req.kind != KindStream || c.outbound[id] != nil || n < 0 {
+		return 0
+	}
+	if c.fatal || c.goodbye || c.failure != nil {
+		return 0
+	}
+	req.consumed += int64(n)
+	if req.clock < 0 {
+		req.clock = nowUs // the first read starts the stream's clock
+	}
+	old := req.window
+	if Grant(old, req.credit, req.consumed) <= 0 {
+		return 0
+	}
+	var total int64
+	for _, r := range c.reqs {
+		if r.kind == KindStream {
+			total += r.window
+		}
+	}
+	fresh := StreamWindow(old, int64(c.welcome.InitialCredit), nowUs-req.clock, c.minRTTUs,
+		c.maxStreamWin, max(0, c.maxConnWindow-total))
+	// Rows the consumer has not read yet (window - credit - consumed): a consumer behind on what
+	// arrived drains a backlog, which says nothing of the window; it never grows then.
+	if old-req.credit-req.consumed >= old/4 {
+		fresh = min(fresh, old)
+	}
+	want := req.consumed + fresh - old // >= 0: a halving takes at most the half consumed
+	g := max(0, min(want, MaxCredit-req.credit))
+	req.clock, req.window, req.consumed = nowUs, fresh, want-g
+	if g <= 0 {
+		return 0
+	}
+	req.credit += g
 	c.out = appendHeader(c.out, TypeCredit, false, id, 4)
 	c.out = binary.LittleEndian.AppendUint32(c.out, uint32(g))
 	return uint32(g)

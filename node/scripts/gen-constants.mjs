@@ -214,6 +214,11 @@ export function generate(json) {
   for (const [k, v] of Object.entries(c.driver)) if (k !== "about") out(`  ${camel(k)}: ${num(v)},`);
   out("} as const;");
   out();
+  out("/** Section 6's adaptive window (`streamWindow`, 14.5): grow while a half window drains within `growWithinRtts` round trips, shrink after `shrinkAfterRtts`, within the per-stream and per-connection caps (bytes). */");
+  out("export const AdaptiveCredit = {");
+  for (const [k, v] of Object.entries(c.adaptive_credit)) if (k !== "about" && k !== "reasons") out(`  ${camel(k)}: ${num(v)},`);
+  out("} as const;");
+  out();
   return L.join("\n");
 }
 

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 
 import {
+  AdaptiveCredit,
   CodecId,
   Connection,
   Driver,
@@ -129,5 +130,13 @@ describe("the core API of PROTOCOL.md section 14 (constants.json core_api)", () 
     assert.equal(Driver.maxHandedAheadBytes, 4_194_304);
     for (const [k, v] of Object.entries(d)) if (k !== "about") assert.equal((Driver as Record<string, unknown>)[camel(k)], v, k);
     assert.deepEqual(Object.keys(Driver).sort(), Object.keys(d).filter((k) => k !== "about").map(camel).sort());
+  });
+
+  it("the adaptive window's constants (section 6, adaptive_credit)", () => {
+    const a = C.adaptive_credit;
+    const keys = Object.keys(a).filter((k) => k !== "about" && k !== "reasons");
+    for (const k of keys) assert.equal((AdaptiveCredit as Record<string, unknown>)[camel(k)], a[k], k);
+    assert.deepEqual(Object.keys(AdaptiveCredit).sort(), keys.map(camel).sort());
+    assert.equal(AdaptiveCredit.maxStreamWindow, 16_777_216);
   });
 });

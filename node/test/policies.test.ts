@@ -17,6 +17,7 @@ import {
   negotiate,
   ProtocolError,
   rowsBatchBytes,
+  streamWindow,
 } from "../src/proto/index.js";
 import { type Json, REPO } from "./vectors.js";
 
@@ -30,7 +31,7 @@ const runs = (parts: [string, number][]) => parts.map(([t, n]) => t.repeat(n)).j
 
 describe("policies.json (PROTOCOL.md 14.5)", () => {
   it("the core exports every policy of core_api.policies", () => {
-    const exported: Record<string, unknown> = { negotiate, rowsBatchBytes, grant, fitError };
+    const exported: Record<string, unknown> = { negotiate, rowsBatchBytes, grant, fitError, streamWindow };
     for (const name of C.core_api.policies as string[]) assert.equal(typeof exported[camel(name)], "function", name);
     assert.deepEqual(Object.keys(DOC).filter((k) => k !== "protocol_version").sort(), [...C.core_api.policies].sort());
   });
@@ -70,6 +71,14 @@ describe("policies.json (PROTOCOL.md 14.5)", () => {
   describe("grant", () => {
     for (const c of DOC.grant) {
       it(c.name, () => assert.equal(grant(c.initial_credit, c.credit, c.consumed), c.expect));
+    }
+  });
+
+  describe("stream_window", () => {
+    for (const c of DOC.stream_window) {
+      it(c.name, () =>
+        assert.equal(streamWindow(c.window, c.initial_credit, c.drained_us, c.rtt_us, c.max_stream_window, c.connection_room), c.expect),
+      );
     }
   });
 
@@ -164,5 +173,68 @@ describe("the core's operations follow the policies", () => {
       () => negotiate(hello, { maxFrameSize: 65_536, initialCredit: -1, heartbeatMs: 0, maxInFlight: 8, maxMessageSize: 65_536, workerId: 1, remote: false }),
       (e: unknown) => e instanceof ProtocolError && e.code === ErrorCode.INVALID_ARGUMENT && e.field === "initial_credit",
     );
+  });
+});
+
+describe("the adaptive window on a live core (section 6)", () => {
+  const MIB = 1 << 20;
+  const stream = () => {
+    const { parent } = pair(65_536, MIB);
+    const id = parent.sendRequest(1, CodecId.RAW, 0, Buffer.alloc(0));
+    return { parent, id };
+  };
+
+  it("consumedAt grows a window-limited stream to the cap and shrinks it back for a slow consumer", () => {
+    const { parent, id } = stream();
+    for (const rtt of [150_000, 100_000, 400_000]) parent.observeRtt(rtt); // the smallest counts
+    assert.equal(parent.consumedAt(id, 0, 1_000), 0, "the first read starts the clock");
+    let now = 1_000;
+    const windows: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      const half = parent.window(id) / 2;
+      assert.equal(parent.consumedAt(id, half - 1, now), 0, "not due yet");
+      now += 50_000;
+      const old = parent.window(id);
+      const granted = parent.consumedAt(id, 1, now);
+      assert.equal(granted, half + parent.window(id) - old);
+      windows.push(parent.window(id) / MIB);
+    }
+    assert.deepEqual(windows, [2, 4, 8, 16, 16, 16, 16, 16]);
+    const shrinking: number[] = [];
+    while (parent.window(id) > MIB) {
+      now += 10_000_000; // 10 s for half a window: more than 8 round trips
+      const old = parent.window(id);
+      const granted = parent.consumedAt(id, old / 2, now);
+      assert.equal(granted, old / 2 + parent.window(id) - old);
+      shrinking.push(parent.window(id) / MIB);
+    }
+    assert.deepEqual(shrinking, [8, 4, 2, 1]);
+    parent.consumedAt(id, MIB / 2, now + 10_000_000);
+    assert.equal(parent.window(id), MIB, "never below initialCredit");
+  });
+
+  it("consumedAt without a round trip, and consumed, never adapt", () => {
+    const { parent, id } = stream();
+    assert.equal(parent.consumedAt(id, 0, 0), 0);
+    assert.equal(parent.consumedAt(id, MIB / 2, 10), MIB / 2);
+    assert.equal(parent.window(id), MIB);
+    parent.observeRtt(100_000);
+    assert.equal(parent.consumed(id, MIB / 2), MIB / 2);
+    assert.equal(parent.window(id), MIB);
+    assert.equal(parent.window(id + 1), 0);
+  });
+
+  it("the connection cap bounds the sum of the windows", () => {
+    const { parent } = pair(65_536, MIB);
+    const a = parent.sendRequest(1, CodecId.RAW, 0, Buffer.alloc(0));
+    const b = parent.sendRequest(1, CodecId.RAW, 0, Buffer.alloc(0));
+    parent.setWindowCaps(16 * MIB, 3 * MIB);
+    parent.observeRtt(100_000);
+    for (const id of [a, b]) parent.consumedAt(id, 0, 0);
+    for (let now = 1; now < 6; now++) {
+      for (const id of [a, b]) parent.consumedAt(id, parent.window(id) / 2, now * 1_000);
+      assert.ok(parent.window(a) + parent.window(b) <= 3 * MIB);
+    }
+    assert.deepEqual([parent.window(a), parent.window(b)], [2 * MIB, MIB]);
   });
 });

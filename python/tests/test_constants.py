@@ -234,5 +234,6 @@ def test_the_core_offers_every_operation_of_section_14() -> None:
              if not callable(getattr(proto.RowsBuilder if n == "extend" else proto.Connection, n, None))]
     assert batch == []
     # The policies of 14.5 are module-level functions of the core.
-    assert {"negotiate", "rows_batch_bytes", "grant", "fit_error"} <= set(api["policies"])
+    assert {"negotiate", "rows_batch_bytes", "grant", "fit_error", "stream_window"} <= \
+        set(api["policies"])
     assert [n for n in api["policies"] if not callable(getattr(proto, n, None))] == []

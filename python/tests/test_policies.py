@@ -1,7 +1,7 @@
 """The core's policies (PROTOCOL.md 14.5) against every case of spec/vectors/policies.json,
 read at test time, and a few properties beyond the cases (hypothesis).
 
-negotiate, rows_batch_bytes, grant and fit_error are pure functions of proto; the connection
+negotiate, rows_batch_bytes, grant, fit_error and stream_window are pure functions of proto; the connection
 operations that apply them (Connection.consumed, send_error) are checked here too, on a live
 core, so that a driver's answer is the function's answer.
 """
@@ -41,9 +41,9 @@ def _runs(runs: list[list]) -> str:
 def test_every_list_is_replayed() -> None:
     assert VECTORS["protocol_version"] == proto.PROTOCOL_VERSION
     assert {k for k in VECTORS if k != "protocol_version"} == \
-        {"negotiate", "rows_batch_bytes", "grant", "fit_error"}
+        {"negotiate", "rows_batch_bytes", "grant", "fit_error", "stream_window"}
     assert all(len(VECTORS[k]) > 0 for k in ("negotiate", "rows_batch_bytes", "grant",
-                                              "fit_error"))
+                                              "fit_error", "stream_window"))
 
 
 @pytest.mark.parametrize("case", _cases("negotiate"))
@@ -82,6 +82,13 @@ def test_negotiate(case: dict) -> None:
 def test_rows_batch_bytes(case: dict) -> None:
     assert proto.rows_batch_bytes(case["preferred"], case["initial_credit"],
                                   case["max_frame_size"]) == case["expect"]
+
+
+@pytest.mark.parametrize("case", _cases("stream_window"))
+def test_stream_window(case: dict) -> None:
+    got = proto.stream_window(case["window"], case["initial_credit"], case["drained_us"],
+                              case["rtt_us"], case["max_stream_window"], case["connection_room"])
+    assert got == case["expect"], case["doc"] if "doc" in case else case["name"]
 
 
 @pytest.mark.parametrize("case", _cases("grant"))
@@ -227,3 +234,73 @@ def test_negotiate_refuses_bools_and_fractions() -> None:
             proto.negotiate(hello, proto.Offer()._replace(**{field: value}))
         assert info.value.code == ErrorCode.INVALID_ARGUMENT
         assert info.value.details == {"field": field}
+
+
+MIB = 1 << 20
+
+
+def _stream(initial_credit: int = MIB) -> tuple[proto.Connection, int]:
+    _, parent = _pair(initial_credit=initial_credit, kind=MethodKind.STREAM)
+    rid, _ = parent.send_request(0, 0, 0, b"")
+    return parent, rid
+
+
+def test_consumed_at_grows_a_window_limited_stream_to_the_cap_and_back() -> None:
+    """Section 6 on a live core: half windows drained in half a round trip double the window
+    (the grant is the consumed bytes plus the growth) up to 16 MiB; a slow consumer halves it
+    back to initial_credit, the halving taken out of the grants."""
+    parent, rid = _stream()
+    parent.observe_rtt(150_000)
+    parent.observe_rtt(100_000)  # the smallest round trip counts
+    parent.observe_rtt(400_000)
+    assert parent.consumed_at(rid, 0, 1_000) == (0, [])  # the first read starts the clock
+    now, windows = 1_000, []
+    for _ in range(8):
+        half = parent.window(rid) // 2
+        assert parent.consumed_at(rid, half - 1, now)[0] == 0  # not due yet
+        now += 50_000
+        old = parent.window(rid)
+        granted, parts = parent.consumed_at(rid, 1, now)
+        windows.append(parent.window(rid))
+        assert granted == half + parent.window(rid) - old and parts
+    assert windows == [2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB, 16 * MIB, 16 * MIB, 16 * MIB,
+                       16 * MIB]
+    credit = parent.credit(rid)
+    shrinking = []
+    while parent.window(rid) > MIB:
+        now += 10_000_000  # 10 s for half a window: more than 8 round trips
+        old = parent.window(rid)
+        granted, _ = parent.consumed_at(rid, old // 2, now)
+        assert granted == old // 2 + parent.window(rid) - old >= 0
+        shrinking.append(parent.window(rid))
+    assert shrinking == [8 * MIB, 4 * MIB, 2 * MIB, MIB]
+    assert parent.credit(rid) == credit + sum(o // 2 + n - o for o, n in
+                                              zip([16 * MIB] + shrinking, shrinking))
+    now += 10_000_000
+    parent.consumed_at(rid, MIB // 2, now)
+    assert parent.window(rid) == MIB  # never below initial_credit
+
+
+def test_consumed_at_without_a_round_trip_and_consumed_never_adapt() -> None:
+    parent, rid = _stream()
+    assert parent.consumed_at(rid, 0, 0)[0] == 0
+    assert parent.consumed_at(rid, MIB // 2, 10)[0] == MIB // 2  # no RTT: a plain grant
+    assert parent.window(rid) == MIB
+    parent.observe_rtt(100_000)
+    assert parent.consumed(rid, MIB // 2)[0] == MIB // 2  # no clock: a plain grant
+    assert parent.window(rid) == MIB and parent.window(rid + 1) == 0
+
+
+def test_the_connection_cap_bounds_the_sum_of_windows() -> None:
+    _, parent = _pair(initial_credit=MIB, kind=MethodKind.STREAM)
+    a, _ = parent.send_request(0, 0, 0, b"")
+    b, _ = parent.send_request(0, 0, 0, b"")
+    parent.set_window_caps(16 * MIB, 3 * MIB)
+    parent.observe_rtt(100_000)
+    for rid in (a, b):
+        parent.consumed_at(rid, 0, 0)
+    for now in range(1, 6):
+        for rid in (a, b):
+            parent.consumed_at(rid, parent.window(rid) // 2, now * 1_000)
+        assert parent.window(a) + parent.window(b) <= 3 * MIB
+    assert (parent.window(a), parent.window(b)) == (2 * MIB, MIB)

@@ -41,7 +41,9 @@ from .errors import ErrorCode, InvalidArgument, ProtocolError, WirepoolError, qu
 from ._constants import (DEFAULT_HEARTBEAT_MS, DEFAULT_INITIAL_CREDIT, DEFAULT_MAX_FRAME_SIZE,
                          DEFAULT_MAX_MESSAGE_SIZE, ERROR_MESSAGE_MAX_BYTES, FLAG_MORE,
                          HANDSHAKE_MAX_FRAME_SIZE, HEADER_SIZE, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
-                         MAX_SIZE, MAX_TIMEOUT_MS, MAX_COUNT, MIN_MAX_FRAME_SIZE, PROTOCOL_VERSION)
+                         MAX_SIZE, MAX_TIMEOUT_MS, MAX_COUNT, MIN_MAX_FRAME_SIZE, PROTOCOL_VERSION,
+                         GROW_WITHIN_RTTS, SHRINK_AFTER_RTTS, MAX_STREAM_WINDOW,
+                         MAX_CONNECTION_WINDOW)
 
 __all__ = [
     "PROTOCOL_VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_SIZE", "HANDSHAKE_MAX_FRAME_SIZE",
@@ -52,7 +54,7 @@ __all__ = [
     "RowsBuilder", "ROW_PREFIXES", "framed_row", "FrameDecoder", "Connection", "MessageCursor",
     "encode_frame",
     "encode_frame_parts", "split_message",
-    "Offer", "negotiate", "rows_batch_bytes", "grant", "fit_error",
+    "Offer", "negotiate", "rows_batch_bytes", "grant", "fit_error", "stream_window",
 ]
 
 # The frames, their encoding and decoder: part of this module's API (re-exported), and what the
@@ -77,13 +79,15 @@ class _Stream:
     """Per-request state both sides keep: kind, stream credit, rows seen, and (parent) the row
     bytes the consumer has read since the last grant."""
 
-    __slots__ = ("kind", "credit", "rows", "consumed")
+    __slots__ = ("kind", "credit", "rows", "consumed", "window", "clock")
 
     def __init__(self, kind: int, credit: int) -> None:
         self.kind = kind
         self.credit = credit
         self.rows = 0
         self.consumed = 0
+        self.window = credit  # parent: the adaptive window (section 6), initial_credit at first
+        self.clock = -1  # parent: the driver's time of the last grant (-1: no read yet)
 
 
 class _Assembly:
@@ -229,6 +233,30 @@ def grant(initial_credit: int, credit: int, consumed: int) -> int:
     return consumed
 
 
+def stream_window(window: int, initial_credit: int, drained_us: int, rtt_us: int,
+                  max_stream_window: int, connection_room: int) -> int:
+    """Parent: a stream's adaptive window at a grant (sections 6 and 14.5), the credit kept
+    outstanding. ``drained_us``: how long its last half window took to drain; ``rtt_us``: the
+    connection's smallest PING round trip (0: none yet, the window stays); ``connection_room``:
+    what the connection's cap leaves above the sum of its streams' windows. Drained within 2
+    round trips (the window limits the stream): doubled, within max(initial_credit,
+    max_stream_window), window + connection_room and 2^31 - 1; in more than 8: halved, never
+    below initial_credit; otherwise unchanged::
+
+        >>> stream_window(1 << 20, 1 << 20, 50_000, 100_000, 16 << 20, 63 << 20) == 2 << 20
+        True
+    """
+    if rtt_us == 0:
+        return window
+    if drained_us <= GROW_WITHIN_RTTS * rtt_us:
+        top = min(2 * window, max(initial_credit, max_stream_window), window + connection_room,
+                  MAX_CREDIT)
+        return top if top > window else window
+    if drained_us > SHRINK_AFTER_RTTS * rtt_us:
+        return max(window // 2, initial_credit)
+    return window
+
+
 def _fit_error_bytes(message: str, details: str, max_frame_size: int) -> tuple[bytes, bytes]:
     m = message.encode()
     if len(m) > ERROR_MESSAGE_MAX_BYTES:  # cut at a character boundary (valid UTF-8 in)
@@ -296,6 +324,9 @@ class Connection:
         self._max_in_flight = 1
         self._last_id = 0
         self._requests: dict[int, _Stream] = {}
+        self._min_rtt_us = 0  # the smallest PING round trip the driver observed (0: none)
+        self._max_stream_window = MAX_STREAM_WINDOW  # section 6's caps
+        self._max_connection_window = MAX_CONNECTION_WINDOW
         self._rejected: set[int] = set()  # worker: REJECTed requests awaiting their ERROR
         self._incoming: dict[int, _Assembly] = {}
         self._incoming_bytes = 0  # all messages in progress: bounded per connection (section 5)
@@ -370,6 +401,12 @@ class Connection:
         """Stream ``id``'s credit counter (0 if it is not a stream in flight)."""
         req = self._requests.get(id)
         return req.credit if req is not None and req.kind == MethodKind.STREAM else 0
+
+    def window(self, id: int) -> int:
+        """Parent: stream ``id``'s window, the credit kept outstanding for it (``initial_credit``
+        unless :meth:`consumed_at` adapted it, section 6); 0 if it is not a stream in flight."""
+        req = self._requests.get(id)
+        return req.window if req is not None and req.kind == MethodKind.STREAM else 0
 
     def can_send_rows(self, id: int) -> bool:
         """Worker: a ROWS frame for ``id`` would not be refused (a stream in flight with
@@ -1239,10 +1276,59 @@ class Connection:
         req.consumed += nbytes
         if id in self._outgoing:  # the REQUEST is still being sent: counted, nothing granted
             return 0, _NO_PARTS
-        n = grant(self._initial_credit, req.credit, req.consumed)
+        n = grant(req.window, req.credit, req.consumed)
         if n == 0:
             return 0, _NO_PARTS
         return n, self.send_credit(id, n)  # subtracts n from consumed; a capped rest waits
+
+    def observe_rtt(self, rtt_us: int) -> None:
+        """Parent: the driver measured a PING's round trip (``rtt_us`` microseconds, from its
+        send to its PONG); :meth:`consumed_at` adapts windows to the smallest seen (section 6:
+        a PONG that waited behind queued rows measures the queue, not the link)."""
+        rtt = max(1, int(rtt_us))
+        if self._min_rtt_us == 0 or rtt < self._min_rtt_us:
+            self._min_rtt_us = rtt
+
+    def set_window_caps(self, max_stream_window: int, max_connection_window: int) -> None:
+        """Parent: section 6's caps on the adaptive windows (the defaults are
+        ``adaptive_credit`` of ``spec/constants.json``); windows above them stay until they
+        shrink."""
+        self._max_stream_window = max_stream_window
+        self._max_connection_window = max_connection_window
+
+    def consumed_at(self, id: int, nbytes: int, now_us: int) -> tuple[int, list[Buffer]]:
+        """Parent: :meth:`consumed` with the driver's clock (``now_us``, any monotonic origin),
+        which adapts the stream's window at each grant (section 6, :func:`stream_window`): the
+        grant is the consumed bytes plus the new window minus the old. Without a round trip
+        observed (:meth:`observe_rtt`) the window stays ``initial_credit``."""
+        req = self._requests.get(id)
+        if (req is None or req.kind != MethodKind.STREAM or self._goodbye or self._fatal_sent
+                or self._failure is not None):
+            return 0, _NO_PARTS
+        req.consumed += nbytes
+        if req.clock < 0:
+            req.clock = now_us  # the first read starts the stream's clock
+        if id in self._outgoing:
+            return 0, _NO_PARTS
+        old = req.window
+        if grant(old, req.credit, req.consumed) == 0:
+            return 0, _NO_PARTS
+        room = self._max_connection_window - sum(
+            r.window for r in self._requests.values() if r.kind == MethodKind.STREAM)
+        # Rows the consumer has not read yet (window - credit - consumed): a consumer behind on
+        # what arrived drains a backlog, which says nothing of the window; it never grows then.
+        behind = old - req.credit - req.consumed >= old // 4
+        new = stream_window(old, self._initial_credit, now_us - req.clock, self._min_rtt_us,
+                            self._max_stream_window, max(0, room))
+        if behind and new > old:
+            new = old
+        want = req.consumed + new - old  # >= 0: a halving takes at most the half consumed
+        n = max(0, min(want, MAX_CREDIT - req.credit))
+        parts = self.send_credit(id, n) if n > 0 else _NO_PARTS  # a refusal changes nothing
+        req.clock = now_us
+        req.window = new
+        req.consumed = want - n  # a capped rest waits for the next call
+        return n, parts
 
     def send_credit(self, id: int, nbytes: int) -> list[Buffer]:
         """Parent: an explicit grant of ``nbytes`` to stream ``id`` (prefer :meth:`consumed`)."""

@@ -30,3 +30,31 @@ def test_the_limits_of_the_reference_are_the_constants():
     assert policy_cases.MAX_TIMEOUT_MS == ci["max_timeout_ms"]
     assert policy_cases.MAX_U32 == ci["max_count"] and policy_cases.MAX_SIZE == ci["max_size"]
     assert policy_cases.DEFAULT_HEARTBEAT_MS == CONSTANTS["protocol_defaults"]["heartbeat_ms"]
+
+
+def test_the_adaptive_window_constants_are_section_6s():
+    """adaptive_credit in constants.json, the reference's constants and the text of section 6
+    say the same numbers, each with its reason."""
+    a = CONSTANTS["adaptive_credit"]
+    assert (policy_cases.GROW_WITHIN_RTTS, policy_cases.SHRINK_AFTER_RTTS) == \
+        (a["grow_within_rtts"], a["shrink_after_rtts"])
+    assert (policy_cases.MAX_STREAM_WINDOW, policy_cases.MAX_CONNECTION_WINDOW) == \
+        (a["max_stream_window"], a["max_connection_window"])
+    assert set(a["reasons"]) == set(a) - {"about", "reasons"}
+    text = (REPO / "spec" / "PROTOCOL.md").read_text(encoding="utf-8")
+    flat = " ".join(text.split())
+    assert f"Drained within **{a['grow_within_rtts']}** RTT (`grow_within_rtts`)" in flat
+    assert f"Drained in more than **{a['shrink_after_rtts']}** RTT (`shrink_after_rtts`)" in flat
+    assert f"`max_stream_window` (**{a['max_stream_window']:,}** bytes)" in flat
+    assert f"`max_connection_window` (**{a['max_connection_window']:,}** bytes)" in flat
+    assert a["max_stream_window"] <= a["max_connection_window"] <= policy_cases.MAX_CREDIT
+    assert a["shrink_after_rtts"] >= 2 * a["grow_within_rtts"], "no hysteresis: it oscillates"
+
+
+def test_the_adaptive_window_changes_no_bytes():
+    """Every window the rule picks is a credit a CREDIT frame can carry (1 - 2^31 - 1), and a
+    grant at half the window covers a halving (never a negative grant)."""
+    for c in VECTORS["stream_window"]:
+        new, old = c["expect"], c["window"]
+        assert c["initial_credit"] <= new <= policy_cases.MAX_CREDIT, c["name"]
+        assert old - new <= old // 2 + 1, c["name"]

@@ -20,6 +20,10 @@ DEFAULT_HEARTBEAT_MS = 1_000
 PROTOCOL_VERSION = 1
 ERROR_PREFIX = 6  # code u32, message length u16
 NOTE = '{{"truncated": true, "details_bytes": {}}}'
+GROW_WITHIN_RTTS = 2  # section 6's adaptive window (constants.json adaptive_credit)
+SHRINK_AFTER_RTTS = 8
+MAX_STREAM_WINDOW = 16_777_216
+MAX_CONNECTION_WINDOW = 67_108_864
 
 OFFER_CHECKS = (  # 14.5: in this order, each against its range of 22.2
     ("max_frame_size", MIN_FRAME, MAX_FRAME),
@@ -65,6 +69,21 @@ def grant(initial_credit: int, credit: int, consumed: int) -> int:
     if 2 * consumed < initial_credit:
         return 0
     return max(0, min(consumed, MAX_CREDIT - credit))
+
+
+def stream_window(window: int, initial_credit: int, drained_us: int, rtt_us: int,
+                  max_stream_window: int, connection_room: int) -> int:
+    """Section 6's adaptive window at a grant: doubled when the last half window drained within
+    2 round trips (to the caps), halved (never below initial_credit) after more than 8."""
+    if rtt_us == 0:
+        return window
+    if drained_us <= GROW_WITHIN_RTTS * rtt_us:
+        top = min(2 * window, max(initial_credit, max_stream_window), window + connection_room,
+                  MAX_CREDIT)
+        return max(window, top)
+    if drained_us > SHRINK_AFTER_RTTS * rtt_us:
+        return max(window // 2, initial_credit)
+    return window
 
 
 def _utf8_prefix(data: bytes, limit: int) -> bytes:
@@ -186,6 +205,32 @@ def _grant_cases() -> list[dict]:
              "expect": grant(w, c, k)} for n, w, c, k in raw]
 
 
+def _window_cases() -> list[dict]:
+    mib = 1 << 20
+    raw = [  # window, initial_credit, drained_us, rtt_us, max_stream_window, connection_room
+        ("no_rtt_yet", mib, mib, 1_000, 0, 16 * mib, 64 * mib),
+        ("window_limited_doubles", mib, mib, 50_000, 100_000, 16 * mib, 63 * mib),
+        ("exactly_two_rtt_doubles", 2 * mib, mib, 200_000, 100_000, 16 * mib, 62 * mib),
+        ("just_above_two_rtt_stays", 2 * mib, mib, 200_001, 100_000, 16 * mib, 62 * mib),
+        ("exactly_eight_rtt_stays", 4 * mib, mib, 800_000, 100_000, 16 * mib, 60 * mib),
+        ("above_eight_rtt_halves", 4 * mib, mib, 800_001, 100_000, 16 * mib, 60 * mib),
+        ("halving_stops_at_initial", mib, mib, 10_000_000, 100_000, 16 * mib, 63 * mib),
+        ("halving_odd_window_floor", 3 * mib + 1, mib, 10_000_000, 1_000, 16 * mib, 0),
+        ("stream_cap", 12 * mib, mib, 1_000, 100_000, 16 * mib, 40 * mib),
+        ("at_stream_cap_stays", 16 * mib, mib, 1_000, 100_000, 16 * mib, 40 * mib),
+        ("connection_room_limits", 4 * mib, mib, 1_000, 100_000, 16 * mib, mib + 5),
+        ("no_connection_room", 4 * mib, mib, 1_000, 100_000, 16 * mib, 0),
+        ("initial_above_stream_cap", 32 * mib, 32 * mib, 1_000, 100_000, 16 * mib, 64 * mib),
+        ("above_cap_grows_never_shrinks_on_growth", 20 * mib, mib, 1_000, 100_000, 16 * mib,
+         64 * mib),
+        ("largest_window", MAX_CREDIT // 2 + 1, mib, 1, 1, MAX_CREDIT, MAX_CREDIT),
+        ("local_link_fast_consumer_stays", mib, mib, 4_400, 300, 16 * mib, 63 * mib),
+    ]
+    return [{"name": n, "window": w, "initial_credit": c, "drained_us": d, "rtt_us": r,
+             "max_stream_window": s, "connection_room": k,
+             "expect": stream_window(w, c, d, r, s, k)} for n, w, c, d, r, s, k in raw]
+
+
 def _runs(text: list[list]) -> str:
     return "".join(part * count for part, count in text)
 
@@ -227,7 +272,8 @@ def build() -> dict:
            "negotiate": _negotiate_cases(),
            "rows_batch_bytes": _batch_cases(),
            "grant": _grant_cases(),
-           "fit_error": _fit_cases()}
+           "fit_error": _fit_cases(),
+           "stream_window": _window_cases()}
     _self_check(doc)
     return doc
 
@@ -245,6 +291,17 @@ def _self_check(doc: dict) -> None:
     grants = {c["name"]: c["expect"] for c in doc["grant"]}
     assert grants["odd_window_below_half"] == 0 and grants["odd_window_half_rounded_up"] == 3
     assert grants["capped_at_max_credit"] == 100 and grants["nothing_left_below_max"] == 0
+    w = {c["name"]: c["expect"] for c in doc["stream_window"]}
+    mib = 1 << 20
+    assert w["no_rtt_yet"] == mib and w["window_limited_doubles"] == 2 * mib
+    assert w["exactly_two_rtt_doubles"] == 4 * mib and w["just_above_two_rtt_stays"] == 2 * mib
+    assert w["exactly_eight_rtt_stays"] == 4 * mib and w["above_eight_rtt_halves"] == 2 * mib
+    assert w["halving_stops_at_initial"] == mib and w["stream_cap"] == 16 * mib
+    assert w["halving_odd_window_floor"] == (3 * mib + 1) // 2
+    assert w["connection_room_limits"] == 5 * mib + 5 and w["no_connection_room"] == 4 * mib
+    assert w["initial_above_stream_cap"] == 32 * mib
+    assert w["above_cap_grows_never_shrinks_on_growth"] == 20 * mib
+    assert w["largest_window"] == MAX_CREDIT
     for c in doc["fit_error"]:
         details = _runs(c["details"]).encode()
         sent = details if c["expect"]["details"] is None else c["expect"]["details"].encode()

@@ -10,6 +10,7 @@ import {
   FLAG_MORE,
   FrameType,
   HEADER_SIZE,
+  AdaptiveCredit,
   Limits,
   MethodKind,
   PROTOCOL_VERSION,
@@ -18,7 +19,7 @@ import {
 import { decodePayload, FrameDecoder } from "./decoder.js";
 import { errorName, ProtocolError } from "./errors.js";
 import { IdTable } from "./idtable.js";
-import { fitErrorBytes, grant } from "./policies.js";
+import { fitErrorBytes, grant, streamWindow } from "./policies.js";
 import { encodeShmFrame, ShmAccept, ShmOffer } from "./shm.js";
 import {
   COPY_LIMIT,
@@ -123,11 +124,17 @@ class InFlight {
   rows = 0;
   /** Parent: bytes of ROWS payload consumed since the last grant. */
   consumed = 0;
+  /** Parent: the adaptive window (section 6), initialCredit at first. */
+  window: number;
+  /** Parent: the driver's clock at the last grant, microseconds (-1: nothing read yet). */
+  clock = -1;
   constructor(
     readonly kind: MethodKind,
     /** Stream credit in bytes (section 6); 0 and unused for unary requests. */
     public credit: number,
-  ) {}
+  ) {
+    this.window = credit;
+  }
 }
 
 /**
@@ -236,6 +243,11 @@ export class Connection {
   /** The highest REQUEST id sent (parent) or received (worker). */
   private highest = 0;
   private readonly requests = new IdTable<InFlight>();
+  /** Parent: the smallest PING round trip the driver observed, microseconds (0: none). */
+  private minRttUs = 0;
+  /** Parent: section 6's caps on the adaptive windows. */
+  private maxStreamWindow: number = AdaptiveCredit.maxStreamWindow;
+  private maxConnectionWindow: number = AdaptiveCredit.maxConnectionWindow;
   /** Worker: ids refused with REJECT whose ERROR answer has not been sent yet. */
   private readonly rejected = new Set<number>();
   private readonly inbound = new Map<number, Inbound>();
@@ -856,10 +868,65 @@ export class Connection {
     if (this.fatalSent || this.goodbye || this._failure !== null) return 0;
     req.consumed += bytes;
     if (this.outbound.has(id)) return 0; // no CREDIT inside a REQUEST still being sent (14.3)
-    const g = grant(this._welcome!.initialCredit, req.credit, req.consumed);
+    const g = grant(req.window, req.credit, req.consumed);
     if (g <= 0) return 0;
     req.credit += g;
     req.consumed -= g;
+    this.out.header(FrameType.CREDIT, 0, id, 4);
+    this.out.u32(g);
+    return g;
+  }
+
+  /**
+   * Parent: the driver measured a PING's round trip (its send to its PONG, microseconds; 0
+   * counts as 1). {@link Connection.consumedAt} adapts windows to the smallest seen: a PONG that
+   * waited behind queued rows measures the queue, not the link.
+   */
+  observeRtt(rttUs: number): void {
+    const rtt = Math.max(1, Math.floor(rttUs));
+    if (this.minRttUs === 0 || rtt < this.minRttUs) this.minRttUs = rtt;
+  }
+
+  /** Parent: the caps of section 6 on the adaptive windows (defaults {@link AdaptiveCredit}); a window above a lowered cap stays until it shrinks. */
+  setWindowCaps(maxStreamWindow: number, maxConnectionWindow: number): void {
+    this.maxStreamWindow = maxStreamWindow;
+    this.maxConnectionWindow = maxConnectionWindow;
+  }
+
+  /**
+   * Parent: {@link Connection.consumed} with the driver's monotonic clock `nowUs`, adapting the
+   * stream's window at each grant ({@link streamWindow}, section 6) from the time since its
+   * previous grant (the first call starts its clock) and the round trip of
+   * {@link Connection.observeRtt}: the grant is the consumed bytes plus the new window minus the
+   * old (a capped rest waits). Without a round trip observed the window stays initialCredit.
+   * @returns the bytes granted now (0: none due, or the stream has ended).
+   */
+  consumedAt(id: number, bytes: number, nowUs: number): number {
+    const req = this.requests.get(id);
+    if (req === undefined || req.kind !== MethodKind.STREAM) return 0;
+    if (this.fatalSent || this.goodbye || this._failure !== null) return 0;
+    req.consumed += bytes;
+    if (req.clock < 0) req.clock = nowUs; // the first read starts the stream's clock
+    if (this.outbound.has(id)) return 0;
+    const old = req.window;
+    if (grant(old, req.credit, req.consumed) <= 0) return 0;
+    let total = 0;
+    for (const other of this.requests.ids()) {
+      const r = this.requests.get(other);
+      if (r !== undefined && r.kind === MethodKind.STREAM) total += r.window;
+    }
+    // Rows the consumer has not read yet (window - credit - consumed): a consumer behind on what
+    // arrived drains a backlog, which says nothing of the window; it never grows then.
+    const behind = old - req.credit - req.consumed >= Math.floor(old / 4);
+    const grown = streamWindow(old, this._welcome!.initialCredit, nowUs - req.clock, this.minRttUs, this.maxStreamWindow, Math.max(0, this.maxConnectionWindow - total));
+    const fresh = behind ? Math.min(grown, old) : grown;
+    const want = req.consumed + fresh - old; // >= 0: a halving takes at most the half consumed
+    const g = Math.max(0, Math.min(want, Limits.maxCredit - req.credit));
+    req.clock = nowUs;
+    req.window = fresh;
+    req.consumed = want - g; // a capped rest waits for the next call
+    if (g <= 0) return 0;
+    req.credit += g;
     this.out.header(FrameType.CREDIT, 0, id, 4);
     this.out.u32(g);
     return g;
@@ -1282,6 +1349,12 @@ export class Connection {
   credit(id: number): number {
     const req = this.requests.get(id);
     return req !== undefined && req.kind === MethodKind.STREAM ? req.credit : 0;
+  }
+
+  /** Parent: stream `id`'s window, the credit kept outstanding for it (initialCredit unless {@link Connection.consumedAt} adapted it, section 6), or 0 if it is not an open stream. */
+  window(id: number): number {
+    const req = this.requests.get(id);
+    return req !== undefined && req.kind === MethodKind.STREAM ? req.window : 0;
   }
 
   /** Worker: a ROWS frame can be sent for stream `id` now (its credit is positive). */

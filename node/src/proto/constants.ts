@@ -310,3 +310,11 @@ export const ShmErrorCode = {
 export const Driver = {
   maxHandedAheadBytes: 4_194_304,
 } as const;
+
+/** Section 6's adaptive window (`streamWindow`, 14.5): grow while a half window drains within `growWithinRtts` round trips, shrink after `shrinkAfterRtts`, within the per-stream and per-connection caps (bytes). */
+export const AdaptiveCredit = {
+  growWithinRtts: 2,
+  shrinkAfterRtts: 8,
+  maxStreamWindow: 16_777_216,
+  maxConnectionWindow: 67_108_864,
+} as const;

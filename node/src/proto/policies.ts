@@ -6,7 +6,7 @@
  * @module
  */
 
-import { CallerInput, ErrorCode, Limits, PROTOCOL_VERSION, ProtocolDefaults } from "./constants.js";
+import { AdaptiveCredit, CallerInput, ErrorCode, Limits, PROTOCOL_VERSION, ProtocolDefaults } from "./constants.js";
 import { ProtocolError } from "./errors.js";
 import type { WelcomeInit } from "./connection.js";
 
@@ -104,6 +104,35 @@ export function rowsBatchBytes(preferred: number, initialCredit: number, maxFram
 export function grant(initialCredit: number, credit: number, consumed: number): number {
   if (2 * consumed < initialCredit) return 0;
   return Math.max(0, Math.min(consumed, Limits.maxCredit - credit));
+}
+
+/**
+ * A stream's adaptive window at a grant (PROTOCOL.md 6 and 14.5), the credit the parent keeps
+ * outstanding. `drainedUs`: how long its last half window took to drain; `rttUs`: the
+ * connection's smallest PING round trip (0: none yet, the window stays); `connectionRoom`: what
+ * the connection's cap leaves above the sum of its streams' windows. Drained within 2 round trips
+ * (the window limits the stream): doubled, within max(initialCredit, maxStreamWindow),
+ * window + connectionRoom and 2^31 - 1; in more than 8: halved, never below initialCredit;
+ * otherwise unchanged.
+ *
+ * @example
+ * streamWindow(1 << 20, 1 << 20, 50_000, 100_000, 16 << 20, 63 << 20); // 2 MiB
+ */
+export function streamWindow(
+  window: number,
+  initialCredit: number,
+  drainedUs: number,
+  rttUs: number,
+  maxStreamWindow: number,
+  connectionRoom: number,
+): number {
+  if (rttUs === 0) return window;
+  if (drainedUs <= AdaptiveCredit.growWithinRtts * rttUs) {
+    const top = Math.min(2 * window, Math.max(initialCredit, maxStreamWindow), window + connectionRoom, Limits.maxCredit);
+    return Math.max(window, top);
+  }
+  if (drainedUs > AdaptiveCredit.shrinkAfterRtts * rttUs) return Math.max(Math.floor(window / 2), initialCredit);
+  return window;
 }
 
 /** ERROR's fixed prefix: code u32, message length u16. */

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::constants::{MAX_CONNECTION_WINDOW, MAX_STREAM_WINDOW};
 use crate::decode::{Decoded, FrameDecoder};
 use crate::encode::{
     encode_error, encode_event, encode_message, put_header, FrameBuf, MessageHead, RowsBuilder,
@@ -201,6 +202,10 @@ pub(crate) struct StreamSendState {
     rows: u64,
     /// Parent: ROWS payload bytes the consumer has read but not yet granted back.
     consumed: u64,
+    /// Parent: the adaptive window (section 6), `initial_credit` at first.
+    window: u32,
+    /// Parent: the driver's clock at the last grant (`None`: nothing read yet).
+    clock: Option<u64>,
     /// A message of this type is being sent in pieces (generic [`Connection::send`] only).
     sending: Option<FrameType>,
 }
@@ -217,6 +222,8 @@ impl StreamSendState {
             credit,
             rows: 0,
             consumed: 0,
+            window: initial_credit,
+            clock: None,
             sending: None,
         }
     }
@@ -335,6 +342,10 @@ pub struct Connection {
     /// Ranges whose views were dropped, waiting for their SHM_RELEASE.
     shm_releases: std::sync::Arc<ReleaseQueue>,
     failed: Option<ProtocolError>,
+    /// Parent: the smallest PING round trip the driver observed, microseconds (0: none).
+    min_rtt_us: u64,
+    /// Parent: section 6's caps on the adaptive windows.
+    window_caps: (u32, u32),
 }
 
 impl Connection {
@@ -363,6 +374,8 @@ impl Connection {
             descriptor_error: None,
             shm_releases: std::sync::Arc::default(),
             failed: None,
+            min_rtt_us: 0,
+            window_caps: (MAX_STREAM_WINDOW, MAX_CONNECTION_WINDOW),
         }
     }
 
@@ -457,6 +470,16 @@ impl Connection {
             .get(&id)
             .filter(|r| r.kind == MethodKind::Stream)
             .map(|r| r.credit)
+    }
+
+    /// Parent: a stream's window, the credit kept outstanding for it: `initial_credit` unless
+    /// [`consumed_at`](Connection::consumed_at) adapted it (PROTOCOL.md 6); `None` if `id` is
+    /// not a stream in flight.
+    pub fn window(&self, id: u64) -> Option<u32> {
+        self.requests
+            .get(&id)
+            .filter(|r| r.kind == MethodKind::Stream)
+            .map(|r| r.window)
     }
 
     /// Worker: true if stream `id` may send a ROWS frame now (credit positive). When false,
@@ -1513,7 +1536,6 @@ impl Connection {
         bytes: usize,
         out: &mut impl FrameBuf,
     ) -> Result<u32, ProtocolError> {
-        let initial = self.welcome.map_or(0, |w| w.initial_credit);
         let closed = self.goodbye || self.send_closed || self.failed.is_some();
         let Some(req) = self.requests.get_mut(&id) else {
             return Ok(0);
@@ -1525,11 +1547,95 @@ impl Connection {
         if closed || req.sending.is_some() {
             return Ok(0);
         }
-        let granted = crate::policy::grant(initial, req.credit, req.consumed);
+        let granted = crate::policy::grant(req.window, req.credit, req.consumed);
         if granted == 0 {
             return Ok(0);
         }
         self.send_credit(id, granted, out)?;
+        Ok(granted)
+    }
+
+    /// Parent: the driver measured a PING's round trip (its send to its PONG, microseconds; 0
+    /// counts as 1). [`consumed_at`](Connection::consumed_at) adapts windows to the smallest
+    /// seen: a PONG that waited behind queued rows measures the queue, not the link.
+    pub fn observe_rtt(&mut self, rtt_us: u64) {
+        let rtt = rtt_us.max(1);
+        if self.min_rtt_us == 0 || rtt < self.min_rtt_us {
+            self.min_rtt_us = rtt;
+        }
+    }
+
+    /// Parent: the caps of PROTOCOL.md 6 on the adaptive windows (defaults
+    /// [`MAX_STREAM_WINDOW`], [`MAX_CONNECTION_WINDOW`]); a window above a lowered cap stays
+    /// until it shrinks.
+    pub fn set_window_caps(&mut self, max_stream_window: u32, max_connection_window: u32) {
+        self.window_caps = (max_stream_window, max_connection_window);
+    }
+
+    /// Parent: [`consumed`](Connection::consumed) with the driver's monotonic clock `now_us`,
+    /// adapting the stream's window at each grant ([`stream_window`](crate::stream_window),
+    /// PROTOCOL.md 6) from the time since its previous grant (the first call starts its clock)
+    /// and the round trip of [`observe_rtt`](Connection::observe_rtt): the grant is the
+    /// consumed bytes plus the new window minus the old (a capped rest waits). Without a round
+    /// trip observed the window stays `initial_credit`.
+    pub fn consumed_at(
+        &mut self,
+        id: u64,
+        bytes: usize,
+        now_us: u64,
+        out: &mut impl FrameBuf,
+    ) -> Result<u32, ProtocolError> {
+        let initial = self.welcome.map_or(0, |w| w.initial_credit);
+        let closed = self.goodbye || self.send_closed || self.failed.is_some();
+        let (max_stream, max_connection) = self.window_caps;
+        let total: u64 = self
+            .requests
+            .values()
+            .filter(|r| r.kind == MethodKind::Stream)
+            .map(|r| u64::from(r.window))
+            .sum();
+        let rtt = self.min_rtt_us;
+        let Some(req) = self.requests.get_mut(&id) else {
+            return Ok(0);
+        };
+        if req.kind != MethodKind::Stream || closed {
+            return Ok(0);
+        }
+        req.consumed = req.consumed.saturating_add(bytes as u64);
+        let since = *req.clock.get_or_insert(now_us);
+        if req.sending.is_some() {
+            return Ok(0);
+        }
+        let old = req.window;
+        if crate::policy::grant(old, req.credit, req.consumed) == 0 {
+            return Ok(0);
+        }
+        let room = u64::from(max_connection).saturating_sub(total);
+        // Rows the consumer has not read yet (window - credit - consumed): a consumer behind on
+        // what arrived drains a backlog, which says nothing of the window; it never grows then.
+        let unread = i64::from(old) - req.credit - req.consumed as i64;
+        let behind = unread >= i64::from(old / 4);
+        let grown = crate::policy::stream_window(
+            old,
+            initial,
+            now_us.saturating_sub(since),
+            rtt,
+            max_stream,
+            room,
+        );
+        let new = if behind { grown.min(old) } else { grown };
+        // >= 0: a halving takes at most half the window, and half of it was consumed.
+        let want = (req.consumed + u64::from(new)).saturating_sub(u64::from(old));
+        let room = u64::try_from(MAX_CREDIT.saturating_sub(req.credit)).unwrap_or(0);
+        let granted = want.min(room) as u32;
+        if granted > 0 {
+            self.send_credit(id, granted, out)?;
+        }
+        if let Some(req) = self.requests.get_mut(&id) {
+            req.clock = Some(now_us);
+            req.window = new;
+            req.consumed = want - u64::from(granted);
+        }
         Ok(granted)
     }
 

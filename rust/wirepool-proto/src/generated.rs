@@ -140,6 +140,14 @@ pub const REMOTE_DEFAULT_REFUSAL_LOG_PER_SECOND: u64 = 10;
 pub const REMOTE_DEFAULT_REMOTE_HEARTBEAT_MS: u64 = 1_000;
 /// `spec/constants.json`: remote_default_pool_ticket_ttl_s.
 pub const REMOTE_DEFAULT_POOL_TICKET_TTL_S: u64 = 86_400;
+/// `spec/constants.json`: grow_within_rtts.
+pub const GROW_WITHIN_RTTS: u32 = 2;
+/// `spec/constants.json`: shrink_after_rtts.
+pub const SHRINK_AFTER_RTTS: u32 = 8;
+/// `spec/constants.json`: max_stream_window.
+pub const MAX_STREAM_WINDOW: u32 = 16_777_216;
+/// `spec/constants.json`: max_connection_window.
+pub const MAX_CONNECTION_WINDOW: u32 = 67_108_864;
 /// `spec/constants.json`: shm_tag.
 pub const SHM_TAG: u16 = 1;
 /// `spec/constants.json`: shm_max_live_regions.

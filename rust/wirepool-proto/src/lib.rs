@@ -65,4 +65,6 @@ pub use handshake::{
     MethodRequirement, Welcome, WelcomeExtensions, HELLO_MAGIC, MAX_CODECS_PER_METHOD, MAX_METHODS,
 };
 pub use ids::{IdBuildHasher, IdHasher, IdMap};
-pub use policy::{fit_error, grant, negotiate, rows_batch_bytes, NegotiateError, Offer};
+pub use policy::{
+    fit_error, grant, negotiate, rows_batch_bytes, stream_window, NegotiateError, Offer,
+};

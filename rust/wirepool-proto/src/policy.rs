@@ -6,8 +6,9 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::constants::{
-    DEFAULT_HEARTBEAT_MS, ERROR_MESSAGE_MAX_BYTES, MAX_COUNT, MAX_CREDIT, MAX_MAX_FRAME_SIZE,
-    MAX_SIZE, MAX_TIMEOUT_MS, MIN_MAX_FRAME_SIZE, PROTOCOL_VERSION,
+    DEFAULT_HEARTBEAT_MS, ERROR_MESSAGE_MAX_BYTES, GROW_WITHIN_RTTS, MAX_COUNT, MAX_CREDIT,
+    MAX_MAX_FRAME_SIZE, MAX_SIZE, MAX_TIMEOUT_MS, MIN_MAX_FRAME_SIZE, PROTOCOL_VERSION,
+    SHRINK_AFTER_RTTS,
 };
 use crate::error::{err, ErrorCode, ProtocolError};
 use crate::handshake::{choose_version, Hello, Welcome, WelcomeExtensions};
@@ -170,6 +171,47 @@ pub fn grant(initial_credit: u32, credit: i64, consumed: u64) -> u32 {
     }
     let room = u64::try_from(MAX_CREDIT.saturating_sub(credit)).unwrap_or(0);
     u32::try_from(consumed.min(room)).unwrap_or(u32::MAX)
+}
+
+/// A stream's adaptive window at a grant (PROTOCOL.md 6 and 14.5), the credit the parent keeps
+/// outstanding: `window` now, `drained_us` the time its last half window took to drain,
+/// `rtt_us` the connection's smallest PING round trip (0: none measured, the window stays),
+/// `connection_room` what the connection's cap leaves above the sum of its streams' windows.
+///
+/// Drained within 2 round trips (the window, not the consumer, limits the stream): doubled, to
+/// at most max(`initial_credit`, `max_stream_window`), `window` + `connection_room` and
+/// 2^31 - 1. Drained in more than 8: halved, never below `initial_credit`. Otherwise unchanged.
+///
+/// ```
+/// use wirepool_proto::stream_window;
+/// const MIB: u32 = 1 << 20;
+/// // 100 ms round trip, half a window in 50 ms: the window limits the stream.
+/// assert_eq!(stream_window(MIB, MIB, 50_000, 100_000, 16 * MIB, 63 << 20), 2 * MIB);
+/// // a slow consumer: back towards initial_credit.
+/// assert_eq!(stream_window(4 * MIB, MIB, 900_000, 100_000, 16 * MIB, 60 << 20), 2 * MIB);
+/// ```
+pub fn stream_window(
+    window: u32,
+    initial_credit: u32,
+    drained_us: u64,
+    rtt_us: u64,
+    max_stream_window: u32,
+    connection_room: u64,
+) -> u32 {
+    if rtt_us == 0 {
+        return window;
+    }
+    if drained_us <= rtt_us.saturating_mul(u64::from(GROW_WITHIN_RTTS)) {
+        let top = (2 * u64::from(window))
+            .min(u64::from(initial_credit.max(max_stream_window)))
+            .min(u64::from(window).saturating_add(connection_room))
+            .min(MAX_CREDIT as u64);
+        return window.max(top as u32);
+    }
+    if drained_us > rtt_us.saturating_mul(u64::from(SHRINK_AFTER_RTTS)) {
+        return (window / 2).max(initial_credit);
+    }
+    window
 }
 
 /// What `send_error` sends (PROTOCOL.md 14.5; ERROR cannot be continued): the message cut to

@@ -223,6 +223,9 @@ fn every_core_operation(
     c.send_request(0, 0, 0, b"", out);
     c.send_cancel(1, out);
     c.consumed(1, 0, out);
+    c.consumed_at(1, 0, 0, out);
+    c.observe_rtt(1);
+    c.set_window_caps(1, 1);
     c.send_credit(1, 1, out);
     c.send_drain(0, out);
     c.send_result(1, b"", out);
@@ -253,6 +256,7 @@ fn every_core_operation(
     c.is_in_flight(1);
     c.can_send_request();
     c.credit(1);
+    c.window(1);
     c.can_send_rows(1);
     c.is_draining();
     c.is_goodbye();
@@ -273,6 +277,7 @@ fn every_core_operation(
     wirepool_proto::rows_batch_bytes(0, 0, 0);
     wirepool_proto::grant(0, 0, 0);
     wirepool_proto::fit_error("", "", 0);
+    wirepool_proto::stream_window(0, 0, 0, 0, 0, 0);
 }
 
 #[test]

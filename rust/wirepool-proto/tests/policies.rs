@@ -1,13 +1,14 @@
 //! Every case of `spec/vectors/policies.json` (PROTOCOL.md 14.5), read at test time, through the
-//! core's policy functions: `negotiate`, `rows_batch_bytes`, `grant`, `fit_error`; and the
+//! core's policy functions: `negotiate`, `rows_batch_bytes`, `grant`, `fit_error`,
+//! `stream_window`; and the
 //! connection's `consumed` (the live side of `grant`) while a request is still being sent.
 
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use wirepool_proto::{
-    fit_error, grant, negotiate, rows_batch_bytes, Connection, Event, Hello, MethodInfo,
-    MethodKind, Offer, Welcome,
+    fit_error, grant, negotiate, rows_batch_bytes, stream_window, Connection, Event, Hello,
+    MethodInfo, MethodKind, Offer, Welcome,
 };
 
 fn cases() -> Value {
@@ -120,6 +121,22 @@ fn grant_cases() {
 }
 
 #[test]
+fn stream_window_cases() {
+    let doc = cases();
+    for case in list(&doc, "stream_window") {
+        let got = stream_window(
+            u32_of(&case["window"]),
+            u32_of(&case["initial_credit"]),
+            i(&case["drained_us"]) as u64,
+            i(&case["rtt_us"]) as u64,
+            u32_of(&case["max_stream_window"]),
+            i(&case["connection_room"]) as u64,
+        );
+        assert_eq!(i64::from(got), i(&case["expect"]), "{}", case["name"]);
+    }
+}
+
+#[test]
 fn fit_error_cases() {
     let doc = cases();
     for case in list(&doc, "fit_error") {
@@ -150,6 +167,7 @@ fn pair(window: u32) -> (Connection, Connection) {
             kind: MethodKind::Stream,
             codecs: vec![1],
         }],
+        max_concurrency: 4,
         ..Hello::new("t", "0")
     };
     worker.send_hello(&hello, &mut wire).unwrap();
@@ -200,4 +218,93 @@ fn consumed_while_the_request_is_still_being_sent() {
     assert_eq!(parent.credit(id), Some(1_600));
     // Unknown and ended ids: 0, never an error.
     assert_eq!(parent.consumed(id + 1, 10_000, &mut out), Ok(0));
+}
+
+const MIB: u32 = 1 << 20;
+
+/// PROTOCOL.md 6 on a live core: half windows drained in half a round trip double the window
+/// (the grant is the consumed bytes plus the growth) up to 16 MiB; a slow consumer halves it
+/// back to `initial_credit`, the halving taken out of the grants.
+#[test]
+fn consumed_at_grows_a_window_limited_stream_to_the_cap_and_back() {
+    let (mut parent, _worker) = pair(MIB);
+    let mut out = Vec::new();
+    let id = parent.send_request(0, 1, 0, b"", &mut out).unwrap();
+    for rtt in [150_000, 100_000, 400_000] {
+        parent.observe_rtt(rtt); // the smallest counts
+    }
+    assert_eq!(parent.consumed_at(id, 0, 1_000, &mut out), Ok(0));
+    let (mut now, mut windows) = (1_000u64, Vec::new());
+    for _ in 0..8 {
+        let half = parent.window(id).unwrap() / 2;
+        assert_eq!(
+            parent.consumed_at(id, half as usize - 1, now, &mut out),
+            Ok(0)
+        );
+        now += 50_000;
+        let old = parent.window(id).unwrap();
+        let granted = parent.consumed_at(id, 1, now, &mut out).unwrap();
+        let new = parent.window(id).unwrap();
+        assert_eq!(granted, half + new - old);
+        windows.push(new / MIB);
+    }
+    assert_eq!(windows, [2, 4, 8, 16, 16, 16, 16, 16]);
+    let mut shrinking = Vec::new();
+    while parent.window(id).unwrap() > MIB {
+        now += 10_000_000; // 10 s for half a window: more than 8 round trips
+        let old = parent.window(id).unwrap();
+        let granted = parent
+            .consumed_at(id, (old / 2) as usize, now, &mut out)
+            .unwrap();
+        let new = parent.window(id).unwrap();
+        assert_eq!(granted, old / 2 + new - old);
+        shrinking.push(new / MIB);
+    }
+    assert_eq!(shrinking, [8, 4, 2, 1]);
+    now += 10_000_000;
+    parent
+        .consumed_at(id, (MIB / 2) as usize, now, &mut out)
+        .unwrap();
+    assert_eq!(parent.window(id), Some(MIB), "never below initial_credit");
+}
+
+#[test]
+fn consumed_at_without_a_round_trip_and_consumed_never_adapt() {
+    let (mut parent, _worker) = pair(MIB);
+    let mut out = Vec::new();
+    let id = parent.send_request(0, 1, 0, b"", &mut out).unwrap();
+    assert_eq!(parent.consumed_at(id, 0, 0, &mut out), Ok(0));
+    let half = (MIB / 2) as usize;
+    assert_eq!(parent.consumed_at(id, half, 10, &mut out), Ok(MIB / 2));
+    assert_eq!(parent.window(id), Some(MIB));
+    parent.observe_rtt(100_000);
+    assert_eq!(parent.consumed(id, half, &mut out), Ok(MIB / 2));
+    assert_eq!(
+        (parent.window(id), parent.window(id + 1)),
+        (Some(MIB), None)
+    );
+}
+
+#[test]
+fn the_connection_cap_bounds_the_sum_of_windows() {
+    let (mut parent, _worker) = pair(MIB);
+    let mut out = Vec::new();
+    let a = parent.send_request(0, 1, 0, b"", &mut out).unwrap();
+    let b = parent.send_request(0, 1, 0, b"", &mut out).unwrap();
+    parent.set_window_caps(16 * MIB, 3 * MIB);
+    parent.observe_rtt(100_000);
+    for id in [a, b] {
+        parent.consumed_at(id, 0, 0, &mut out).unwrap();
+    }
+    for now in 1..6u64 {
+        for id in [a, b] {
+            let half = (parent.window(id).unwrap() / 2) as usize;
+            parent.consumed_at(id, half, now * 1_000, &mut out).unwrap();
+        }
+        assert!(parent.window(a).unwrap() + parent.window(b).unwrap() <= 3 * MIB);
+    }
+    assert_eq!(
+        (parent.window(a), parent.window(b)),
+        (Some(2 * MIB), Some(MIB))
+    );
 }
