@@ -10,7 +10,7 @@ VPY := $(VENV)/bin/python
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: help demo test test-spec test-rust test-python test-ray test-node test-go test-bench test-conformance test-shm-crash-cycles fuzz bench bench-full bench-check bench-baseline lint docs package venv clean
+.PHONY: help demo test test-spec test-rust test-python test-ray test-node test-go test-bench test-conformance test-shm-crash-cycles fuzz bench bench-gateway bench-full bench-check bench-baseline lint docs package venv clean
 
 help:
 	@echo "make demo    run the main job: a pool of Rust workers streaming 10 M rows"
@@ -169,6 +169,13 @@ bench:
 	$(PYTHON) bench/run.py --quick
 	$(PYTHON) bench/run.py gate
 	$(PYTHON) bench/run.py check
+	$(MAKE) bench-gateway
+
+# The gateway against gunicorn + uvicorn and nginx's static ceiling (issue 30), quick: one round of
+# 2 s per contender; the parity ratios and github-action-benchmark files go to bench/results/.
+# A tool that cannot be installed skips its contender (bench/gateway/README.md).
+bench-gateway:
+	QUICK=1 OUT=bench/results/$$(date -u +%Y%m%dT%H%M%SZ)-gateway bash bench/gateway/run.sh
 
 # Lowering (or accepting) the gate's counts is a deliberate commit of the rewritten file.
 bench-baseline:

@@ -36,7 +36,7 @@ py="$root/.venv/bin/python"
 dur_s="${DURATION%s}"
 
 tmp="$(mktemp -d)"
-out="${OUT:-$tmp}"; mkdir -p "$out"
+out="${OUT:-$tmp}"; mkdir -p "$out"; out="$(cd "$out" && pwd)"  # absolute: nginx and gunicorn run elsewhere
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
